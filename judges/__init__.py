@@ -1,0 +1,33 @@
+"""LLM judges for JudgeBench pairs: plain Python, no Prefect, usable and testable on their own.
+
+A judge has `format(question, answer_A, answer_B) -> messages` and `parse(text) -> decision`, where a
+decision is "A>B", "B>A", "A=B" or "" (no usable verdict). `get_judge` builds one by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from judgebench_flows.errors import UserError
+from judges.builtin import BUILTIN_JUDGES, PromptJudge
+from judges.custom import CustomJudge, ParseFailed
+from judges.prompts import TemplateSet
+
+JUDGE_TYPES: tuple[str, ...] = (*BUILTIN_JUDGES, "custom", "external")
+
+
+def get_judge(judge_type: str, templates_dir: str | Path | None = None, judge_template: str | None = None) -> PromptJudge | CustomJudge:
+    """The judge for `judge_type`, with prompts from `templates_dir` (a checkout's utils/templates)."""
+    if judge_template:
+        return CustomJudge(judge_template)
+    if judge_type == "custom":
+        raise UserError("--judge-type custom needs --judge-template path.py:Class or module:Class")
+    factory = BUILTIN_JUDGES.get(judge_type)
+    if factory is None:
+        raise UserError(f"unknown judge type '{judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
+    judge = factory(TemplateSet(templates_dir))
+    judge.templates.check(judge.template_names)
+    return judge
+
+
+__all__ = ["JUDGE_TYPES", "BUILTIN_JUDGES", "CustomJudge", "ParseFailed", "PromptJudge", "TemplateSet", "get_judge"]

@@ -1,0 +1,204 @@
+"""The JudgeBench evaluation flow: fetch, load, shard, judge, aggregate, publish.
+
+Shards run concurrently in the flow's own event loop, so they share one endpoint client and one
+connection limit (`--concurrency`); with `--task-runner dask` they are submitted to a Dask cluster and
+each worker builds its own client (see README for the shared limit). A run is recorded in the results
+database from its start, so a crashed run is visible in `judgebench history` as "running"/"failed".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.context import get_run_context
+
+from judgebench_flows import db
+from judgebench_flows.config import RunConfig
+from judgebench_flows.dataset import data_file_in
+from judgebench_flows.errors import UserError
+from judgebench_flows.judging import JudgeSpec, Shard, build_judge
+from judgebench_flows.records import JudgmentRecord, Pair
+from judgebench_flows.results import build_results, correctness_by_pair, regression_check
+from tasks.fetch import fetch_dataset
+from tasks.judge import ShardIncomplete, shard_task
+from tasks.load import load_dataset
+from tasks.publish import publish_results
+
+
+def make_shards(pairs: list[Pair], shard_size: int) -> list[Shard]:
+    """Deterministic shards: consecutive runs of `shard_size` pairs in file order."""
+    return [Shard(index=i, pairs=pairs[start : start + shard_size]) for i, start in enumerate(range(0, len(pairs), shard_size))]
+
+
+def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
+    spec = JudgeSpec(
+        judge_type=config.judge_type,
+        judge_template=config.judge_template,
+        templates_dir=templates_dir,
+        model=config.model,
+        base_url=config.resolved_base_url(),
+        sampling_overrides=config.sampling_overrides(),
+        orders=(0,) if config.single_game else (0, 1),
+        concurrency=config.concurrency,
+        rpm=config.rpm,
+        request_timeout=config.request_timeout,
+        max_retries=config.max_retries,
+        retry_initial_wait=config.retry_initial_wait,
+        retry_max_wait=config.retry_max_wait,
+        db_url=config.db_url,
+        cache=config.cache,
+    )
+    return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
+
+
+async def _judge_in_process(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> list[JudgmentRecord]:
+    task = shard_task(config.cache, config.shard_retries)
+
+    async def one(shard: Shard) -> list[JudgmentRecord]:
+        try:
+            return await task(shard, spec)
+        except ShardIncomplete as exc:
+            return exc.records
+
+    per_shard = await asyncio.gather(*(one(shard) for shard in shards))
+    return [record for records in per_shard for record in records]
+
+
+def _judge_on_dask(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> list[JudgmentRecord]:
+    from prefect_dask import DaskTaskRunner
+
+    task = shard_task(config.cache, config.shard_retries)
+    records: list[JudgmentRecord] = []
+    with DaskTaskRunner(address=config.dask_address) as runner:
+        futures = [runner.submit(task, parameters={"shard": shard, "spec": spec}) for shard in shards]
+        for future in futures:
+            future.wait()
+            state = future.state
+            if state.is_completed():
+                records += future.result()
+            else:
+                exc = future.result(raise_on_failure=False)
+                if isinstance(exc, ShardIncomplete):
+                    records += exc.records
+                elif isinstance(exc, BaseException):
+                    raise exc
+                else:
+                    raise RuntimeError(f"shard failed: {state.message}")
+    return records
+
+
+@flow(name="judgebench", log_prints=False, persist_result=False)
+async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
+    logger = get_run_logger()
+    run_id = uuid.uuid4().hex
+    started = datetime.now(timezone.utc)
+    flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    engine = db.open_database(config.db_url)
+
+    if config.data_path:
+        data_path, commit, repo_url, templates_dir = config.data_path, None, None, config.templates_dir
+        data_file = Path(config.data_path).name
+    else:
+        checkout = fetch_dataset(config.repo_url, config.ref, config.cache_dir)
+        data_path, commit, repo_url = str(data_file_in(checkout, config.data_file)), checkout.commit, checkout.repo_url
+        templates_dir = config.templates_dir or str(checkout.path / "utils" / "templates")
+        data_file = config.data_file
+        logger.info("dataset %s at commit %s", repo_url, commit)
+
+    spec = judge_spec(config, templates_dir)
+    loaded = load_dataset(data_path, config.max_samples, config.seed, config.shuffle_responses)
+    pairs = loaded.pairs
+    header: dict[str, Any] = {
+        "model": config.model,
+        "judge_type": config.judge_template or config.judge_type,
+        "dataset": {
+            "repo_url": repo_url,
+            "commit": commit,
+            "data_file": data_file,
+            "n_pairs": len(pairs),
+            "skipped_rows": len(loaded.skipped),
+            "skipped": [{"line": s.line, "reason": s.reason} for s in loaded.skipped[:50]],
+        },
+    }
+    config_key = config.config_key()
+    db.save_run(
+        engine,
+        run_id=run_id,
+        config_key=config_key,
+        judge_type=header["judge_type"],
+        model=config.model,
+        repo_url=repo_url or config.data_path,
+        commit=commit,
+        data_file=data_file,
+        flow_run_id=flow_run_id,
+        status="running",
+        started=started,
+        n_pairs=len(pairs),
+        config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
+    )
+    try:
+        shards = make_shards(pairs, config.shard_size)
+        logger.info("judging %d pairs in %d shards (%s)", len(pairs), len(shards), "single game" if config.single_game else "both orders")
+        if config.task_runner == "dask":
+            judgments = await asyncio.to_thread(_judge_on_dask, shards, spec, config)
+        else:
+            judgments = await _judge_in_process(shards, spec, config)
+
+        results = build_results(judgments, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(loaded.skipped))
+        previous = [r for r in db.list_runs(engine, limit=10, config_key=config_key) if r.run_id != run_id and r.status in ("completed", "regressed")]
+        results["regression"] = None
+        if previous and config.bootstrap_resamples:
+            baseline = [JudgmentRecord(**_row_as_record(row)) for row in db.run_judgments(engine, previous[0].run_id)]
+            if baseline:
+                results["regression"] = regression_check(
+                    correctness_by_pair(baseline), correctness_by_pair(judgments), baseline_run_id=previous[0].run_id,
+                    seed=config.seed, resamples=config.bootstrap_resamples, min_drop=config.regression_min_drop,
+                )
+        finished = datetime.now(timezone.utc)
+        results["run"] = {
+            "run_id": run_id,
+            "config_key": config_key,
+            "started": started.isoformat(),
+            "finished": finished.isoformat(),
+            "duration_s": round((finished - started).total_seconds(), 3),
+            "flow_run_id": flow_run_id,
+            "mode": "single-game" if config.single_game else "both-orders",
+            "shuffle_responses": config.shuffle_responses,
+            "seed": config.seed,
+        }
+        paths = publish_results(
+            run_id, results, pairs, judgments,
+            result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
+            judge_name=header["judge_type"].replace(":", "_"), data_file=data_file, write_report=config.report,
+        )
+        results["outputs"] = paths
+        regressed = bool(results["regression"] and results["regression"].get("regressed"))
+        overall = results["overall_accuracy"]
+        db.update_run(
+            engine, run_id, status="regressed" if regressed else "completed", finished=finished,
+            overall_accuracy=overall["accuracy"], ci_low=overall.get("ci_low"), ci_high=overall.get("ci_high"),
+            message=results["regression"]["message"] if results["regression"] else None,
+            results_json=json.dumps(results, default=str),
+        )
+        if regressed:
+            logger.warning(results["regression"]["message"])
+        return results
+    except BaseException as exc:
+        db.update_run(engine, run_id, status="failed", finished=datetime.now(timezone.utc), message=str(exc)[:500] if isinstance(exc, UserError) else type(exc).__name__)
+        raise
+
+
+def _row_as_record(row: db.JudgmentRow) -> dict[str, Any]:
+    return {
+        "pair_id": row.pair_id, "order": row.order_index, "source": row.source, "category": row.category, "label": row.label,
+        "status": row.status, "decision": row.decision, "decision_for_pair": row.decision_for_pair, "judge_model": "",
+    }
+
+
+__all__ = ["judgebench_flow", "make_shards"]

@@ -1,0 +1,234 @@
+"""`judgebench`: run an evaluation, list history, compare runs, render a report.
+
+Flag spellings of JudgeBench's run_judge.py and RM-Gallery's evaluator work as aliases, so their users
+switch by changing the program name. Everything a user can get wrong is checked before Prefect starts
+(a temporary Prefect server takes seconds to boot) and reported as one line with exit code 2.
+Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from judgebench_flows.errors import UserError
+
+EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG = 1, 2, 3
+
+
+def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("run", help="judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)")
+    add = p.add_argument
+    add("--judge-type", "--judge_type", "--judge_name", dest="judge_type", help="arena_hard (default), vanilla, auto_j, prometheus_2, skywork_critic, custom, external")
+    add("--judge-template", "--judge_template", dest="judge_template", help="custom judge class: path.py:Class or module:Class")
+    add("--model", "--judge-model", "--judge_model", dest="model", help="judge model name sent to the endpoint")
+    add("--repo-url", "--repo_url", dest="repo_url", help="git URL, file:// URL or local path of the JudgeBench repository")
+    add("--ref", help="commit, tag or branch to check out (default: a pinned JudgeBench commit)")
+    add("--data-file", "--data_file", dest="data_file", help="data file inside the repository's data/ directory")
+    add("--data-path", "--data_path", "--pairs", dest="data_path", help="judge a local file, no clone")
+    add("--templates-dir", dest="templates_dir", help="directory of judge prompt templates (default: the checkout's utils/templates)")
+    add("--base-url", "--base_url", dest="base_url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else BASE_URL)")
+    add("--concurrency", "--max-workers", "--max_workers", "--concurrency_limit", dest="concurrency", type=int, help="calls in flight at once (default 16)")
+    add("--rpm", type=float, help="at most this many requests per minute")
+    add("--shard-size", "--shard_size", dest="shard_size", type=int, help="pairs per shard task (default 50)")
+    add("--result-path", "--result_path", dest="result_path", help="results JSON (default results/judgebench.json)")
+    add("--output-dir", "--output_dir", dest="output_dir", help="directory for the per-judgment JSONL and report (default results/run)")
+    add("--db-url", "--db_url", dest="db_url", help="SQLAlchemy URL of the results database (default sqlite:///results/judgebench.db)")
+    add("--max-samples", "--max_samples", dest="max_samples", type=int, help="judge a seeded subset of N pairs")
+    add("--single-game", "--single_game", dest="single_game", action="store_true", default=None, help="judge one order only")
+    add("--shuffle-responses", "--shuffle_responses", dest="shuffle_responses", action="store_true", default=None, help="swap A/B per pair from the seed")
+    add("--seed", type=int, help="seed for sampling, shuffling and bootstrap (default 42)")
+    add("--request-timeout", "--request_timeout", dest="request_timeout", type=float, help="seconds per call before it is retried (default 120)")
+    add("--max-retries", dest="max_retries", type=int, help="retries per call for 429/5xx/timeouts/dropped connections (default 6)")
+    add("--temperature", type=float, help="override the judge's temperature (default: the judge's own, 0)")
+    add("--max-tokens", dest="max_tokens", type=int, help="override the judge's max_tokens")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--no-cache", dest="cache", action="store_const", const="off", help="ignore the call and shard caches")
+    cache.add_argument("--refresh-cache", dest="cache", action="store_const", const="refresh", help="pay again and overwrite the caches")
+    add("--cache-dir", dest="cache_dir", help="where cloned repositories are kept (default ~/.cache/judgebench-flows)")
+    add("--task-runner", dest="task_runner", choices=["thread", "dask"], help="where shards run (default: in this process)")
+    add("--dask-address", dest="dask_address", help="tcp://HOST:PORT of a Dask scheduler")
+    add("--no-report", dest="report", action="store_false", default=None, help="skip the HTML report")
+    add("--verbose", action="store_true", help="show Prefect's logs")
+    add("--no-progress", dest="progress", action="store_false", default=True)
+    ext = p.add_argument_group("external judges (--judge-type external)")
+    ext.add_argument("--external-judge-path", dest="external_judge_path")
+    ext.add_argument("--external-judge-function", dest="external_judge_function")
+    ext.add_argument("--external-judge-config", dest="external_judge_config", help="JSON object passed to the judge as config")
+    ext.add_argument("--config-path", dest="config_path", help="YAML file with the external judge's settings")
+    for column in ("model_input_column", "model_output_column", "reference_column", "qid_column"):
+        ext.add_argument(f"--{column.replace('_', '-')}", dest=column)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="judgebench", description="Benchmark LLM judges on JudgeBench with Prefect.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _run_parser(sub)
+    history = sub.add_parser("history", help="list past runs")
+    history.add_argument("--db-url", default=None)
+    history.add_argument("--limit", type=int, default=20)
+    compare = sub.add_parser("compare", help="per-category deltas and flipped pairs between two runs")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--db-url", default=None)
+    compare.add_argument("--seed", type=int, default=42)
+    report = sub.add_parser("report", help="render the HTML report of a past run")
+    report.add_argument("run_id")
+    report.add_argument("--db-url", default=None)
+    report.add_argument("--output", default=None)
+    return parser
+
+
+RUN_OPTIONS = (
+    "judge_type", "judge_template", "model", "repo_url", "ref", "data_file", "data_path", "templates_dir", "base_url",
+    "concurrency", "rpm", "shard_size", "result_path", "output_dir", "db_url", "max_samples", "single_game",
+    "shuffle_responses", "seed", "request_timeout", "max_retries", "temperature", "max_tokens", "cache", "cache_dir",
+    "task_runner", "dask_address", "report",
+)
+
+
+def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
+    """A TCP connect to the endpoint, so an unreachable one fails in a second rather than after retries."""
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot reach the endpoint {parts.scheme}://{parts.hostname}:{port}: {exc.strerror or exc}") from None
+
+
+def _quiet_prefect(verbose: bool) -> None:
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
+
+
+def preflight(config) -> None:
+    """Check everything checkable before Prefect starts: judge, templates, database, data, endpoint."""
+    from judgebench_flows import db
+    from judgebench_flows.dataset import check_repo_url
+    from judges import JUDGE_TYPES, get_judge
+
+    if config.judge_template is None and config.judge_type not in JUDGE_TYPES:
+        raise UserError(f"unknown judge type '{config.judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
+    if config.judge_template:
+        get_judge(config.judge_type, None, config.judge_template)
+    elif config.data_path or config.templates_dir:
+        get_judge(config.judge_type, config.templates_dir)
+    if config.data_path and not Path(config.data_path).is_file():
+        raise UserError(f"--data-path: file not found: {config.data_path}")
+    if not config.data_path:
+        check_repo_url(config.repo_url)
+    db.open_database(config.db_url)
+    check_endpoint_reachable(config.resolved_base_url())
+
+
+def command_run(args: argparse.Namespace) -> int:
+    from judgebench_flows.secrets import install_log_redaction
+
+    install_log_redaction()
+    if args.judge_type == "external":
+        return _run_external(args)
+    from judgebench_flows.config import build_config
+
+    options = {name: getattr(args, name) for name in RUN_OPTIONS}
+    if not options.get("model"):
+        raise UserError("--model is required (the judge model name the endpoint serves)")
+    config = build_config(**options)
+    preflight(config)
+
+    from judgebench_flows import console
+
+    return console.run_with_progress(config, show_progress=args.progress)
+
+
+def _run_external(args: argparse.Namespace) -> int:
+    from judges.external.config import external_config_from_options
+
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "external_judge_path", "external_judge_function", "external_judge_config", "data_path", "output_dir",
+            "result_path", "model_input_column", "model_output_column", "reference_column", "qid_column",
+        )
+        if getattr(args, key, None) is not None
+    }
+    if args.concurrency is not None:
+        overrides["max_workers"] = args.concurrency
+    if args.shard_size is not None:
+        overrides["shard_size"] = args.shard_size
+    config = external_config_from_options(args.config_path, overrides)
+    from flows.external_flow import run_external
+
+    results = run_external(config)
+    print(json.dumps({k: v for k, v in results.items() if k != "distribution"}, indent=2, default=str))
+    return 0
+
+
+def _db_url(args: argparse.Namespace) -> str:
+    from judgebench_flows.config import DEFAULT_DB_URL
+
+    return args.db_url or os.environ.get("JUDGEBENCH_DB_URL") or DEFAULT_DB_URL
+
+
+def command_history(args: argparse.Namespace) -> int:
+    from judgebench_flows import console, db
+
+    console.print_history(db.list_runs(db.open_database(_db_url(args)), limit=args.limit))
+    return 0
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    from judgebench_flows import console
+    from judgebench_flows.compare import compare_runs
+
+    console.print_comparison(compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed))
+    return 0
+
+
+def command_report(args: argparse.Namespace) -> int:
+    from judgebench_flows import db
+    from judgebench_flows.report import write_report
+    from judgebench_flows.compare import records_of
+
+    engine = db.open_database(_db_url(args))
+    run = db.get_run(engine, args.run_id)
+    if run is None or not run.results_json:
+        raise UserError(f"no finished run '{args.run_id}' in {db.safe_url(_db_url(args))}")
+    results: dict[str, Any] = json.loads(run.results_json)
+    history = [
+        {"run_id": r.run_id, "started": r.started.isoformat(), "accuracy": r.overall_accuracy, "ci_low": r.ci_low, "ci_high": r.ci_high}
+        for r in reversed(db.list_runs(engine, limit=30, config_key=run.config_key))
+        if r.overall_accuracy is not None and r.started <= run.started
+    ]
+    path = write_report(args.output or f"results/report-{run.run_id[:8]}.html", results, records_of(engine, run.run_id), history)
+    print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_prefect(getattr(args, "verbose", False))
+    commands = {"run": command_run, "history": command_history, "compare": command_compare, "report": command_report}
+    try:
+        return commands[args.command](args)
+    except UserError as exc:
+        from judgebench_flows.secrets import redact
+
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted: answered calls are cached; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

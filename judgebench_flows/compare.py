@@ -1,0 +1,64 @@
+"""Compare two runs from the database: accuracy deltas per slice and the pairs whose verdict changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from judgebench_flows import db, metrics, stats
+from judgebench_flows.errors import UserError
+from judgebench_flows.records import CATEGORIES, JudgmentRecord
+
+
+def records_of(engine: Engine, run_id: str) -> list[JudgmentRecord]:
+    return [
+        JudgmentRecord(
+            pair_id=row.pair_id, order=row.order_index, source=row.source, category=row.category, label=row.label,  # type: ignore[arg-type]
+            status=row.status, decision=row.decision, decision_for_pair=row.decision_for_pair, judge_model="",  # type: ignore[arg-type]
+            response=row.response, error=row.error, latency_s=row.latency_s, calls=row.calls, cached_calls=row.cached_calls,
+            prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens,
+        )
+        for row in db.run_judgments(engine, run_id)
+    ]
+
+
+def _run(engine: Engine, run_id: str) -> db.RunRow:
+    run = db.get_run(engine, run_id)
+    if run is None:
+        raise UserError(f"no run '{run_id}' in the database (see `judgebench history`)")
+    return run
+
+
+def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[str, Any]:
+    engine = db.open_database(db_url)
+    a, b = _run(engine, run_a), _run(engine, run_b)
+    records_a, records_b = records_of(engine, a.run_id), records_of(engine, b.run_id)
+    scores_a, scores_b = metrics.pair_scores(records_a), metrics.pair_scores(records_b)
+    common = sorted(set(scores_a) & set(scores_b))
+    slices = []
+    names = ["overall", *CATEGORIES]
+    for name in names:
+        ids = [p for p in common if name == "overall" or scores_a[p]["category"] == name]
+        acc_a = sum(scores_a[p]["correct"] for p in ids) / len(ids) if ids else None
+        acc_b = sum(scores_b[p]["correct"] for p in ids) / len(ids) if ids else None
+        slices.append({"name": name, "a": acc_a, "b": acc_b, "delta": None if acc_a is None else acc_b - acc_a, "n": len(ids)})
+    verdicts = lambda recs: {r.pair_id: [] for r in recs}  # noqa: E731
+    by_pair_a, by_pair_b = verdicts(records_a), verdicts(records_b)
+    for r in sorted(records_a, key=lambda r: r.order):
+        by_pair_a[r.pair_id].append(r.decision_for_pair or "?")
+    for r in sorted(records_b, key=lambda r: r.order):
+        by_pair_b[r.pair_id].append(r.decision_for_pair or "?")
+    flipped = [
+        {"pair_id": p, "source": scores_a[p]["source"], "label": next(r.label for r in records_a if r.pair_id == p),
+         "a": " ".join(by_pair_a[p]), "b": " ".join(by_pair_b[p]), "now_correct": bool(scores_b[p]["correct"])}
+        for p in common
+        if scores_a[p]["correct"] != scores_b[p]["correct"]
+    ]
+    bootstrap = None
+    if common:
+        result = stats.paired_bootstrap_delta(
+            {p: float(scores_a[p]["correct"]) for p in common}, {p: float(scores_b[p]["correct"]) for p in common}, seed=seed
+        )
+        bootstrap = result.model_dump()
+    return {"run_a": a.run_id, "run_b": b.run_id, "slices": slices, "flipped": flipped, "bootstrap": bootstrap}

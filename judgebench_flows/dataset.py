@@ -1,0 +1,145 @@
+"""Fetch the benchmark with a real `git clone`, pinned to a ref, cached between runs.
+
+Only http(s), ssh (including scp-like `user@host:path`), git, file URLs and local paths are accepted, and
+the URL always goes after `--`: a URL that looks like an option or uses `ext::` could otherwise make git
+run commands. Credentials in a URL are never written anywhere: `public_url` strips them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from judgebench_flows.errors import UserError
+
+DEFAULT_REPO_URL = "https://github.com/ScalerLab/JudgeBench.git"
+# The JudgeBench commit whose data and prompts this package was validated against.
+DEFAULT_REF = "e2c52c284e735e139b3daa61c206ee208f36c461"
+DEFAULT_CACHE_DIR = Path(os.environ.get("JUDGEBENCH_CACHE_DIR", Path.home() / ".cache" / "judgebench-flows"))
+GIT_TIMEOUT_S = 600
+
+_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
+_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:[^/].*$|^[\w.-]+@[\w.-]+:/.*$")
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    path: Path
+    commit: str
+    repo_url: str  # without credentials
+
+
+def public_url(url: str) -> str:
+    """The URL with any user:password@ removed, safe for logs, results and the database."""
+    parts = urlsplit(url)
+    if parts.scheme and "@" in parts.netloc:
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return url
+
+
+def check_repo_url(url: str) -> str:
+    """Accept a URL git can clone safely; reject option-looking and transport-helper URLs."""
+    url = url.strip()
+    if not url or url.startswith("-"):
+        raise UserError(f"--repo-url '{public_url(url)}' is not a repository URL")
+    if "::" in url.split("/", 1)[0] or url.lower().startswith("ext:"):
+        raise UserError(f"--repo-url '{public_url(url)}' uses a git transport helper, which is not allowed")
+    if url.lower().startswith(_SCHEMES) or _SCP_LIKE.match(url):
+        return url
+    if "://" in url:
+        raise UserError(f"--repo-url '{public_url(url)}': only http(s), ssh, git and file URLs or local paths are accepted")
+    path = Path(url).expanduser()
+    if not path.exists():
+        raise UserError(f"--repo-url: no repository at local path '{url}'")
+    return str(path.resolve())
+
+
+def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+
+
+def _last_line(result: subprocess.CompletedProcess[str], url: str) -> str:
+    lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+    text = lines[-1] if lines else f"git exited with {result.returncode}"
+    return text.replace(url, public_url(url))
+
+
+def _head(path: Path) -> str | None:
+    result = _git("rev-parse", "HEAD", cwd=path)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _clone_into(url: str, ref: str | None, target: Path) -> None:
+    """Shallow where the ref allows: a branch or tag with --depth 1, a commit by a shallow fetch of it."""
+    shown = public_url(url)
+    if ref and re.fullmatch(r"[0-9a-fA-F]{7,40}", ref):
+        _git("init", "-q", str(target))
+        if len(ref) == 40 and _git("fetch", "-q", "--depth", "1", "--", url, ref, cwd=target).returncode == 0:
+            if _git("checkout", "-q", "--detach", "FETCH_HEAD", cwd=target).returncode == 0:
+                return
+        shutil.rmtree(target)
+        result = _git("clone", "-q", "--no-checkout", "--", url, str(target))
+        if result.returncode != 0:
+            raise UserError(f"cannot clone {shown}: {_last_line(result, url)}")
+        result = _git("checkout", "-q", "--detach", ref, cwd=target)
+        if result.returncode != 0:
+            raise UserError(f"ref '{ref}' not found in {shown}")
+        return
+    args = ["clone", "-q", "--depth", "1"] + (["--branch", ref] if ref else []) + ["--", url, str(target)]
+    result = _git(*args)
+    if result.returncode != 0:
+        message = _last_line(result, url)
+        if ref and "not found in upstream" in message:
+            raise UserError(f"ref '{ref}' not found in {shown}")
+        raise UserError(f"cannot clone {shown}: {message}")
+
+
+def fetch_repository(url: str, ref: str | None = DEFAULT_REF, cache_dir: str | Path | None = None) -> Checkout:
+    """Clone `url` at `ref` into the cache; a pinned commit already there is reused without the network."""
+    url = check_repo_url(url)
+    if ref is not None and (not ref.strip() or ref.startswith("-")):
+        raise UserError(f"--ref '{ref}' is not a git ref")
+    root = Path(cache_dir or DEFAULT_CACHE_DIR) / "repos"
+    root.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(f"{url}\0{ref or ''}".encode()).hexdigest()[:20]
+    target = root / key
+    if ref and _FULL_SHA.match(ref) and target.is_dir() and _head(target) == ref:
+        return Checkout(target, ref, public_url(url))
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
+    try:
+        clone_dir = staging / "repo"
+        _clone_into(url, ref, clone_dir)
+        commit = _head(clone_dir)
+        if commit is None:
+            raise UserError(f"cloned {public_url(url)} but found no commit at '{ref or 'HEAD'}'")
+        # Swap in atomically so a concurrent run never sees a half-written checkout.
+        old = root / f"{key}.old.{os.getpid()}"
+        if target.exists():
+            target.rename(old)
+        clone_dir.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Checkout(target, commit, public_url(url))
+
+
+def data_file_in(checkout: Checkout, data_file: str) -> Path:
+    """The data file inside the checkout (under data/ or at the given relative path), or a clear error."""
+    candidates = [checkout.path / data_file, checkout.path / "data" / data_file]
+    for candidate in candidates:
+        resolved = candidate.resolve()
+        if resolved.is_file() and checkout.path.resolve() in resolved.parents:
+            return resolved
+    available = sorted(p.name for p in (checkout.path / "data").glob("*.jsonl")) if (checkout.path / "data").is_dir() else []
+    raise UserError(
+        f"data file '{data_file}' not found in {checkout.repo_url} at {checkout.commit[:12]} (available: {', '.join(available) or 'none'})"
+    )

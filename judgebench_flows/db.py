@@ -1,0 +1,252 @@
+"""The results database: run history, judgments, metrics and the call cache, through SQLModel.
+
+SQLite by default, PostgreSQL in production; the same code path serves both. Every write is an upsert on
+a natural key, so a retried publish or a resumed run never duplicates rows, and concurrent shards may
+write at once (SQLite in WAL mode with a busy timeout; PostgreSQL natively). The schema is created on
+first use and upgraded by adding missing columns, which is safe for existing data.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlmodel import Field, Session, SQLModel, UniqueConstraint, select
+
+from judgebench_flows.errors import UserError
+
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class RunRow(SQLModel, table=True):
+    __tablename__ = "runs"
+
+    run_id: str = Field(primary_key=True)
+    config_key: str = Field(index=True)
+    judge_type: str
+    model: str
+    repo_url: str | None = None
+    commit: str | None = None
+    data_file: str | None = None
+    flow_run_id: str | None = None
+    status: str = "running"  # running, completed, regressed, failed
+    message: str | None = None
+    started: datetime = Field(default_factory=utcnow)
+    finished: datetime | None = None
+    n_pairs: int | None = None
+    overall_accuracy: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    config_json: str = "{}"
+    results_json: str | None = None
+
+
+class JudgmentRow(SQLModel, table=True):
+    __tablename__ = "judgments"
+    __table_args__ = (UniqueConstraint("run_id", "pair_id", "order_index", name="uq_judgment"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True)
+    pair_id: str
+    order_index: int
+    source: str
+    category: str
+    label: str
+    status: str
+    decision: str = ""
+    decision_for_pair: str = ""
+    response: str = ""
+    error: str | None = None
+    latency_s: float = 0.0
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class MetricRow(SQLModel, table=True):
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("run_id", "scope", "name", name="uq_metric"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True)
+    scope: str  # overall, category, source
+    name: str
+    accuracy: float
+    correct_count: int
+    valid_samples: int
+    total_samples: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class CallCacheRow(SQLModel, table=True):
+    __tablename__ = "call_cache"
+
+    key: str = Field(primary_key=True, max_length=64)
+    model: str
+    response: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    created: datetime = Field(default_factory=utcnow)
+
+
+class SchemaMeta(SQLModel, table=True):
+    __tablename__ = "judgebench_schema"
+
+    id: int = Field(default=1, primary_key=True)
+    version: int = SCHEMA_VERSION
+
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _upgrade_schema(engine: Engine) -> None:
+    """Create missing tables, then add columns that newer versions of these models define."""
+    SQLModel.metadata.create_all(engine)
+    inspector = sa.inspect(engine)
+    with engine.begin() as connection:
+        for table in SQLModel.metadata.sorted_tables:
+            existing = {column["name"] for column in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in existing:
+                    kind = column.type.compile(dialect=engine.dialect)
+                    connection.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+        if connection.execute(sa.select(SchemaMeta.__table__)).first() is None:
+            connection.execute(sa.insert(SchemaMeta.__table__).values(id=1, version=SCHEMA_VERSION))
+
+
+def open_database(url: str) -> Engine:
+    """An engine for `url` with the schema in place; one per URL per process."""
+    with _engines_lock:
+        if url in _engines:
+            return _engines[url]
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+        try:
+            if parsed.get_backend_name() == "sqlite":
+                if parsed.database and parsed.database != ":memory:":
+                    Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                engine = sa.create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+                sa.event.listen(engine, "connect", _sqlite_pragmas)
+            else:
+                engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            _upgrade_schema(engine)
+        except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}") from None
+        _engines[url] = engine
+        return engine
+
+
+def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str]) -> None:
+    if not rows:
+        return
+    table = model.__table__  # type: ignore[attr-defined]
+    dialect = engine.dialect.name
+    if dialect == "postgresql":
+        insert = postgresql.insert(table)
+    elif dialect == "sqlite":
+        insert = sqlite.insert(table)
+    else:  # other databases: merge row by row
+        with Session(engine) as session:
+            for row in rows:
+                session.merge(model(**row))
+            session.commit()
+        return
+    updates = {c.name: insert.excluded[c.name] for c in table.columns if c.name not in keys and c.name != "id"}
+    statement = insert.on_conflict_do_update(index_elements=keys, set_=updates) if updates else insert.on_conflict_do_nothing(index_elements=keys)
+    for attempt in range(5):
+        try:
+            with engine.begin() as connection:
+                connection.execute(statement, rows)
+            return
+        except OperationalError:  # SQLite "database is locked" under heavy concurrency
+            if attempt == 4:
+                raise
+
+
+def save_run(engine: Engine, **fields: Any) -> None:
+    _upsert(engine, RunRow, [fields], ["run_id"])
+
+
+def update_run(engine: Engine, run_id: str, **fields: Any) -> None:
+    with engine.begin() as connection:
+        connection.execute(sa.update(RunRow.__table__).where(RunRow.__table__.c.run_id == run_id).values(**fields))
+
+
+def save_judgments(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
+    _upsert(engine, JudgmentRow, list(rows), ["run_id", "pair_id", "order_index"])
+
+
+def save_metrics(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
+    _upsert(engine, MetricRow, list(rows), ["run_id", "scope", "name"])
+
+
+def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
+    found: dict[str, CallCacheRow] = {}
+    with Session(engine) as session:
+        for start in range(0, len(keys), 500):
+            for row in session.exec(select(CallCacheRow).where(CallCacheRow.key.in_(keys[start : start + 500]))):  # type: ignore[attr-defined]
+                found[row.key] = row
+    return found
+
+
+def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
+    _upsert(engine, CallCacheRow, rows, ["key"])
+
+
+def list_runs(engine: Engine, limit: int = 50, config_key: str | None = None) -> list[RunRow]:
+    with Session(engine) as session:
+        query = select(RunRow).order_by(RunRow.started.desc()).limit(limit)  # type: ignore[attr-defined]
+        if config_key:
+            query = query.where(RunRow.config_key == config_key)
+        return list(session.exec(query))
+
+
+def get_run(engine: Engine, run_id: str) -> RunRow | None:
+    with Session(engine) as session:
+        run = session.get(RunRow, run_id)
+        if run is None:  # allow a unique prefix, as people copy short ids from `history`
+            matches = list(session.exec(select(RunRow).where(RunRow.run_id.startswith(run_id)).limit(2)))  # type: ignore[attr-defined]
+            run = matches[0] if len(matches) == 1 else None
+        return run
+
+
+def run_judgments(engine: Engine, run_id: str) -> list[JudgmentRow]:
+    with Session(engine) as session:
+        return list(session.exec(select(JudgmentRow).where(JudgmentRow.run_id == run_id)))
+
+
+def run_metrics(engine: Engine, run_id: str) -> list[MetricRow]:
+    with Session(engine) as session:
+        return list(session.exec(select(MetricRow).where(MetricRow.run_id == run_id)))

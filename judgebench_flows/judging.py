@@ -1,0 +1,169 @@
+"""Judge pairs and shards of pairs: both orders at once, records out. No Prefect here.
+
+A `JudgeSpec` is everything a worker needs to rebuild the judge and its endpoint caller, and nothing
+secret, so it can travel to a Dask worker as a task parameter. `runtime_for` builds the judge and the
+caller once per process and event loop, so all shards in a process share one connection limit and one
+client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from judgebench_flows import db
+from judgebench_flows.llm import CacheMode, ChatCaller, RetryPolicy
+from judgebench_flows.records import JudgmentRecord, Pair, flip
+from judges import CustomJudge, PromptJudge, get_judge
+from judges.procedure import Outcome, judge_one_order
+
+ProgressHook = Callable[[int], None]
+_progress_hooks: list[ProgressHook] = []
+
+
+def add_progress_hook(hook: ProgressHook) -> None:
+    _progress_hooks.append(hook)
+
+
+def clear_progress_hooks() -> None:
+    _progress_hooks.clear()
+
+
+class JudgeSpec(BaseModel):
+    judge_type: str
+    judge_template: str | None = None
+    templates_dir: str | None = None
+    model: str
+    base_url: str
+    sampling_overrides: dict[str, Any] = {}
+    orders: tuple[int, ...] = (0, 1)
+    concurrency: int = 16
+    rpm: float | None = None
+    request_timeout: float = 120.0
+    max_retries: int = 6
+    retry_initial_wait: float = 1.0
+    retry_max_wait: float = 60.0
+    db_url: str | None = None
+    cache: CacheMode = "use"
+    # Filled by the flow from the built judge: changes whenever prompts, sampling or parser source change.
+    judge_fingerprint: str = ""
+
+    def cache_identity(self) -> str:
+        parts = [self.judge_fingerprint, self.model, self.base_url, repr(sorted(self.sampling_overrides.items())), repr(self.orders)]
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+class Shard(BaseModel):
+    index: int
+    pairs: list[Pair]
+
+    def content_hash(self) -> str:
+        h = hashlib.sha256()
+        for pair in self.pairs:
+            h.update(pair.model_dump_json().encode())
+        return h.hexdigest()
+
+
+def build_judge(spec: JudgeSpec) -> PromptJudge | CustomJudge:
+    judge = get_judge(spec.judge_type, spec.templates_dir, spec.judge_template)
+    if spec.sampling_overrides:
+        sampling = {**judge.sampling, **spec.sampling_overrides}
+        if isinstance(judge, PromptJudge):
+            judge = dataclasses.replace(judge, sampling=sampling)
+        else:
+            judge.sampling = sampling
+    return judge
+
+
+@dataclasses.dataclass
+class Runtime:
+    judge: PromptJudge | CustomJudge
+    caller: ChatCaller
+
+
+_runtimes: dict[tuple[str, int], Runtime] = {}
+
+
+def runtime_for(spec: JudgeSpec) -> Runtime:
+    """The judge and caller for this spec in the running event loop (created on first use)."""
+    key = (spec.model_dump_json(), id(asyncio.get_running_loop()))
+    runtime = _runtimes.get(key)
+    if runtime is None:
+        caller = ChatCaller(
+            base_url=spec.base_url,
+            model=spec.model,
+            api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            concurrency=spec.concurrency,
+            request_timeout=spec.request_timeout,
+            retry=RetryPolicy(spec.max_retries, spec.retry_initial_wait, spec.retry_max_wait),
+            rpm=spec.rpm,
+            engine=db.open_database(spec.db_url) if spec.db_url and spec.cache != "off" else None,
+            cache_mode=spec.cache,
+        )
+        runtime = Runtime(build_judge(spec), caller)
+        _runtimes[key] = runtime
+    return runtime
+
+
+def forget_runtimes() -> None:
+    _runtimes.clear()
+
+
+def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRecord:
+    return JudgmentRecord(
+        pair_id=pair.pair_id,
+        order=order,  # type: ignore[arg-type]
+        source=pair.source,
+        category=pair.category,
+        label=pair.label,
+        status=outcome.status,
+        decision=outcome.decision,  # type: ignore[arg-type]
+        decision_for_pair=(outcome.decision if order == 0 else flip(outcome.decision)),  # type: ignore[arg-type]
+        judge_model=model,
+        prompt=outcome.prompt,
+        response=outcome.response,
+        error=outcome.error,
+        latency_s=round(outcome.latency_s, 4),
+        calls=len(outcome.completions) + (1 if outcome.status == "failed" else 0),
+        cached_calls=sum(1 for c in outcome.completions if c.cached),
+        prompt_tokens=sum(c.prompt_tokens for c in outcome.completions),
+        completion_tokens=sum(c.completion_tokens for c in outcome.completions),
+    )
+
+
+async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:
+    """Both orders concurrently; only judgments that reached a verdict are remembered in the cache."""
+    judge, caller = runtime.judge, runtime.caller
+
+    async def one(order: int) -> JudgmentRecord:
+        a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+        outcome = await judge_one_order(judge, pair.question, a, b, caller.complete)
+        if outcome.status == "ok":
+            await caller.remember(outcome.completions)
+        for hook in _progress_hooks:
+            hook(1)
+        return _record(pair, order, outcome, caller.model)
+
+    return list(await asyncio.gather(*(one(order) for order in orders)))
+
+
+def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> list[str]:
+    """The cache keys of every first-turn request in these pairs, for one prefetch query."""
+    keys = []
+    for pair in pairs:
+        for order in orders:
+            a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+            keys.append(runtime.caller.key(runtime.judge.format(pair.question, a, b), runtime.judge.sampling))
+    return keys
+
+
+async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:
+    await runtime.caller.prefetch(request_keys(pairs, runtime, orders))
+    per_pair = await asyncio.gather(*(judge_pair(pair, runtime, orders) for pair in pairs))
+    return [record for records in per_pair for record in records]

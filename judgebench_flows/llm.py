@@ -1,0 +1,218 @@
+"""Calls to an OpenAI-compatible endpoint: one connection limit, retries, and the persistent call cache.
+
+Everything about "nothing lost, nothing paid twice" that concerns a single call lives here:
+- one `asyncio.Semaphore` per process bounds calls in flight across all shards (plus an optional
+  requests-per-minute pacer);
+- 429, 5xx, timeouts and dropped connections are retried with exponential backoff and jitter (tenacity),
+  waiting at least what `Retry-After` asks; a bad key or unknown model stops the run; any other 4xx
+  (e.g. context too long) fails that one judgment with its reason;
+- answers are looked up in and written to the results database by a hash of the exact request, so a
+  re-run or a resumed run pays only for what was never answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import openai
+from sqlalchemy.engine import Engine
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from judgebench_flows import db
+from judgebench_flows.errors import FatalEndpointError
+from judgebench_flows.secrets import redact
+from judges.procedure import CallFailed, Completion
+
+CacheMode = Literal["use", "off", "refresh"]
+
+
+def request_key(base_url: str, model: str, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
+    """sha256 of everything that determines the answer: endpoint, model, messages and sampling."""
+    payload = json.dumps(
+        {"endpoint": base_url.rstrip("/"), "model": model, "messages": list(messages), "sampling": sampling},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)):
+        return True
+    return isinstance(exc, openai.APIStatusError) and exc.status_code in (408, 409, 425) or (
+        isinstance(exc, openai.APIStatusError) and exc.status_code >= 500
+    )
+
+
+def _retry_after(exc: BaseException | None) -> float | None:
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return max(0.0, float(value) * scale)
+            except ValueError:
+                continue
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, openai.APITimeoutError):
+        return "request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection failed or dropped"
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body if isinstance(exc.body, dict) else {}
+        error = body.get("error", body) if isinstance(body, dict) else {}
+        detail = error.get("code") or error.get("message") if isinstance(error, dict) else None
+        return redact(f"HTTP {exc.status_code}" + (f" ({detail})" if detail else ""))
+    return redact(f"{type(exc).__name__}: {exc}")
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = 6
+    initial_wait: float = 1.0
+    max_wait: float = 60.0
+
+    def wait(self, state: RetryCallState) -> float:
+        """Exponential backoff with full jitter, but never sooner than the server's Retry-After."""
+        exponential = min(self.max_wait, self.initial_wait * 2 ** (state.attempt_number - 1))
+        jittered = random.uniform(exponential / 2, exponential)
+        asked = _retry_after(state.outcome.exception() if state.outcome else None)
+        if asked is not None:
+            return min(self.max_wait, max(asked, 0.0) + random.uniform(0, 0.1 * max(asked, 0.01)))
+        return jittered
+
+
+class RatePacer:
+    """Spaces request starts to stay under a requests-per-minute budget (in this process)."""
+
+    def __init__(self, rpm: float):
+        self.interval = 60.0 / rpm
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        async with self._lock:
+            now = time.monotonic()
+            delay = self._next - now
+            self._next = max(now, self._next) + self.interval
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+@dataclass
+class CallStats:
+    calls: int = 0
+    attempts: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    failed: int = 0
+
+
+@dataclass
+class ChatCaller:
+    """The one object through which a run talks to its endpoint (create inside the running event loop)."""
+
+    base_url: str
+    model: str
+    api_key: str
+    concurrency: int = 16
+    request_timeout: float = 120.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    rpm: float | None = None
+    engine: Engine | None = None
+    cache_mode: CacheMode = "use"
+    stats: CallStats = field(default_factory=CallStats)
+
+    def __post_init__(self) -> None:
+        self._client = openai.AsyncOpenAI(
+            api_key=self.api_key, base_url=self.base_url, max_retries=0, timeout=self.request_timeout
+        )
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._pacer = RatePacer(self.rpm) if self.rpm else None
+        self._prefetched: dict[str, Completion] = {}
+
+    def key(self, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
+        return request_key(self.base_url, self.model, messages, sampling)
+
+    async def prefetch(self, keys: list[str]) -> None:
+        """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
+        if self.engine is None or self.cache_mode != "use" or not keys:
+            return
+        rows = await asyncio.to_thread(db.cache_get_many, self.engine, keys)
+        for key, row in rows.items():
+            self._prefetched[key] = Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
+
+    async def complete(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
+        key = self.key(messages, sampling)
+        if self.cache_mode == "use":
+            hit = self._prefetched.get(key)
+            if hit is None and self.engine is not None:
+                rows = await asyncio.to_thread(db.cache_get_many, self.engine, [key])
+                if key in rows:
+                    row = rows[key]
+                    hit = Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                return hit
+        completion = await self._call(messages, sampling)
+        completion.key = key
+        return completion
+
+    async def remember(self, completions: list[Completion]) -> None:
+        """Persist answered calls of a judgment that produced a verdict (never failures or invalid ones)."""
+        if self.engine is None or self.cache_mode == "off":
+            return
+        rows = [
+            {"key": c.key, "model": self.model, "response": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "created": db.utcnow()}
+            for c in completions
+            if not c.cached and c.key
+        ]
+        if rows:
+            await asyncio.to_thread(db.cache_put_many, self.engine, rows)
+
+    async def _call(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
+        self.stats.calls += 1
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retry.max_retries + 1),
+            wait=self.retry.wait,
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        self.stats.retries += 1
+                    self.stats.attempts += 1
+                    if self._pacer:
+                        await self._pacer.wait()
+                    async with self._slots:
+                        response = await self._client.chat.completions.create(model=self.model, messages=messages, **sampling)  # type: ignore[arg-type]
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise FatalEndpointError(f"the endpoint {self.base_url} rejected the API key ({_describe(exc).split(' (')[0]}); check OPENAI_API_KEY") from None
+        except openai.NotFoundError as exc:
+            raise FatalEndpointError(f"the endpoint {self.base_url} does not know model '{self.model}' or its chat API ({_describe(exc)})") from None
+        except openai.APIError as exc:
+            self.stats.failed += 1
+            tries = f" after {self.retry.max_retries + 1} attempts" if _retryable(exc) else ""
+            raise CallFailed(f"{_describe(exc)}{tries}") from None
+        choice = response.choices[0] if response.choices else None
+        text = (choice.message.content if choice and choice.message else None) or ""
+        usage = response.usage
+        return Completion(text, getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
+
+    async def aclose(self) -> None:
+        await self._client.close()

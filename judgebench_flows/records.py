@@ -1,0 +1,97 @@
+"""Records that cross module boundaries: a JudgeBench pair, one judgment of it, and accuracy figures.
+
+These are the contract between loading, judging, aggregation, publishing and the database, so they are
+pydantic models with explicit fields rather than loose dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Label = Literal["A>B", "B>A"]
+# What a judge may decide: "" means it gave no usable verdict.
+Decision = Literal["A>B", "B>A", "A=B", ""]
+DECISIONS: tuple[str, ...] = ("A>B", "B>A", "A=B", "")
+CATEGORIES: tuple[str, ...] = ("mmlu-pro", "livebench-reasoning", "livebench-math", "livecodebench")
+
+
+def flip(decision: str) -> str:
+    """The same verdict seen from the other order: A>B <-> B>A; ties and blanks stay as they are."""
+    if decision == "A>B":
+        return "B>A"
+    if decision == "B>A":
+        return "A>B"
+    return decision
+
+
+def category_of(source: str) -> str:
+    """JudgeBench's category is the source's known prefix (mmlu-pro-law -> mmlu-pro); else the source."""
+    for category in CATEGORIES:
+        if source == category or source.startswith(category + "-"):
+            return category
+    return source
+
+
+class Pair(BaseModel):
+    """One JudgeBench response pair, as in its data/*.jsonl files (unknown extra fields are kept)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    pair_id: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    question: str
+    response_A: str
+    response_B: str
+    label: Label
+    original_id: int | str | None = None
+    response_model: str | None = None
+    # True when --shuffle-responses swapped A and B (and flipped the label) for this pair.
+    swapped: bool = False
+
+    @property
+    def category(self) -> str:
+        return category_of(self.source)
+
+
+JudgmentStatus = Literal["ok", "invalid", "failed"]
+
+
+class JudgmentRecord(BaseModel):
+    """One judgment of one pair in one order.
+
+    order 0 shows the pair as stored (A first); order 1 shows B first. `decision` is the verdict as the
+    judge gave it for what it was shown; `decision_for_pair` maps it back to the pair's own A/B, which is
+    what the metric compares with `label`. `status` is "ok" only for a parsed verdict: "invalid" keeps an
+    unparseable answer with its raw text, "failed" a call that never got an answer (with `error`).
+    """
+
+    pair_id: str
+    order: Literal[0, 1]
+    source: str
+    category: str
+    label: Label
+    status: JudgmentStatus
+    decision: Decision = ""
+    decision_for_pair: Decision = ""
+    judge_model: str
+    prompt: str = ""
+    response: str = ""
+    error: str | None = None
+    latency_s: float = 0.0
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Accuracy(BaseModel):
+    """Accuracy of one slice; `accuracy` is correct_count / total_samples (the official denominator)."""
+
+    accuracy: float
+    correct_count: int
+    valid_samples: int
+    total_samples: int
+    ci_low: float | None = None
+    ci_high: float | None = None

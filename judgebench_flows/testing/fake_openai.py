@@ -1,0 +1,753 @@
+"""A real OpenAI-compatible chat-completions server on loopback, with fault injection and counters.
+
+Why a real server instead of mocks: the product talks to judges through the official `openai` client,
+and the interesting failures (429 with Retry-After, 5xx, dropped connections, hung requests, keep-alive
+reuse under high concurrency) only happen on a real socket. Pointing the real client at this server
+exercises the same code paths as production, and the counters let tests prove things like "each
+distinct request was answered exactly once" after retries and resumes.
+
+Standard library only: `ThreadingHTTPServer` speaking HTTP/1.1 with keep-alive, one daemon thread per
+connection, every response carrying Content-Length.
+
+Run it by hand or for benchmarks:
+
+    python -m judgebench_flows.testing.fake_openai --port 8000 --latency 1.0 \
+        --answer "My final verdict is [[A>B]]" --rate-429 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import random
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Responder = Callable[[dict], str]
+"""Gets the parsed request JSON body, returns the assistant message content."""
+
+DEFAULT_ANSWER = "My final verdict is [[A>B]]"
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+FAULT_KINDS = ("429", "500", "503", "drop", "hang")
+HANG_STEP_SECONDS = 0.02  # how often a hung request checks whether the server is stopping
+STOP_GRACE_SECONDS = 1.0  # how long stop() waits for handler threads to notice the stop
+
+
+def request_key(body: dict) -> str:
+    """Identify a distinct request: sha256 of its model and messages.
+
+    Other fields (temperature, seed, max_tokens) are left out on purpose: a retry of the same judge
+    call must map to the same key even if the client tweaks sampling parameters.
+    """
+    identity = {"model": body.get("model"), "messages": body.get("messages")}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _content_text(content: Any) -> str:
+    """Flatten a message content (string, or a list of parts as the API allows) into plain text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+            elif isinstance(part, str):
+                pieces.append(part)
+        return " ".join(pieces)
+    return str(content)
+
+
+def _message_texts(body: dict) -> list[str]:
+    """All message contents of a chat request, as text; tolerant of malformed messages."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
+
+
+def _word_count(text: str) -> int:
+    """Rough, deterministic token count: whitespace-separated words."""
+    return len(text.split())
+
+
+def _error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> dict:
+    """OpenAI's error body shape, so the client builds the same exception objects as in production."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+# Like OpenAI's 401, except the message never echoes the key (it would end up in logs).
+_UNAUTHORIZED_BODY = _error_body(
+    "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+    "invalid_request_error",
+    "invalid_api_key",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultSettings:
+    """Everything that decides how a request is answered; replaced as a whole so handlers see one snapshot."""
+
+    latency: float = 0.0
+    rate_429: float = 0.0
+    retry_after: float = 0.05
+    rate_500: float = 0.0
+    rate_503: float = 0.0
+    rate_drop: float = 0.0
+    rate_hang: float = 0.0
+    hang_seconds: float = 30.0
+    fail_first: int = 0
+    fail_kind: str = "500"
+    seed: int = 0
+    api_key: str | None = None
+    models: frozenset[str] | None = None
+    max_context_chars: int | None = None
+
+    def validate(self) -> None:
+        """Fail at configuration time, not in a handler thread where the error would be easy to miss."""
+        rates = [self.rate_429, self.rate_500, self.rate_503, self.rate_drop, self.rate_hang]
+        for rate in rates:
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"fault rates must be between 0 and 1, got {rate}")
+        if sum(rates) > 1.0 + 1e-9:
+            raise ValueError(f"fault rates add up to {sum(rates)}, more than 1")
+        if self.fail_kind not in FAULT_KINDS:
+            raise ValueError(f"fail_kind must be one of {FAULT_KINDS}, got {self.fail_kind!r}")
+        if self.fail_first < 0:
+            raise ValueError(f"fail_first must be >= 0, got {self.fail_first}")
+        if self.latency < 0 or self.hang_seconds < 0 or self.retry_after < 0:
+            raise ValueError("latency, hang_seconds and retry_after must be >= 0")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that knows its FakeOpenAIServer and stays quiet about client disconnects."""
+
+    daemon_threads = True
+    block_on_close = False  # stop() does its own bounded wait; never block forever on a stuck client
+    allow_reuse_address = True
+    request_queue_size = 1024  # benchmarks open hundreds of connections at once; the default backlog is 5
+
+    def __init__(self, address: tuple[str, int], fake: FakeOpenAIServer) -> None:
+        self.fake = fake
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        """Bind without HTTPServer's reverse DNS lookup (socket.getfqdn), which can stall with no network."""
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = port
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Disconnects are normal here (timeouts, drops, stop()); real bugs still print a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)) or self.fake.stopping:
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One keep-alive connection; every request is delegated to the owning FakeOpenAIServer."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeOpenAI/1.0"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes; avoid the 40 ms Nagle stall
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._connection_opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._connection_closed(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence per-request logging: benchmarks send thousands of requests."""
+
+    def do_GET(self) -> None:
+        self.server.fake._handle_get(self)
+
+    def do_POST(self) -> None:
+        self.server.fake._handle_post(self)
+
+    def read_body(self) -> bytes:
+        """Read the request body (Content-Length, or chunked for completeness) so keep-alive stays in sync."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while True:
+                size_line = self.rfile.readline(65537)
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(65537)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send_json(self, status: int, payload: dict, extra_headers: dict[str, str] | None = None) -> bool:
+        """Send one JSON response; return False when the client had already gone away."""
+        data = json.dumps(payload).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("x-request-id", f"req_{uuid.uuid4().hex}")
+            for name, value in (extra_headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            return True
+        except (ConnectionError, TimeoutError, OSError):
+            self.close_connection = True
+            return False
+
+    def drop(self) -> None:
+        """Close the TCP connection without writing a response (socketserver closes it after we return)."""
+        self.close_connection = True
+
+
+class FakeOpenAIServer:
+    """OpenAI-compatible `/v1/chat/completions` and `/v1/models` on loopback, with faults and counters.
+
+    Order of checks for a chat request: bad JSON (400), API key (401), model (404), context length
+    (400), then faults (`fail_first` for the first attempts of each distinct request, else one random
+    draw), then `latency`, then the responder. All counters are guarded by one lock.
+    """
+
+    def __init__(
+        self,
+        responder: Responder | str = DEFAULT_ANSWER,
+        *,
+        latency: float = 0.0,
+        rate_429: float = 0.0,
+        retry_after: float = 0.05,
+        rate_500: float = 0.0,
+        rate_503: float = 0.0,
+        rate_drop: float = 0.0,
+        rate_hang: float = 0.0,
+        hang_seconds: float = 30.0,
+        fail_first: int = 0,
+        fail_kind: str = "500",
+        seed: int = 0,
+        api_key: str | None = None,
+        models: set[str] | None = None,
+        max_context_chars: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        settings = FaultSettings(
+            latency=latency,
+            rate_429=rate_429,
+            retry_after=retry_after,
+            rate_500=rate_500,
+            rate_503=rate_503,
+            rate_drop=rate_drop,
+            rate_hang=rate_hang,
+            hang_seconds=hang_seconds,
+            fail_first=fail_first,
+            fail_kind=fail_kind,
+            seed=seed,
+            api_key=api_key,
+            models=frozenset(models) if models is not None else None,
+            max_context_chars=max_context_chars,
+        )
+        settings.validate()
+        self._settings = settings
+        self._responder = self._as_responder(responder)
+        self._host = host
+        self._port = port
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+        self._stop_event = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._serve_thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self._connections_idle = threading.Condition(self._lock)
+        self._attempts: Counter[str] = Counter()
+        self._requests = 0
+        self._answered = 0
+        self._status_counts: Counter[int | str] = Counter()
+        self._answered_keys: Counter[str] = Counter()
+
+    # ----- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> FakeOpenAIServer:
+        """Bind the socket and serve in a daemon thread; returns self so `FakeOpenAIServer().start()` chains."""
+        if self._httpd is not None:
+            raise RuntimeError("FakeOpenAIServer is already running")
+        self._stop_event.clear()
+        self._httpd = _HTTPServer((self._host, self._port), self)
+        self._serve_thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-openai-{self.port}",
+            daemon=True,
+        )
+        self._serve_thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop promptly even with hung or idle keep-alive connections, and close the listening socket."""
+        httpd = self._httpd
+        if httpd is None:
+            return
+        self._stop_event.set()  # wakes hung and sleeping handlers
+        httpd.shutdown()  # ends serve_forever; no new connections are accepted
+        with self._lock:
+            open_connections = list(self._connections)
+        for conn in open_connections:  # idle keep-alive handlers are blocked in recv(); unblock them
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        with self._connections_idle:
+            while self._connections and time.monotonic() < deadline:
+                self._connections_idle.wait(timeout=max(0.0, deadline - time.monotonic()))
+        httpd.server_close()
+        if self._serve_thread is not None:
+            self._serve_thread.join(timeout=STOP_GRACE_SECONDS)
+        self._httpd = None
+        self._serve_thread = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def stopping(self) -> bool:
+        """True once stop() has begun; handlers use it to give up early."""
+        return self._stop_event.is_set()
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when constructed with port=0)."""
+        if self._httpd is None:
+            raise RuntimeError("FakeOpenAIServer is not started; call start() or use it as a context manager")
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as the openai client's base_url, e.g. http://127.0.0.1:PORT/v1."""
+        return f"http://{self._host}:{self.port}/v1"
+
+    # ----- runtime configuration -------------------------------------------------------------------
+
+    def set_responder(self, responder: Responder | str) -> None:
+        """Replace what the server answers; a string is answered verbatim to every request."""
+        new_responder = self._as_responder(responder)
+        with self._lock:
+            self._responder = new_responder
+
+    def configure(self, **fault_settings: Any) -> None:
+        """Change settings at runtime (latency, rates, fail_first, api_key, ...); unknown names raise TypeError.
+
+        Setting `fail_first` or `fail_kind` restarts the per-request attempt counts, so "the first N
+        attempts" means the first N from now on. Setting `seed` reseeds the random fault generator.
+        """
+        known = {field.name for field in dataclasses.fields(FaultSettings)}
+        unknown = sorted(set(fault_settings) - known)
+        if unknown:
+            raise TypeError(f"unknown fault settings: {', '.join(unknown)}")
+        if "models" in fault_settings and fault_settings["models"] is not None:
+            fault_settings["models"] = frozenset(fault_settings["models"])
+        with self._lock:
+            new_settings = dataclasses.replace(self._settings, **fault_settings)
+            new_settings.validate()
+            self._settings = new_settings
+            if "fail_first" in fault_settings or "fail_kind" in fault_settings:
+                self._attempts.clear()
+            if "seed" in fault_settings:
+                self._rng = random.Random(new_settings.seed)
+
+    @property
+    def settings(self) -> FaultSettings:
+        """The current settings snapshot."""
+        with self._lock:
+            return self._settings
+
+    # ----- counters --------------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> int:
+        """Every POST to /v1/chat/completions received (whatever happened to it)."""
+        with self._lock:
+            return self._requests
+
+    @property
+    def answered(self) -> int:
+        """200 responses actually written to the socket."""
+        with self._lock:
+            return self._answered
+
+    @property
+    def status_counts(self) -> dict[int | str, int]:
+        """Outcome of every chat request: HTTP status, or "drop"/"hang"/"client_gone"; sums to `requests`.
+
+        An outcome is counted just before its response is written, so once the client holds a response
+        the counters already include it (no race in tests that assert right after a call returns).
+        """
+        with self._lock:
+            return dict(self._status_counts)
+
+    def answered_count(self, body_key: str) -> int:
+        """How many 200s were sent for one distinct request (key from `request_key(body)`)."""
+        with self._lock:
+            return self._answered_keys[body_key]
+
+    def answered_keys(self) -> Counter[str]:
+        """A copy of the 200-count per distinct request key."""
+        with self._lock:
+            return Counter(self._answered_keys)
+
+    def snapshot(self) -> dict[str, Any]:
+        """All counters at one instant, for assertions and benchmark reports."""
+        with self._lock:
+            return {
+                "requests": self._requests,
+                "answered": self._answered,
+                "status_counts": dict(self._status_counts),
+                "distinct_answered": len(self._answered_keys),
+            }
+
+    def reset_counters(self) -> None:
+        """Zero all counters and the per-request attempt counts used by fail_first."""
+        with self._lock:
+            self._requests = 0
+            self._answered = 0
+            self._status_counts.clear()
+            self._answered_keys.clear()
+            self._attempts.clear()
+
+    # ----- request handling (called from handler threads) ------------------------------------------
+
+    @staticmethod
+    def _as_responder(responder: Responder | str) -> Responder:
+        if isinstance(responder, str):
+            text = responder
+            return lambda body: text
+        if not callable(responder):
+            raise TypeError(f"responder must be a string or a callable, got {type(responder).__name__}")
+        return responder
+
+    def _connection_opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(conn)
+
+    def _connection_closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(conn)
+            self._connections_idle.notify_all()
+
+    def _count(self, outcome: int | str) -> None:
+        with self._lock:
+            self._status_counts[outcome] += 1
+
+    def _authorized(self, handler: _Handler, settings: FaultSettings) -> bool:
+        if settings.api_key is None:
+            return True
+        return handler.headers.get("Authorization", "") == f"Bearer {settings.api_key}"
+
+    def _handle_get(self, handler: _Handler) -> None:
+        """GET /v1/models and /v1/models/{id}; anything else is 404."""
+        settings = self.settings
+        path = handler.path.split("?", 1)[0].rstrip("/")
+        if path != MODELS_PATH and not path.startswith(MODELS_PATH + "/"):
+            self._send_unknown_path(handler)
+            return
+        if not self._authorized(handler, settings):
+            handler.send_json(401, _UNAUTHORIZED_BODY)
+            return
+        model_ids = sorted(settings.models or ())
+        if path == MODELS_PATH:
+            handler.send_json(200, {"object": "list", "data": [self._model_object(m) for m in model_ids]})
+            return
+        model_id = path[len(MODELS_PATH) + 1 :]
+        if settings.models is not None and model_id not in settings.models:
+            handler.send_json(404, self._model_not_found_body(model_id))
+            return
+        handler.send_json(200, self._model_object(model_id))
+
+    @staticmethod
+    def _model_object(model_id: str) -> dict:
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "fake-openai"}
+
+    @staticmethod
+    def _model_not_found_body(model_id: str) -> dict:
+        return _error_body(
+            f"The model `{model_id}` does not exist or you do not have access to it.",
+            "invalid_request_error",
+            "model_not_found",
+        )
+
+    @staticmethod
+    def _send_unknown_path(handler: _Handler) -> None:
+        handler.send_json(
+            404,
+            _error_body(f"Invalid URL ({handler.command} {handler.path})", "invalid_request_error", None),
+        )
+
+    def _handle_post(self, handler: _Handler) -> None:
+        """Read the body first (so keep-alive stays in sync), then answer the chat request."""
+        body_bytes = handler.read_body()
+        path = handler.path.split("?", 1)[0].rstrip("/")
+        if path != CHAT_PATH:
+            self._send_unknown_path(handler)
+            return
+        with self._lock:
+            self._requests += 1
+        self._answer_chat(handler, body_bytes)
+
+    def _reply(self, handler: _Handler, status: int, payload: dict, key: str | None = None,
+               extra_headers: dict[str, str] | None = None) -> None:
+        """Count, then send. Counting first means a client that has its response always sees it counted.
+
+        If the write fails (the client gave up), the count is moved to "client_gone", so `answered`
+        ends up meaning "200s actually sent".
+        """
+        with self._lock:
+            self._status_counts[status] += 1
+            if status == 200 and key is not None:
+                self._answered += 1
+                self._answered_keys[key] += 1
+        if handler.send_json(status, payload, extra_headers):
+            return
+        with self._lock:
+            self._status_counts[status] -= 1
+            if self._status_counts[status] == 0:
+                del self._status_counts[status]
+            self._status_counts["client_gone"] += 1
+            if status == 200 and key is not None:
+                self._answered -= 1
+                self._answered_keys[key] -= 1
+                if self._answered_keys[key] == 0:
+                    del self._answered_keys[key]
+
+    def _drop(self, handler: _Handler, outcome: str) -> None:
+        """Count, then close the connection without a response."""
+        self._count(outcome)
+        handler.drop()
+
+    def _answer_chat(self, handler: _Handler, body_bytes: bytes) -> None:
+        """Answer one chat completion request; every path counts exactly one outcome."""
+        settings = self.settings
+        try:
+            body = json.loads(body_bytes or b"null")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._reply(handler, 400, _error_body("We could not parse the JSON body of your request.",
+                                                  "invalid_request_error", None))
+            return
+        if not self._authorized(handler, settings):
+            self._reply(handler, 401, _UNAUTHORIZED_BODY)
+            return
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            self._reply(handler, 400, _error_body("you must provide a model parameter",
+                                                  "invalid_request_error", None, "model"))
+            return
+        if settings.models is not None and model not in settings.models:
+            self._reply(handler, 404, self._model_not_found_body(model))
+            return
+        if body.get("stream"):
+            self._reply(handler, 400, _error_body("stream=true is not supported by the fake OpenAI server",
+                                                  "invalid_request_error", None, "stream"))
+            return
+        context_chars = sum(len(text) for text in _message_texts(body))
+        if settings.max_context_chars is not None and context_chars > settings.max_context_chars:
+            self._reply(
+                handler,
+                400,
+                _error_body(
+                    # OpenAI's wording; characters stand in for tokens here.
+                    f"This model's maximum context length is {settings.max_context_chars} tokens. "
+                    f"However, your messages resulted in {context_chars} tokens. "
+                    "Please reduce the length of the messages.",
+                    "invalid_request_error",
+                    "context_length_exceeded",
+                    "messages",
+                ),
+            )
+            return
+
+        key = request_key(body)
+        fault = self._choose_fault(key, settings)
+        if fault == "429":  # a rate limiter rejects at the door: no latency
+            self._reply(
+                handler,
+                429,
+                _error_body("Rate limit reached for requests. Please try again later.", "requests",
+                            "rate_limit_exceeded"),
+                extra_headers={"Retry-After": f"{settings.retry_after:g}",
+                               "retry-after-ms": str(int(round(settings.retry_after * 1000)))},
+            )
+            return
+        if fault == "hang":  # counted now, so tests see it while the client is still waiting
+            self._count("hang")
+            self._stop_event.wait(settings.hang_seconds)  # returns early when stop() is called
+            handler.drop()
+            return
+
+        if settings.latency > 0 and self._stop_event.wait(settings.latency):
+            self._drop(handler, "drop")  # the server is stopping; do not start a response now
+            return
+        if fault == "drop":
+            self._drop(handler, "drop")
+            return
+        if fault == "500":
+            self._reply(handler, 500, _error_body("The server had an error while processing your request. "
+                                                  "Sorry about that!", "server_error", None))
+            return
+        if fault == "503":
+            self._reply(handler, 503, _error_body("The engine is currently overloaded, please try again later.",
+                                                  "server_error", None))
+            return
+
+        with self._lock:
+            responder = self._responder
+        try:
+            text = responder(body)
+            if not isinstance(text, str):
+                raise TypeError(f"responder returned {type(text).__name__}, expected str")
+        except Exception as error:  # noqa: BLE001 - surfaced to the client so test bugs are visible
+            self._reply(handler, 500, _error_body(f"responder raised {type(error).__name__}: {error}",
+                                                  "server_error", "responder_error"))
+            return
+
+        prompt_tokens = sum(_word_count(t) for t in _message_texts(body))
+        completion_tokens = _word_count(text)
+        payload = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        self._reply(handler, 200, payload, key)
+
+    def _choose_fault(self, key: str, settings: FaultSettings) -> str | None:
+        """fail_first wins for the first attempts of each distinct request; otherwise one seeded draw.
+
+        The draw is a single `random()` mapped onto cumulative bands (429, 500, 503, drop, hang), so a
+        given seed and request order always produce the same faults.
+        """
+        with self._lock:
+            self._attempts[key] += 1
+            if self._attempts[key] <= settings.fail_first:
+                return settings.fail_kind
+            bands = [
+                ("429", settings.rate_429),
+                ("500", settings.rate_500),
+                ("503", settings.rate_503),
+                ("drop", settings.rate_drop),
+                ("hang", settings.rate_hang),
+            ]
+            if not any(rate > 0 for _, rate in bands):
+                return None
+            draw = self._rng.random()
+        edge = 0.0
+        for kind, rate in bands:
+            edge += rate
+            if draw < edge:
+                return kind
+        return None
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m judgebench_flows.testing.fake_openai",
+        description="Serve a fake OpenAI-compatible chat-completions API on loopback.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--answer", default=DEFAULT_ANSWER, help="assistant content returned for every request")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds slept before every answer")
+    parser.add_argument("--rate-429", type=float, default=0.0)
+    parser.add_argument("--retry-after", type=float, default=0.05)
+    parser.add_argument("--rate-500", type=float, default=0.0)
+    parser.add_argument("--rate-503", type=float, default=0.0)
+    parser.add_argument("--rate-drop", type=float, default=0.0)
+    parser.add_argument("--rate-hang", type=float, default=0.0)
+    parser.add_argument("--hang-seconds", type=float, default=30.0)
+    parser.add_argument("--fail-first", type=int, default=0)
+    parser.add_argument("--fail-kind", choices=FAULT_KINDS, default="500")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--api-key", default=None, help="require this Bearer token")
+    parser.add_argument("--model", action="append", dest="models", default=None,
+                        help="accepted model name (repeatable); default accepts any")
+    parser.add_argument("--max-context-chars", type=int, default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until Ctrl-C or SIGTERM, then print the counters to stderr."""
+    args = _parse_args(argv)
+    server = FakeOpenAIServer(
+        args.answer,
+        latency=args.latency,
+        rate_429=args.rate_429,
+        retry_after=args.retry_after,
+        rate_500=args.rate_500,
+        rate_503=args.rate_503,
+        rate_drop=args.rate_drop,
+        rate_hang=args.rate_hang,
+        hang_seconds=args.hang_seconds,
+        fail_first=args.fail_first,
+        fail_kind=args.fail_kind,
+        seed=args.seed,
+        api_key=args.api_key,
+        models=set(args.models) if args.models else None,
+        max_context_chars=args.max_context_chars,
+        host=args.host,
+        port=args.port,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
+    server.start()
+    print(server.base_url, flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        print(json.dumps(server.snapshot(), default=str), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

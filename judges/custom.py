@@ -1,0 +1,105 @@
+"""Load a user's judge class (`path.py:Class` or `module:Class`) and hold it to the judge contract.
+
+A custom judge is any class with `format(question, answer_A, answer_B) -> messages` and
+`parse(text) -> decision`. Its output is checked on every call: a wrong message shape or a decision outside
+A>B / B>A / A=B / "" stops the run with one clear line, because a silently wrong decision would corrupt
+every number downstream. `parse` raising on one odd answer only makes that judgment invalid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from judgebench_flows.errors import UserError
+from judgebench_flows.records import DECISIONS
+
+
+class ParseFailed(Exception):
+    """The judge's parser could not read this answer; the judgment is invalid, the run goes on."""
+
+
+def _load_module(spec: str):
+    target = spec.rsplit(":", 1)[0]
+    if target.endswith(".py") or "/" in target or Path(target).is_file():
+        path = Path(target)
+        if not path.is_file():
+            raise UserError(f"--judge-template: file not found: {path}")
+        name = f"judgebench_custom_judge_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise UserError(f"--judge-template: cannot import {path}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:  # the user's file: any error is theirs to fix, reported as one line
+            raise UserError(f"--judge-template: importing {path} failed: {type(exc).__name__}: {exc}") from None
+        return module, path
+    try:
+        module = importlib.import_module(target)
+    except Exception as exc:
+        raise UserError(f"--judge-template: cannot import module '{target}': {type(exc).__name__}: {exc}") from None
+    return module, Path(module.__file__ or target)
+
+
+class CustomJudge:
+    """Wraps a user's judge object so every result it gives is checked before it is used."""
+
+    def __init__(self, spec: str):
+        if ":" not in spec:
+            raise UserError(f"--judge-template must be 'path.py:Class' or 'module:Class', got '{spec}'")
+        module, path = _load_module(spec)
+        class_name = spec.rsplit(":", 1)[1]
+        cls = getattr(module, class_name, None)
+        if cls is None:
+            available = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__)
+            raise UserError(f"--judge-template: class '{class_name}' not found in {path} (available: {', '.join(available) or 'none'})")
+        for method in ("format", "parse"):
+            if not callable(getattr(cls, method, None)):
+                raise UserError(f"--judge-template: {class_name} has no {method}() method; a judge needs format() and parse()")
+        try:
+            self._judge = cls()
+        except Exception as exc:
+            raise UserError(f"--judge-template: creating {class_name}() failed: {type(exc).__name__}: {exc}") from None
+        self.name = f"custom:{class_name}"
+        self.spec = spec
+        self.sampling: dict[str, Any] = dict(getattr(self._judge, "sampling", None) or {"temperature": 0.0})
+        self.follow_up = None
+        try:
+            self._source = inspect.getsource(cls)
+        except (OSError, TypeError):
+            self._source = path.read_text() if path.is_file() else spec
+
+    def format(self, question: str, answer_A: str, answer_B: str) -> list[dict[str, str]]:
+        messages = self._judge.format(question, answer_A, answer_B)
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        ok = isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
+        )
+        if not ok:
+            raise UserError(f"{self.name}.format() must return a list of {{'role': ..., 'content': ...}} messages, got {type(messages).__name__}")
+        return messages
+
+    def parse(self, text: str) -> str:
+        try:
+            decision = self._judge.parse(text)
+        except Exception as exc:
+            raise ParseFailed(f"{self.name}.parse raised {type(exc).__name__}: {exc}") from None
+        if decision is None:
+            return ""
+        if decision not in DECISIONS:
+            raise UserError(f"{self.name}.parse returned {decision!r}; a decision must be one of 'A>B', 'B>A', 'A=B' or ''")
+        return decision
+
+    def wants_follow_up(self, text: str) -> bool:
+        return False
+
+    def fingerprint(self) -> str:
+        return "|".join([self.name, hashlib.sha256(self._source.encode()).hexdigest(), repr(sorted(self.sampling.items()))])

@@ -1,0 +1,94 @@
+"""The steps of an external-judge run that need no orchestrator: check, shard, finish.
+
+`preflight` does every check a user can fail (judge file, function and signature, judge parameters,
+data file, columns) so that `run_external` can refuse bad input before paying for a Prefect flow run,
+and the flow can run it again when started some other way (a deployment). `finish` writes the outputs
+and builds the result once all shards are scored.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from judges.external.config import ExternalJudgeConfig, judge_config
+from judges.external.data import check_columns, read_data, with_results, write_scored
+from judges.external.loader import JudgeFn, JudgeForm, load_judge
+from judges.external.scoring import RowResult, score_rows
+from judges.external.summary import ExternalRunResult, summarize
+
+
+class Prepared(BaseModel):
+    """What preflight found: the data, the judge's form and the config the judge will receive."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    frame: pd.DataFrame
+    form: JudgeForm
+    judge_config: dict[str, Any]
+
+
+def preflight(config: ExternalJudgeConfig) -> Prepared:
+    """Validate the whole run up front; raises UserError with one line naming what is wrong."""
+    _, form = load_judge(config.external_judge_path, config.external_judge_function)
+    params = judge_config(config)
+    frame = read_data(config.data_path)
+    check_columns(frame, config)
+    return Prepared(frame=frame, form=form, judge_config=params)
+
+
+def shards(frame: pd.DataFrame, shard_size: int) -> list[pd.DataFrame]:
+    """Consecutive row slices of at most shard_size rows; concatenated, they are the frame in order."""
+    return [frame.iloc[start : start + shard_size] for start in range(0, len(frame), shard_size)]
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(judge_path: str, function_name: str, mtime_ns: int) -> tuple[JudgeFn, JudgeForm]:
+    return load_judge(judge_path, function_name)
+
+
+def judge_shard(
+    rows: pd.DataFrame, judge_path: str, function_name: str, config: dict[str, Any]
+) -> list[RowResult]:
+    """Load the judge by path and score the rows; the same call works in any worker process.
+
+    The loaded judge is cached per process by (path, function, file mtime), so a judge file with costly
+    module-level setup is imported once per process rather than once per shard, and an edited file is
+    picked up.
+    """
+    try:
+        mtime_ns = os.stat(judge_path).st_mtime_ns
+    except OSError:
+        mtime_ns = -1  # load_judge reports the missing file
+    judge, form = _load_cached(judge_path, function_name, mtime_ns)
+    return score_rows(judge, form, rows, config)
+
+
+def finish(
+    config: ExternalJudgeConfig, prepared: Prepared, results: list[RowResult], flow_run_id: str | None = None
+) -> ExternalRunResult:
+    """Write the scored rows and the summary JSON; return the summary."""
+    frame = prepared.frame
+    written = write_scored(with_results(frame, results), config)
+    qids = frame[config.qid_column].tolist() if config.qid_column else list(range(len(frame)))
+    result = summarize(
+        results,
+        qids,
+        judge_path=config.external_judge_path,
+        judge_function=config.external_judge_function,
+        judge_form=prepared.form,
+        data_path=config.data_path,
+        output_files=written,
+        result_path=str(config.summary_path()),
+        flow_run_id=flow_run_id,
+    )
+    summary_path = config.summary_path()
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
+    summary_path.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    return result
+

@@ -1,0 +1,108 @@
+"""Turn a judge's raw text into a decision: "A>B", "B>A", "A=B", or "" when there is no usable verdict.
+
+Each parser follows its judge's reference implementation, made robust to what real models add around the
+verdict: `<think>` blocks (a label inside the model's scratchpad is not its verdict), markdown emphasis,
+and trailing text. Ambiguity is never resolved by guessing: conflicting labels give "".
+"""
+
+from __future__ import annotations
+
+import re
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_UNCLOSED_THINK = re.compile(r"<think>.*\Z", re.DOTALL | re.IGNORECASE)
+_EMPHASIS = re.compile(r"[*_`]+")
+
+
+def strip_reasoning(text: str) -> str:
+    """Drop <think>...</think> scratchpads; an unclosed <think> means the answer never came."""
+    text = _THINK_BLOCK.sub("", text or "")
+    text = re.sub(r"\A.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)  # opening tag cut off by the server
+    return _UNCLOSED_THINK.sub("", text)
+
+
+def _plain(text: str) -> str:
+    return _EMPHASIS.sub("", strip_reasoning(text))
+
+
+_ARENA_LABEL = re.compile(r"\[\[([AB<>=]+)\]\]")
+_ARENA_DECISIONS = {"A>>B": "A>B", "A>B": "A>B", "A=B": "A=B", "B>A": "B>A", "B>>A": "B>A"}
+
+
+def arena_hard_labels(text: str) -> list[str]:
+    """All [[...]] verdict labels in the text, outside reasoning blocks."""
+    return [m for m in _ARENA_LABEL.findall(strip_reasoning(text)) if m]
+
+
+def parse_arena_hard(text: str) -> str:
+    """Arena-Hard-Auto: every label found must agree (A>>B counts as A>B); none or a conflict gives ""."""
+    labels = {_ARENA_DECISIONS.get(label, "?") for label in arena_hard_labels(text)}
+    if len(labels) != 1:
+        return ""
+    (label,) = labels
+    return "" if label == "?" else label
+
+
+_VANILLA = re.compile(r"output\s*\(\s*([ab])\s*\)", re.IGNORECASE)
+
+
+def parse_vanilla(text: str) -> str:
+    """`Output (a)` / `Output (b)`: exactly one of the two must be named."""
+    named = {m.lower() for m in _VANILLA.findall(_plain(text))}
+    if named == {"a"}:
+        return "A>B"
+    if named == {"b"}:
+        return "B>A"
+    return ""
+
+
+_AUTO_J = re.compile(r"final decision is\s*[:\"'“”]*\s*(response\s*1|response\s*2|tie)", re.IGNORECASE)
+
+
+def parse_auto_j(text: str) -> str:
+    """Auto-J: the last "final decision is Response 1 / Response 2 / Tie" statement decides."""
+    matches = _AUTO_J.findall(_plain(text))
+    if not matches:
+        return ""
+    last = re.sub(r"\s+", " ", matches[-1].lower())
+    return {"response 1": "A>B", "response 2": "B>A", "tie": "A=B"}[last]
+
+
+# Prometheus 2's own relative-grading pattern (prometheus-eval), as JudgeBench uses it.
+_PROMETHEUS = re.compile(
+    r"""
+    (?:
+        \[RESULT\]|\[RESULT:\s*|
+        \[Response\s+|
+        \[Result\](?:\s+Response)?|
+        \[Result:\s*|
+        (?:^|\n)Result:?\s*
+    )
+    \s*
+    (A|B)
+    (?:\]|\s|$)
+    """,
+    re.IGNORECASE | re.VERBOSE | re.MULTILINE,
+)
+
+
+def parse_prometheus_2(text: str) -> str:
+    """`[RESULT] A` and its variants: the letter must be followed by a bracket, space or the end."""
+    match = _PROMETHEUS.search(_plain(text))
+    if not match:
+        return ""
+    return "A>B" if match.group(1).upper() == "A" else "B>A"
+
+
+_SKYWORK = re.compile(r"\[\[\s*([AB])\s*\]\]")
+
+
+def parse_skywork_critic(text: str) -> str:
+    """`[[A]]` / `[[B]]` (or the bare letter alone); every label found must agree."""
+    plain = _plain(text).strip()
+    letters = set(_SKYWORK.findall(plain))
+    if not letters and plain.strip(" .\"'") in {"A", "B"}:
+        letters = {plain.strip(" .\"'")}
+    if len(letters) != 1:
+        return ""
+    return "A>B" if letters == {"A"} else "B>A"

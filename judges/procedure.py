@@ -1,0 +1,84 @@
+"""One judgment: format, call, parse, and the judge's own follow-up turn. No network, no Prefect.
+
+The caller supplies `complete(messages, sampling) -> Completion`, so the same procedure runs against the
+real endpoint, a cache, or a test double. Transport problems are the caller's to retry; here a call either
+answers or raises `CallFailed`, and an answer that does not parse becomes "invalid", never a decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from judges.custom import ParseFailed
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    key: str = ""
+
+
+class CallFailed(Exception):
+    """A call that produced no answer after its retries, or one the endpoint rejected for this request."""
+
+
+Complete = Callable[[list[dict[str, str]], dict[str, Any]], Awaitable[Completion]]
+
+
+class Judge(Protocol):
+    name: str
+    sampling: dict[str, Any]
+    follow_up: str | None
+
+    def format(self, question: str, answer_A: str, answer_B: str) -> list[dict[str, str]]: ...
+    def parse(self, text: str) -> str: ...
+    def wants_follow_up(self, text: str) -> bool: ...
+
+
+@dataclass
+class Outcome:
+    status: Literal["ok", "invalid", "failed"]
+    decision: str
+    prompt: str
+    response: str
+    error: str | None = None
+    completions: list[Completion] = field(default_factory=list)
+    latency_s: float = 0.0
+
+
+def _parse(judge: Judge, text: str) -> tuple[str, str | None]:
+    try:
+        return judge.parse(text), None
+    except ParseFailed as exc:
+        return "", str(exc)
+
+
+async def judge_one_order(judge: Judge, question: str, answer_A: str, answer_B: str, complete: Complete) -> Outcome:
+    """Judge A against B once; the texts of a follow-up turn are joined and parsed together."""
+    started = time.perf_counter()
+    messages = judge.format(question, answer_A, answer_B)
+    prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    completions: list[Completion] = []
+    response = ""
+    while True:
+        try:
+            completion = await complete(messages, judge.sampling)
+        except CallFailed as exc:
+            return Outcome("failed", "", prompt, response, str(exc), completions, time.perf_counter() - started)
+        completions.append(completion)
+        response = completion.text if len(completions) == 1 else f"{response}\n{completion.text}"
+        if len(completions) == 1 and judge.wants_follow_up(response):
+            messages = [*messages, {"role": "assistant", "content": completion.text}, {"role": "user", "content": judge.follow_up or ""}]
+            continue
+        break
+    decision, parse_error = _parse(judge, response)
+    elapsed = time.perf_counter() - started
+    if decision:
+        return Outcome("ok", decision, prompt, response, None, completions, elapsed)
+    return Outcome("invalid", "", prompt, response, parse_error or "no verdict found in the judge's answer", completions, elapsed)

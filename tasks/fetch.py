@@ -1,0 +1,24 @@
+"""Prefect task: clone the benchmark repository at a pinned ref (see judgebench_flows.dataset)."""
+
+from __future__ import annotations
+
+from prefect import task
+
+from judgebench_flows.dataset import Checkout, fetch_repository
+from judgebench_flows.errors import UserError
+
+
+def _network_hiccup(task, task_run, state) -> bool:
+    """Retry a clone that failed for a passing reason; a bad URL or unknown ref fails at once."""
+    try:
+        state.result()
+    except UserError as exc:
+        return "cannot clone" in str(exc) and "not found" not in str(exc).lower()
+    except Exception:
+        return True
+    return False
+
+
+@task(name="fetch-dataset", retries=2, retry_delay_seconds=5, retry_condition_fn=_network_hiccup)
+def fetch_dataset(repo_url: str, ref: str | None, cache_dir: str | None) -> Checkout:
+    return fetch_repository(repo_url, ref, cache_dir)

@@ -1,0 +1,82 @@
+"""Prefect task: judge one shard of pairs.
+
+Shard results are cached by Prefect under an explicit key: the shard's content hash plus the judge's
+identity (prompt templates, sampling, parser, model, endpoint, orders). A shard is only cached when every
+judgment in it reached a verdict: if any call failed or any answer was unparseable the task raises
+`ShardIncomplete`, carrying its records, so nothing incomplete is ever served from the cache. Failed calls
+make the shard retry (answered calls come back free from the call cache); unparseable answers do not.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from judgebench_flows.errors import UserError
+from judgebench_flows.judging import JudgeSpec, Shard, judge_pairs, runtime_for
+from judgebench_flows.records import JudgmentRecord
+
+
+class ShardIncomplete(Exception):
+    """Some judgments of a shard failed or were unparseable; `records` holds all of them anyway."""
+
+    def __init__(self, shard_index: int, records: list[JudgmentRecord]):
+        self.shard_index = shard_index
+        self.records = records
+        self.failed = sum(1 for r in records if r.status == "failed")
+        self.invalid = sum(1 for r in records if r.status == "invalid")
+        super().__init__(f"shard {shard_index}: {self.failed} failed calls, {self.invalid} unparseable verdicts")
+
+    def __reduce__(self):  # keep records when Prefect or Dask pickles the exception
+        return (ShardIncomplete, (self.shard_index, self.records))
+
+
+def shard_cache_key(context, parameters) -> str:
+    spec: JudgeSpec = parameters["spec"]
+    shard: Shard = parameters["shard"]
+    return f"judgebench-shard-{spec.cache_identity()[:32]}-{shard.content_hash()[:32]}"
+
+
+def retry_failed_calls(task, task_run, state) -> bool:
+    """Retry only shards with failed calls: bad input and fatal endpoint errors fail fast."""
+    try:
+        state.result()
+    except ShardIncomplete as exc:
+        return exc.failed > 0
+    except UserError:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+@task(
+    name="judge-shard",
+    cache_key_fn=shard_cache_key,
+    cache_expiration=timedelta(days=90),
+    persist_result=True,
+    retries=2,
+    retry_delay_seconds=[1, 5],
+    retry_condition_fn=retry_failed_calls,
+    task_run_name="judge-shard-{shard.index}",
+)
+async def judge_shard(shard: Shard, spec: JudgeSpec) -> list[JudgmentRecord]:
+    runtime = runtime_for(spec)
+    records = await judge_pairs(shard.pairs, runtime, spec.orders)
+    incomplete = ShardIncomplete(shard.index, records)
+    get_run_logger().info(
+        "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",
+        shard.index, len(records), sum(r.cached_calls for r in records), incomplete.failed, incomplete.invalid,
+    )
+    if incomplete.failed or incomplete.invalid:
+        raise incomplete
+    return records
+
+
+def shard_task(cache: str, retries: int):
+    """The task with the run's cache mode and retry count applied."""
+    if cache == "off":
+        return judge_shard.with_options(cache_policy=NO_CACHE, retries=retries)
+    return judge_shard.with_options(refresh_cache=(cache == "refresh"), retries=retries)

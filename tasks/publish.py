@@ -1,0 +1,123 @@
+"""Prefect task: publish a finished run everywhere users look for it.
+
+results.json, the JudgeBench-shaped JSONL, rows in the results database, an HTML report and Prefect
+artifacts. Every write is idempotent (atomic file replace, database upserts), so a retried publish
+leaves exactly one copy of everything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from judgebench_flows import db
+from judgebench_flows.records import JudgmentRecord, Pair
+from judgebench_flows.results import jsonl_rows, write_json, write_jsonl
+
+
+def output_file_name(data_file: str, judge_name: str, model: str) -> str:
+    """JudgeBench's own naming: <dataset>,judge_name=<judge>,judge_model=<model>.jsonl."""
+    stem = Path(data_file).name.removesuffix(".jsonl")
+    return f"{stem},judge_name={judge_name},judge_model={model.replace('/', '_')}.jsonl"
+
+
+def judgment_rows(run_id: str, judgments: list[JudgmentRecord]) -> list[dict[str, Any]]:
+    return [
+        {
+            "run_id": run_id,
+            "pair_id": j.pair_id,
+            "order_index": j.order,
+            "source": j.source,
+            "category": j.category,
+            "label": j.label,
+            "status": j.status,
+            "decision": j.decision,
+            "decision_for_pair": j.decision_for_pair,
+            "response": j.response,
+            "error": j.error,
+            "latency_s": j.latency_s,
+            "calls": j.calls,
+            "cached_calls": j.cached_calls,
+            "prompt_tokens": j.prompt_tokens,
+            "completion_tokens": j.completion_tokens,
+        }
+        for j in judgments
+    ]
+
+
+def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = [{"run_id": run_id, "scope": "overall", "name": "overall", **results["overall_accuracy"]}]
+    for scope, key in (("category", "category_accuracy"), ("source", "source_accuracy")):
+        rows += [{"run_id": run_id, "scope": scope, "name": name, **acc} for name, acc in results[key].items()]
+    return rows
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def summary_markdown(results: dict[str, Any]) -> str:
+    overall = results["overall_accuracy"]
+    lines = [
+        f"# JudgeBench: {results['judge_type']} / {results['model']}",
+        "",
+        f"Dataset `{results['dataset'].get('data_file')}` at `{str(results['dataset'].get('commit'))[:12]}`, "
+        f"{results['dataset'].get('n_pairs')} pairs, {results['run'].get('mode')}.",
+        "",
+        "| slice | accuracy | 95% CI | correct | valid | total |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = [("overall", overall)] + list(results["category_accuracy"].items())
+    for name, acc in rows:
+        ci = f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}" if acc.get("ci_low") is not None else ""
+        lines.append(f"| {name} | {_pct(acc['accuracy'])} | {ci} | {acc['correct_count']} | {acc['valid_samples']} | {acc['total_samples']} |")
+    invalid = results["invalid"]
+    lines += [
+        "",
+        f"Consistency: {_pct(results['consistency'].get('consistency'))}. Invalid verdicts: {invalid['invalid_judgments']}, "
+        f"failed calls: {invalid['failed_judgments']}, skipped rows: {invalid['skipped_rows']}.",
+    ]
+    if results.get("regression"):
+        lines += ["", f"**Regression check:** {results['regression']['message']}"]
+    return "\n".join(lines)
+
+
+@task(name="publish-results", retries=2, retry_delay_seconds=2)
+def publish_results(
+    run_id: str,
+    results: dict[str, Any],
+    pairs: list[Pair],
+    judgments: list[JudgmentRecord],
+    *,
+    result_path: str,
+    output_dir: str,
+    db_url: str,
+    judge_name: str,
+    data_file: str,
+    write_report: bool = True,
+) -> dict[str, str]:
+    paths: dict[str, str] = {}
+    out = Path(output_dir)
+    paths["results"] = str(write_json(result_path, results))
+    paths["judgments"] = str(write_jsonl(out / output_file_name(data_file, judge_name, results["model"]), jsonl_rows(pairs, judgments, judge_name)))
+    engine = db.open_database(db_url)
+    db.save_judgments(engine, judgment_rows(run_id, judgments))
+    db.save_metrics(engine, metric_rows(run_id, results))
+    if write_report:
+        from judgebench_flows.report import write_report as render
+
+        history = [
+            {"run_id": r.run_id, "started": r.started.isoformat(), "accuracy": r.overall_accuracy, "ci_low": r.ci_low, "ci_high": r.ci_high}
+            for r in reversed(db.list_runs(engine, limit=30, config_key=results["run"]["config_key"]))
+            if r.overall_accuracy is not None and r.run_id != run_id
+        ]
+        overall = results["overall_accuracy"]
+        history.append({"run_id": run_id, "started": results["run"]["started"], "accuracy": overall["accuracy"], "ci_low": overall.get("ci_low"), "ci_high": overall.get("ci_high")})
+        paths["report"] = str(render(out / "report.html", results, judgments, history))
+    create_markdown_artifact(summary_markdown(results), key="judgebench-summary", description=f"JudgeBench run {run_id}")
+    table = [{"slice": "overall", **results["overall_accuracy"]}] + [{"slice": k, **v} for k, v in results["category_accuracy"].items()]
+    create_table_artifact(table, key="judgebench-accuracy", description=f"Accuracy of run {run_id}")
+    return paths

@@ -1,0 +1,221 @@
+"""The HTML report: escapes hostile judge output, draws its charts, and renders in a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from judgebench_flows.records import CATEGORIES, JudgmentRecord
+from judgebench_flows.report import PROMPT_PREVIEW_CHARS, render_report, write_report
+
+SOURCES = ("mmlu-pro-law", "mmlu-pro-math", "livebench-reasoning", "livebench-math", "livecodebench")
+HOSTILE = 'Both are fine & <script>alert(1)</script> so [[A>B]] <img src=x onerror="alert(2)">'
+
+
+def make_judgments(n_pairs: int = 20, prompt_chars: int = 600) -> list[JudgmentRecord]:
+    """Two orders per pair, with a mix of correct, wrong, invalid and failed judgments."""
+    records = []
+    for i in range(n_pairs):
+        source = SOURCES[i % len(SOURCES)]
+        category = next(c for c in CATEGORIES if source.startswith(c))
+        label = "A>B" if i % 2 == 0 else "B>A"
+        for order in (0, 1):
+            status, decision, response, error = "ok", "", f"Reasoning for pair {i} order {order}.", None
+            if i == 3 and order == 1:
+                status, response = "invalid", HOSTILE
+            elif i == 7 and order == 0:
+                status, response, error = "failed", "", "TimeoutError: no answer after 3 retries"
+            else:
+                for_pair = label if (i + order) % 4 else ("B>A" if label == "A>B" else "A>B")
+                decision = for_pair if order == 0 else ("B>A" if for_pair == "A>B" else "A>B")
+                response += f" Final verdict: [[{decision}]]"
+            for_pair_decision = decision if order == 0 else {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision)
+            records.append(JudgmentRecord(
+                pair_id=f"pair-{i:04d}", order=order, source=source, category=category, label=label,
+                status=status, decision=decision, decision_for_pair=for_pair_decision,
+                judge_model="gpt-4o-mini", prompt=("Q & A " * prompt_chars)[:prompt_chars],
+                response=response, error=error, latency_s=1.25 + i / 10, calls=1,
+                prompt_tokens=900, completion_tokens=120,
+            ))
+    return records
+
+
+def acc(accuracy: float, n: int, low: float | None = None, high: float | None = None) -> dict:
+    out = {"accuracy": accuracy, "correct_count": round(accuracy * n), "valid_samples": n, "total_samples": n}
+    if low is not None:
+        out |= {"ci_low": low, "ci_high": high}
+    return out
+
+
+def make_results(**overrides) -> dict:
+    results = {
+        "model": "gpt-4o-mini",
+        "judge_type": "arena_hard",
+        "dataset": {
+            "repo_url": "https://github.com/ScalerLab/JudgeBench", "commit": "0f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6",
+            "data_file": "data/dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl", "n_pairs": 20,
+            "skipped_rows": 0,
+        },
+        "overall_accuracy": acc(0.6571, 350, 0.6057, 0.7057),
+        "category_accuracy": {
+            "mmlu-pro": acc(0.6623, 154, 0.5844, 0.7338),
+            "livebench-reasoning": acc(0.5918, 98, 0.4898, 0.6837),
+            "livebench-math": acc(0.7321, 56, 0.6071, 0.8393),
+            "livecodebench": acc(0.6667, 42, 0.5238, 0.8095),
+        },
+        "source_accuracy": {"mmlu-pro-law": acc(0.55, 40, 0.4, 0.7), "livecodebench": acc(0.6667, 42, 0.5238, 0.8095)},
+        "consistency": {"consistency": 0.9009, "consistent_pairs": 300, "pairs_with_both_verdicts": 333},
+        "invalid": {"invalid_judgments": 3, "failed_judgments": 1, "pairs_with_invalid": 4},
+        "usage": {"calls": 700, "cached_calls": 12, "prompt_tokens": 612345, "completion_tokens": 84000},
+        "regression": {
+            "baseline_run_id": "run-2", "delta": -0.05, "ci_low": -0.08, "ci_high": -0.02, "regressed": True,
+            "message": "Accuracy dropped 5.0 points against run-2 & the interval excludes zero.",
+        },
+        "run": {
+            "run_id": "run-3", "started": "2025-03-03T10:00:00+00:00", "finished": "2025-03-03T10:42:17+00:00",
+            "flow_run_id": "3f2c-flow", "mode": "both-orders",
+        },
+    }
+    results.update(overrides)
+    return results
+
+
+HISTORY = [
+    {"run_id": "run-1", "started": "2025-03-01T10:00:00+00:00", "accuracy": 0.70, "ci_low": 0.65, "ci_high": 0.75},
+    {"run_id": "run-2", "started": "2025-03-02T10:00:00+00:00", "accuracy": 0.7071, "ci_low": 0.66, "ci_high": 0.75},
+    {"run_id": "run-3", "started": "2025-03-03T10:00:00+00:00", "accuracy": 0.6571, "ci_low": 0.6057, "ci_high": 0.7057},
+]
+
+
+def svg(html: str, element_id: str) -> str:
+    match = re.search(rf'<svg id="{element_id}".*?</svg>', html, re.S)
+    assert match, f"no svg #{element_id}"
+    return match.group(0)
+
+
+def test_hostile_output_is_escaped_and_kept_in_full() -> None:
+    html = render_report(make_results(), make_judgments(), HISTORY)
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "onerror=&#34;alert(2)&#34;" in html  # attribute text inert, quotes escaped
+    assert "Both are fine &amp; " in html
+    assert "& the interval" not in html and "&amp; the interval excludes zero" in html
+
+
+def test_no_external_resources_or_javascript_links() -> None:
+    results = make_results()
+    results["dataset"]["repo_url"] = "javascript:alert(3)"
+    html = render_report(results, make_judgments(), HISTORY)
+    assert not re.search(r'\b(src|href)\s*=\s*"(?!#)', html), "report must not load or link anything by URL"
+    assert "javascript:alert(3)" in html  # shown as text, not made a link
+    safe = render_report(make_results(), make_judgments(), HISTORY)
+    assert 'href="https://github.com/ScalerLab/JudgeBench"' in safe
+
+
+def test_category_chart_has_overall_plus_one_bar_per_category() -> None:
+    html = render_report(make_results(), make_judgments(), HISTORY)
+    chart = svg(html, "category-chart")
+    assert chart.count('<rect class="bar overall"') == 1
+    assert chart.count('<rect class="bar"') == len(CATEGORIES)
+    for name in CATEGORIES:
+        assert f'data-slice="{name}"' in chart
+    assert chart.count('<g class="whisker">') == len(CATEGORIES) + 1
+    assert "65.7%" in chart and "n=350" in chart and "[60.6%–70.6%]" in chart
+    # Bar widths are proportional: 73.2% of the 380-unit axis for livebench-math.
+    assert 'width="278.2"' in chart
+
+
+def test_history_chart_has_one_point_per_run_and_a_band() -> None:
+    html = render_report(make_results(), make_judgments(), HISTORY)
+    trend = svg(html, "trend-chart")
+    assert trend.count("<circle") == 3  # run-3 is this run and already in history: not drawn twice
+    assert trend.count('class="point current"') == 1
+    assert '<polygon class="band"' in trend and '<polyline class="trendline"' in trend
+    assert "70.7%" in trend and "2025-03-01" in trend
+
+
+def test_trend_adds_this_run_and_copes_with_no_history() -> None:
+    html = render_report(make_results(), make_judgments(), HISTORY[:2])
+    assert svg(html, "trend-chart").count("<circle") == 3
+    single = svg(render_report(make_results(), make_judgments(), ()), "trend-chart")
+    assert single.count("<circle") == 1 and "<polygon" not in single and "single-whisker" in single
+    assert "Only one run so far" in render_report(make_results(), make_judgments())
+
+
+def test_older_results_without_optional_parts_still_render() -> None:
+    results = make_results()
+    for key in ("regression", "consistency", "usage", "source_accuracy", "invalid"):
+        del results[key]
+    for slice_ in [results["overall_accuracy"], *results["category_accuracy"].values()]:
+        del slice_["ci_low"], slice_["ci_high"]
+    html = render_report(results, [j.model_dump() for j in make_judgments()])
+    assert 'id="regression"' not in html and 'id="source-chart"' not in html
+    assert '<g class="whisker">' not in svg(html, "category-chart")
+    assert "not recorded for this run" in html
+    assert "1 / 1" in html  # invalid / failed counted from the judgments themselves
+
+
+def test_regression_banner_wording_follows_verdict() -> None:
+    assert "Regression against run run-2: -5.0 pp [-8.0 pp, -2.0 pp]" in render_report(make_results(), [])
+    calm = make_results(regression={"baseline_run_id": "run-2", "delta": -0.01, "ci_low": -0.04, "ci_high": 0.02,
+                                     "regressed": False, "message": ""})
+    html = render_report(calm, [])
+    assert "No regression against run run-2" in html and 'class="banner good"' in html
+
+
+def test_judgments_table_lists_problems_first_and_truncates_only_prompts() -> None:
+    judgments = make_judgments(prompt_chars=PROMPT_PREVIEW_CHARS + 500)
+    long_response = "x" * (PROMPT_PREVIEW_CHARS * 2)
+    judgments[0] = judgments[0].model_copy(update={"response": long_response})
+    html = render_report(make_results(), judgments)
+    assert html.count('<details class="j"') == len(judgments)
+    statuses = re.findall(r'<span class="st (\w+)">', html)
+    assert statuses[:2] == ["failed", "invalid"] and set(statuses[2:]) == {"ok"}
+    assert long_response in html
+    assert f"first {PROMPT_PREVIEW_CHARS:,} of {PROMPT_PREVIEW_CHARS + 500:,} characters" in html
+    assert "TimeoutError: no answer after 3 retries" in html
+
+
+def find_chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def run_chromium(binary: str, *args: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        return subprocess.run(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+
+
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium not installed: apt-get install chromium")
+    page = write_report(tmp_path / "out" / "report.html", make_results(), make_judgments(), HISTORY)
+    url = page.resolve().as_uri()
+
+    dom = run_chromium(binary, "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    assert "65.7%" in text and "90.1%" in text and "73.2%" in text
+    for name in CATEGORIES:
+        assert name in text
+    assert "Regression against run run-2" in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert not re.search(r"<script\b", text, re.I), "the browser DOM must hold no script element"
+    assert text.count("<circle") == 3
+
+    shot = tmp_path / "report.png"
+    result = run_chromium(binary, f"--screenshot={shot}", "--window-size=1280,2000", url)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert shot.exists()
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 50_000  # a blank 1280x2000 page compresses to a few KB

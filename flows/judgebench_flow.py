@@ -17,6 +17,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
+from prefect.states import State
 
 from judgebench_flows import db
 from judgebench_flows.config import RunConfig
@@ -57,14 +58,28 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
     return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
 
 
+async def _shard_records(state: State) -> list[JudgmentRecord]:
+    """A shard's records from its final state: a cache hit is marked as such, an incomplete shard still
+    gives every record it has, and anything else (bad input, fatal endpoint error) propagates."""
+    if state.is_completed():
+        records: list[JudgmentRecord] = await state.aresult()
+        if state.name == "Cached":
+            records = [r.model_copy(update={"cached_calls": r.calls}) for r in records]
+        return records
+    exc = await state.aresult(raise_on_failure=False)
+    if isinstance(exc, ShardIncomplete):
+        return exc.records
+    if isinstance(exc, BaseException):
+        raise exc
+    raise RuntimeError(f"shard ended in state {state.name}: {state.message}")
+
+
 async def _judge_in_process(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> list[JudgmentRecord]:
     task = shard_task(config.cache, config.shard_retries)
 
     async def one(shard: Shard) -> list[JudgmentRecord]:
-        try:
-            return await task(shard, spec)
-        except ShardIncomplete as exc:
-            return exc.records
+        state = await task(shard, spec, return_state=True)
+        return await _shard_records(state)
 
     per_shard = await asyncio.gather(*(one(shard) for shard in shards))
     return [record for records in per_shard for record in records]
@@ -79,17 +94,7 @@ def _judge_on_dask(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> l
         futures = [runner.submit(task, parameters={"shard": shard, "spec": spec}) for shard in shards]
         for future in futures:
             future.wait()
-            state = future.state
-            if state.is_completed():
-                records += future.result()
-            else:
-                exc = future.result(raise_on_failure=False)
-                if isinstance(exc, ShardIncomplete):
-                    records += exc.records
-                elif isinstance(exc, BaseException):
-                    raise exc
-                else:
-                    raise RuntimeError(f"shard failed: {state.message}")
+            records += asyncio.run(_shard_records(future.state))
     return records
 
 

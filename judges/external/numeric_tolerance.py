@@ -122,5 +122,5 @@ def evaluate(row: pd.Series, config: dict) -> tuple[str, Any]:
     if response is None:
         return "no number in the response", 0.0
     if within(response, reference, tolerance):
-        return f"{response:g} matches reference {reference:g} (tolerance {tolerance:g})", 1.0
-    return f"{response:g} differs from reference {reference:g} (tolerance {tolerance:g})", 0.0
+        return f"{response:.15g} matches reference {reference:.15g} (tolerance {tolerance:g})", 1.0
+    return f"{response:.15g} differs from reference {reference:.15g} (tolerance {tolerance:g})", 0.0

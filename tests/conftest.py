@@ -1,0 +1,136 @@
+"""Shared fixtures: a real JudgeBench git repository, a real OpenAI-compatible server, a real Prefect server.
+
+Nothing here is a mock. `judgebench_repo` copies ../shared/judgebench into a temporary git repository
+that the flow clones like any remote; `oracle_server` answers every prompt with the labelled verdict in
+the judge's own format; `prefect_server` starts one temporary Prefect API for the whole session and
+exports PREFECT_API_URL so CLI subprocesses use it too (instead of each booting its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "judgebench"
+GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
+CLAUDE_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
+CANARY_KEY = "sk-canary-5f3e9a1b7c2d4e6f8a0b"
+
+# A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
+VERDICTS: dict[str, Callable[[bool], str]] = {
+    "arena_hard": lambda first: f"After comparing both answers, my final verdict is {'[[A>>B]]' if first else '[[B>A]]'}.",
+    "vanilla": lambda first: "Output (a)" if first else "Output (b)",
+    "auto_j": lambda first: f"Both are close. So, the final decision is {'Response 1' if first else 'Response 2'}.",
+    "prometheus_2": lambda first: f"Response {'A' if first else 'B'} is factually correct. [RESULT] {'A' if first else 'B'}",
+    "skywork_critic": lambda first: "[[A]]" if first else "[[B]]",
+}
+
+
+def shared_data_available() -> bool:
+    return (SHARED / "data" / GPT4O_FILE).is_file()
+
+
+requires_shared = pytest.mark.skipif(not shared_data_available(), reason=f"JudgeBench data not found at {SHARED}")
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None, copy_shared: bool = True) -> str:
+    """A git repository at `path` (JudgeBench's layout); returns its commit SHA."""
+    import shutil
+
+    if copy_shared:
+        shutil.copytree(SHARED, path)
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {}).items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    git("init", "-q", "-b", "main", cwd=path)
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "data", cwd=path)
+    return git("rev-parse", "HEAD", cwd=path)
+
+
+@pytest.fixture(scope="session")
+def judgebench_repo(tmp_path_factory) -> tuple[str, str]:
+    """(file:// URL, commit) of a git copy of ../shared/judgebench."""
+    if not shared_data_available():
+        pytest.skip(f"JudgeBench data not found at {SHARED}")
+    path = tmp_path_factory.mktemp("remote") / "JudgeBench"
+    sha = make_repo(path)
+    return f"file://{path}", sha
+
+
+def load_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def oracle_responder(pairs: list[dict], verdict: Callable[[bool], str], wrong: bool = False) -> Callable[[dict], str]:
+    """Answers with the labelled verdict: finds which of the pair's responses the prompt shows first."""
+
+    def respond(body: dict) -> str:
+        text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
+        for pair in pairs:
+            a, b = pair["response_A"], pair["response_B"]
+            ia, ib = text.find(a), text.find(b)
+            if ia >= 0 and ib >= 0 and a != b:
+                first_is_better = (ia < ib) == (pair["label"] == "A>B")
+                return verdict(first_is_better != wrong)
+        return "I cannot tell."
+
+    return respond
+
+
+@pytest.fixture(scope="session")
+def gpt4o_pairs() -> list[dict]:
+    if not shared_data_available():
+        pytest.skip(f"JudgeBench data not found at {SHARED}")
+    return load_jsonl(SHARED / "data" / GPT4O_FILE)
+
+
+@pytest.fixture()
+def fake_server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer("My final verdict is [[A>B]]") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory) -> Iterator[str]:
+    """One temporary Prefect API server for the session; its URL is exported for subprocesses."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    os.environ["PREFECT_HOME"] = str(home)
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    with prefect_test_harness(server_startup_timeout=120):
+        url = PREFECT_API_URL.value()
+        os.environ["PREFECT_API_URL"] = url
+        try:
+            yield url
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
+@pytest.fixture()
+def run_cli(tmp_path, prefect_server) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run `judgebench ...` as a user would, in a subprocess, against the session's Prefect server."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "judgebench_flows.cli", *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout
+        )
+
+    return run

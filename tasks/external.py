@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows.errors import UserError
@@ -44,4 +44,10 @@ def score_shard(
     rows: pd.DataFrame, judge_path: str, function: str, config: dict[str, Any], shard_index: int = 0
 ) -> list[RowResult]:
     """One RowResult per row of the shard, in order."""
-    return judge_shard(rows, judge_path, function, config)
+    results = judge_shard(rows, judge_path, function, config)
+    statuses = [result.status for result in results]
+    get_run_logger().info(
+        "Shard %d: %d rows, %d scored, %d NA, %d errors",
+        shard_index, len(results), statuses.count("scored"), statuses.count("na"), statuses.count("error"),
+    )
+    return results

@@ -302,6 +302,17 @@ def test_row_form_keeps_int_columns_int():
     assert seen == [int, int]
 
 
+def test_row_series_is_named_by_its_index_label():
+    names = []
+
+    def judge(row, config):
+        names.append(row.name)
+        return "", 1.0
+
+    score_rows(judge, "row", pd.DataFrame({"n": [1, 2]}, index=[500, 501]), {})
+    assert names == [500, 501]
+
+
 def test_score_rows_table_form():
     def judge(df: pd.DataFrame, config):
         return pd.DataFrame({"evaluation_text": ["a", "b", "c"], "score": [1.0, 1.5, pd.NA]})

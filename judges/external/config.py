@@ -98,7 +98,9 @@ def _read_yaml(config_path: str) -> dict[str, Any]:
         if key not in FIELDS:
             raise UserError(f"Unknown key '{key}' in {config_path} (known: {', '.join(FIELDS)})")
     params = data.get("external_judge_config")
-    if isinstance(params, str):
+    if params is None:
+        data.pop("external_judge_config", None)  # an empty `external_judge_config:` line means none
+    elif isinstance(params, str):
         data["external_judge_config"] = parse_judge_config_json(params, f"external_judge_config in {config_path}")
     elif params is not None and not isinstance(params, dict):
         raise UserError(f"external_judge_config in {config_path} must be a mapping, got {type(params).__name__}")

@@ -31,7 +31,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise UserError(f"Invalid JSON on line {number} of {path}: {exc.msg} (column {exc.colno})") from None
             if not isinstance(record, dict):

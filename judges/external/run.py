@@ -35,7 +35,7 @@ class Prepared(BaseModel):
 
 def preflight(config: ExternalJudgeConfig) -> Prepared:
     """Validate the whole run up front; raises UserError with one line naming what is wrong."""
-    _, form = load_judge(config.external_judge_path, config.external_judge_function)
+    _, form = load_judge_cached(config.external_judge_path, config.external_judge_function)
     params = judge_config(config)
     frame = read_data(config.data_path)
     check_columns(frame, config)
@@ -48,24 +48,28 @@ def shards(frame: pd.DataFrame, shard_size: int) -> list[pd.DataFrame]:
 
 
 @functools.lru_cache(maxsize=16)
-def _load_cached(judge_path: str, function_name: str, mtime_ns: int) -> tuple[JudgeFn, JudgeForm]:
+def _load_cached(judge_path: str, function_name: str, absolute: str, mtime_ns: int) -> tuple[JudgeFn, JudgeForm]:
     return load_judge(judge_path, function_name)
 
 
-def judge_shard(
-    rows: pd.DataFrame, judge_path: str, function_name: str, config: dict[str, Any]
-) -> list[RowResult]:
-    """Load the judge by path and score the rows; the same call works in any worker process.
+def load_judge_cached(judge_path: str, function_name: str) -> tuple[JudgeFn, JudgeForm]:
+    """load_judge, cached per process by (path, function, file mtime).
 
-    The loaded judge is cached per process by (path, function, file mtime), so a judge file with costly
-    module-level setup is imported once per process rather than once per shard, and an edited file is
-    picked up.
+    A judge file with costly module-level setup (a tokenizer, a lookup table) is then imported once per
+    process rather than once per shard, and an edited file is still picked up. Failures are not cached.
     """
     try:
         mtime_ns = os.stat(judge_path).st_mtime_ns
     except OSError:
         mtime_ns = -1  # load_judge reports the missing file
-    judge, form = _load_cached(judge_path, function_name, mtime_ns)
+    return _load_cached(judge_path, function_name, os.path.abspath(judge_path), mtime_ns)
+
+
+def judge_shard(
+    rows: pd.DataFrame, judge_path: str, function_name: str, config: dict[str, Any]
+) -> list[RowResult]:
+    """Load the judge by path and score the rows, so the same call works in any worker process."""
+    judge, form = load_judge_cached(judge_path, function_name)
     return score_rows(judge, form, rows, config)
 
 

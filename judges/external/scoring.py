@@ -116,13 +116,14 @@ def score_rows(judge: JudgeFn, form: JudgeForm, rows: pd.DataFrame, config: dict
     """One RowResult per row of `rows`, in order.
 
     Row judges get each row as an object-dtype Series built from the record, so an int column stays int
-    even next to float columns (DataFrame.iterrows would upcast it).
+    even next to float columns (DataFrame.iterrows would upcast it); its name is the row's index label,
+    which for a shard of the input is the row's position in the whole file.
     """
     if form == "table":
         return score_table(judge, rows.reset_index(drop=True), config)
     return [
-        score_row(judge, pd.Series(record, dtype=object, name=position), config)
-        for position, record in enumerate(rows.to_dict("records"))
+        score_row(judge, pd.Series(record, dtype=object, name=label), config)
+        for label, record in zip(rows.index, rows.to_dict("records"))
     ]
 
 

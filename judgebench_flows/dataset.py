@@ -78,6 +78,13 @@ def _head(path: Path) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+def _forget_credentials(url: str, target: Path) -> None:
+    """`git clone` saves the URL it was given as remote.origin.url, in the cache for good; keep only the
+    credential-free form there (a pinned `git fetch` stores no remote and anonymizes FETCH_HEAD itself)."""
+    if public_url(url) != url:
+        _git("remote", "set-url", "origin", public_url(url), cwd=target)
+
+
 def _clone_into(url: str, ref: str | None, target: Path) -> None:
     """Shallow where the ref allows: a branch or tag with --depth 1, a commit by a shallow fetch of it."""
     shown = public_url(url)
@@ -90,6 +97,7 @@ def _clone_into(url: str, ref: str | None, target: Path) -> None:
         result = _git("clone", "-q", "--no-checkout", "--", url, str(target))
         if result.returncode != 0:
             raise UserError(f"cannot clone {shown}: {_last_line(result, url)}")
+        _forget_credentials(url, target)
         result = _git("checkout", "-q", "--detach", ref, cwd=target)
         if result.returncode != 0:
             raise UserError(f"ref '{ref}' not found in {shown}")
@@ -101,6 +109,7 @@ def _clone_into(url: str, ref: str | None, target: Path) -> None:
         if ref and "not found in upstream" in message:
             raise UserError(f"ref '{ref}' not found in {shown}")
         raise UserError(f"cannot clone {shown}: {message}")
+    _forget_credentials(url, target)
 
 
 def fetch_repository(url: str, ref: str | None = DEFAULT_REF, cache_dir: str | Path | None = None) -> Checkout:

@@ -45,7 +45,8 @@ def load_pairs(path: str | Path) -> LoadedPairs:
     pairs: list[Pair] = []
     skipped: list[SkippedRow] = []
     first_line: dict[str, int] = {}
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    # utf-8-sig: a byte order mark (common from Windows editors) would otherwise cost the first row.
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue

@@ -16,10 +16,23 @@ from judges.prompts import TemplateSet
 JUDGE_TYPES: tuple[str, ...] = (*BUILTIN_JUDGES, "custom", "external")
 
 
-def get_judge(judge_type: str, templates_dir: str | Path | None = None, judge_template: str | None = None) -> PromptJudge | CustomJudge:
+def get_judge(
+    judge_type: str,
+    templates_dir: str | Path | None = None,
+    judge_template: str | None = None,
+    external_judge_path: str | None = None,
+    external_judge_function: str = "evaluate",
+    external_judge_config: dict | None = None,
+):
     """The judge for `judge_type`, with prompts from `templates_dir` (a checkout's utils/templates)."""
     if judge_template:
         return CustomJudge(judge_template)
+    if judge_type == "external":
+        if not external_judge_path:
+            raise UserError("--judge-type external needs --external-judge-path FILE.py")
+        from judges.external.pairwise import ExternalPairwiseJudge
+
+        return ExternalPairwiseJudge(external_judge_path, external_judge_function, external_judge_config)
     if judge_type == "custom":
         raise UserError("--judge-type custom needs --judge-template path.py:Class or module:Class")
     factory = BUILTIN_JUDGES.get(judge_type)

@@ -24,6 +24,11 @@ class ParseFailed(Exception):
     """The judge's parser could not read this answer; the judgment is invalid, the run goes on."""
 
 
+def _describe(exc: BaseException) -> str:
+    """`Type: message` on one line: a user's exception text may span lines, and a UserError is one line."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 def _load_module(spec: str):
     target = spec.rsplit(":", 1)[0]
     if target.endswith(".py") or "/" in target or Path(target).is_file():
@@ -39,13 +44,24 @@ def _load_module(spec: str):
         try:
             module_spec.loader.exec_module(module)
         except Exception as exc:  # the user's file: any error is theirs to fix, reported as one line
-            raise UserError(f"--judge-template: importing {path} failed: {type(exc).__name__}: {exc}") from None
+            raise UserError(f"--judge-template: importing {path} failed: {_describe(exc)}") from None
         return module, path
     try:
         module = importlib.import_module(target)
     except Exception as exc:
-        raise UserError(f"--judge-template: cannot import module '{target}': {type(exc).__name__}: {exc}") from None
+        raise UserError(f"--judge-template: cannot import module '{target}': {_describe(exc)}") from None
     return module, Path(module.__file__ or target)
+
+
+def _source_of(cls: type, path: Path) -> str:
+    """The whole source file(s) behind the judge, not just the class: a module-level prompt or helper that
+    format()/parse() use must change the fingerprint too, or cached shard results would outlive an edit."""
+    files = {path.resolve()} if path.is_file() else set()
+    try:
+        files.add(Path(inspect.getfile(cls)).resolve())
+    except (OSError, TypeError):
+        pass
+    return "\0".join(f.read_text(encoding="utf-8", errors="replace") for f in sorted(files) if f.is_file())
 
 
 class CustomJudge:
@@ -66,15 +82,12 @@ class CustomJudge:
         try:
             self._judge = cls()
         except Exception as exc:
-            raise UserError(f"--judge-template: creating {class_name}() failed: {type(exc).__name__}: {exc}") from None
+            raise UserError(f"--judge-template: creating {class_name}() failed: {_describe(exc)}") from None
         self.name = f"custom:{class_name}"
         self.spec = spec
         self.sampling: dict[str, Any] = dict(getattr(self._judge, "sampling", None) or {"temperature": 0.0})
         self.follow_up = None
-        try:
-            self._source = inspect.getsource(cls)
-        except (OSError, TypeError):
-            self._source = path.read_text() if path.is_file() else spec
+        self._source = _source_of(cls, path) or spec
 
     def format(self, question: str, answer_A: str, answer_B: str) -> list[dict[str, str]]:
         messages = self._judge.format(question, answer_A, answer_B)
@@ -91,7 +104,7 @@ class CustomJudge:
         try:
             decision = self._judge.parse(text)
         except Exception as exc:
-            raise ParseFailed(f"{self.name}.parse raised {type(exc).__name__}: {exc}") from None
+            raise ParseFailed(f"{self.name}.parse raised {_describe(exc)}") from None
         if decision is None:
             return ""
         if decision not in DECISIONS:

@@ -56,16 +56,19 @@ def parse_vanilla(text: str) -> str:
     return ""
 
 
-_AUTO_J = re.compile(r"final decision is\s*[:\"'“”]*\s*(response\s*1|response\s*2|tie)", re.IGNORECASE)
+# Quotes and a colon may sit anywhere between "is" and the label; a label followed by "/" is the
+# instruction's own "Response 1 / Response 2 / Tie" repeated back, not a verdict.
+_AUTO_J = re.compile(r"final decision is[\s:\"'“”]*(response\s*1|response\s*2|tie)(?!\s*/)", re.IGNORECASE)
+_AUTO_J_DECISIONS = {"response 1": "A>B", "response 2": "B>A", "tie": "A=B"}
 
 
 def parse_auto_j(text: str) -> str:
-    """Auto-J: the last "final decision is Response 1 / Response 2 / Tie" statement decides."""
-    matches = _AUTO_J.findall(_plain(text))
-    if not matches:
-        return ""
-    last = re.sub(r"\s+", " ", matches[-1].lower())
-    return {"response 1": "A>B", "response 2": "B>A", "tie": "A=B"}[last]
+    """Auto-J: "final decision is Response 1 / Response 2 / Tie"; every such statement must agree.
+
+    Auto-J's reference reads only the last statement; two that disagree are ambiguous, so they give "".
+    """
+    decisions = {_AUTO_J_DECISIONS[re.sub(r"\s+", " ", m.lower())] for m in _AUTO_J.findall(_plain(text))}
+    return decisions.pop() if len(decisions) == 1 else ""
 
 
 # Prometheus 2's own relative-grading pattern (prometheus-eval), as JudgeBench uses it.
@@ -87,11 +90,15 @@ _PROMETHEUS = re.compile(
 
 
 def parse_prometheus_2(text: str) -> str:
-    """`[RESULT] A` and its variants: the letter must be followed by a bracket, space or the end."""
-    match = _PROMETHEUS.search(_plain(text))
-    if not match:
+    """`[RESULT] A` and its variants: the letter must be followed by a bracket, space or the end.
+
+    The reference takes the first match; we require every match to agree, so "[Response A] is wrong ...
+    [RESULT] B" or two different results give "" rather than whichever came first.
+    """
+    letters = {letter.upper() for letter in _PROMETHEUS.findall(_plain(text))}
+    if len(letters) != 1:
         return ""
-    return "A>B" if match.group(1).upper() == "A" else "B>A"
+    return "A>B" if letters == {"A"} else "B>A"
 
 
 _SKYWORK = re.compile(r"\[\[\s*([AB])\s*\]\]")

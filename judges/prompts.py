@@ -73,6 +73,8 @@ class TemplateSet:
             raise UserError(f"prompt template '{name}.jinja2' uses an undefined variable: {exc.message}") from None
         except jinja2.exceptions.SecurityError as exc:
             raise UserError(f"prompt template '{name}.jinja2' tried an unsafe operation: {exc}") from None
+        except Exception as exc:  # the template is the checkout's code: the sandbox's range guard, 1/0, a missing include...
+            raise UserError(f"prompt template '{name}.jinja2' failed to render: {type(exc).__name__}: {exc}") from None
 
     def digest(self, names: list[str]) -> str:
         """sha256 over the named templates' sources: changes whenever a prompt the judge uses changes."""

@@ -1,0 +1,51 @@
+"""A pairwise external judge deciding JudgeBench pairs in-process, with no LLM call.
+
+It goes through the same flow as an LLM judge (both orders, the official metric, publishing), so a
+deterministic baseline is scored exactly like a model. The function has the row form with a decision in
+place of a score: `evaluate(row, config) -> (text, "A>B" | "B>A" | "A=B" | "")`; the row holds the pair's
+fields with `response_A`/`response_B` in the order shown to the judge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from judgebench_flows.errors import UserError
+from judges.external.loader import load_judge
+from judges.external.scoring import InvalidJudgeOutput, check_decision
+
+
+class ExternalPairwiseJudge:
+    """Decides a pair locally: `local = True` tells the flow not to call an endpoint."""
+
+    local = True
+    follow_up = None
+
+    def __init__(self, path: str, function: str = "evaluate", config: dict[str, Any] | None = None):
+        self._function, form = load_judge(path, function)
+        if form != "row":
+            raise UserError(f"Judge function '{function}' in {path} must take a row (row, config) to decide JudgeBench pairs")
+        self.path = Path(path)
+        self.config = {"reference_column": "ground_truth", **(config or {})}
+        self.name = f"external:{self.path.stem}"
+        self.sampling: dict[str, Any] = {}
+
+    def decide(self, pair_fields: dict[str, Any], answer_A: str, answer_B: str) -> tuple[str, str, str | None]:
+        """(text, decision, error): a judge that raises or breaks the contract gives an invalid judgment."""
+        row = pd.Series({**pair_fields, "response_A": answer_A, "response_B": answer_B})
+        try:
+            text, decision = check_decision(self._function(row, dict(self.config)))
+        except InvalidJudgeOutput as exc:
+            return "", "", f"InvalidJudgeOutput: {exc}"
+        except Exception as exc:  # the user's judge: its error belongs to this one judgment
+            return "", "", f"{type(exc).__name__}: {exc}"
+        return text, decision, None
+
+    def fingerprint(self) -> str:
+        source = self.path.read_bytes() if self.path.is_file() else b""
+        return "|".join([self.name, hashlib.sha256(source).hexdigest(), json.dumps(self.config, sort_keys=True, default=str)])

@@ -37,6 +37,14 @@ def make_shards(pairs: list[Pair], shard_size: int) -> list[Shard]:
     return [Shard(index=i, pairs=pairs[start : start + shard_size]) for i, start in enumerate(range(0, len(pairs), shard_size))]
 
 
+def output_judge_name(config: RunConfig) -> str:
+    """The judge's name in output file names: a custom judge is `custom_<Class>`, never its file path,
+    which would put directories (or `..`) into the JSONL's file name."""
+    if config.judge_template:
+        return "custom_" + config.judge_template.rsplit(":", 1)[-1].replace("/", "_")
+    return config.judge_type.replace(":", "_").replace("/", "_")
+
+
 def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
     spec = JudgeSpec(
         judge_type=config.judge_type,
@@ -54,6 +62,9 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         retry_max_wait=config.retry_max_wait,
         db_url=config.db_url,
         cache=config.cache,
+        external_judge_path=config.external_judge_path,
+        external_judge_function=config.external_judge_function,
+        external_judge_config=config.external_judge_config,
     )
     return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
 
@@ -121,7 +132,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     pairs = loaded.pairs
     header: dict[str, Any] = {
         "model": config.model,
-        "judge_type": config.judge_template or config.judge_type,
+        "judge_type": config.judge_template or (f"external:{Path(config.external_judge_path).stem}" if config.external_judge_path else config.judge_type),
         "dataset": {
             "repo_url": repo_url,
             "commit": commit,
@@ -156,7 +167,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             judgments = await _judge_in_process(shards, spec, config)
 
         results = build_results(judgments, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(loaded.skipped))
-        previous = [r for r in db.list_runs(engine, limit=10, config_key=config_key) if r.run_id != run_id and r.status in ("completed", "regressed")]
+        previous = [r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=("completed", "regressed")) if r.run_id != run_id]
         results["regression"] = None
         if previous and config.bootstrap_resamples:
             baseline = [JudgmentRecord(**_row_as_record(row)) for row in db.run_judgments(engine, previous[0].run_id)]
@@ -180,7 +191,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         paths = publish_results(
             run_id, results, pairs, judgments,
             result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
-            judge_name=header["judge_type"].replace(":", "_"), data_file=data_file, write_report=config.report,
+            judge_name=output_judge_name(config), data_file=data_file, write_report=config.report,
         )
         results["outputs"] = paths
         regressed = bool(results["regression"] and results["regression"].get("regressed"))

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from judgebench_flows.errors import UserError
 
@@ -46,6 +47,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add("--seed", type=int, help="seed for sampling, shuffling and bootstrap (default 42)")
     add("--request-timeout", "--request_timeout", dest="request_timeout", type=float, help="seconds per call before it is retried (default 120)")
     add("--max-retries", dest="max_retries", type=int, help="retries per call for 429/5xx/timeouts/dropped connections (default 6)")
+    add("--retry-initial-wait", dest="retry_initial_wait", type=float, help="seconds before the first retry; doubles each retry (default 1)")
+    add("--retry-max-wait", dest="retry_max_wait", type=float, help="longest backoff between retries; a server's Retry-After is still honoured (default 60)")
     add("--temperature", type=float, help="override the judge's temperature (default: the judge's own, 0)")
     add("--max-tokens", dest="max_tokens", type=int, help="override the judge's max_tokens")
     cache = p.add_mutually_exclusive_group()
@@ -89,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 RUN_OPTIONS = (
     "judge_type", "judge_template", "model", "repo_url", "ref", "data_file", "data_path", "templates_dir", "base_url",
     "concurrency", "rpm", "shard_size", "result_path", "output_dir", "db_url", "max_samples", "single_game",
-    "shuffle_responses", "seed", "request_timeout", "max_retries", "temperature", "max_tokens", "cache", "cache_dir",
+    "shuffle_responses", "seed", "request_timeout", "max_retries", "retry_initial_wait", "retry_max_wait", "temperature", "max_tokens", "cache", "cache_dir",
     "task_runner", "dask_address", "report",
 )
 
@@ -111,6 +114,50 @@ def _quiet_prefect(verbose: bool) -> None:
         os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
 
 
+def _user_error_names() -> set[str]:
+    names, pending = set(), [UserError]
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return names
+
+
+class _HideUserErrorRunLogs(logging.Filter):
+    """Drop Prefect's console records about a run that failed with a UserError.
+
+    Prefect logs the failure (with a traceback) before `main` prints the same error as one line; for bad
+    input that is noise which buries the line that tells the user what to fix. The filter sits on the
+    console handler only, so the records still reach the Prefect API and its UI; `--verbose` keeps them.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
+            return True
+        if record.exc_info and isinstance(record.exc_info[1], UserError):
+            return False
+        message = record.getMessage()
+        # A shard with unparseable verdicts or failed calls is expected and reported in the results.
+        names = _user_error_names() | {"ShardIncomplete"}
+        return not any(f"{name}:" in message or f"{name}(" in message for name in names)
+
+
+def _hide_user_error_run_logs() -> None:
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()  # Prefect configures logging lazily; later setups are incremental and keep handlers
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_HideUserErrorRunLogs())
+
+
+def _check_file_url(repo_url: str) -> None:
+    """A file:// repository that is not there fails now: in the flow, git's last words ("and the repository
+    exists.") name nothing, and the clone task would retry it as if it were a network hiccup."""
+    parts = urlsplit(repo_url.strip())
+    if parts.scheme.lower() == "file" and not Path(unquote(parts.path)).exists():
+        raise UserError(f"--repo-url: no repository at '{repo_url.strip()}'")
+
+
 def preflight(config) -> None:
     """Check everything checkable before Prefect starts: judge, templates, database, data, endpoint."""
     from judgebench_flows import db
@@ -119,27 +166,39 @@ def preflight(config) -> None:
 
     if config.judge_template is None and config.judge_type not in JUDGE_TYPES:
         raise UserError(f"unknown judge type '{config.judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
-    if config.judge_template:
-        get_judge(config.judge_type, None, config.judge_template)
+    if config.judge_template or config.judge_type == "external":
+        get_judge(config.judge_type, None, config.judge_template, config.external_judge_path,
+                  config.external_judge_function, config.external_judge_config)
     elif config.data_path or config.templates_dir:
         get_judge(config.judge_type, config.templates_dir)
     if config.data_path and not Path(config.data_path).is_file():
         raise UserError(f"--data-path: file not found: {config.data_path}")
+    if config.data_path:
+        from judgebench_flows.loading import load_pairs
+
+        load_pairs(config.data_path)  # duplicate ids or no usable row: say so before Prefect starts
     if not config.data_path:
         check_repo_url(config.repo_url)
+        _check_file_url(config.repo_url)
     db.open_database(config.db_url)
-    check_endpoint_reachable(config.resolved_base_url())
+    if config.needs_endpoint:
+        check_endpoint_reachable(config.resolved_base_url())
 
 
 def command_run(args: argparse.Namespace) -> int:
     from judgebench_flows.secrets import install_log_redaction
 
     install_log_redaction()
-    if args.judge_type == "external":
+    if args.judge_type == "external" and not _holds_judgebench_pairs(args.data_path):
         return _run_external(args)
     from judgebench_flows.config import build_config
 
     options = {name: getattr(args, name) for name in RUN_OPTIONS}
+    if args.judge_type == "external":  # a pairwise external judge deciding JudgeBench pairs, no endpoint
+        options["model"] = options.get("model") or "external"
+        options["external_judge_path"] = args.external_judge_path
+        options["external_judge_function"] = args.external_judge_function
+        options["external_judge_config"] = _json_object(args.external_judge_config)
     if not options.get("model"):
         raise UserError("--model is required (the judge model name the endpoint serves)")
     config = build_config(**options)
@@ -147,7 +206,38 @@ def command_run(args: argparse.Namespace) -> int:
 
     from judgebench_flows import console
 
+    if not args.verbose:
+        _hide_user_error_run_logs()
     return console.run_with_progress(config, show_progress=args.progress)
+
+
+def _holds_judgebench_pairs(data_path: str | None) -> bool:
+    """External judges score CLEAR-style tables, or decide JudgeBench pairs (a clone, or a JSONL of pairs)."""
+    if data_path is None:
+        return True
+    if not data_path.endswith(".jsonl") or not Path(data_path).is_file():
+        return False
+    with open(data_path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(first, dict) and {"pair_id", "response_A", "response_B", "label"} <= first.keys()
+    return False
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"Invalid JSON in --external-judge-config: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise UserError("--external-judge-config must be a JSON object")
+    return value
 
 
 def _run_external(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -56,6 +56,9 @@ class RunConfig(BaseModel):
     bootstrap_resamples: int = Field(default=2000, ge=0)
     regression_min_drop: float = Field(default=0.0, ge=0)
     report: bool = True
+    external_judge_path: str | None = None
+    external_judge_function: str = "evaluate"
+    external_judge_config: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("base_url")
     @classmethod
@@ -75,7 +78,13 @@ class RunConfig(BaseModel):
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
         return self
 
+    @property
+    def needs_endpoint(self) -> bool:
+        return self.judge_type != "external"
+
     def resolved_base_url(self) -> str:
+        if not self.needs_endpoint:
+            return "local:"
         url = self.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
         if not url:
             raise UserError("no endpoint: pass --base-url or set OPENAI_BASE_URL (or BASE_URL)")
@@ -93,6 +102,7 @@ class RunConfig(BaseModel):
         """What makes two runs comparable: same judge, model, data and protocol (not paths or speed)."""
         return {
             "judge_type": self.judge_template or self.judge_type,
+            "external": self.external_judge_path and (self.external_judge_path, self.external_judge_function, self.external_judge_config),
             "model": self.model,
             "data": self.data_path or f"{public_url(self.repo_url)}#{self.data_file}",
             "single_game": self.single_game,

@@ -55,7 +55,8 @@ def print_results(results: dict[str, Any]) -> None:
         table.add_row(name, _pct(acc["accuracy"]), ci, str(acc["correct_count"]), str(acc["valid_samples"]), str(acc["total_samples"]))
     out.print(table)
     dataset, invalid, usage = results["dataset"], results["invalid"], results["usage"]
-    out.print(f"dataset {dataset.get('data_file')} @ {str(dataset.get('commit'))[:12]}: {dataset.get('n_pairs')} pairs, "
+    where = f"commit {str(dataset['commit'])[:12]}" if dataset.get("commit") else "local file"
+    out.print(f"dataset {dataset.get('data_file')} ({where}): {dataset.get('n_pairs')} pairs, "
               f"{dataset.get('skipped_rows', 0)} rows skipped")
     out.print(f"consistency {_pct(results['consistency'].get('consistency'))}; invalid verdicts {invalid['invalid_judgments']}, "
               f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "

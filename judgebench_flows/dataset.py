@@ -69,7 +69,8 @@ def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
 
 def _last_line(result: subprocess.CompletedProcess[str], url: str) -> str:
     lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
-    text = lines[-1] if lines else f"git exited with {result.returncode}"
+    fatal = [line for line in lines if line.startswith("fatal:")]  # git's reason; later lines are hints
+    text = (fatal or lines)[-1] if lines else f"git exited with {result.returncode}"
     return text.replace(url, public_url(url))
 
 

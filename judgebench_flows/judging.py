@@ -12,6 +12,8 @@ import asyncio
 import dataclasses
 import hashlib
 import os
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ from judgebench_flows import db
 from judgebench_flows.llm import CacheMode, ChatCaller, RetryPolicy
 from judgebench_flows.records import JudgmentRecord, Pair, flip
 from judges import CustomJudge, PromptJudge, get_judge
+from judges.external.pairwise import ExternalPairwiseJudge
 from judges.procedure import Outcome, judge_one_order
 
 ProgressHook = Callable[[int], None]
@@ -51,6 +54,9 @@ class JudgeSpec(BaseModel):
     retry_max_wait: float = 60.0
     db_url: str | None = None
     cache: CacheMode = "use"
+    external_judge_path: str | None = None
+    external_judge_function: str = "evaluate"
+    external_judge_config: dict[str, Any] = {}
     # Filled by the flow from the built judge: changes whenever prompts, sampling or parser source change.
     judge_fingerprint: str = ""
 
@@ -70,30 +76,35 @@ class Shard(BaseModel):
         return h.hexdigest()
 
 
-def build_judge(spec: JudgeSpec) -> PromptJudge | CustomJudge:
-    judge = get_judge(spec.judge_type, spec.templates_dir, spec.judge_template)
+def build_judge(spec: JudgeSpec) -> PromptJudge | CustomJudge | ExternalPairwiseJudge:
+    judge = get_judge(
+        spec.judge_type, spec.templates_dir, spec.judge_template,
+        spec.external_judge_path, spec.external_judge_function, spec.external_judge_config,
+    )
     if spec.sampling_overrides:
         sampling = {**judge.sampling, **spec.sampling_overrides}
         if isinstance(judge, PromptJudge):
             judge = dataclasses.replace(judge, sampling=sampling)
-        else:
+        elif isinstance(judge, CustomJudge):
             judge.sampling = sampling
     return judge
 
 
 @dataclasses.dataclass
 class Runtime:
-    judge: PromptJudge | CustomJudge
+    judge: PromptJudge | CustomJudge | ExternalPairwiseJudge
     caller: ChatCaller
 
 
-_runtimes: dict[tuple[str, int], Runtime] = {}
+# Per event loop (an AsyncOpenAI client and a semaphore belong to the loop that made them), per spec.
+_runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Runtime]] = weakref.WeakKeyDictionary()
 
 
 def runtime_for(spec: JudgeSpec) -> Runtime:
     """The judge and caller for this spec in the running event loop (created on first use)."""
-    key = (spec.model_dump_json(), id(asyncio.get_running_loop()))
-    runtime = _runtimes.get(key)
+    per_loop = _runtimes.setdefault(asyncio.get_running_loop(), {})
+    key = spec.model_dump_json()
+    runtime = per_loop.get(key)
     if runtime is None:
         caller = ChatCaller(
             base_url=spec.base_url,
@@ -107,7 +118,7 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             cache_mode=spec.cache,
         )
         runtime = Runtime(build_judge(spec), caller)
-        _runtimes[key] = runtime
+        per_loop[key] = runtime
     return runtime
 
 
@@ -137,15 +148,25 @@ def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRec
     )
 
 
+def _decide_locally(judge: ExternalPairwiseJudge, pair: Pair, a: str, b: str) -> Outcome:
+    started = time.perf_counter()
+    text, decision, error = judge.decide(pair.model_dump(), a, b)
+    status = "ok" if decision else "invalid"
+    return Outcome(status, decision, "", text, error or (None if decision else "no decision"), [], time.perf_counter() - started)
+
+
 async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:
     """Both orders concurrently; only judgments that reached a verdict are remembered in the cache."""
     judge, caller = runtime.judge, runtime.caller
 
     async def one(order: int) -> JudgmentRecord:
         a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
-        outcome = await judge_one_order(judge, pair.question, a, b, caller.complete)
-        if outcome.status == "ok":
-            await caller.remember(outcome.completions)
+        if isinstance(judge, ExternalPairwiseJudge):
+            outcome = _decide_locally(judge, pair, a, b)
+        else:
+            outcome = await judge_one_order(judge, pair.question, a, b, caller.complete)
+            if outcome.status == "ok":
+                await caller.remember(outcome.completions)
         for hook in _progress_hooks:
             hook(1)
         return _record(pair, order, outcome, caller.model)
@@ -155,6 +176,8 @@ async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0,
 
 def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> list[str]:
     """The cache keys of every first-turn request in these pairs, for one prefetch query."""
+    if isinstance(runtime.judge, ExternalPairwiseJudge):
+        return []
     keys = []
     for pair in pairs:
         for order in orders:

@@ -86,12 +86,16 @@ class RetryPolicy:
     max_wait: float = 60.0
 
     def wait(self, state: RetryCallState) -> float:
-        """Exponential backoff with full jitter, but never sooner than the server's Retry-After."""
+        """Exponential backoff with full jitter, but never sooner than the server's Retry-After.
+
+        `max_wait` caps our own backoff only: retrying before the server's Retry-After just earns another
+        429 and burns an attempt, so an explicit Retry-After is honoured even when it is longer.
+        """
         exponential = min(self.max_wait, self.initial_wait * 2 ** (state.attempt_number - 1))
         jittered = random.uniform(exponential / 2, exponential)
         asked = _retry_after(state.outcome.exception() if state.outcome else None)
         if asked is not None:
-            return min(self.max_wait, max(asked, 0.0) + random.uniform(0, 0.1 * max(asked, 0.01)))
+            return max(asked, 0.0) + random.uniform(0, 0.1 * max(asked, 0.01))
         return jittered
 
 

@@ -48,7 +48,7 @@ def _accuracy(rows: list[dict[str, Any]]) -> Accuracy:
     total = len(rows)
     correct = sum(1 for r in rows if r["correct"])
     return Accuracy(
-        accuracy=round(correct / total, 6) if total else 0.0,
+        accuracy=round(correct / total, 6) if total else None,
         correct_count=correct,
         valid_samples=sum(1 for r in rows if r["valid"]),
         total_samples=total,

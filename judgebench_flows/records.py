@@ -87,9 +87,10 @@ class JudgmentRecord(BaseModel):
 
 
 class Accuracy(BaseModel):
-    """Accuracy of one slice; `accuracy` is correct_count / total_samples (the official denominator)."""
+    """Accuracy of one slice; `accuracy` is correct_count / total_samples (the official denominator),
+    None for a slice with no pairs (a category absent from the data), which is not the same as 0."""
 
-    accuracy: float
+    accuracy: float | None
     correct_count: int
     valid_samples: int
     total_samples: int

@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows.errors import UserError
 from judgebench_flows.judging import JudgeSpec, Shard, judge_pairs, runtime_for
@@ -39,17 +38,19 @@ def shard_cache_key(context, parameters) -> str:
     return f"judgebench-shard-{spec.cache_identity()[:32]}-{shard.content_hash()[:32]}"
 
 
-def retry_failed_calls(task, task_run, state) -> bool:
-    """Retry only shards with failed calls: bad input and fatal endpoint errors fail fast."""
-    try:
-        state.result()
-    except ShardIncomplete as exc:
+async def retry_failed_calls(task, task_run, state) -> bool:
+    """Retry only shards with failed calls: bad input and fatal endpoint errors fail fast.
+
+    Async on purpose: the task engine of an async task calls this inside its event loop, where the sync
+    `state.result()` only returns an un-awaited coroutine, so no exception was ever seen and shards with
+    failed calls were never retried.
+    """
+    exc = await state.aresult(raise_on_failure=False)
+    if isinstance(exc, ShardIncomplete):
         return exc.failed > 0
-    except UserError:
+    if isinstance(exc, UserError):
         return False
-    except Exception:
-        return True
-    return False
+    return isinstance(exc, BaseException)
 
 
 @task(
@@ -75,8 +76,17 @@ async def judge_shard(shard: Shard, spec: JudgeSpec) -> list[JudgmentRecord]:
     return records
 
 
+def no_shard_cache_key(context, parameters) -> None:
+    """No key: Prefect neither looks up nor stores the shard's result in its cache."""
+    return None
+
+
 def shard_task(cache: str, retries: int):
-    """The task with the run's cache mode and retry count applied."""
+    """The task with the run's cache mode and retry count applied.
+
+    --no-cache swaps the cache key function for one that gives no key: Prefect lets a task's
+    `cache_key_fn` win over `cache_policy=NO_CACHE`, so that option alone still served cached shards.
+    """
     if cache == "off":
-        return judge_shard.with_options(cache_policy=NO_CACHE, retries=retries)
+        return judge_shard.with_options(cache_key_fn=no_shard_cache_key, retries=retries)
     return judge_shard.with_options(refresh_cache=(cache == "refresh"), retries=retries)

@@ -51,7 +51,7 @@ def judgment_rows(run_id: str, judgments: list[JudgmentRecord]) -> list[dict[str
 def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [{"run_id": run_id, "scope": "overall", "name": "overall", **results["overall_accuracy"]}]
     for scope, key in (("category", "category_accuracy"), ("source", "source_accuracy")):
-        rows += [{"run_id": run_id, "scope": scope, "name": name, **acc} for name, acc in results[key].items()]
+        rows += [{"run_id": run_id, "scope": scope, "name": name, **acc} for name, acc in results[key].items() if acc["total_samples"]]
     return rows
 
 

@@ -1,0 +1,163 @@
+"""How close does a run come to the endpoint's bound, and what does it cost us per judgment?
+
+Starts the bundled OpenAI-compatible server in its own process with a fixed latency L, then runs the
+JudgeBench flow in this process at concurrency C on the full GPT-4o file (700 calls) cloned from a git
+copy of ../shared/judgebench, or on a synthetic file of --synthetic N pairs. Prints wall time, calls per
+second, the bound C / L and our share of it, our CPU time per judgment (this process only: the endpoint
+and the temporary Prefect server run elsewhere), peak memory, and the wall time of a fully cached re-run.
+With --reference it also times a loop shaped like JudgeBench's run_judge.py (a semaphore of C pairs, the
+two orders of a pair one after the other) against the same endpoint, for the end-to-end comparison.
+
+    python benchmarks/bench_judging.py --latency 1.0 --concurrency 32 --reference
+    python benchmarks/bench_judging.py --latency 0 --concurrency 64 --synthetic 100000
+
+Run by hand; this is a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "judgebench"
+GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
+
+
+def start_server(latency: float, port: int) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "judgebench_flows.testing.fake_openai", "--port", str(port), "--latency", str(latency),
+         "--answer", "My final verdict is [[A>B]]"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert process.stdout is not None
+    process.stdout.readline()  # prints its base URL once it listens
+    return process
+
+
+def make_repo(workdir: Path) -> tuple[str, str]:
+    repo = workdir / "JudgeBench"
+    shutil.copytree(SHARED, repo)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "data"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    return f"file://{repo}", sha
+
+
+def make_synthetic(path: Path, n_pairs: int, seed: int = 0) -> None:
+    """JudgeBench-shaped pairs with short texts, written as a stream."""
+    rng = random.Random(seed)
+    sources = ["mmlu-pro-law", "livebench-math", "livebench-reasoning", "livecodebench"]
+    with path.open("w") as handle:
+        for i in range(n_pairs):
+            handle.write(json.dumps({
+                "pair_id": f"synthetic-{i}", "source": sources[i % 4], "question": f"Question {i}: what is {i} + {i}?",
+                "response_A": f"The answer is {2 * i}.", "response_B": f"The answer is {2 * i + 1}.",
+                "label": rng.choice(["A>B", "B>A"]),
+            }) + "\n")
+
+
+def run_flow(config) -> tuple[dict, float, float]:
+    from flows.judgebench_flow import judgebench_flow
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    results = asyncio.run(judgebench_flow(config))
+    return results, time.perf_counter() - wall0, time.process_time() - cpu0
+
+
+async def reference_loop(base_url: str, data_path: str, concurrency: int) -> float:
+    """The shape of run_judge.py's judging loop: C pairs at a time, the two orders in sequence."""
+    import openai
+
+    pairs = [json.loads(line) for line in open(data_path)]
+    client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def judge(pair: dict) -> None:
+        async with semaphore:
+            for a, b in ((pair["response_A"], pair["response_B"]), (pair["response_B"], pair["response_A"])):
+                await client.chat.completions.create(
+                    model="bench", temperature=0, max_tokens=4096,
+                    messages=[{"role": "user", "content": f"{pair['question']}\n{a}\n{b}"}],
+                )
+
+    started = time.perf_counter()
+    await asyncio.gather(*(judge(p) for p in pairs))
+    await client.close()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", type=float, default=1.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--shard-size", type=int, default=50)
+    parser.add_argument("--synthetic", type=int, default=0, help="judge N synthetic pairs from a local file instead")
+    parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--reference", action="store_true", help="also time a run_judge.py-shaped loop")
+    args = parser.parse_args()
+
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ["OPENAI_API_KEY"] = "bench-key"
+    from judgebench_flows.config import RunConfig
+
+    workdir = Path(tempfile.mkdtemp(prefix="jb-bench-"))
+    server = start_server(args.latency, args.port)
+    base_url = f"http://127.0.0.1:{args.port}/v1"
+    try:
+        common = dict(
+            model="bench-judge", base_url=base_url, concurrency=args.concurrency, shard_size=args.shard_size,
+            result_path=str(workdir / "results.json"), output_dir=str(workdir / "run"),
+            db_url=f"sqlite:///{workdir}/bench.db", cache_dir=str(workdir / "cache"), report=False, bootstrap_resamples=200,
+        )
+        if args.synthetic:
+            data_path = workdir / "synthetic.jsonl"
+            make_synthetic(data_path, args.synthetic)
+            config = RunConfig(data_path=str(data_path), **common)
+        else:
+            url, sha = make_repo(workdir)
+            data_path = workdir / "JudgeBench" / "data" / GPT4O_FILE
+            config = RunConfig(repo_url=url, ref=sha, **common)
+
+        results, wall, cpu = run_flow(config)
+        calls = results["usage"]["calls"]
+        judgments = calls
+        timings = results["run"].get("timings", {})
+        judge_s = timings.get("judge_s", wall)
+        bound = args.concurrency / args.latency if args.latency else float("inf")
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"pairs {results['dataset']['n_pairs']}, calls {calls}, latency {args.latency}s, concurrency {args.concurrency}")
+        print(f"end-to-end wall time      {wall:8.2f} s   (phases: {json.dumps(timings)})")
+        print(f"judging phase             {judge_s:8.2f} s   {calls / judge_s:8.1f} calls/s")
+        if args.latency:
+            ideal = calls / bound
+            print(f"bound C/L                 {bound:8.1f} calls/s -> ideal judging {ideal:.2f} s; share of bound {ideal / judge_s:6.1%}")
+        print(f"our CPU per judgment      {1000 * cpu / judgments:8.3f} ms  (whole run, this process)")
+        print(f"peak memory               {peak_mb:8.1f} MiB")
+
+        _, cached_wall, _ = run_flow(config)
+        print(f"fully cached re-run       {cached_wall:8.2f} s")
+
+        if args.reference:
+            ref = asyncio.run(reference_loop(base_url, str(data_path), args.concurrency))
+            print(f"run_judge.py-shaped loop  {ref:8.2f} s   (judging only; no clone, cache, metrics or publishing)")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import shutil
+import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,13 +27,15 @@ from judgebench_flows import db
 from judgebench_flows.config import RunConfig
 from judgebench_flows.dataset import data_file_in
 from judgebench_flows.errors import UserError
-from judgebench_flows.judging import JudgeSpec, Shard, build_judge
+from judgebench_flows.compare import records_of
+from judgebench_flows.judging import JudgeSpec, Shard, announce_total, build_judge
+from judgebench_flows.loading import read_pairs_at, shuffle_responses
 from judgebench_flows.records import JudgmentRecord, Pair
-from judgebench_flows.results import build_results, correctness_by_pair, regression_check
+from judgebench_flows.results import build_results, correctness_by_pair, jsonl_rows, regression_check, write_jsonl
 from tasks.fetch import fetch_dataset
 from tasks.judge import ShardIncomplete, shard_task
-from tasks.load import load_dataset
-from tasks.publish import publish_results
+from tasks.load import index_dataset
+from tasks.publish import judgment_rows, publish_results
 
 
 def make_shards(pairs: list[Pair], shard_size: int) -> list[Shard]:
@@ -85,14 +91,28 @@ async def _shard_records(state: State) -> list[JudgmentRecord]:
     raise RuntimeError(f"shard ended in state {state.name}: {state.message}")
 
 
-async def _judge_in_process(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> list[JudgmentRecord]:
+def shards_in_flight(config: RunConfig) -> int:
+    """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
+    more: memory then holds a few shards, not the whole dataset."""
+    calls_per_shard = config.shard_size * (1 if config.single_game else 2)
+    return max(2, math.ceil(2 * config.concurrency / calls_per_shard))
+
+
+async def _judge_in_process(
+    shard_offsets: list[list[int]], materialize: Callable[[int, list[int]], Shard], spec: JudgeSpec,
+    config: RunConfig, on_shard_done: Callable[[Shard, list[JudgmentRecord]], list[JudgmentRecord]],
+) -> list[JudgmentRecord]:
     task = shard_task(config.cache, config.shard_retries)
+    slots = asyncio.Semaphore(shards_in_flight(config))
 
-    async def one(shard: Shard) -> list[JudgmentRecord]:
-        state = await task(shard, spec, return_state=True)
-        return await _shard_records(state)
+    async def one(index: int, offsets: list[int]) -> list[JudgmentRecord]:
+        async with slots:
+            shard = await asyncio.to_thread(materialize, index, offsets)
+            state = await task(shard, spec, return_state=True)
+            records = await _shard_records(state)
+            return await asyncio.to_thread(on_shard_done, shard, records)
 
-    per_shard = await asyncio.gather(*(one(shard) for shard in shards))
+    per_shard = await asyncio.gather(*(one(i, offsets) for i, offsets in enumerate(shard_offsets)))
     return [record for records in per_shard for record in records]
 
 
@@ -113,7 +133,7 @@ def _judge_on_dask(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> l
 async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     logger = get_run_logger()
     run_id = uuid.uuid4().hex
-    started = datetime.now(timezone.utc)
+    started, clock_start = datetime.now(timezone.utc), time.perf_counter()
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     engine = db.open_database(config.db_url)
 
@@ -128,8 +148,10 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         logger.info("dataset %s at commit %s", repo_url, commit)
 
     spec = judge_spec(config, templates_dir)
-    loaded = load_dataset(data_path, config.max_samples, config.seed, config.shuffle_responses)
-    pairs = loaded.pairs
+    fetched = time.perf_counter()
+    index = index_dataset(data_path, config.max_samples, config.seed)
+    n_pairs = len(index.offsets)
+    announce_total(n_pairs * len(spec.orders))
     header: dict[str, Any] = {
         "model": config.model,
         "judge_type": config.judge_template or (f"external:{Path(config.external_judge_path).stem}" if config.external_judge_path else config.judge_type),
@@ -137,9 +159,9 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             "repo_url": repo_url,
             "commit": commit,
             "data_file": data_file,
-            "n_pairs": len(pairs),
-            "skipped_rows": len(loaded.skipped),
-            "skipped": [{"line": s.line, "reason": s.reason} for s in loaded.skipped[:50]],
+            "n_pairs": n_pairs,
+            "skipped_rows": len(index.skipped),
+            "skipped": [{"line": s.line, "reason": s.reason} for s in index.skipped[:50]],
         },
     }
     config_key = config.config_key()
@@ -155,22 +177,43 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         flow_run_id=flow_run_id,
         status="running",
         started=started,
-        n_pairs=len(pairs),
+        n_pairs=n_pairs,
         config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
     )
-    try:
-        shards = make_shards(pairs, config.shard_size)
-        logger.info("judging %d pairs in %d shards (%s)", len(pairs), len(shards), "single game" if config.single_game else "both orders")
-        if config.task_runner == "dask":
-            judgments = await asyncio.to_thread(_judge_on_dask, shards, spec, config)
-        else:
-            judgments = await _judge_in_process(shards, spec, config)
+    judge_name = output_judge_name(config)
+    parts_dir = Path(config.output_dir) / ".parts" / run_id
 
-        results = build_results(judgments, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(loaded.skipped))
+    def materialize(shard_index: int, offsets: list[int]) -> Shard:
+        pairs = read_pairs_at(index.path, offsets)
+        return Shard(index=shard_index, pairs=shuffle_responses(pairs, config.seed) if config.shuffle_responses else pairs)
+
+    def on_shard_done(shard: Shard, records: list[JudgmentRecord]) -> list[JudgmentRecord]:
+        """Write the shard's JSONL part and database rows now; keep only what the metrics need."""
+        write_jsonl(parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(shard.pairs, records, judge_name))
+        db.save_judgments(engine, judgment_rows(run_id, records))
+        return [r.model_copy(update={"prompt": ""}) for r in records]
+
+    try:
+        shard_offsets = [index.offsets[i : i + config.shard_size] for i in range(0, n_pairs, config.shard_size)]
+        logger.info("judging %d pairs in %d shards (%s)", n_pairs, len(shard_offsets), "single game" if config.single_game else "both orders")
+        loaded = time.perf_counter()
+        cpu_before = time.process_time()
+        if config.task_runner == "dask":
+            shards = [materialize(i, offsets) for i, offsets in enumerate(shard_offsets)]
+            judged = await asyncio.to_thread(_judge_on_dask, shards, spec, config)
+            by_shard: dict[str, int] = {p.pair_id: s.index for s in shards for p in s.pairs}
+            judgments = []
+            for shard in shards:
+                judgments += on_shard_done(shard, [r for r in judged if by_shard[r.pair_id] == shard.index])
+        else:
+            judgments = await _judge_in_process(shard_offsets, materialize, spec, config, on_shard_done)
+        judged_at, judge_cpu = time.perf_counter(), time.process_time() - cpu_before
+
+        results = build_results(judgments, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(index.skipped))
         previous = [r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=("completed", "regressed")) if r.run_id != run_id]
         results["regression"] = None
         if previous and config.bootstrap_resamples:
-            baseline = [JudgmentRecord(**_row_as_record(row)) for row in db.run_judgments(engine, previous[0].run_id)]
+            baseline = records_of(engine, previous[0].run_id)
             if baseline:
                 results["regression"] = regression_check(
                     correctness_by_pair(baseline), correctness_by_pair(judgments), baseline_run_id=previous[0].run_id,
@@ -188,11 +231,20 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             "shuffle_responses": config.shuffle_responses,
             "seed": config.seed,
         }
+        results["run"]["timings"] = {
+            "fetch_s": round(fetched - clock_start, 3),
+            "load_s": round(loaded - fetched, 3),
+            "judge_s": round(judged_at - loaded, 3),
+            "judge_cpu_ms_per_judgment": round(1000 * judge_cpu / max(1, len(judgments)), 3),
+        }
+        publish_started = time.perf_counter()
         paths = publish_results(
-            run_id, results, pairs, judgments,
+            run_id, results, judgments, sorted(parts_dir.glob("shard-*.jsonl")),
             result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
-            judge_name=output_judge_name(config), data_file=data_file, write_report=config.report,
+            judge_name=judge_name, data_file=data_file, write_report=config.report,
         )
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        results["run"]["timings"]["publish_s"] = round(time.perf_counter() - publish_started, 3)
         results["outputs"] = paths
         regressed = bool(results["regression"] and results["regression"].get("regressed"))
         overall = results["overall_accuracy"]
@@ -208,13 +260,6 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     except BaseException as exc:
         db.update_run(engine, run_id, status="failed", finished=datetime.now(timezone.utc), message=str(exc)[:500] if isinstance(exc, UserError) else type(exc).__name__)
         raise
-
-
-def _row_as_record(row: db.JudgmentRow) -> dict[str, Any]:
-    return {
-        "pair_id": row.pair_id, "order": row.order_index, "source": row.source, "category": row.category, "label": row.label,
-        "status": row.status, "decision": row.decision, "decision_for_pair": row.decision_for_pair, "judge_model": "",
-    }
 
 
 __all__ = ["judgebench_flow", "make_shards"]

@@ -23,18 +23,15 @@ def _pct(value: float | None) -> str:
 
 def run_with_progress(config: RunConfig, show_progress: bool = True) -> int:
     from flows.judgebench_flow import judgebench_flow
-    from judgebench_flows.judging import add_progress_hook, clear_progress_hooks
-    from judgebench_flows.loading import load_pairs
+    from judgebench_flows.judging import add_progress_hook, add_total_hook, clear_progress_hooks
 
     err.print(f"[bold]judgebench[/] {config.judge_template or config.judge_type} / {config.model}; "
               f"dataset {config.data_path or config.repo_url} @ {config.ref or 'default branch'}")
-    total = None
-    if config.data_path:  # a clone's size is known only after the flow fetches it
-        total = min(len(load_pairs(config.data_path).pairs), config.max_samples or 10**9) * (1 if config.single_game else 2)
     progress = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=err, disable=not show_progress or not sys.stderr.isatty() and not show_progress)
+                        console=err, disable=not show_progress)
     with progress:
-        bar = progress.add_task("judging", total=total)
+        bar = progress.add_task("judging", total=None)
+        add_total_hook(lambda n: progress.update(bar, total=n))
         add_progress_hook(lambda n: progress.advance(bar, n))
         try:
             results = asyncio.run(judgebench_flow(config))

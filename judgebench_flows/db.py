@@ -3,12 +3,16 @@
 SQLite by default, PostgreSQL in production; the same code path serves both. Every write is an upsert on
 a natural key, so a retried publish or a resumed run never duplicates rows, and concurrent shards may
 write at once (SQLite in WAL mode with a busy timeout; PostgreSQL natively). The schema is created on
-first use and upgraded by adding missing columns, which is safe for existing data.
+first use and upgraded by adding missing columns and indexes, which is safe for existing data. Datetimes
+are stored and returned as aware UTC on both backends.
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -16,7 +20,7 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, UniqueConstraint, select
 
 from judgebench_flows.errors import UserError
@@ -26,6 +30,14 @@ SCHEMA_VERSION = 1
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _as_utc(value: Any) -> Any:
+    """Datetime columns are SQLModel's UTCDateTime, which refuses naive values: a naive datetime from a
+    caller is taken to be UTC (as `utcnow()` and the flow produce), an aware one is converted."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)
+    return value
 
 
 class RunRow(SQLModel, table=True):
@@ -128,19 +140,73 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _upgrade_schema(engine: Engine) -> None:
-    """Create missing tables, then add columns that newer versions of these models define."""
-    SQLModel.metadata.create_all(engine)
-    inspector = sa.inspect(engine)
+TABLES = [RunRow.__table__, JudgmentRow.__table__, MetricRow.__table__, CallCacheRow.__table__, SchemaMeta.__table__]  # type: ignore[attr-defined]
+WRITE_ATTEMPTS = 8
+
+
+def _with_retries(write: Callable[[], None]) -> None:
+    """Run a write, retrying with jittered backoff when the database says "try again".
+
+    SQLite answers "database is locked" when its busy timeout runs out under many writers, and PostgreSQL
+    may abort one of two transactions that lock the same rows (deadlock, serialization failure). Both
+    are transient, and every write here is an idempotent upsert or update, so running it again is safe.
+    """
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            write()
+            return
+        except OperationalError:
+            if attempt == WRITE_ATTEMPTS - 1:
+                raise
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+
+
+def _add_column_sql(engine: Engine, table: sa.Table, column: sa.Column) -> str:
+    """ALTER TABLE ... ADD COLUMN for a column newer code defines; a scalar Python default becomes the
+    column's DEFAULT so existing rows get that value instead of NULL (e.g. counters read as 0)."""
+    quote = engine.dialect.identifier_preparer.quote
+    sql = f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {column.type.compile(dialect=engine.dialect)}"
+    default = column.default
+    if default is not None and getattr(default, "is_scalar", False) and default.arg is not None:
+        literal = sa.literal(default.arg, type_=column.type).compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+        sql += f" DEFAULT {literal}"
+    return sql
+
+
+def _upgrade_once(engine: Engine) -> None:
     with engine.begin() as connection:
-        for table in SQLModel.metadata.sorted_tables:
+        if engine.dialect.name == "postgresql":  # serialize concurrent upgrades of one database
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('judgebench_schema'))"))
+        SQLModel.metadata.create_all(connection, tables=TABLES)
+        inspector = sa.inspect(connection)
+        for table in TABLES:
             existing = {column["name"] for column in inspector.get_columns(table.name)}
             for column in table.columns:
                 if column.name not in existing:
-                    kind = column.type.compile(dialect=engine.dialect)
-                    connection.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+                    connection.execute(sa.text(_add_column_sql(engine, table, column)))
+            indexes = {index["name"] for index in inspector.get_indexes(table.name)}
+            for index in table.indexes:
+                if index.name not in indexes:
+                    index.create(connection)
         if connection.execute(sa.select(SchemaMeta.__table__)).first() is None:
             connection.execute(sa.insert(SchemaMeta.__table__).values(id=1, version=SCHEMA_VERSION))
+
+
+def _upgrade_schema(engine: Engine) -> None:
+    """Create missing tables, then add columns that newer versions of these models define.
+
+    Only adds, never drops or rewrites, so an old database keeps its rows. Several processes may open a
+    new database at once (shards, a nightly matrix): PostgreSQL serializes them with an advisory lock;
+    on SQLite the loser of a race ("table already exists", "duplicate column") simply looks again.
+    """
+    for attempt in range(5):
+        try:
+            _upgrade_once(engine)
+            return
+        except DBAPIError:
+            if attempt == 4:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def open_database(url: str) -> Engine:
@@ -169,8 +235,15 @@ def open_database(url: str) -> Engine:
 
 
 def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """Insert or update `rows` on their natural key in one statement per batch.
+
+    Rows are de-duplicated on the key (last one wins: PostgreSQL refuses to update one row twice in a
+    statement) and sorted by it, so concurrent writers lock overlapping rows in the same order.
+    """
     if not rows:
         return
+    unique = {tuple(row[k] for k in keys): {k: _as_utc(v) for k, v in row.items()} for row in rows}
+    rows = [unique[key] for key in sorted(unique, key=lambda key: tuple(str(part) for part in key))]
     table = model.__table__  # type: ignore[attr-defined]
     dialect = engine.dialect.name
     if dialect == "postgresql":
@@ -178,21 +251,24 @@ def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], k
     elif dialect == "sqlite":
         insert = sqlite.insert(table)
     else:  # other databases: merge row by row
-        with Session(engine) as session:
-            for row in rows:
-                session.merge(model(**row))
-            session.commit()
+
+        def merge() -> None:
+            with Session(engine) as session:
+                for row in rows:
+                    session.merge(model(**row))
+                session.commit()
+
+        _with_retries(merge)
         return
-    updates = {c.name: insert.excluded[c.name] for c in table.columns if c.name not in keys and c.name != "id"}
+    columns = {name for row in rows for name in row}
+    updates = {c.name: insert.excluded[c.name] for c in table.columns if c.name in columns and c.name not in keys and c.name != "id"}
     statement = insert.on_conflict_do_update(index_elements=keys, set_=updates) if updates else insert.on_conflict_do_nothing(index_elements=keys)
-    for attempt in range(5):
-        try:
-            with engine.begin() as connection:
-                connection.execute(statement, rows)
-            return
-        except OperationalError:  # SQLite "database is locked" under heavy concurrency
-            if attempt == 4:
-                raise
+
+    def write() -> None:
+        with engine.begin() as connection:
+            connection.execute(statement, rows)
+
+    _with_retries(write)
 
 
 def save_run(engine: Engine, **fields: Any) -> None:
@@ -200,8 +276,13 @@ def save_run(engine: Engine, **fields: Any) -> None:
 
 
 def update_run(engine: Engine, run_id: str, **fields: Any) -> None:
-    with engine.begin() as connection:
-        connection.execute(sa.update(RunRow.__table__).where(RunRow.__table__.c.run_id == run_id).values(**fields))
+    values = {k: _as_utc(v) for k, v in fields.items()}
+
+    def write() -> None:
+        with engine.begin() as connection:
+            connection.execute(sa.update(RunRow.__table__).where(RunRow.__table__.c.run_id == run_id).values(**values))
+
+    _with_retries(write)
 
 
 def save_judgments(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
@@ -225,11 +306,14 @@ def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
     _upsert(engine, CallCacheRow, rows, ["key"])
 
 
-def list_runs(engine: Engine, limit: int = 50, config_key: str | None = None) -> list[RunRow]:
+def list_runs(engine: Engine, limit: int = 50, config_key: str | None = None, statuses: Iterable[str] | None = None) -> list[RunRow]:
+    """Newest first; optionally only one configuration's runs and only runs in the given statuses."""
     with Session(engine) as session:
         query = select(RunRow).order_by(RunRow.started.desc()).limit(limit)  # type: ignore[attr-defined]
         if config_key:
             query = query.where(RunRow.config_key == config_key)
+        if statuses is not None:
+            query = query.where(RunRow.status.in_(list(statuses)))  # type: ignore[attr-defined]
         return list(session.exec(query))
 
 
@@ -237,7 +321,7 @@ def get_run(engine: Engine, run_id: str) -> RunRow | None:
     with Session(engine) as session:
         run = session.get(RunRow, run_id)
         if run is None:  # allow a unique prefix, as people copy short ids from `history`
-            matches = list(session.exec(select(RunRow).where(RunRow.run_id.startswith(run_id)).limit(2)))  # type: ignore[attr-defined]
+            matches = list(session.exec(select(RunRow).where(RunRow.run_id.startswith(run_id, autoescape=True)).limit(2)))  # type: ignore[attr-defined]
             run = matches[0] if len(matches) == 1 else None
         return run
 

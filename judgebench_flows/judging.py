@@ -34,8 +34,23 @@ def add_progress_hook(hook: ProgressHook) -> None:
     _progress_hooks.append(hook)
 
 
+TotalHook = Callable[[int], None]
+_total_hooks: list[TotalHook] = []
+
+
+def add_total_hook(hook: TotalHook) -> None:
+    """Called once with the number of judgments a run will make (known only after the data is read)."""
+    _total_hooks.append(hook)
+
+
+def announce_total(judgments: int) -> None:
+    for hook in _total_hooks:
+        hook(judgments)
+
+
 def clear_progress_hooks() -> None:
     _progress_hooks.clear()
+    _total_hooks.clear()
 
 
 class JudgeSpec(BaseModel):

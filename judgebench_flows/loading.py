@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from typing import TypeVar
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from judgebench_flows.errors import UserError
 from judgebench_flows.records import Pair, flip
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -38,44 +42,99 @@ def _reason(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def load_pairs(path: str | Path) -> LoadedPairs:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"data file not found: {path}")
-    pairs: list[Pair] = []
-    skipped: list[SkippedRow] = []
+def _rows(path: Path) -> Iterator[tuple[int, int, Pair | SkippedRow]]:
+    """(line number, byte offset, pair or skip reason) for every non-blank line, validated."""
     first_line: dict[str, int] = {}
-    # utf-8-sig: a byte order mark (common from Windows editors) would otherwise cost the first row.
-    with path.open(encoding="utf-8-sig", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
+    offset = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line_offset, offset = offset, offset + len(raw)
+            # A byte order mark (common from Windows editors) would otherwise cost the first row.
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8", errors="replace")
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                skipped.append(SkippedRow(number, f"not valid JSON ({exc.msg} at column {exc.colno})"))
+                yield number, line_offset, SkippedRow(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
                 continue
             if not isinstance(row, dict):
-                skipped.append(SkippedRow(number, f"expected a JSON object, got {type(row).__name__}"))
+                yield number, line_offset, SkippedRow(number, f"expected a JSON object, got {type(row).__name__}")
                 continue
             row.pop("swapped", None)
             try:
                 pair = Pair.model_validate(row)
             except ValidationError as exc:
-                skipped.append(SkippedRow(number, _reason(exc)))
+                yield number, line_offset, SkippedRow(number, _reason(exc))
                 continue
             if pair.pair_id in first_line:
                 raise UserError(f"{path.name} line {number}: duplicate pair_id '{pair.pair_id}' (first on line {first_line[pair.pair_id]})")
             first_line[pair.pair_id] = number
-            pairs.append(pair)
+            yield number, line_offset, pair
+
+
+def _no_pairs(path: Path, skipped: list[SkippedRow]) -> UserError:
+    detail = f"; {len(skipped)} rows skipped, first: line {skipped[0].line}: {skipped[0].reason}" if skipped else ""
+    return UserError(f"{path}: no valid pairs{detail}")
+
+
+def load_pairs(path: str | Path) -> LoadedPairs:
+    """Every valid pair in memory: for small files and tools; runs use `index_pairs` and read shards lazily."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"data file not found: {path}")
+    pairs: list[Pair] = []
+    skipped: list[SkippedRow] = []
+    for _, _, item in _rows(path):
+        (skipped if isinstance(item, SkippedRow) else pairs).append(item)  # type: ignore[arg-type]
     if not pairs:
-        detail = f"; {len(skipped)} rows skipped, first: line {skipped[0].line}: {skipped[0].reason}" if skipped else ""
-        raise UserError(f"{path}: no valid pairs{detail}")
+        raise _no_pairs(path, skipped)
     return LoadedPairs(pairs, skipped)
 
 
-def sample_pairs(pairs: list[Pair], max_samples: int | None, seed: int) -> list[Pair]:
-    """A seeded subset that keeps file order, so the same seed always judges the same pairs."""
+@dataclass
+class PairIndex:
+    """Where each valid pair starts in the file: a run reads its shards from here one at a time, so memory
+    holds a few shards rather than the whole dataset."""
+
+    path: str
+    offsets: list[int]
+    skipped: list[SkippedRow] = field(default_factory=list)
+
+
+def index_pairs(path: str | Path) -> PairIndex:
+    """Validate the whole file once (so bad rows and duplicate ids are known up front), keep only offsets."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"data file not found: {path}")
+    offsets: list[int] = []
+    skipped: list[SkippedRow] = []
+    for _, offset, item in _rows(path):
+        if isinstance(item, SkippedRow):
+            skipped.append(item)
+        else:
+            offsets.append(offset)
+    if not offsets:
+        raise _no_pairs(path, skipped)
+    return PairIndex(str(path), offsets, skipped)
+
+
+def read_pairs_at(path: str | Path, offsets: list[int]) -> list[Pair]:
+    """The pairs starting at these byte offsets (already validated by `index_pairs`)."""
+    pairs = []
+    with open(path, "rb") as handle:
+        for offset in offsets:
+            handle.seek(offset)
+            raw = handle.readline().decode("utf-8-sig" if offset == 0 else "utf-8", errors="replace")
+            row = json.loads(raw)
+            row.pop("swapped", None)
+            pairs.append(Pair.model_validate(row))
+    return pairs
+
+
+def sample_pairs(pairs: list[T], max_samples: int | None, seed: int) -> list[T]:
+    """A seeded subset that keeps file order, so the same seed always judges the same pairs (works on
+    pairs or on their offsets alike: the choice depends only on the count and the seed)."""
     if max_samples is None or max_samples >= len(pairs):
         return pairs
     chosen = set(random.Random(seed).sample(range(len(pairs)), max_samples))

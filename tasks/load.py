@@ -1,21 +1,23 @@
-"""Prefect task: read and validate pairs, then take the seeded subset and shuffle the run asks for."""
+"""Prefect task: validate the data file and pick the pairs this run judges (a seeded subset if asked).
+
+It returns offsets, not pairs: shards are read from the file when their turn comes, so a 100,000-pair
+file costs a list of integers here, not 100,000 objects held for the whole run.
+"""
 
 from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from judgebench_flows.loading import LoadedPairs, load_pairs, sample_pairs, shuffle_responses
+from judgebench_flows.loading import PairIndex, index_pairs, sample_pairs
 
 
-@task(name="load-pairs")
-def load_dataset(path: str, max_samples: int | None, seed: int, shuffle: bool) -> LoadedPairs:
-    loaded = load_pairs(path)
+@task(name="index-pairs")
+def index_dataset(path: str, max_samples: int | None, seed: int) -> PairIndex:
+    index = index_pairs(path)
     logger = get_run_logger()
-    for row in loaded.skipped[:20]:
+    for row in index.skipped[:20]:
         logger.warning("skipped line %d of %s: %s", row.line, path, row.reason)
-    if len(loaded.skipped) > 20:
-        logger.warning("... and %d more skipped lines", len(loaded.skipped) - 20)
-    pairs = sample_pairs(loaded.pairs, max_samples, seed)
-    if shuffle:
-        pairs = shuffle_responses(pairs, seed)
-    return LoadedPairs(pairs, loaded.skipped)
+    if len(index.skipped) > 20:
+        logger.warning("... and %d more skipped lines", len(index.skipped) - 20)
+    index.offsets = sample_pairs(index.offsets, max_samples, seed)
+    return index

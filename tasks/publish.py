@@ -2,11 +2,14 @@
 
 results.json, the JudgeBench-shaped JSONL, rows in the results database, an HTML report and Prefect
 artifacts. Every write is idempotent (atomic file replace, database upserts), so a retried publish
-leaves exactly one copy of everything.
+leaves exactly one copy of everything. Judgment rows and JSONL parts are written per shard by the flow,
+as shards finish, so a large run never holds every prompt in memory.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from judgebench_flows import db
-from judgebench_flows.records import JudgmentRecord, Pair
-from judgebench_flows.results import jsonl_rows, write_json, write_jsonl
+from judgebench_flows.records import JudgmentRecord
+from judgebench_flows.results import write_json
 
 
 def output_file_name(data_file: str, judge_name: str, model: str) -> str:
@@ -85,12 +88,24 @@ def summary_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def concatenate(parts: list[Path], target: Path) -> Path:
+    """Join the per-shard JSONL parts in shard order into the final file, atomically."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}.tmp")
+    with staging.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as handle:
+                shutil.copyfileobj(handle, out)
+    os.replace(staging, target)
+    return target
+
+
 @task(name="publish-results", retries=2, retry_delay_seconds=2)
 def publish_results(
     run_id: str,
     results: dict[str, Any],
-    pairs: list[Pair],
     judgments: list[JudgmentRecord],
+    jsonl_parts: list[Path],
     *,
     result_path: str,
     output_dir: str,
@@ -99,12 +114,12 @@ def publish_results(
     data_file: str,
     write_report: bool = True,
 ) -> dict[str, str]:
+    """Judgment rows and JSONL parts were written as each shard finished; this adds the rest."""
     paths: dict[str, str] = {}
     out = Path(output_dir)
     paths["results"] = str(write_json(result_path, results))
-    paths["judgments"] = str(write_jsonl(out / output_file_name(data_file, judge_name, results["model"]), jsonl_rows(pairs, judgments, judge_name)))
+    paths["judgments"] = str(concatenate(jsonl_parts, out / output_file_name(data_file, judge_name, results["model"])))
     engine = db.open_database(db_url)
-    db.save_judgments(engine, judgment_rows(run_id, judgments))
     db.save_metrics(engine, metric_rows(run_id, results))
     if write_report:
         from judgebench_flows.report import write_report as render

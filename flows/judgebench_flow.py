@@ -28,8 +28,8 @@ from judgebench_flows.config import RunConfig
 from judgebench_flows.dataset import data_file_in
 from judgebench_flows.errors import UserError
 from judgebench_flows.compare import records_of
-from judgebench_flows.judging import JudgeSpec, Shard, announce_total, build_judge
-from judgebench_flows.loading import read_pairs_at, shuffle_responses
+from judgebench_flows.judging import JudgeSpec, Shard, announce_total, build_judge, close_runtimes
+from judgebench_flows.loading import PairIndex
 from judgebench_flows.records import JudgmentRecord, Pair
 from judgebench_flows.results import build_results, correctness_by_pair, jsonl_rows, regression_check, write_jsonl
 from tasks.fetch import fetch_dataset
@@ -38,9 +38,12 @@ from tasks.load import index_dataset
 from tasks.publish import judgment_rows, publish_results
 
 
-def make_shards(pairs: list[Pair], shard_size: int) -> list[Shard]:
+def make_shards(index: PairIndex, shard_size: int, shuffle_seed: int | None = None) -> list[Shard]:
     """Deterministic shards: consecutive runs of `shard_size` pairs in file order."""
-    return [Shard(index=i, pairs=pairs[start : start + shard_size]) for i, start in enumerate(range(0, len(pairs), shard_size))]
+    return [
+        Shard(index=i, path=index.path, offsets=index.offsets[start : start + shard_size], shuffle_seed=shuffle_seed)
+        for i, start in enumerate(range(0, len(index.offsets), shard_size))
+    ]
 
 
 def output_judge_name(config: RunConfig) -> str:
@@ -99,20 +102,22 @@ def shards_in_flight(config: RunConfig) -> int:
 
 
 async def _judge_in_process(
-    shard_offsets: list[list[int]], materialize: Callable[[int, list[int]], Shard], spec: JudgeSpec,
-    config: RunConfig, on_shard_done: Callable[[Shard, list[JudgmentRecord]], list[JudgmentRecord]],
+    shards: list[Shard], spec: JudgeSpec, config: RunConfig,
+    on_shard_done: Callable[[Shard, list[JudgmentRecord]], list[JudgmentRecord]],
 ) -> list[JudgmentRecord]:
     task = shard_task(config.cache, config.shard_retries)
     slots = asyncio.Semaphore(shards_in_flight(config))
 
-    async def one(index: int, offsets: list[int]) -> list[JudgmentRecord]:
+    async def one(shard: Shard) -> list[JudgmentRecord]:
         async with slots:
-            shard = await asyncio.to_thread(materialize, index, offsets)
             state = await task(shard, spec, return_state=True)
             records = await _shard_records(state)
             return await asyncio.to_thread(on_shard_done, shard, records)
 
-    per_shard = await asyncio.gather(*(one(i, offsets) for i, offsets in enumerate(shard_offsets)))
+    try:
+        per_shard = await asyncio.gather(*(one(shard) for shard in shards))
+    finally:
+        await close_runtimes()
     return [record for records in per_shard for record in records]
 
 
@@ -183,30 +188,25 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     judge_name = output_judge_name(config)
     parts_dir = Path(config.output_dir) / ".parts" / run_id
 
-    def materialize(shard_index: int, offsets: list[int]) -> Shard:
-        pairs = read_pairs_at(index.path, offsets)
-        return Shard(index=shard_index, pairs=shuffle_responses(pairs, config.seed) if config.shuffle_responses else pairs)
-
     def on_shard_done(shard: Shard, records: list[JudgmentRecord]) -> list[JudgmentRecord]:
         """Write the shard's JSONL part and database rows now; keep only what the metrics need."""
-        write_jsonl(parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(shard.pairs, records, judge_name))
+        write_jsonl(parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(shard.load(), records, judge_name))
         db.save_judgments(engine, judgment_rows(run_id, records))
         return [r.model_copy(update={"prompt": ""}) for r in records]
 
     try:
-        shard_offsets = [index.offsets[i : i + config.shard_size] for i in range(0, n_pairs, config.shard_size)]
-        logger.info("judging %d pairs in %d shards (%s)", n_pairs, len(shard_offsets), "single game" if config.single_game else "both orders")
+        shards = make_shards(index, config.shard_size, config.seed if config.shuffle_responses else None)
+        logger.info("judging %d pairs in %d shards (%s)", n_pairs, len(shards), "single game" if config.single_game else "both orders")
         loaded = time.perf_counter()
         cpu_before = time.process_time()
         if config.task_runner == "dask":
-            shards = [materialize(i, offsets) for i, offsets in enumerate(shard_offsets)]
             judged = await asyncio.to_thread(_judge_on_dask, shards, spec, config)
-            by_shard: dict[str, int] = {p.pair_id: s.index for s in shards for p in s.pairs}
             judgments = []
             for shard in shards:
-                judgments += on_shard_done(shard, [r for r in judged if by_shard[r.pair_id] == shard.index])
+                ids = {p.pair_id for p in shard.load()}
+                judgments += on_shard_done(shard, [r for r in judged if r.pair_id in ids])
         else:
-            judgments = await _judge_in_process(shard_offsets, materialize, spec, config, on_shard_done)
+            judgments = await _judge_in_process(shards, spec, config, on_shard_done)
         judged_at, judge_cpu = time.perf_counter(), time.process_time() - cpu_before
 
         results = build_results(judgments, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(index.skipped))

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from judgebench_flows import db
 from judgebench_flows.llm import CacheMode, ChatCaller, RetryPolicy
+from judgebench_flows.loading import read_pairs_at, shuffle_responses
 from judgebench_flows.records import JudgmentRecord, Pair, flip
 from judges import CustomJudge, PromptJudge, get_judge
 from judges.external.pairwise import ExternalPairwiseJudge
@@ -81,12 +82,25 @@ class JudgeSpec(BaseModel):
 
 
 class Shard(BaseModel):
+    """A shard by reference: the data file and where its pairs start, plus the shuffle seed if any.
+
+    Prefect walks every task parameter (and Dask ships them): fifty pairs of long answers cost about a
+    millisecond per judgment that way, offsets cost nothing. Workers read the pairs themselves.
+    """
+
     index: int
-    pairs: list[Pair]
+    path: str
+    offsets: list[int]
+    shuffle_seed: int | None = None
+
+    def load(self) -> list[Pair]:
+        pairs = read_pairs_at(self.path, self.offsets)
+        return shuffle_responses(pairs, self.shuffle_seed) if self.shuffle_seed is not None else pairs
 
     def content_hash(self) -> str:
+        """Hash of the pairs as judged (after any shuffle): the shard cache key follows the data itself."""
         h = hashlib.sha256()
-        for pair in self.pairs:
+        for pair in self.load():
             h.update(pair.model_dump_json().encode())
         return h.hexdigest()
 
@@ -137,8 +151,10 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
     return runtime
 
 
-def forget_runtimes() -> None:
-    _runtimes.clear()
+async def close_runtimes() -> None:
+    """Close this loop's endpoint clients (their connections belong to the loop that is about to end)."""
+    for runtime in _runtimes.pop(asyncio.get_running_loop(), {}).values():
+        await runtime.caller.aclose()
 
 
 def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRecord:

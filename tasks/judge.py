@@ -65,7 +65,7 @@ async def retry_failed_calls(task, task_run, state) -> bool:
 )
 async def judge_shard(shard: Shard, spec: JudgeSpec) -> list[JudgmentRecord]:
     runtime = runtime_for(spec)
-    records = await judge_pairs(shard.pairs, runtime, spec.orders)
+    records = await judge_pairs(shard.load(), runtime, spec.orders)
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(
         "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",

@@ -1,0 +1,98 @@
+"""Register the nightly and ad-hoc deployments from Python: the same result as `prefect deploy --all`.
+
+    python deployments/deploy.py                 # both deployments, pool judgebench-pool
+    python deployments/deploy.py --only adhoc
+
+Like prefect.yaml, it builds no image: the flows are loaded from this project directory
+(`flow.from_source` with a local path), so each deployment's pull step is `set_working_directory` to
+it, and a `process` worker on this machine runs them. The work pool is created if it is missing.
+Each deployment has its own work queue, so a worker can be limited to one kind of run
+(`--work-queue adhoc`); a worker started without `--work-queue` serves both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from uuid import UUID
+
+from prefect import deploy, flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.deployments.runner import RunnerDeployment
+from prefect.exceptions import ObjectNotFound
+from prefect.schedules import Cron
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+WORK_POOL = "judgebench-pool"
+NIGHTLY_CRON = "0 2 * * *"
+NIGHTLY_TIMEZONE = "UTC"
+NIGHTLY_ENTRYPOINT = "flows/nightly.py:nightly_benchmarks"
+ADHOC_ENTRYPOINT = "flows/nightly.py:judgebench_adhoc"
+
+
+def ensure_work_pool(name: str = WORK_POOL) -> None:
+    """Create the `process` work pool with Prefect's default job template, unless it exists."""
+    from prefect.workers.process import ProcessWorker
+
+    with get_client(sync_client=True) as client:
+        try:
+            pool = client.read_work_pool(name)
+        except ObjectNotFound:
+            client.create_work_pool(
+                WorkPoolCreate(name=name, type="process", base_job_template=ProcessWorker.get_default_base_job_template()),
+            )
+            print(f"created work pool '{name}' (process)")
+            return
+    if pool.type != "process":
+        raise SystemExit(f"work pool '{name}' exists with type '{pool.type}'; these deployments need a 'process' pool")
+
+
+def nightly_deployment(project_dir: Path = PROJECT_DIR, matrix_path: str = "deployments/nightly.yaml") -> RunnerDeployment:
+    nightly = flow.from_source(source=str(project_dir), entrypoint=NIGHTLY_ENTRYPOINT)
+    return nightly.to_deployment(
+        name="nightly",
+        description="Every judge x model x data file of the matrix; fails if any configuration failed or regressed.",
+        schedules=[Cron(NIGHTLY_CRON, timezone=NIGHTLY_TIMEZONE)],
+        parameters={"matrix_path": matrix_path},
+        concurrency_limit=1,  # a late night must not overlap the next one on the same endpoint
+        work_queue_name="nightly",
+        tags=["judgebench", "nightly"],
+    )
+
+
+def adhoc_deployment(project_dir: Path = PROJECT_DIR) -> RunnerDeployment:
+    adhoc = flow.from_source(source=str(project_dir), entrypoint=ADHOC_ENTRYPOINT)
+    return adhoc.to_deployment(
+        name="adhoc",
+        description="One JudgeBench configuration on demand: --param model=... [--param judge_type=...]",
+        work_queue_name="adhoc",
+        tags=["judgebench", "adhoc"],
+    )
+
+
+def deploy_all(project_dir: Path = PROJECT_DIR, work_pool: str = WORK_POOL, only: str | None = None) -> list[UUID]:
+    """Create or update the deployments (idempotent: running it again updates them in place)."""
+    ensure_work_pool(work_pool)
+    deployments = []
+    if only in (None, "nightly"):
+        deployments.append(nightly_deployment(project_dir))
+    if only in (None, "adhoc"):
+        deployments.append(adhoc_deployment(project_dir))
+    return deploy(*deployments, work_pool_name=work_pool, build=False, push=False, print_next_steps_message=False, ignore_warnings=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Register the JudgeBench deployments on the Prefect API in PREFECT_API_URL.")
+    parser.add_argument("--work-pool", default=WORK_POOL)
+    parser.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="where workers find this project (default: this checkout)")
+    parser.add_argument("--only", choices=["nightly", "adhoc"], help="register just one of the two")
+    args = parser.parse_args(argv)
+    ids = deploy_all(args.project_dir.resolve(), args.work_pool, args.only)
+    print(f"{len(ids)} deployments registered; start a worker with: prefect worker start --pool {args.work_pool}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,7 +15,6 @@ import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.external_flow import ARTIFACT_KEY, run_external
 from judgebench_flows.errors import UserError
@@ -36,12 +35,6 @@ def expected_outcome(qid: int) -> tuple[str, float | None, str]:
     if qid % 89 == 0:
         return "na", None, ""
     return "scored", (qid % 10) / 10, ""
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=60):
-        yield
 
 
 @pytest.fixture(scope="module")

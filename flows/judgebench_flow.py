@@ -30,7 +30,7 @@ from judgebench_flows.errors import UserError
 from judgebench_flows.compare import records_of
 from judgebench_flows.judging import JudgeSpec, Shard, announce_total, build_judge, close_runtimes
 from judgebench_flows.loading import PairIndex
-from judgebench_flows.records import JudgmentRecord, Pair
+from judgebench_flows.records import JudgmentRecord
 from judgebench_flows.results import build_results, correctness_by_pair, jsonl_rows, regression_check, write_jsonl
 from tasks.fetch import fetch_dataset
 from tasks.judge import ShardIncomplete, shard_task

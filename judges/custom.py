@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import inspect
-import sys
 from pathlib import Path
 from typing import Any
 
 from judgebench_flows.errors import UserError
 from judgebench_flows.records import DECISIONS
+from judges.files import ImportFailed, import_file, one_line
 
 
 class ParseFailed(Exception):
     """The judge's parser could not read this answer; the judgment is invalid, the run goes on."""
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message` on one line: a user's exception text may span lines, and a UserError is one line."""
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def _load_module(spec: str):
@@ -35,21 +29,15 @@ def _load_module(spec: str):
         path = Path(target)
         if not path.is_file():
             raise UserError(f"--judge-template: file not found: {path}")
-        name = f"judgebench_custom_judge_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise UserError(f"--judge-template: cannot import {path}")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
         try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:  # the user's file: any error is theirs to fix, reported as one line
-            raise UserError(f"--judge-template: importing {path} failed: {_describe(exc)}") from None
+            module = import_file(path, "judgebench_custom_judge")
+        except ImportFailed as exc:
+            raise UserError(f"--judge-template: importing {path} failed: {exc}") from None
         return module, path
     try:
         module = importlib.import_module(target)
     except Exception as exc:
-        raise UserError(f"--judge-template: cannot import module '{target}': {_describe(exc)}") from None
+        raise UserError(f"--judge-template: cannot import module '{target}': {one_line(exc)}") from None
     return module, Path(module.__file__ or target)
 
 
@@ -82,7 +70,7 @@ class CustomJudge:
         try:
             self._judge = cls()
         except Exception as exc:
-            raise UserError(f"--judge-template: creating {class_name}() failed: {_describe(exc)}") from None
+            raise UserError(f"--judge-template: creating {class_name}() failed: {one_line(exc)}") from None
         self.name = f"custom:{class_name}"
         self.spec = spec
         self.sampling: dict[str, Any] = dict(getattr(self._judge, "sampling", None) or {"temperature": 0.0})
@@ -104,7 +92,7 @@ class CustomJudge:
         try:
             decision = self._judge.parse(text)
         except Exception as exc:
-            raise ParseFailed(f"{self.name}.parse raised {_describe(exc)}") from None
+            raise ParseFailed(f"{self.name}.parse raised {one_line(exc)}") from None
         if decision is None:
             return ""
         if decision not in DECISIONS:

@@ -17,10 +17,7 @@ dataclasses and pickling inside the judge file work, and two judge files with th
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +25,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from judgebench_flows.errors import UserError
+from judges.files import ImportFailed, import_file
 
 JudgeForm = Literal["row", "table"]
 JudgeFn = Callable[..., Any]
@@ -45,20 +43,10 @@ def judge_form(function: JudgeFn) -> JudgeForm:
 
 
 def _import_file(path: Path) -> Any:
-    resolved = path.resolve()
-    name = f"judgebench_external_judge_{hashlib.sha256(str(resolved).encode()).hexdigest()[:12]}"
-    spec = importlib.util.spec_from_file_location(name, resolved)
-    if spec is None or spec.loader is None:
-        raise UserError(f"Cannot import external judge file {path}: not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: whatever it raised is theirs to fix, shown as one line
-        sys.modules.pop(name, None)
-        detail = " ".join(str(exc).split())
-        raise UserError(f"Error importing external judge file {path}: {type(exc).__name__}: {detail}") from None
-    return module
+        return import_file(path, "judgebench_external_judge")
+    except ImportFailed as exc:
+        raise UserError(f"Error importing external judge file {path}: {exc}") from None
 
 
 def load_judge(judge_path: str, function_name: str = "evaluate") -> tuple[JudgeFn, JudgeForm]:

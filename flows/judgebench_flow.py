@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
@@ -28,7 +31,8 @@ from judgebench_flows.config import RunConfig
 from judgebench_flows.dataset import data_file_in
 from judgebench_flows.errors import UserError
 from judgebench_flows.compare import records_of
-from judgebench_flows.judging import JudgeSpec, Shard, announce_total, build_judge, close_runtimes
+from judgebench_flows.global_limits import ensure_limits, limit_names
+from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, close_runtimes
 from judgebench_flows.loading import PairIndex
 from judgebench_flows.records import JudgmentRecord
 from judgebench_flows.results import build_results, correctness_by_pair, jsonl_rows, regression_check, write_jsonl
@@ -74,7 +78,11 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         external_judge_path=config.external_judge_path,
         external_judge_function=config.external_judge_function,
         external_judge_config=config.external_judge_config,
+        adaptive_concurrency=config.adaptive_concurrency,
     )
+    if config.uses_global_limit:
+        concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)
+        spec = spec.model_copy(update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.rpm else None})
     return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
 
 
@@ -121,17 +129,149 @@ async def _judge_in_process(
     return [record for records in per_shard for record in records]
 
 
-def _judge_on_dask(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> list[JudgmentRecord]:
+def _judge_on_dask(
+    shards: list[Shard], spec: JudgeSpec, config: RunConfig,
+    on_shard_done: Callable[[Shard, list[JudgmentRecord]], list[JudgmentRecord]],
+) -> list[JudgmentRecord]:
+    """Shards as Prefect task runs on the Dask cluster at `--dask-address`, a bounded number at a time,
+    each handed to `on_shard_done` as soon as it finishes (as in-process). Runs in a thread of the flow:
+    the Dask runner is synchronous.
+
+    Workers rebuild the judge from the spec and read their shard from the data file themselves, so every
+    path they get is absolute and checked on every worker before the first shard is sent. Each shard
+    task runs in its own event loop on its worker, with its own endpoint client: the shared limit across
+    shards and workers is the Prefect global concurrency limit named in the spec.
+    """
+    from distributed import as_completed
+
+    spec, shards = _for_workers(spec, shards)
+    task = shard_task(config.cache, config.shard_retries)
+    per_shard: dict[int, list[JudgmentRecord]] = {}
+    with _dask_runner(config.dask_address or "") as runner:
+        _check_workers(runner.client, config.dask_address or "", _paths_workers_need(spec, shards))
+        in_flight = max(shards_in_flight(config), 2 * sum(runner.client.nthreads().values()))
+        pending = iter(shards)
+        submitted: dict[Any, Shard] = {}
+
+        def submit_next() -> Any | None:
+            shard = next(pending, None)
+            if shard is None:
+                return None
+            future = runner.submit(task, parameters={"shard": shard, "spec": spec}).wrapped_future
+            submitted[future] = shard
+            return future
+
+        finished = as_completed([f for f in (submit_next() for _ in range(in_flight)) if f is not None])
+        for future in finished:
+            shard = submitted.pop(future)
+            records = asyncio.run(_shard_records(_final_state(future)))
+            per_shard[shard.index] = on_shard_done(shard, records)
+            advance_progress(len(records))
+            following = submit_next()
+            if following is not None:
+                finished.add(following)
+    return [record for index in sorted(per_shard) for record in per_shard[index]]
+
+
+def _final_state(future: Any) -> State:
+    """The task run's final state, as the worker returned it (a crashed worker raises here)."""
+    outcome = future.result()
+    if not isinstance(outcome, State):
+        raise RuntimeError(f"a Dask worker returned {type(outcome).__name__} instead of the shard's final state")
+    return outcome
+
+
+def _dask_runner(address: str):
+    """The Prefect Dask task runner, refusing early what cannot work: no Prefect server that workers
+    can reach (a temporary one lives and dies with this process), or no scheduler at the address."""
+    from prefect.settings import PREFECT_API_URL
     from prefect_dask import DaskTaskRunner
 
-    task = shard_task(config.cache, config.shard_retries)
-    records: list[JudgmentRecord] = []
-    with DaskTaskRunner(address=config.dask_address) as runner:
-        futures = [runner.submit(task, parameters={"shard": shard, "spec": spec}) for shard in shards]
-        for future in futures:
-            future.wait()
-            records += asyncio.run(_shard_records(future.state))
-    return records
+    if not PREFECT_API_URL.value():
+        raise UserError(
+            "--task-runner dask needs a Prefect server that the workers can reach: start one "
+            "(`prefect server start`) and set PREFECT_API_URL here and on the workers"
+        )
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 8786), timeout=5):
+            pass
+    except OSError as exc:
+        raise UserError(f"--dask-address {address}: no Dask scheduler answers there ({exc.strerror or exc})") from None
+    return DaskTaskRunner(address=address)
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+def _absolute_sqlite_url(url: str | None) -> str | None:
+    """A relative SQLite path would name another file in each worker's working directory."""
+    from sqlalchemy.engine import make_url
+
+    if not url:
+        return url
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:" or os.path.isabs(parsed.database):
+        return url
+    return parsed.set(database=_absolute(parsed.database)).render_as_string(hide_password=False)
+
+
+def _for_workers(spec: JudgeSpec, shards: list[Shard]) -> tuple[JudgeSpec, list[Shard]]:
+    """Every local path in the spec and the shards made absolute (as this machine sees them)."""
+    template = spec.judge_template
+    if template and ":" in template and template.rsplit(":", 1)[0].endswith(".py"):
+        file, cls = template.rsplit(":", 1)
+        template = f"{_absolute(file)}:{cls}"
+    spec = spec.model_copy(update={
+        "templates_dir": _absolute(spec.templates_dir) if spec.templates_dir else None,
+        "judge_template": template,
+        "external_judge_path": _absolute(spec.external_judge_path) if spec.external_judge_path else None,
+        "db_url": _absolute_sqlite_url(spec.db_url),
+    })
+    return spec, [shard.model_copy(update={"path": _absolute(shard.path)}) for shard in shards]
+
+
+def _paths_workers_need(spec: JudgeSpec, shards: list[Shard]) -> list[str]:
+    """Files and directories each worker opens: data, templates, judge files, the SQLite directory."""
+    from sqlalchemy.engine import make_url
+
+    paths = {shard.path for shard in shards}
+    paths |= {p for p in (spec.templates_dir, spec.external_judge_path) if p}
+    if spec.judge_template and spec.judge_template.rsplit(":", 1)[0].endswith(".py"):
+        paths.add(spec.judge_template.rsplit(":", 1)[0])
+    if spec.db_url and spec.cache != "off":
+        parsed = make_url(spec.db_url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+            paths.add(str(Path(parsed.database).parent))
+    return sorted(paths)
+
+
+def _worker_problems(paths: list[str]) -> list[str]:
+    """Run on each worker: the paths it cannot see (it needs the same files at the same paths)."""
+    return [path for path in paths if not os.path.exists(path)]
+
+
+def _check_workers(client: Any, address: str, paths: list[str]) -> None:
+    """At least one worker, able to import this project and to see every path, before any shard is sent."""
+    try:
+        client.wait_for_workers(1, timeout=60)
+    except TimeoutError:
+        raise UserError(f"--dask-address {address}: no Dask worker joined the scheduler within 60 s") from None
+    try:
+        missing = client.run(_worker_problems, paths)
+    except Exception as exc:
+        raise UserError(
+            f"the Dask workers cannot run judgebench-flows code ({type(exc).__name__}: {exc}); "
+            "install this project in the workers' environment"
+        ) from None
+    blind = {worker: paths for worker, paths in missing.items() if paths}
+    if blind:
+        worker, paths = next(iter(blind.items()))
+        raise UserError(
+            f"Dask worker {worker} (and {len(blind) - 1} more) cannot see {', '.join(paths[:3])}: "
+            "workers need the dataset, templates and SQLite database at the same paths (same machine or shared filesystem)"
+        )
 
 
 @flow(name="judgebench", log_prints=False, persist_result=False)
@@ -199,12 +339,9 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         logger.info("judging %d pairs in %d shards (%s)", n_pairs, len(shards), "single game" if config.single_game else "both orders")
         loaded = time.perf_counter()
         cpu_before = time.process_time()
+        await ensure_limits(spec.global_limit, spec.concurrency, spec.global_rate_limit, spec.rpm)
         if config.task_runner == "dask":
-            judged = await asyncio.to_thread(_judge_on_dask, shards, spec, config)
-            judgments = []
-            for shard in shards:
-                ids = {p.pair_id for p in shard.load()}
-                judgments += on_shard_done(shard, [r for r in judged if r.pair_id in ids])
+            judgments = await asyncio.to_thread(_judge_on_dask, shards, spec, config, on_shard_done)
         else:
             judgments = await _judge_in_process(shards, spec, config, on_shard_done)
         judged_at, judge_cpu = time.perf_counter(), time.process_time() - cpu_before

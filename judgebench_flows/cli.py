@@ -57,6 +57,11 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add("--cache-dir", dest="cache_dir", help="where cloned repositories are kept (default ~/.cache/judgebench-flows)")
     add("--task-runner", dest="task_runner", choices=["thread", "dask"], help="where shards run (default: in this process)")
     add("--dask-address", dest="dask_address", help="tcp://HOST:PORT of a Dask scheduler")
+    add("--global-limit", dest="global_limit", action=argparse.BooleanOptionalAction, default=None,
+        help="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency limit "
+             "(default: on with --task-runner dask, off in-process)")
+    add("--adaptive-concurrency", dest="adaptive_concurrency", action="store_true", default=None,
+        help="halve the calls in flight on a 429, grow back by one after that many successes")
     add("--no-report", dest="report", action="store_false", default=None, help="skip the HTML report")
     add("--verbose", action="store_true", help="show Prefect's logs")
     add("--no-progress", dest="progress", action="store_false", default=True)
@@ -93,7 +98,7 @@ RUN_OPTIONS = (
     "judge_type", "judge_template", "model", "repo_url", "ref", "data_file", "data_path", "templates_dir", "base_url",
     "concurrency", "rpm", "shard_size", "result_path", "output_dir", "db_url", "max_samples", "single_game",
     "shuffle_responses", "seed", "request_timeout", "max_retries", "retry_initial_wait", "retry_max_wait", "temperature", "max_tokens", "cache", "cache_dir",
-    "task_runner", "dask_address", "report",
+    "task_runner", "dask_address", "global_limit", "adaptive_concurrency", "report",
 )
 
 

@@ -53,6 +53,9 @@ class RunConfig(BaseModel):
     cache_dir: str | None = None
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = None
+    # None: a Prefect global limit only with --task-runner dask (the in-process semaphore is faster).
+    global_limit: bool | None = None
+    adaptive_concurrency: bool = False
     bootstrap_resamples: int = Field(default=2000, ge=0)
     regression_min_drop: float = Field(default=0.0, ge=0)
     report: bool = True
@@ -77,6 +80,11 @@ class RunConfig(BaseModel):
         if self.task_runner == "dask" and not self.dask_address:
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
         return self
+
+    @property
+    def uses_global_limit(self) -> bool:
+        """Whether calls also take slots of a Prefect global concurrency limit shared by all workers."""
+        return self.needs_endpoint and (self.global_limit if self.global_limit is not None else self.task_runner == "dask")
 
     @property
     def needs_endpoint(self) -> bool:

@@ -93,9 +93,12 @@ async def ensure_limits(concurrency_name: str | None, concurrency: int, rate_nam
 
 async def wait_for_rate(name: str) -> None:
     """One request's share of the requests-per-minute budget, across all workers."""
-    from prefect.concurrency.asyncio import rate_limit
+    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError, rate_limit
 
-    await rate_limit(name, occupy=1, strict=True)
+    try:
+        await rate_limit(name, occupy=1, strict=True)
+    except ConcurrencySlotAcquisitionError as exc:
+        raise GlobalLimitError(f"cannot take from the requests-per-minute limit '{name}' on the Prefect server: {exc}") from None
 
 
 @dataclass

@@ -49,6 +49,12 @@ def announce_total(judgments: int) -> None:
         hook(judgments)
 
 
+def advance_progress(judgments: int) -> None:
+    """Count judgments made elsewhere (a Dask worker's hooks are not this process's)."""
+    for hook in _progress_hooks:
+        hook(judgments)
+
+
 def clear_progress_hooks() -> None:
     _progress_hooks.clear()
     _total_hooks.clear()
@@ -73,6 +79,10 @@ class JudgeSpec(BaseModel):
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, Any] = {}
+    # Names of the Prefect global limits shared by all workers (see global_limits); None: in-process only.
+    global_limit: str | None = None
+    global_rate_limit: str | None = None
+    adaptive_concurrency: bool = False
     # Filled by the flow from the built judge: changes whenever prompts, sampling or parser source change.
     judge_fingerprint: str = ""
 
@@ -145,6 +155,9 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             rpm=spec.rpm,
             engine=db.open_database(spec.db_url) if spec.db_url and spec.cache != "off" else None,
             cache_mode=spec.cache,
+            global_limit=spec.global_limit,
+            global_rate_limit=spec.global_rate_limit,
+            adaptive=spec.adaptive_concurrency,
         )
         runtime = Runtime(build_judge(spec), caller)
         per_loop[key] = runtime

@@ -2,7 +2,8 @@
 
 Everything about "nothing lost, nothing paid twice" that concerns a single call lives here:
 - one `asyncio.Semaphore` per process bounds calls in flight across all shards (plus an optional
-  requests-per-minute pacer);
+  requests-per-minute pacer); with `--adaptive-concurrency` that limit halves on a 429 and grows back
+  slowly; on Dask a Prefect global concurrency limit (`global_limits`) also bounds every worker together;
 - 429, 5xx, timeouts and dropped connections are retried with exponential backoff and jitter (tenacity),
   waiting at least what `Retry-After` asks; a bad key or unknown model stops the run; any other 4xx
   (e.g. context too long) fails that one judgment with its reason;
@@ -17,7 +18,8 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,6 +29,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from judgebench_flows import db
 from judgebench_flows.errors import FatalEndpointError
+from judgebench_flows.global_limits import GlobalSlots, wait_for_rate
 from judgebench_flows.secrets import redact
 from judges.procedure import CallFailed, Completion
 
@@ -133,6 +136,52 @@ class RatePacer:
             await asyncio.sleep(delay)
 
 
+class AdaptiveLimit:
+    """An in-process limit that halves on a 429 and grows back by one after `limit` successes in a row.
+
+    An endpoint that throttles us is better served by fewer calls in flight than by every call backing
+    off and retrying at once. Only a 429 to a call that started after the last cut cuts again, so one
+    burst of 429s (all those calls were sent under the old limit) halves the limit once, not to 1.
+    """
+
+    def __init__(self, maximum: int):
+        self.maximum = maximum
+        self.limit = maximum
+        self.lowest = maximum
+        self._in_use = 0
+        self._successes = 0
+        self._epoch = 0
+        self._changed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[int]:
+        """Hold one slot; yields the epoch the call started in (for `rate_limited`)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._in_use < self.limit)
+            self._in_use += 1
+        try:
+            yield self._epoch
+        finally:
+            async with self._changed:
+                self._in_use -= 1
+                self._changed.notify(1)
+
+    def rate_limited(self, epoch: int) -> None:
+        if epoch == self._epoch:
+            self.limit = max(1, self.limit // 2)
+            self.lowest = min(self.lowest, self.limit)
+            self._epoch += 1
+            self._successes = 0
+
+    async def succeeded(self) -> None:
+        self._successes += 1
+        if self._successes >= self.limit and self.limit < self.maximum:
+            self._successes = 0
+            self.limit += 1
+            async with self._changed:
+                self._changed.notify(1)
+
+
 @dataclass
 class CallStats:
     calls: int = 0
@@ -155,6 +204,9 @@ class ChatCaller:
     rpm: float | None = None
     engine: Engine | None = None
     cache_mode: CacheMode = "use"
+    global_limit: str | None = None
+    global_rate_limit: str | None = None
+    adaptive: bool = False
     stats: CallStats = field(default_factory=CallStats)
 
     def __post_init__(self) -> None:
@@ -163,6 +215,8 @@ class ChatCaller:
         )
         self._slots = asyncio.Semaphore(self.concurrency)
         self._pacer = RatePacer(self.rpm) if self.rpm else None
+        self._adaptive = AdaptiveLimit(self.concurrency) if self.adaptive else None
+        self._global = GlobalSlots(self.global_limit, self.request_timeout) if self.global_limit else None
         self._prefetched: dict[str, Completion] = {}
 
     def key(self, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
@@ -220,10 +274,13 @@ class ChatCaller:
                     self.stats.attempts += 1
                     if self._pacer:
                         await self._pacer.wait()
-                    async with self._slots:
-                        response = await self._client.post(
-                            "/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling}
-                        )
+                    if self.global_rate_limit:
+                        await wait_for_rate(self.global_rate_limit)
+                    if self._adaptive is None and self._global is None:  # the default: nothing but the semaphore
+                        async with self._slots:
+                            response = await self._post(messages, sampling)
+                    else:
+                        response = await self._limited_post(messages, sampling)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise FatalEndpointError(f"the endpoint {self.base_url} rejected the API key ({_describe(exc).split(' (')[0]}); check OPENAI_API_KEY") from None
         except openai.NotFoundError as exc:
@@ -234,5 +291,29 @@ class ChatCaller:
             raise CallFailed(f"{_describe(exc)}{tries}") from None
         return _completion_from(response)
 
+    async def _post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        return await self._client.post("/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling})
+
+    async def _limited_post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """One attempt under the adaptive in-process limit (or the semaphore), then a global slot."""
+        local = self._adaptive.slot() if self._adaptive else _semaphore_slot(self._slots)
+        async with local as epoch:
+            async with self._global.slot() if self._global else nullcontext():
+                try:
+                    response = await self._post(messages, sampling)
+                except openai.RateLimitError:
+                    if self._adaptive:
+                        self._adaptive.rate_limited(epoch)
+                    raise
+            if self._adaptive:
+                await self._adaptive.succeeded()
+            return response
+
     async def aclose(self) -> None:
         await self._client.close()
+
+
+@asynccontextmanager
+async def _semaphore_slot(semaphore: asyncio.Semaphore) -> AsyncIterator[int]:
+    async with semaphore:
+        yield 0

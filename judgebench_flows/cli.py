@@ -12,13 +12,16 @@ import argparse
 import json
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from judgebench_flows.errors import UserError
+from judgebench_flows.prefect_server import boot_temporary_server
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG = 1, 2, 3
 
@@ -179,23 +182,38 @@ def preflight(config) -> None:
     if config.data_path and not Path(config.data_path).is_file():
         raise UserError(f"--data-path: file not found: {config.data_path}")
     if config.data_path:
-        from judgebench_flows.loading import load_pairs
+        from judgebench_flows.loading import index_pairs
 
-        load_pairs(config.data_path)  # duplicate ids or no usable row: say so before Prefect starts
+        index_pairs(config.data_path)  # duplicate ids or no usable row: say so before Prefect starts
     if not config.data_path:
         check_repo_url(config.repo_url)
         _check_file_url(config.repo_url)
+        if config.ref and re.fullmatch(r"[0-9a-f]{40}", config.ref):
+            _warm_clone(config)
     db.open_database(config.db_url)
     if config.needs_endpoint:
         check_endpoint_reachable(config.resolved_base_url())
+
+
+def _warm_clone(config) -> None:
+    """Clone a pinned commit now, while Prefect's server boots: the flow's fetch task then finds it in the
+    cache, and a missing data file or prompt template is reported before any flow run exists."""
+    from judgebench_flows.dataset import data_file_in, fetch_repository
+    from judges import get_judge
+
+    checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
+    data_file_in(checkout, config.data_file)
+    if not config.judge_template and config.judge_type != "external":
+        get_judge(config.judge_type, config.templates_dir or checkout.path / "utils" / "templates")
 
 
 def command_run(args: argparse.Namespace) -> int:
     from judgebench_flows.secrets import install_log_redaction
 
     install_log_redaction()
+    server_ready = boot_temporary_server()
     if args.judge_type == "external" and not _holds_judgebench_pairs(args.data_path):
-        return _run_external(args)
+        return _run_external(args, server_ready)
     from judgebench_flows.config import build_config
 
     options = {name: getattr(args, name) for name in RUN_OPTIONS}
@@ -208,6 +226,7 @@ def command_run(args: argparse.Namespace) -> int:
         raise UserError("--model is required (the judge model name the endpoint serves)")
     config = build_config(**options)
     preflight(config)
+    server_ready()
 
     from judgebench_flows import console
 
@@ -245,7 +264,7 @@ def _json_object(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _run_external(args: argparse.Namespace) -> int:
+def _run_external(args: argparse.Namespace, server_ready: Callable[[], object]) -> int:
     from judges.external.config import external_config_from_options
 
     overrides = {
@@ -263,6 +282,7 @@ def _run_external(args: argparse.Namespace) -> int:
     config = external_config_from_options(args.config_path, overrides)
     from flows.external_flow import run_external
 
+    server_ready()
     results = run_external(config)
     print(json.dumps({k: v for k, v in results.items() if k != "distribution"}, indent=2, default=str))
     return 0

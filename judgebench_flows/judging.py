@@ -233,4 +233,5 @@ def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -
 async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:
     await runtime.caller.prefetch(request_keys(pairs, runtime, orders))
     per_pair = await asyncio.gather(*(judge_pair(pair, runtime, orders) for pair in pairs))
+    await runtime.caller.flush()  # a shard counts as done only once its answers are in the cache
     return [record for records in per_pair for record in records]

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -34,6 +36,7 @@ from judgebench_flows.secrets import redact
 from judges.procedure import CallFailed, Completion
 
 CacheMode = Literal["use", "off", "refresh"]
+CONNECTIONS_PER_CLIENT = 8
 
 
 def request_key(base_url: str, model: str, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
@@ -210,14 +213,21 @@ class ChatCaller:
     stats: CallStats = field(default_factory=CallStats)
 
     def __post_init__(self) -> None:
-        self._client = openai.AsyncOpenAI(
-            api_key=self.api_key, base_url=self.base_url, max_retries=0, timeout=self.request_timeout
-        )
+        # Several clients, each with its own small connection pool: httpx scans its whole pool on every
+        # request and response, so one pool of C connections costs O(C) CPU per call (measured: 1.9 ms
+        # per call at C=64 with one client, 1.4 ms with eight).
+        self._clients = [
+            openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, max_retries=0, timeout=self.request_timeout)
+            for _ in range(max(1, math.ceil(self.concurrency / CONNECTIONS_PER_CLIENT)))
+        ]
+        self._next_client = itertools.cycle(self._clients)
         self._slots = asyncio.Semaphore(self.concurrency)
         self._pacer = RatePacer(self.rpm) if self.rpm else None
         self._adaptive = AdaptiveLimit(self.concurrency) if self.adaptive else None
         self._global = GlobalSlots(self.global_limit, self.request_timeout) if self.global_limit else None
-        self._prefetched: dict[str, Completion] = {}
+        self._prefetched: dict[str, Completion | None] = {}
+        self._unsaved: list[dict[str, Any]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     def key(self, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
         return request_key(self.base_url, self.model, messages, sampling)
@@ -227,14 +237,16 @@ class ChatCaller:
         if self.engine is None or self.cache_mode != "use" or not keys:
             return
         rows = await asyncio.to_thread(db.cache_get_many, self.engine, keys)
-        for key, row in rows.items():
-            self._prefetched[key] = Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
+        for key in keys:  # a known miss (None) is remembered too, so it costs no second query
+            row = rows.get(key)
+            self._prefetched[key] = row and Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
 
     async def complete(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
         key = self.key(messages, sampling)
         if self.cache_mode == "use":
-            hit = self._prefetched.get(key)
-            if hit is None and self.engine is not None:
+            known = key in self._prefetched
+            hit = self._prefetched.pop(key, None)  # used once: memory holds only the shards in flight
+            if not known and self.engine is not None:
                 rows = await asyncio.to_thread(db.cache_get_many, self.engine, [key])
                 if key in rows:
                     row = rows[key]
@@ -256,7 +268,27 @@ class ChatCaller:
             if not c.cached and c.key
         ]
         if rows:
-            await asyncio.to_thread(db.cache_put_many, self.engine, rows)
+            self._unsaved.extend(rows)
+            if self._writer is None or self._writer.done():
+                self._writer = asyncio.create_task(self._write_cache())
+
+    async def _write_cache(self) -> None:
+        """Group commit: write what is waiting at once; what arrives meanwhile goes in the next write.
+
+        A write starts the moment an answer is remembered, so nothing waits for a timer, but a thousand
+        answers arriving together cost a few transactions instead of a thousand (one transaction per
+        answer was most of our CPU per judgment).
+        """
+        while self._unsaved:
+            batch, self._unsaved = self._unsaved, []
+            await asyncio.to_thread(db.cache_put_many, self.engine, batch)
+
+    async def flush(self) -> None:
+        """Wait until every remembered answer is in the database (a failed write raises here)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+        if self._writer is not None and self._writer.done() and self._writer.exception():
+            raise self._writer.exception()  # type: ignore[misc]
 
     async def _call(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
         self.stats.calls += 1
@@ -292,7 +324,7 @@ class ChatCaller:
         return _completion_from(response)
 
     async def _post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
-        return await self._client.post("/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling})
+        return await next(self._next_client).post("/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling})
 
     async def _limited_post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         """One attempt under the adaptive in-process limit (or the semaphore), then a global slot."""
@@ -310,7 +342,9 @@ class ChatCaller:
             return response
 
     async def aclose(self) -> None:
-        await self._client.close()
+        await self.flush()
+        for client in self._clients:
+            await client.close()
 
 
 @asynccontextmanager

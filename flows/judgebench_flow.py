@@ -32,7 +32,7 @@ from judgebench_flows.dataset import data_file_in
 from judgebench_flows.errors import UserError
 from judgebench_flows.compare import records_of
 from judgebench_flows.global_limits import ensure_limits, limit_names
-from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, close_runtimes
+from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, close_runtimes, with_prompts
 from judgebench_flows.loading import PairIndex
 from judgebench_flows.records import JudgmentRecord
 from judgebench_flows.results import build_results, correctness_by_pair, jsonl_rows, regression_check, write_jsonl
@@ -102,6 +102,10 @@ async def _shard_records(state: State) -> list[JudgmentRecord]:
     raise RuntimeError(f"shard ended in state {state.name}: {state.message}")
 
 
+# The HTML report lists at most this many verdicts with their raw answers (failed and invalid ones always).
+REPORT_JUDGMENTS = 5000
+
+
 def shards_in_flight(config: RunConfig) -> int:
     """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
     more: memory then holds a few shards, not the whole dataset."""
@@ -161,7 +165,8 @@ def _judge_on_dask(
             submitted[future] = shard
             return future
 
-        finished = as_completed([f for f in (submit_next() for _ in range(in_flight)) if f is not None])
+        first = [f for f in (submit_next() for _ in range(in_flight)) if f is not None]
+        finished = as_completed(first, loop=runner.client.loop)
         for future in finished:
             shard = submitted.pop(future)
             records = asyncio.run(_shard_records(_final_state(future)))
@@ -328,11 +333,24 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     judge_name = output_judge_name(config)
     parts_dir = Path(config.output_dir) / ".parts" / run_id
 
+    judge = build_judge(spec)
+    kept_for_report = 0
+
     def on_shard_done(shard: Shard, records: list[JudgmentRecord]) -> list[JudgmentRecord]:
-        """Write the shard's JSONL part and database rows now; keep only what the metrics need."""
-        write_jsonl(parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(shard.load(), records, judge_name))
+        """Write the shard's JSONL part and database rows now; keep only what the metrics and the report
+        need: raw answers of the first REPORT_JUDGMENTS judgments and of every failed or invalid one."""
+        nonlocal kept_for_report
+        pairs = shard.load()
+        write_jsonl(parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(pairs, with_prompts(pairs, records, judge), judge_name))
         db.save_judgments(engine, judgment_rows(run_id, records))
-        return [r.model_copy(update={"prompt": ""}) for r in records]
+        compact = []
+        for record in records:
+            if record.status == "ok" and kept_for_report >= REPORT_JUDGMENTS:
+                record = record.model_copy(update={"response": "", "prompt": ""})
+            else:
+                kept_for_report += 1
+            compact.append(record)
+        return compact
 
     try:
         shards = make_shards(index, config.shard_size, config.seed if config.shuffle_responses else None)

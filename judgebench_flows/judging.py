@@ -218,6 +218,22 @@ async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0,
     return list(await asyncio.gather(*(one(order) for order in orders)))
 
 
+def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge) -> list[JudgmentRecord]:
+    """Fill in each record's prompt (the last user message of its first turn), rendered again from the
+    pair: deterministic, cheaper than carrying ~10 KB per judgment through Prefect's results."""
+    if isinstance(judge, ExternalPairwiseJudge):
+        return records
+    by_id = {pair.pair_id: pair for pair in pairs}
+    filled = []
+    for record in records:
+        pair = by_id[record.pair_id]
+        a, b = (pair.response_A, pair.response_B) if record.order == 0 else (pair.response_B, pair.response_A)
+        messages = judge.format(pair.question, a, b)
+        prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        filled.append(record.model_copy(update={"prompt": prompt}))
+    return filled
+
+
 def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> list[str]:
     """The cache keys of every first-turn request in these pairs, for one prefetch query."""
     if isinstance(runtime.judge, ExternalPairwiseJudge):

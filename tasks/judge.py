@@ -65,7 +65,9 @@ async def retry_failed_calls(task, task_run, state) -> bool:
 )
 async def judge_shard(shard: Shard, spec: JudgeSpec) -> list[JudgmentRecord]:
     runtime = runtime_for(spec)
-    records = await judge_pairs(shard.load(), runtime, spec.orders)
+    # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
+    # return value for the rest of the flow run (and in result storage), so they would cost the most.
+    records = [r.model_copy(update={"prompt": ""}) for r in await judge_pairs(shard.load(), runtime, spec.orders)]
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(
         "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",

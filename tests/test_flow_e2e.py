@@ -72,6 +72,7 @@ def test_full_gpt4o_run_writes_every_output_and_reruns_free(run_cli, judgebench_
     assert len(rows) == 350 and all(len(r["judgments"]) == 2 for r in rows)
     first = rows[0]["judgments"][0]["judgment"]
     assert set(first) == {"judge_model", "prompt", "response"} and "[[" in first["response"]
+    assert first["prompt"].startswith("<|User Prompt|>") and rows[0]["question"] in first["prompt"]
     assert official_accuracy(rows) == 1.0
 
     with sqlite3.connect(tmp_path / "judgebench.db") as con:

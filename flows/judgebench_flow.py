@@ -252,30 +252,42 @@ def _paths_workers_need(spec: JudgeSpec, shards: list[Shard]) -> list[str]:
     return sorted(paths)
 
 
-def _worker_problems(paths: list[str]) -> list[str]:
-    """Run on each worker: the paths it cannot see (it needs the same files at the same paths)."""
-    return [path for path in paths if not os.path.exists(path)]
+def _worker_problems(paths: list[str], api_url: str) -> list[str]:
+    """Run on each worker: what it cannot see or reach. Prefect sends the run's settings with each task,
+    so a worker calls the API at the URL this process uses, and opens the same paths."""
+    problems = [f"cannot see {path}" for path in paths if not os.path.exists(path)]
+    api = urlsplit(api_url)
+    try:
+        with socket.create_connection((api.hostname or "", api.port or (443 if api.scheme == "https" else 80)), timeout=5):
+            pass
+    except OSError:
+        problems.append(f"cannot reach the Prefect API at {api.scheme}://{api.hostname}:{api.port}")
+    return problems
 
 
 def _check_workers(client: Any, address: str, paths: list[str]) -> None:
-    """At least one worker, able to import this project and to see every path, before any shard is sent."""
+    """At least one worker, able to import this project, see every path and reach the Prefect API,
+    before any shard is sent: otherwise each shard would fail (and retry) on its own."""
+    from prefect.settings import PREFECT_API_URL
+
     try:
         client.wait_for_workers(1, timeout=60)
     except TimeoutError:
         raise UserError(f"--dask-address {address}: no Dask worker joined the scheduler within 60 s") from None
     try:
-        missing = client.run(_worker_problems, paths)
+        problems = client.run(_worker_problems, paths, PREFECT_API_URL.value())
     except Exception as exc:
         raise UserError(
             f"the Dask workers cannot run judgebench-flows code ({type(exc).__name__}: {exc}); "
             "install this project in the workers' environment"
         ) from None
-    blind = {worker: paths for worker, paths in missing.items() if paths}
-    if blind:
-        worker, paths = next(iter(blind.items()))
+    troubled = {worker: found for worker, found in problems.items() if found}
+    if troubled:
+        worker, found = next(iter(troubled.items()))
         raise UserError(
-            f"Dask worker {worker} (and {len(blind) - 1} more) cannot see {', '.join(paths[:3])}: "
-            "workers need the dataset, templates and SQLite database at the same paths (same machine or shared filesystem)"
+            f"Dask worker {worker} (and {len(troubled) - 1} more): {'; '.join(found[:3])}. Workers need the dataset, "
+            "templates and SQLite database at the same paths (same machine or a shared filesystem) and a "
+            "PREFECT_API_URL that works from every machine (not localhost)"
         )
 
 
@@ -394,7 +406,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         }
         publish_started = time.perf_counter()
         paths = publish_results(
-            run_id, results, judgments, sorted(parts_dir.glob("shard-*.jsonl")),
+            run_id, results, [j for j in judgments if j.response or j.status != "ok"], sorted(parts_dir.glob("shard-*.jsonl")),
             result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
             judge_name=judge_name, data_file=data_file, write_report=config.report,
         )

@@ -104,7 +104,7 @@ def concatenate(parts: list[Path], target: Path) -> Path:
 def publish_results(
     run_id: str,
     results: dict[str, Any],
-    judgments: list[JudgmentRecord],
+    report_judgments: list[JudgmentRecord],
     jsonl_parts: list[Path],
     *,
     result_path: str,
@@ -114,7 +114,11 @@ def publish_results(
     data_file: str,
     write_report: bool = True,
 ) -> dict[str, str]:
-    """Judgment rows and JSONL parts were written as each shard finished; this adds the rest."""
+    """Judgment rows and JSONL parts were written as each shard finished; this adds the rest.
+
+    `report_judgments` are the verdicts the report lists with their raw answers (a bounded number, plus
+    every failed or invalid one): all counts come from `results`.
+    """
     paths: dict[str, str] = {}
     out = Path(output_dir)
     paths["results"] = str(write_json(result_path, results))
@@ -131,7 +135,7 @@ def publish_results(
         ]
         overall = results["overall_accuracy"]
         history.append({"run_id": run_id, "started": results["run"]["started"], "accuracy": overall["accuracy"], "ci_low": overall.get("ci_low"), "ci_high": overall.get("ci_high")})
-        paths["report"] = str(render(out / "report.html", results, judgments, history))
+        paths["report"] = str(render(out / "report.html", results, report_judgments, history))
     create_markdown_artifact(summary_markdown(results), key="judgebench-summary", description=f"JudgeBench run {run_id}")
     table = [{"slice": "overall", **results["overall_accuracy"]}] + [{"slice": k, **v} for k, v in results["category_accuracy"].items()]
     create_table_artifact(table, key="judgebench-accuracy", description=f"Accuracy of run {run_id}")

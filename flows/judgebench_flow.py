@@ -1,8 +1,9 @@
 """The JudgeBench evaluation flow: fetch, load, shard, judge, aggregate, publish.
 
 Shards run concurrently in the flow's own event loop, so they share one endpoint client and one
-connection limit (`--concurrency`); with `--task-runner dask` they are submitted to a Dask cluster and
-each worker builds its own client (see README for the shared limit). A run is recorded in the results
+connection limit (`--concurrency`); with `--task-runner dask` they are submitted to a Dask cluster, each
+shard builds its own client on its worker, and every call also holds a slot of a Prefect global
+concurrency limit, so `--concurrency` and `--rpm` hold across all workers. A run is recorded in the results
 database from its start, so a crashed run is visible in `judgebench history` as "running"/"failed".
 """
 

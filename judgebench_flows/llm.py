@@ -20,8 +20,9 @@ import json
 import math
 import random
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -145,6 +146,7 @@ class AdaptiveLimit:
     An endpoint that throttles us is better served by fewer calls in flight than by every call backing
     off and retrying at once. Only a 429 to a call that started after the last cut cuts again, so one
     burst of 429s (all those calls were sent under the old limit) halves the limit once, not to 1.
+    Waiting calls are let in first come, first served.
     """
 
     def __init__(self, maximum: int):
@@ -154,20 +156,36 @@ class AdaptiveLimit:
         self._in_use = 0
         self._successes = 0
         self._epoch = 0
-        self._changed = asyncio.Condition()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> int:
+        """Take a slot; returns the epoch the call starts in (for `rate_limited`)."""
+        if self._in_use < self.limit and not self._waiters:
+            self._in_use += 1
+            return self._epoch
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # the releaser counted us in
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+        return self._epoch
+
+    def release(self) -> None:
+        self._in_use -= 1
+        self._let_in()
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[int]:
-        """Hold one slot; yields the epoch the call started in (for `rate_limited`)."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._in_use < self.limit)
-            self._in_use += 1
+        epoch = await self.acquire()
         try:
-            yield self._epoch
+            yield epoch
         finally:
-            async with self._changed:
-                self._in_use -= 1
-                self._changed.notify(1)
+            self.release()
 
     def rate_limited(self, epoch: int) -> None:
         if epoch == self._epoch:
@@ -176,13 +194,19 @@ class AdaptiveLimit:
             self._epoch += 1
             self._successes = 0
 
-    async def succeeded(self) -> None:
+    def succeeded(self) -> None:
         self._successes += 1
         if self._successes >= self.limit and self.limit < self.maximum:
             self._successes = 0
             self.limit += 1
-            async with self._changed:
-                self._changed.notify(1)
+            self._let_in()
+
+    def _let_in(self) -> None:
+        while self._waiters and self._in_use < self.limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._in_use += 1
+                waiter.set_result(None)
 
 
 @dataclass
@@ -327,27 +351,42 @@ class ChatCaller:
         return await next(self._next_client).post("/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling})
 
     async def _limited_post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
-        """One attempt under the adaptive in-process limit (or the semaphore), then a global slot."""
-        local = self._adaptive.slot() if self._adaptive else _semaphore_slot(self._slots)
-        async with local as epoch:
-            async with self._global.slot() if self._global else nullcontext():
-                try:
-                    response = await self._post(messages, sampling)
-                except openai.RateLimitError:
-                    if self._adaptive:
-                        self._adaptive.rate_limited(epoch)
-                    raise
+        """One attempt: an in-process slot (adaptive, or the semaphore), then a slot of the global limit.
+
+        The in-process slot is freed first and the global one given back a loop tick later, so the call
+        that was waiting for the in-process slot is already waiting for a global one and takes the lease
+        over directly. With equal limits (in-process runs) every lease would otherwise go back to the
+        Prefect server and be asked for again.
+        """
+        epoch = 0
+        if self._adaptive:
+            epoch = await self._adaptive.acquire()
+        else:
+            await self._slots.acquire()
+        lease = None
+        try:
+            if self._global:
+                lease = await self._global.take()
+            try:
+                response = await self._post(messages, sampling)
+            except openai.RateLimitError:
+                if self._adaptive:
+                    self._adaptive.rate_limited(epoch)
+                raise
+        finally:
             if self._adaptive:
-                await self._adaptive.succeeded()
-            return response
+                self._adaptive.release()
+            else:
+                self._slots.release()
+            if lease is not None:
+                await asyncio.sleep(0)
+                await self._global.give_back(lease)  # type: ignore[union-attr]
+        if self._adaptive:
+            self._adaptive.succeeded()
+        return response
 
     async def aclose(self) -> None:
         await self.flush()
         for client in self._clients:
             await client.close()
 
-
-@asynccontextmanager
-async def _semaphore_slot(semaphore: asyncio.Semaphore) -> AsyncIterator[int]:
-    async with semaphore:
-        yield 0

@@ -287,6 +287,8 @@ class FakeOpenAIServer:
         self._answered = 0
         self._status_counts: Counter[int | str] = Counter()
         self._answered_keys: Counter[str] = Counter()
+        self._in_flight = 0
+        self._max_in_flight = 0
 
     # ----- lifecycle -------------------------------------------------------------------------------
 
@@ -411,6 +413,13 @@ class FakeOpenAIServer:
         with self._lock:
             return dict(self._status_counts)
 
+    @property
+    def max_in_flight(self) -> int:
+        """The most chat requests being handled at the same instant (from body read to response written),
+        since start or `reset_counters`: what a client-side concurrency limit must keep bounded."""
+        with self._lock:
+            return self._max_in_flight
+
     def answered_count(self, body_key: str) -> int:
         """How many 200s were sent for one distinct request (key from `request_key(body)`)."""
         with self._lock:
@@ -429,6 +438,7 @@ class FakeOpenAIServer:
                 "answered": self._answered,
                 "status_counts": dict(self._status_counts),
                 "distinct_answered": len(self._answered_keys),
+                "max_in_flight": self._max_in_flight,
             }
 
     def reset_counters(self) -> None:
@@ -439,6 +449,7 @@ class FakeOpenAIServer:
             self._status_counts.clear()
             self._answered_keys.clear()
             self._attempts.clear()
+            self._max_in_flight = self._in_flight
 
     # ----- request handling (called from handler threads) ------------------------------------------
 
@@ -517,7 +528,13 @@ class FakeOpenAIServer:
             return
         with self._lock:
             self._requests += 1
-        self._answer_chat(handler, body_bytes)
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+        try:
+            self._answer_chat(handler, body_bytes)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def _reply(self, handler: _Handler, status: int, payload: dict, key: str | None = None,
                extra_headers: dict[str, str] | None = None) -> None:

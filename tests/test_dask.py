@@ -1,0 +1,221 @@
+"""`--task-runner dask` on a real Dask cluster: same results as in-process, shards on the workers, one
+concurrency limit across all workers, and a call cache shared through the results database.
+
+Real parts only: a `distributed.LocalCluster` of two worker processes, the session's Prefect server
+(workers record their task runs there and take slots of the global concurrency limit from it), shared
+Prefect result storage under tmp, and the OpenAI-compatible test server, which requires the API key:
+the workers get it from their environment, never from the flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from judgebench_flows.global_limits import limit_names
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, load_jsonl
+
+pytestmark = pytest.mark.slow
+
+MODEL = "o1-mini-2024-09-12"
+SAMPLES, CONCURRENCY = 60, 4
+
+
+def _bucket(pair_id: str, buckets: int) -> int:
+    return int(hashlib.sha256(pair_id.encode()).hexdigest(), 16) % buckets
+
+
+def wrong(pair_id: str) -> bool:
+    """A deterministic quarter of the pairs that the judge gets wrong."""
+    return _bucket(pair_id, 4) == 0
+
+
+def unparseable(pair_id: str) -> bool:
+    """A deterministic sixth of the pairs answered without a verdict (in the incomplete-shard run)."""
+    return _bucket(pair_id, 6) == 1
+
+
+def responder(pairs: list[dict], unparseable_subset: bool = False) -> Callable[[dict], str]:
+    """The labelled verdict in arena_hard's format, inverted for `wrong` pairs."""
+    verdict = VERDICTS["arena_hard"]
+
+    def respond(body: dict) -> str:
+        text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
+        for pair in pairs:
+            a, b = pair["response_A"], pair["response_B"]
+            ia, ib = text.find(a), text.find(b)
+            if ia >= 0 and ib >= 0 and a != b:
+                if unparseable_subset and unparseable(pair["pair_id"]):
+                    return "Both answers have merit; I cannot decide."
+                first_is_better = (ia < ib) == (pair["label"] == "A>B")
+                return verdict(first_is_better != wrong(pair["pair_id"]))
+        return "I cannot tell."
+
+    return respond
+
+
+@pytest.fixture(scope="module")
+def cluster(prefect_server, tmp_path_factory) -> Iterator:
+    """Two worker processes that see what a real deployment's workers must see: the Prefect API, the
+    shared result storage and the endpoint's key, all from the environment they start with."""
+    from distributed import LocalCluster
+
+    storage = tmp_path_factory.mktemp("prefect-results")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PREFECT_API_URL", prefect_server)
+        env.setenv("PREFECT_LOCAL_STORAGE_PATH", str(storage))
+        env.setenv("OPENAI_API_KEY", CANARY_KEY)
+        # Worker processes are spawned by nannies in this process and copy os.environ as it is now.
+        with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as local:
+            yield local
+
+
+@pytest.fixture(scope="module")
+def server(gpt4o_pairs) -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(responder(gpt4o_pairs), latency=0.05, api_key=CANARY_KEY) as fake:
+        yield fake
+
+
+def run_args(repo: tuple[str, str], server: FakeOpenAIServer, out: str, db: Path, shard_size: int, *extra: str) -> list[str]:
+    url, sha = repo
+    return [
+        "run", "--judge-type", "arena_hard", "--model", MODEL, "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE,
+        "--base-url", server.base_url, "--concurrency", str(CONCURRENCY), "--shard-size", str(shard_size),
+        "--max-samples", str(SAMPLES), "--result-path", f"{out}.json", "--output-dir", out, "--db-url", f"sqlite:///{db}",
+        "--no-progress", "--no-report", *extra,
+    ]
+
+
+def outputs(tmp_path: Path, out: str) -> tuple[dict, dict[str, list]]:
+    """The results JSON and, per pair, the (status, decision) of each order from the JSONL."""
+    results = json.loads((tmp_path / f"{out}.json").read_text())
+    rows = load_jsonl(next((tmp_path / out).glob("*.jsonl")))
+    return results, {r["pair_id"]: [(j["status"], j["decision"]) for j in r["judgments"]] for r in rows}
+
+
+def shard_runs_on_workers(cluster) -> Callable[[], list[dict]]:
+    """Start recording the scheduler's task stream; the returned function gives what ran since, and where."""
+    from distributed import Client
+
+    client = Client(cluster)
+    client.get_task_stream()  # installs the scheduler's task-stream plugin
+    since = time.time()
+
+    def ran() -> list[dict]:
+        try:
+            return [t for t in client.get_task_stream(start=since) if any(s["action"] == "compute" for s in t["startstops"])]
+        finally:
+            client.close()
+
+    return ran
+
+
+async def shard_task_runs(flow_run_id: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async with get_client() as client:
+        runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return [r for r in runs if r.name.startswith("judge-shard-")]
+
+
+def overlapping_on_different_workers(tasks: list[dict]) -> bool:
+    spans = [(t["worker"], s["start"], s["stop"]) for t in tasks for s in t["startstops"] if s["action"] == "compute"]
+    return any(w1 != w2 and s1 < e2 and s2 < e1 for w1, s1, e1 in spans for w2, s2, e2 in spans)
+
+
+def test_dask_matches_in_process_holds_the_limit_across_workers_and_shares_the_call_cache(
+    run_cli, judgebench_repo, server, cluster, tmp_path
+):
+    # In-process: the reference.
+    server.reset_counters()
+    local = run_cli(*run_args(judgebench_repo, server, "local", tmp_path / "local.db", 10))
+    assert local.returncode == 0, local.stderr[-3000:]
+    local_results, local_decisions = outputs(tmp_path, "local")
+    assert server.answered == 2 * SAMPLES
+    expected_accuracy = sum(not wrong(pair_id) for pair_id in local_decisions) / SAMPLES
+    assert local_results["overall_accuracy"]["accuracy"] == pytest.approx(expected_accuracy)
+
+    # On Dask: its own database (so every call really goes to the endpoint from the workers) and another
+    # shard size (so Prefect's shard cache, shared by all, does not answer for it).
+    ran = shard_runs_on_workers(cluster)
+    server.reset_counters()
+    on_dask = run_cli(*run_args(judgebench_repo, server, "dask", tmp_path / "dask.db", 15,
+                                "--task-runner", "dask", "--dask-address", cluster.scheduler_address))
+    assert on_dask.returncode == 0, on_dask.stderr[-3000:]
+    dask_results, dask_decisions = outputs(tmp_path, "dask")
+
+    assert dask_decisions == local_decisions
+    for key in ("overall_accuracy", "category_accuracy", "consistency", "invalid"):
+        assert dask_results[key] == local_results[key], key
+    assert server.answered == 2 * SAMPLES and server.requests == 2 * SAMPLES  # nothing asked twice
+
+    # The shards ran as task runs of this flow run, on both worker processes, at the same time.
+    tasks = ran()
+    assert len(tasks) == 4  # 60 pairs in shards of 15
+    assert {t["worker"] for t in tasks} == set(cluster.scheduler_info["workers"])
+    assert overlapping_on_different_workers(tasks)
+    task_runs = asyncio.run(shard_task_runs(dask_results["run"]["flow_run_id"]))
+    assert sorted(r.name for r in task_runs) == [f"judge-shard-{i}" for i in range(4)]
+    assert all(r.state.is_completed() for r in task_runs)
+
+    # Two workers, each with its own --concurrency 4 in process, but never more than 4 calls in flight.
+    assert 2 <= server.max_in_flight <= CONCURRENCY
+    concurrency_limit, _ = limit_names(server.base_url, MODEL)
+    assert asyncio.run(read_limit(concurrency_limit)) == CONCURRENCY
+
+    # Again on Dask with the same database but new shards: every answer comes from the shared call cache.
+    server.reset_counters()
+    again = run_cli(*run_args(judgebench_repo, server, "again", tmp_path / "dask.db", 7,
+                              "--task-runner", "dask", "--dask-address", cluster.scheduler_address))
+    assert again.returncode == 0, again.stderr[-3000:]
+    again_results, again_decisions = outputs(tmp_path, "again")
+    assert server.requests == 0
+    assert again_decisions == local_decisions
+    assert again_results["overall_accuracy"] == local_results["overall_accuracy"]
+    assert again_results["usage"]["cached_calls"] == 2 * SAMPLES
+
+
+def test_incomplete_shards_on_dask_still_give_back_their_records(run_cli, judgebench_repo, gpt4o_pairs, server, cluster, tmp_path):
+    """Unparseable verdicts make shards raise ShardIncomplete on the workers; the exception, with its
+    records, crosses Dask and Prefect back to the flow, which reports them instead of losing them."""
+    server.set_responder(responder(gpt4o_pairs, unparseable_subset=True))
+    try:
+        result = run_cli(*run_args(judgebench_repo, server, "partial", tmp_path / "partial.db", 10, "--no-cache",
+                                   "--task-runner", "dask", "--dask-address", cluster.scheduler_address))
+    finally:
+        server.set_responder(responder(gpt4o_pairs))
+    assert result.returncode == 0, result.stderr[-3000:]
+    results, decisions = outputs(tmp_path, "partial")
+    hit = [pair_id for pair_id in decisions if unparseable(pair_id)]
+    assert len(decisions) == SAMPLES and hit
+    assert all(decisions[pair_id] == [("invalid", None), ("invalid", None)] for pair_id in hit)
+    assert all(status == "ok" for pair_id, judged in decisions.items() if pair_id not in hit for status, _ in judged)
+    assert results["invalid"]["invalid_judgments"] == 2 * len(hit)
+
+
+async def read_limit(name: str) -> int:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        return (await client.read_global_concurrency_limit_by_name(name)).limit
+
+
+def test_no_scheduler_at_the_address_is_one_line(run_cli, judgebench_repo, server, tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run_cli(*run_args(judgebench_repo, server, "nowhere", tmp_path / "nowhere.db", 10,
+                               "--task-runner", "dask", "--dask-address", f"tcp://127.0.0.1:{port}"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"--dask-address tcp://127.0.0.1:{port}: no Dask scheduler answers there" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,153 @@
+"""The limits on calls in flight beyond one event loop: the Prefect global concurrency and rate limits
+(against the session's real Prefect server) and the adaptive in-process limit (against the real test
+endpoint answering 429s)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from judgebench_flows.errors import UserError
+from judgebench_flows.global_limits import GlobalLimitError, ensure_limit, ensure_limits, limit_names
+from judgebench_flows.llm import AdaptiveLimit, ChatCaller, RetryPolicy
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+
+
+def caller(server: FakeOpenAIServer, **options: Any) -> ChatCaller:
+    return ChatCaller(base_url=server.base_url, model="judge-model", api_key="sk-test",
+                      retry=RetryPolicy(max_retries=5, initial_wait=0.01, max_wait=0.2), **options)
+
+
+def messages(tag: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Which answer is better? ({tag})"}]
+
+
+def test_limit_names_are_stable_per_endpoint_and_model_and_reveal_neither():
+    concurrency, rate = limit_names("https://user:sk-secret-123@api.example.com/v1/", "gpt-4o")
+    assert (concurrency, rate) == limit_names("https://user:sk-secret-123@api.example.com/v1", "gpt-4o")
+    assert rate == concurrency + "-rpm" and concurrency.startswith("judgebench-") and len(concurrency) == len("judgebench-") + 12
+    assert not any(part in concurrency for part in ("sk-secret", "example", "user", "gpt"))
+    assert limit_names("https://api.example.com/v1", "gpt-4o-mini")[0] != limit_names("https://api.example.com/v1", "gpt-4o")[0]
+
+
+def test_adaptive_limit_halves_once_per_burst_never_below_one_and_grows_back():
+    async def go() -> None:
+        limit = AdaptiveLimit(8)
+        held = [limit.slot() for _ in range(8)]
+        epochs = [await slot.__aenter__() for slot in held]
+        for epoch in epochs:  # eight 429s to calls sent under the same limit: one cut
+            limit.rate_limited(epoch)
+        assert limit.limit == 4
+        for slot in held:
+            await slot.__aexit__(None, None, None)
+        async with limit.slot() as epoch:
+            limit.rate_limited(epoch)
+        assert limit.limit == 2
+        for _ in range(3):
+            async with limit.slot() as epoch:
+                limit.rate_limited(epoch)
+        assert limit.limit == limit.lowest == 1
+        for _ in range(1 + 2):  # one success at limit 1, then two at limit 2
+            limit.succeeded()
+        assert limit.limit == 3
+
+    asyncio.run(go())
+
+
+def test_adaptive_concurrency_backs_off_on_429_and_loses_nothing():
+    with FakeOpenAIServer("[[A>B]]", latency=0.02, fail_first=1, fail_kind="429", retry_after=0.01) as server:
+        async def go() -> ChatCaller:
+            chat = caller(server, concurrency=8, adaptive=True)
+            results = await asyncio.gather(*(chat.complete(messages(f"burst {i}"), {}) for i in range(16)))
+            assert all(r.text == "[[A>B]]" for r in results)
+            await chat.aclose()
+            return chat
+
+        chat = asyncio.run(go())
+    assert server.answered == 16 and server.status_counts[429] == 16
+    assert chat._adaptive is not None and chat._adaptive.lowest < 8
+    assert chat.stats.failed == 0
+
+
+slow = pytest.mark.slow
+
+
+@slow
+def test_global_limit_bounds_calls_from_several_event_loops(prefect_server):
+    name = f"judgebench-test-{uuid.uuid4().hex[:8]}"
+    asyncio.run(ensure_limit(name, 3))
+    stats: list[Any] = []
+    with FakeOpenAIServer("[[A>B]]", latency=0.03) as server:
+        def worker(tag: str) -> None:
+            async def go() -> None:
+                chat = caller(server, concurrency=4, global_limit=name)
+                await asyncio.gather(*(chat.complete(messages(f"{tag} {i}"), {}) for i in range(30)))
+                await chat.aclose()
+                stats.append(chat._global.stats)  # type: ignore[union-attr]
+
+            asyncio.run(go())
+
+        threads = [threading.Thread(target=worker, args=(f"loop {n}",)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert server.answered == 60
+    assert server.max_in_flight <= 3  # two loops with 4 local slots each
+    assert sum(s.reused for s in stats) > 0 and all(s.released == s.acquired for s in stats)
+
+
+@slow
+def test_limits_are_created_then_updated_and_a_missing_one_stops_the_run(prefect_server):
+    name = f"judgebench-test-{uuid.uuid4().hex[:8]}"
+
+    async def read(limit_name: str):
+        from prefect.client.orchestration import get_client
+
+        async with get_client() as client:
+            return await client.read_global_concurrency_limit_by_name(limit_name)
+
+    asyncio.run(ensure_limits(name, 4, name + "-rpm", 120.0))
+    assert asyncio.run(read(name)).limit == 4 and asyncio.run(read(name)).slot_decay_per_second == 0
+    rate = asyncio.run(read(name + "-rpm"))
+    assert rate.limit == 1 and rate.slot_decay_per_second == pytest.approx(2.0)
+    asyncio.run(ensure_limits(name, 6, None, None))
+    assert asyncio.run(read(name)).limit == 6
+
+    with FakeOpenAIServer("[[A>B]]") as server:
+        async def go() -> BaseException | None:
+            chat = caller(server, global_limit=f"judgebench-missing-{uuid.uuid4().hex[:8]}")
+            try:
+                await chat.complete(messages("missing"), {})
+            except Exception as exc:
+                return exc
+            finally:
+                await chat.aclose()
+            return None
+
+        error = asyncio.run(go())
+        assert isinstance(error, GlobalLimitError) and isinstance(error, UserError)
+        assert "does not exist" in str(error) and server.requests == 0
+
+
+@slow
+def test_rate_limit_spaces_calls_across_callers(prefect_server):
+    name = f"judgebench-test-{uuid.uuid4().hex[:8]}-rpm"
+    asyncio.run(ensure_limits(None, 0, name, 600.0))  # 10 per second
+    with FakeOpenAIServer("[[A>B]]") as server:
+        async def go() -> float:
+            chats = [caller(server, global_rate_limit=name) for _ in range(2)]
+            started = time.perf_counter()
+            await asyncio.gather(*(chats[i % 2].complete(messages(f"rate {i}"), {}) for i in range(6)))
+            for chat in chats:
+                await chat.aclose()
+            return time.perf_counter() - started
+
+        elapsed = asyncio.run(go())
+    assert server.answered == 6
+    assert elapsed >= 0.45  # six calls at 10 per second: at least five intervals of 0.1 s

@@ -76,18 +76,23 @@ def load_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def shown_pair(body: dict, pairs: list[dict]) -> tuple[dict, bool] | None:
+    """The pair a chat request shows its judge, and whether the better response is shown first."""
+    text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
+    for pair in pairs:
+        a, b = pair["response_A"], pair["response_B"]
+        ia, ib = text.find(a), text.find(b)
+        if ia >= 0 and ib >= 0 and a != b:
+            return pair, (ia < ib) == (pair["label"] == "A>B")
+    return None
+
+
 def oracle_responder(pairs: list[dict], verdict: Callable[[bool], str], wrong: bool = False) -> Callable[[dict], str]:
-    """Answers with the labelled verdict: finds which of the pair's responses the prompt shows first."""
+    """Answers with the labelled verdict (or its opposite with `wrong`) in the judge's format."""
 
     def respond(body: dict) -> str:
-        text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
-        for pair in pairs:
-            a, b = pair["response_A"], pair["response_B"]
-            ia, ib = text.find(a), text.find(b)
-            if ia >= 0 and ib >= 0 and a != b:
-                first_is_better = (ia < ib) == (pair["label"] == "A>B")
-                return verdict(first_is_better != wrong)
-        return "I cannot tell."
+        shown = shown_pair(body, pairs)
+        return "I cannot tell." if shown is None else verdict(shown[1] != wrong)
 
     return respond
 

@@ -20,7 +20,7 @@ import pytest
 
 from judgebench_flows.global_limits import limit_names
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, load_jsonl
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, load_jsonl, shown_pair
 
 pytestmark = pytest.mark.slow
 
@@ -47,16 +47,13 @@ def responder(pairs: list[dict], unparseable_subset: bool = False) -> Callable[[
     verdict = VERDICTS["arena_hard"]
 
     def respond(body: dict) -> str:
-        text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
-        for pair in pairs:
-            a, b = pair["response_A"], pair["response_B"]
-            ia, ib = text.find(a), text.find(b)
-            if ia >= 0 and ib >= 0 and a != b:
-                if unparseable_subset and unparseable(pair["pair_id"]):
-                    return "Both answers have merit; I cannot decide."
-                first_is_better = (ia < ib) == (pair["label"] == "A>B")
-                return verdict(first_is_better != wrong(pair["pair_id"]))
-        return "I cannot tell."
+        shown = shown_pair(body, pairs)
+        if shown is None:
+            return "I cannot tell."
+        pair, first_is_better = shown
+        if unparseable_subset and unparseable(pair["pair_id"]):
+            return "Both answers have merit; I cannot decide."
+        return verdict(first_is_better != wrong(pair["pair_id"]))
 
     return respond
 

@@ -23,6 +23,14 @@ def records_of(engine: Engine, run_id: str) -> list[JudgmentRecord]:
     ]
 
 
+def _verdicts_by_pair(records: list[JudgmentRecord]) -> dict[str, str]:
+    """Each pair's verdicts in order, mapped back to the pair ("?" for none), e.g. "A>B B>A"."""
+    verdicts: dict[str, list[str]] = {}
+    for r in sorted(records, key=lambda r: r.order):
+        verdicts.setdefault(r.pair_id, []).append(r.decision_for_pair or "?")
+    return {pair_id: " ".join(v) for pair_id, v in verdicts.items()}
+
+
 def _run(engine: Engine, run_id: str) -> db.RunRow:
     run = db.get_run(engine, run_id)
     if run is None:
@@ -43,15 +51,11 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[st
         acc_a = sum(scores_a[p]["correct"] for p in ids) / len(ids) if ids else None
         acc_b = sum(scores_b[p]["correct"] for p in ids) / len(ids) if ids else None
         slices.append({"name": name, "a": acc_a, "b": acc_b, "delta": None if acc_a is None else acc_b - acc_a, "n": len(ids)})
-    verdicts = lambda recs: {r.pair_id: [] for r in recs}  # noqa: E731
-    by_pair_a, by_pair_b = verdicts(records_a), verdicts(records_b)
-    for r in sorted(records_a, key=lambda r: r.order):
-        by_pair_a[r.pair_id].append(r.decision_for_pair or "?")
-    for r in sorted(records_b, key=lambda r: r.order):
-        by_pair_b[r.pair_id].append(r.decision_for_pair or "?")
+    verdicts_a, verdicts_b = _verdicts_by_pair(records_a), _verdicts_by_pair(records_b)
+    labels = {r.pair_id: r.label for r in records_a}
     flipped = [
-        {"pair_id": p, "source": scores_a[p]["source"], "label": next(r.label for r in records_a if r.pair_id == p),
-         "a": " ".join(by_pair_a[p]), "b": " ".join(by_pair_b[p]), "now_correct": bool(scores_b[p]["correct"])}
+        {"pair_id": p, "source": scores_a[p]["source"], "label": labels[p],
+         "a": verdicts_a[p], "b": verdicts_b[p], "now_correct": bool(scores_b[p]["correct"])}
         for p in common
         if scores_a[p]["correct"] != scores_b[p]["correct"]
     ]

@@ -10,7 +10,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from judgebench_flows.config import RunConfig
-from judgebench_flows.records import CATEGORIES
 
 err = Console(stderr=True)
 out = Console()
@@ -100,4 +99,4 @@ def print_comparison(comparison: dict[str, Any]) -> None:
         out.print(pairs)
 
 
-__all__ = ["run_with_progress", "print_results", "print_history", "print_comparison", "CATEGORIES"]
+__all__ = ["run_with_progress", "print_results", "print_history", "print_comparison"]

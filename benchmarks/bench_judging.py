@@ -111,9 +111,11 @@ def main() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ["OPENAI_API_KEY"] = "bench-key"
+    workdir = Path(tempfile.mkdtemp(prefix="jb-bench-"))
+    # Shard results of an earlier benchmark (same synthetic data, same judge) must not answer this one.
+    os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(workdir / "prefect-results")
     from judgebench_flows.config import RunConfig
 
-    workdir = Path(tempfile.mkdtemp(prefix="jb-bench-"))
     server = start_server(args.latency, args.port)
     base_url = f"http://127.0.0.1:{args.port}/v1"
     try:
@@ -138,6 +140,8 @@ def main() -> None:
         judge_s = timings.get("judge_s", wall)
         bound = args.concurrency / args.latency if args.latency else float("inf")
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if results["usage"]["cached_calls"]:
+            print(f"warning: {results['usage']['cached_calls']} of {calls} calls were answered from a cache")
         print(f"pairs {results['dataset']['n_pairs']}, calls {calls}, latency {args.latency}s, concurrency {args.concurrency}")
         print(f"end-to-end wall time      {wall:8.2f} s   (phases: {json.dumps(timings)})")
         print(f"judging phase             {judge_s:8.2f} s   {calls / judge_s:8.1f} calls/s")

@@ -13,11 +13,12 @@ import asyncio
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,19 +27,20 @@ from urllib.parse import urlsplit
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.states import State
+from prefect.utilities.annotations import quote
 
 from judgebench_flows import db
 from judgebench_flows.config import RunConfig
 from judgebench_flows.dataset import data_file_in
 from judgebench_flows.errors import UserError
-from judgebench_flows.compare import records_of
 from judgebench_flows.global_limits import ensure_limits, limit_names
-from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, close_runtimes, with_prompts
-from judgebench_flows.loading import PairIndex
+from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, call_ahead, close_runtimes, with_prompts
+from judgebench_flows.loading import PairIndex, index_pairs, sample_pairs
+from judgebench_flows.metrics import Tally, pair_scores
 from judgebench_flows.records import JudgmentRecord
-from judgebench_flows.results import build_results, correctness_by_pair, jsonl_rows, regression_check, write_jsonl
+from judgebench_flows.results import build_results, correctness_of, jsonl_rows, regression_check, write_jsonl
 from tasks.fetch import fetch_dataset
-from tasks.judge import ShardIncomplete, shard_task
+from tasks.judge import ShardIncomplete, shard_cache_key, shard_task
 from tasks.load import index_dataset
 from tasks.publish import judgment_rows, publish_results
 
@@ -103,10 +105,6 @@ async def _shard_records(state: State) -> list[JudgmentRecord]:
     raise RuntimeError(f"shard ended in state {state.name}: {state.message}")
 
 
-# The HTML report lists at most this many verdicts with their raw answers (failed and invalid ones always).
-REPORT_JUDGMENTS = 5000
-
-
 def shards_in_flight(config: RunConfig) -> int:
     """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
     more: memory then holds a few shards, not the whole dataset."""
@@ -116,28 +114,35 @@ def shards_in_flight(config: RunConfig) -> int:
 
 async def _judge_in_process(
     shards: list[Shard], spec: JudgeSpec, config: RunConfig,
-    on_shard_done: Callable[[Shard, list[JudgmentRecord]], list[JudgmentRecord]],
-) -> list[JudgmentRecord]:
+    on_shard_done: Callable[[Shard, list[JudgmentRecord]], None],
+) -> None:
     task = shard_task(config.cache, config.shard_retries)
-    slots = asyncio.Semaphore(shards_in_flight(config))
+    pending = iter(shards)
 
-    async def one(shard: Shard) -> list[JudgmentRecord]:
-        async with slots:
-            state = await task(shard, spec, return_state=True)
+    async def worker() -> None:
+        """Takes the next shard when its last one is done: a few shards in flight, not a task per shard."""
+        for shard in pending:
+            # quote(): Prefect would otherwise walk every field of both on each of several engine steps.
+            state = await task(quote(shard), quote(spec), return_state=True)
             records = await _shard_records(state)
-            return await asyncio.to_thread(on_shard_done, shard, records)
+            await asyncio.to_thread(on_shard_done, shard, records)
 
+    workers = [asyncio.create_task(worker()) for _ in range(shards_in_flight(config))]
     try:
-        per_shard = await asyncio.gather(*(one(shard) for shard in shards))
+        await asyncio.gather(*workers)
+    except BaseException:  # a fatal error (bad key, bad input) ends the run: no further shard starts
+        for running in workers:
+            running.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
     finally:
         await close_runtimes()
-    return [record for records in per_shard for record in records]
 
 
 def _judge_on_dask(
     shards: list[Shard], spec: JudgeSpec, config: RunConfig,
-    on_shard_done: Callable[[Shard, list[JudgmentRecord]], list[JudgmentRecord]],
-) -> list[JudgmentRecord]:
+    on_shard_done: Callable[[Shard, list[JudgmentRecord]], None],
+) -> None:
     """Shards as Prefect task runs on the Dask cluster at `--dask-address`, a bounded number at a time,
     each handed to `on_shard_done` as soon as it finishes (as in-process). Runs in a thread of the flow:
     the Dask runner is synchronous.
@@ -151,7 +156,6 @@ def _judge_on_dask(
 
     spec, shards = _for_workers(spec, shards)
     task = shard_task(config.cache, config.shard_retries)
-    per_shard: dict[int, list[JudgmentRecord]] = {}
     with _dask_runner(config.dask_address or "") as runner:
         _check_workers(runner.client, config.dask_address or "", _paths_workers_need(spec, shards))
         in_flight = max(shards_in_flight(config), 2 * sum(runner.client.nthreads().values()))
@@ -162,6 +166,7 @@ def _judge_on_dask(
             shard = next(pending, None)
             if shard is None:
                 return None
+            # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
             future = runner.submit(task, parameters={"shard": shard, "spec": spec}).wrapped_future
             submitted[future] = shard
             return future
@@ -171,12 +176,11 @@ def _judge_on_dask(
         for future in finished:
             shard = submitted.pop(future)
             records = asyncio.run(_shard_records(_final_state(future)))
-            per_shard[shard.index] = on_shard_done(shard, records)
+            on_shard_done(shard, records)
             advance_progress(len(records))
             following = submit_next()
             if following is not None:
                 finished.add(following)
-    return [record for index in sorted(per_shard) for record in per_shard[index]]
 
 
 def _final_state(future: Any) -> State:
@@ -347,23 +351,15 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     parts_dir = Path(config.output_dir) / ".parts" / run_id
 
     judge = build_judge(spec)
-    kept_for_report = 0
+    tally = Tally()
 
-    def on_shard_done(shard: Shard, records: list[JudgmentRecord]) -> list[JudgmentRecord]:
-        """Write the shard's JSONL part and database rows now; keep only what the metrics and the report
-        need: raw answers of the first REPORT_JUDGMENTS judgments and of every failed or invalid one."""
-        nonlocal kept_for_report
+    def on_shard_done(shard: Shard, records: list[JudgmentRecord]) -> None:
+        """Write the shard's JSONL part and database rows now and add it to the tally; then its records
+        are let go, so memory holds the shards in flight, not the run."""
         pairs = shard.load()
         write_jsonl(parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(pairs, with_prompts(pairs, records, judge), judge_name))
         db.save_judgments(engine, judgment_rows(run_id, records))
-        compact = []
-        for record in records:
-            if record.status == "ok" and kept_for_report >= REPORT_JUDGMENTS:
-                record = record.model_copy(update={"response": "", "prompt": ""})
-            else:
-                kept_for_report += 1
-            compact.append(record)
-        return compact
+        tally.add(records)
 
     try:
         shards = make_shards(index, config.shard_size, config.seed if config.shuffle_responses else None)
@@ -372,19 +368,20 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         cpu_before = time.process_time()
         await ensure_limits(spec.global_limit, spec.concurrency, spec.global_rate_limit, spec.rpm)
         if config.task_runner == "dask":
-            judgments = await asyncio.to_thread(_judge_on_dask, shards, spec, config, on_shard_done)
+            await asyncio.to_thread(_judge_on_dask, shards, spec, config, on_shard_done)
         else:
-            judgments = await _judge_in_process(shards, spec, config, on_shard_done)
+            await _judge_in_process(shards, spec, config, on_shard_done)
         judged_at, judge_cpu = time.perf_counter(), time.process_time() - cpu_before
+        judgments = tally.usage["judgments"]
 
-        results = build_results(judgments, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(index.skipped))
+        results = build_results(tally, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(index.skipped))
         previous = [r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=("completed", "regressed")) if r.run_id != run_id]
         results["regression"] = None
         if previous and config.bootstrap_resamples:
-            baseline = records_of(engine, previous[0].run_id)
+            baseline = pair_scores(db.run_verdicts(engine, previous[0].run_id))
             if baseline:
                 results["regression"] = regression_check(
-                    correctness_by_pair(baseline), correctness_by_pair(judgments), baseline_run_id=previous[0].run_id,
+                    correctness_of(baseline), correctness_of(tally.scores), baseline_run_id=previous[0].run_id,
                     seed=config.seed, resamples=config.bootstrap_resamples, min_drop=config.regression_min_drop,
                 )
         finished = datetime.now(timezone.utc)
@@ -403,11 +400,11 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             "fetch_s": round(fetched - clock_start, 3),
             "load_s": round(loaded - fetched, 3),
             "judge_s": round(judged_at - loaded, 3),
-            "judge_cpu_ms_per_judgment": round(1000 * judge_cpu / max(1, len(judgments)), 3),
+            "judge_cpu_ms_per_judgment": round(1000 * judge_cpu / max(1, judgments), 3),
         }
         publish_started = time.perf_counter()
         paths = publish_results(
-            run_id, results, [j for j in judgments if j.response or j.status != "ok"], sorted(parts_dir.glob("shard-*.jsonl")),
+            run_id, results, tally.report_sample, sorted(parts_dir.glob("shard-*.jsonl")),
             result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
             judge_name=judge_name, data_file=data_file, write_report=config.report,
         )
@@ -430,4 +427,72 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         raise
 
 
-__all__ = ["judgebench_flow", "make_shards"]
+# Calls a run may make ahead of its flow (see `judge_with_head_start`), per unit of --concurrency.
+HEAD_START_ROUNDS = 64
+
+
+def _head_start_plan(config: RunConfig) -> tuple[JudgeSpec, list[Shard]] | None:
+    """The spec and shards the flow will judge, computed the way the flow computes them, when they can be
+    known without Prefect: a local file, or a pinned commit that preflight already cloned. None for
+    Dask (workers make the calls), external judges (no calls) and a Prefect global limit (needs the API)."""
+    from judgebench_flows.dataset import fetch_repository
+
+    if config.task_runner == "dask" or config.uses_global_limit or not config.needs_endpoint:
+        return None
+    if config.data_path:
+        data_path, templates_dir = config.data_path, config.templates_dir
+    elif config.ref and re.fullmatch(r"[0-9a-f]{40}", config.ref):
+        checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
+        data_path = str(data_file_in(checkout, config.data_file))
+        templates_dir = config.templates_dir or str(checkout.path / "utils" / "templates")
+    else:
+        return None
+    index = index_pairs(data_path)
+    index.offsets = sample_pairs(index.offsets, config.max_samples, config.seed)
+    spec = judge_spec(config, templates_dir)
+    return spec, make_shards(index, config.shard_size, config.seed if config.shuffle_responses else None)
+
+
+def _not_in_shard_cache(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> Iterator[Shard]:
+    """Shards whose result Prefect will not serve from its cache: calls made ahead for a cached shard would
+    be paid for nothing (its calls may be missing from this run's call cache, e.g. a new database)."""
+    if config.cache != "use":
+        yield from shards
+        return
+    from prefect.results import ResultStore
+
+    store = ResultStore()
+    for shard in shards:
+        try:
+            cached = store.exists(shard_cache_key(None, {"spec": spec, "shard": shard}))
+        except Exception:  # a result storage we cannot read from here: make no call ahead
+            return
+        if not cached:
+            yield shard
+
+
+async def judge_with_head_start(config: RunConfig, prefect_ready: Callable[[], object]) -> dict[str, Any]:
+    """Run the flow, and judge its first pairs while Prefect starts.
+
+    A run without a Prefect server waits seconds for its temporary one to boot, and any run waits for its
+    flow and first tasks to be created. Meanwhile the first requests are already sent from this event
+    loop, through the very endpoint client the flow's tasks will use here; each task then takes those
+    answers as its own fresh calls (`ChatCaller.call_ahead`), so nothing is sent twice and every call is
+    still counted, cached and recorded by its task.
+    """
+    plan = await asyncio.to_thread(_head_start_plan, config)
+    ahead = None
+    if plan is not None:
+        spec, shards = plan
+        ahead = asyncio.create_task(call_ahead(spec, _not_in_shard_cache(shards, spec, config), HEAD_START_ROUNDS * config.concurrency))
+    try:
+        await asyncio.to_thread(prefect_ready)
+        return await judgebench_flow(config)
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+            await asyncio.gather(ahead, return_exceptions=True)
+            await close_runtimes()  # the flow closed them, unless it ended before judging
+
+
+__all__ = ["judgebench_flow", "judge_with_head_start", "make_shards"]

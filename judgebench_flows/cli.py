@@ -226,13 +226,12 @@ def command_run(args: argparse.Namespace) -> int:
         raise UserError("--model is required (the judge model name the endpoint serves)")
     config = build_config(**options)
     preflight(config)
-    server_ready()
 
     from judgebench_flows import console
 
     if not args.verbose:
         _hide_user_error_run_logs()
-    return console.run_with_progress(config, show_progress=args.progress)
+    return console.run_with_progress(config, show_progress=args.progress, prefect_ready=server_ready)
 
 
 def _holds_judgebench_pairs(data_path: str | None) -> bool:

@@ -9,6 +9,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows import db, metrics, stats
 from judgebench_flows.errors import UserError
 from judgebench_flows.records import CATEGORIES, JudgmentRecord
+from judgebench_flows.results import correctness_of
 
 
 def records_of(engine: Engine, run_id: str) -> list[JudgmentRecord]:
@@ -47,22 +48,20 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[st
     slices = []
     names = ["overall", *CATEGORIES]
     for name in names:
-        ids = [p for p in common if name == "overall" or scores_a[p]["category"] == name]
-        acc_a = sum(scores_a[p]["correct"] for p in ids) / len(ids) if ids else None
-        acc_b = sum(scores_b[p]["correct"] for p in ids) / len(ids) if ids else None
+        ids = [p for p in common if name == "overall" or scores_a[p].category == name]
+        acc_a = sum(scores_a[p].correct for p in ids) / len(ids) if ids else None
+        acc_b = sum(scores_b[p].correct for p in ids) / len(ids) if ids else None
         slices.append({"name": name, "a": acc_a, "b": acc_b, "delta": None if acc_a is None else acc_b - acc_a, "n": len(ids)})
     verdicts_a, verdicts_b = _verdicts_by_pair(records_a), _verdicts_by_pair(records_b)
     labels = {r.pair_id: r.label for r in records_a}
     flipped = [
-        {"pair_id": p, "source": scores_a[p]["source"], "label": labels[p],
-         "a": verdicts_a[p], "b": verdicts_b[p], "now_correct": bool(scores_b[p]["correct"])}
+        {"pair_id": p, "source": scores_a[p].source, "label": labels[p],
+         "a": verdicts_a[p], "b": verdicts_b[p], "now_correct": bool(scores_b[p].correct)}
         for p in common
-        if scores_a[p]["correct"] != scores_b[p]["correct"]
+        if scores_a[p].correct != scores_b[p].correct
     ]
     bootstrap = None
     if common:
-        result = stats.paired_bootstrap_delta(
-            {p: float(scores_a[p]["correct"]) for p in common}, {p: float(scores_b[p]["correct"]) for p in common}, seed=seed
-        )
+        result = stats.paired_bootstrap_delta(correctness_of(scores_a), correctness_of(scores_b), seed=seed)
         bootstrap = result.model_dump()
     return {"run_a": a.run_id, "run_b": b.run_id, "slices": slices, "flipped": flipped, "bootstrap": bootstrap}

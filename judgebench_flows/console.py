@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -19,8 +20,8 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
 
-def run_with_progress(config: RunConfig, show_progress: bool = True) -> int:
-    from flows.judgebench_flow import judgebench_flow
+def run_with_progress(config: RunConfig, show_progress: bool = True, prefect_ready: Callable[[], object] = lambda: None) -> int:
+    from flows.judgebench_flow import judge_with_head_start
     from judgebench_flows.judging import add_progress_hook, add_total_hook, clear_progress_hooks
 
     err.print(f"[bold]judgebench[/] {config.judge_template or config.judge_type} / {config.model}; "
@@ -32,7 +33,7 @@ def run_with_progress(config: RunConfig, show_progress: bool = True) -> int:
         add_total_hook(lambda n: progress.update(bar, total=n))
         add_progress_hook(lambda n: progress.advance(bar, n))
         try:
-            results = asyncio.run(judgebench_flow(config))
+            results = asyncio.run(judge_with_head_start(config, prefect_ready))
         finally:
             clear_progress_hooks()
     print_results(results)

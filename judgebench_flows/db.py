@@ -331,6 +331,17 @@ def run_judgments(engine: Engine, run_id: str) -> list[JudgmentRow]:
         return list(session.exec(select(JudgmentRow).where(JudgmentRow.run_id == run_id)))
 
 
+def run_verdicts(engine: Engine, run_id: str) -> list[Any]:
+    """A run's verdicts without their answers: what the metric reads (`metrics.Verdict`), a few dozen
+    bytes per judgment where whole rows would carry every raw answer."""
+    columns = (
+        JudgmentRow.pair_id, JudgmentRow.order_index.label("order"), JudgmentRow.source, JudgmentRow.category,  # type: ignore[attr-defined]
+        JudgmentRow.label, JudgmentRow.status, JudgmentRow.decision_for_pair,
+    )
+    with Session(engine) as session:
+        return list(session.execute(sa.select(*columns).where(JudgmentRow.run_id == run_id)))  # type: ignore[call-overload]
+
+
 def run_metrics(engine: Engine, run_id: str) -> list[MetricRow]:
     with Session(engine) as session:
         return list(session.exec(select(MetricRow).where(MetricRow.run_id == run_id)))

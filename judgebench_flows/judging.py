@@ -14,7 +14,7 @@ import hashlib
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -234,16 +234,29 @@ def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge) -> lis
     return filled
 
 
+def first_turns(pairs: Iterable[Pair], judge, orders: tuple[int, ...]) -> Iterator[list[dict[str, str]]]:
+    """The first-turn messages of every judgment of these pairs, in the order the flow judges them."""
+    for pair in pairs:
+        for order in orders:
+            a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+            yield judge.format(pair.question, a, b)
+
+
 def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> list[str]:
     """The cache keys of every first-turn request in these pairs, for one prefetch query."""
     if isinstance(runtime.judge, ExternalPairwiseJudge):
         return []
-    keys = []
-    for pair in pairs:
-        for order in orders:
-            a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
-            keys.append(runtime.caller.key(runtime.judge.format(pair.question, a, b), runtime.judge.sampling))
-    return keys
+    return [runtime.caller.key(messages, runtime.judge.sampling) for messages in first_turns(pairs, runtime.judge, orders)]
+
+
+async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -> int:
+    """Start the first calls of these shards now, in this event loop, before the flow's tasks ask for them
+    (`ChatCaller.call_ahead`). Judges that make no endpoint calls have nothing to start."""
+    runtime = runtime_for(spec)
+    if isinstance(runtime.judge, ExternalPairwiseJudge):
+        return 0
+    requests = (messages for shard in shards for messages in first_turns(shard.load(), runtime.judge, spec.orders))
+    return await runtime.caller.call_ahead(requests, runtime.judge.sampling, max_calls)
 
 
 async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:

@@ -21,7 +21,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -250,6 +250,9 @@ class ChatCaller:
         self._adaptive = AdaptiveLimit(self.concurrency) if self.adaptive else None
         self._global = GlobalSlots(self.global_limit, self.request_timeout) if self.global_limit else None
         self._prefetched: dict[str, Completion | None] = {}
+        # Calls made ahead of the flow (see `call_ahead`), each waiting for the first `complete` to ask.
+        self._early: dict[str, asyncio.Future[Completion]] = {}
+        self._taken_over = False
         self._unsaved: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -258,6 +261,7 @@ class ChatCaller:
 
     async def prefetch(self, keys: list[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
+        self._taken_over = True
         if self.engine is None or self.cache_mode != "use" or not keys:
             return
         rows = await asyncio.to_thread(db.cache_get_many, self.engine, keys)
@@ -266,7 +270,12 @@ class ChatCaller:
             self._prefetched[key] = row and Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
 
     async def complete(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
+        self._taken_over = True
         key = self.key(messages, sampling)
+        early = self._early.pop(key, None)
+        if early is not None:  # a fresh call made ahead for this request: its answer (or failure) is ours
+            self._prefetched.pop(key, None)
+            return await early
         if self.cache_mode == "use":
             known = key in self._prefetched
             hit = self._prefetched.pop(key, None)  # used once: memory holds only the shards in flight
@@ -281,6 +290,49 @@ class ChatCaller:
         completion = await self._call(messages, sampling)
         completion.key = key
         return completion
+
+    async def call_ahead(self, requests: Iterator[list[dict[str, str]]], sampling: dict[str, Any], max_calls: int) -> int:
+        """Send the first requests of a run before the flow asks for them, to use the seconds Prefect takes
+        to start (its temporary server boots for several).
+
+        Each answer waits in memory for the first `complete` of the same request, which takes it as its own
+        fresh call: counted, cached and recorded exactly as if made then. Issuing stops for good the moment
+        the flow asks for anything, so no request is ever sent twice; also after `max_calls`, on a fatal
+        endpoint error, or when `requests` run out. Requests already in the call cache are skipped (the
+        flow will find them there). Returns how many calls were made ahead.
+        """
+        issued = 0
+
+        async def worker() -> None:
+            nonlocal issued
+            for messages in requests:  # one iterator shared by all workers
+                if self._taken_over or issued >= max_calls:
+                    return
+                key = self.key(messages, sampling)
+                if key in self._early:
+                    continue
+                if self.cache_mode == "use" and self.engine is not None:
+                    if key in await asyncio.to_thread(db.cache_get_many, self.engine, [key]) or self._taken_over:
+                        continue
+                future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+                future.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "exception was never retrieved"
+                self._early[key] = future
+                issued += 1
+                try:
+                    completion = await self._call(messages, sampling)
+                except (CallFailed, FatalEndpointError) as exc:
+                    future.set_exception(exc)
+                    if isinstance(exc, FatalEndpointError):
+                        return
+                    continue
+                except BaseException as exc:
+                    future.set_exception(CallFailed(f"call made ahead of the flow ended: {type(exc).__name__}"))
+                    raise
+                completion.key = key
+                future.set_result(completion)
+
+        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+        return issued
 
     async def remember(self, completions: list[Completion]) -> None:
         """Persist answered calls of a judgment that produced a verdict (never failures or invalid ones)."""

@@ -378,6 +378,7 @@ def build_context(
         "trend": _trend_chart(points),
         "trend_runs": len(points),
         "judgments": rows,
+        "judgments_total": (usage or {}).get("judgments"),
         "status_counts": status_counts,
         "prompt_preview_chars": f"{PROMPT_PREVIEW_CHARS:,}",
     }

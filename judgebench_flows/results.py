@@ -26,7 +26,7 @@ def _with_interval(accuracy: Accuracy, correct: list[float], seed: int, resample
 
 
 def build_results(
-    judgments: list[JudgmentRecord],
+    tally: metrics.Tally,
     *,
     header: dict[str, Any],
     seed: int,
@@ -34,30 +34,24 @@ def build_results(
     skipped_rows: int = 0,
 ) -> dict[str, Any]:
     """results.json: the header fields, then accuracy (with 95% bootstrap intervals) and diagnostics."""
-    scores = metrics.pair_scores(judgments)
-    tables = metrics.accuracy_tables(scores)
+    parts = metrics.slices(tally.scores)
 
-    def correct_of(predicate) -> list[float]:
-        return [1.0 if s["correct"] else 0.0 for s in scores.values() if predicate(s)]
+    def sliced(members: list[metrics.PairScore]) -> dict[str, Any]:
+        return _with_interval(metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, bootstrap_resamples)
 
     results: dict[str, Any] = dict(header)
-    results["overall_accuracy"] = _with_interval(tables["overall_accuracy"], correct_of(lambda s: True), seed, bootstrap_resamples)
-    results["category_accuracy"] = {
-        name: _with_interval(acc, correct_of(lambda s, n=name: s["category"] == n), seed, bootstrap_resamples)
-        for name, acc in tables["category_accuracy"].items()
-    }
-    results["source_accuracy"] = {
-        name: _with_interval(acc, correct_of(lambda s, n=name: s["source"] == n), seed, bootstrap_resamples)
-        for name, acc in tables["source_accuracy"].items()
-    }
-    results["consistency"] = metrics.consistency(scores)
-    results["invalid"] = metrics.invalid_counts(judgments, skipped_rows)
-    results["usage"] = metrics.usage_totals(judgments)
+    results["overall_accuracy"] = sliced(parts["overall"]["overall"])
+    results["category_accuracy"] = {name: sliced(members) for name, members in parts["category"].items()}
+    results["source_accuracy"] = {name: sliced(members) for name, members in parts["source"].items()}
+    results["consistency"] = metrics.consistency(tally.scores)
+    results["invalid"] = tally.invalid_counts(skipped_rows)
+    results["usage"] = tally.usage_totals()
     return results
 
 
-def correctness_by_pair(judgments: Iterable[JudgmentRecord]) -> dict[str, float]:
-    return {pair_id: 1.0 if s["correct"] else 0.0 for pair_id, s in metrics.pair_scores(judgments).items()}
+def correctness_of(scores: dict[str, metrics.PairScore]) -> dict[str, float]:
+    """pair_id -> 1.0 if the pair was judged correctly, else 0.0 (what the regression bootstrap compares)."""
+    return {pair_id: 1.0 if s.correct else 0.0 for pair_id, s in scores.items()}
 
 
 def regression_check(

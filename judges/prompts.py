@@ -45,6 +45,7 @@ class TemplateSet:
         self._env = _environment(jinja2.ChoiceLoader(loaders))
         self._sources: dict[str, str] = {}
         self._compiled: dict[str, jinja2.Template] = {}
+        self._static: dict[str, str] = {}
 
     def source(self, name: str) -> str:
         """The raw text of template `name` (without .jinja2)."""
@@ -67,6 +68,13 @@ class TemplateSet:
             raise UserError(f"prompt template '{name}.jinja2' has a syntax error at line {exc.lineno}: {exc.message}") from None
 
     def render(self, name: str, **variables: object) -> str:
+        if not variables:  # a template without inputs (a system prompt) renders the same every time
+            if name not in self._static:
+                self._static[name] = self._render(name)
+            return self._static[name]
+        return self._render(name, **variables)
+
+    def _render(self, name: str, **variables: object) -> str:
         try:
             return self._template(name).render(**variables)
         except jinja2.UndefinedError as exc:

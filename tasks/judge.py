@@ -58,6 +58,9 @@ async def retry_failed_calls(task, task_run, state) -> bool:
     cache_key_fn=shard_cache_key,
     cache_expiration=timedelta(days=90),
     persist_result=True,
+    # Read back from result storage by the flow, not kept in Prefect's in-memory cache of up to 1,000
+    # results: with it, memory grew with every shard of a large run.
+    cache_result_in_memory=False,
     retries=2,
     retry_delay_seconds=[1, 5],
     retry_condition_fn=retry_failed_calls,

@@ -116,8 +116,8 @@ def publish_results(
 ) -> dict[str, str]:
     """Judgment rows and JSONL parts were written as each shard finished; this adds the rest.
 
-    `report_judgments` are the verdicts the report lists with their raw answers (a bounded number, plus
-    every failed or invalid one): all counts come from `results`.
+    `report_judgments` are the verdicts the report lists with their raw answers (a bounded sample, see
+    `metrics.Tally`): all counts come from `results`.
     """
     paths: dict[str, str] = {}
     out = Path(output_dir)

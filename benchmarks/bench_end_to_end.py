@@ -1,0 +1,120 @@
+"""Whole-process wall time: `judgebench run` against a run_judge.py-shaped script, same endpoint and C.
+
+Both are timed as users start them, from the shell to exit, on the full GPT-4o file (350 pairs, both
+orders, 700 calls) against the bundled endpoint with a fixed latency L. `judgebench run` clones a git copy
+of ../shared/judgebench (pinned commit, clone cache warmed by a 2-pair run, as on any machine that ran it
+before), and is timed twice: with no Prefect server (it boots a temporary one) and with one running
+(PREFECT_API_URL, as in production). Each timed run starts from an empty results database and empty
+Prefect result storage, so every call is paid.
+
+    python benchmarks/bench_end_to_end.py --latency 1.0 --concurrency 32
+
+Run by hand; this is a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_judging import GPT4O_FILE, make_repo, start_server  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{command[0]} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return wall
+
+
+def start_prefect_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/api"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1):
+                return server, url
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("the Prefect server did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", type=float, default=1.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="jb-e2e-"))
+    port = free_port()
+    endpoint = start_server(args.latency, port)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    env = {**os.environ, "OPENAI_API_KEY": "bench-key", "PREFECT_HOME": str(workdir / "prefect-home"),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    prefect_server = None
+    try:
+        url, sha = make_repo(workdir)
+        pairs_file = workdir / "JudgeBench" / "data" / GPT4O_FILE
+        judgebench = [sys.executable, "-m", "judgebench_flows.cli", "run", "--judge-type", "arena_hard", "--model", "bench",
+                      "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE, "--base-url", base_url,
+                      "--concurrency", str(args.concurrency), "--cache-dir", str(workdir / "clones"), "--no-progress"]
+
+        def ours(name: str, extra_env: dict[str, str]) -> float:
+            run = workdir / f"{name}-{time.monotonic_ns()}"
+            return timed(judgebench + ["--result-path", str(run / "results.json"), "--output-dir", str(run / "out"),
+                                       "--db-url", f"sqlite:///{run}/results.db"],
+                         {**env, **extra_env, "PREFECT_LOCAL_STORAGE_PATH": str(run / "prefect-results")}, workdir)
+
+        # Warm-up: the clone cache and Prefect's own database (created and migrated on first use).
+        timed(judgebench + ["--max-samples", "2", "--result-path", str(workdir / "w.json"), "--output-dir", str(workdir / "w"),
+                            "--db-url", f"sqlite:///{workdir}/w.db"], env, workdir)
+        reference = [sys.executable, str(HERE / "reference_run_judge.py"), "--pairs", str(pairs_file),
+                     "--concurrency_limit", str(args.concurrency), "--base-url", base_url, "--output", str(workdir / "ref.jsonl")]
+        rows: dict[str, list[float]] = {"run_judge.py-shaped script": [], "judgebench run, temporary Prefect server": [],
+                                        "judgebench run, Prefect server running": []}
+        for _ in range(args.repeat):
+            rows["run_judge.py-shaped script"].append(timed(reference, env, workdir))
+            rows["judgebench run, temporary Prefect server"].append(ours("temporary", {}))
+        prefect_server, api_url = start_prefect_server(env)
+        for _ in range(args.repeat):
+            rows["judgebench run, Prefect server running"].append(ours("running", {"PREFECT_API_URL": api_url}))
+
+        bound = 700 * args.latency / args.concurrency
+        print(f"700 calls, latency {args.latency} s, concurrency {args.concurrency}: judging alone takes at least {bound:.1f} s")
+        for name, walls in rows.items():
+            print(f"{name:42s} {min(walls):7.2f} s" + (f"  (runs: {', '.join(f'{w:.2f}' for w in walls)})" if len(walls) > 1 else ""))
+    finally:
+        if prefect_server is not None:
+            prefect_server.terminate()
+            prefect_server.wait(timeout=30)
+        endpoint.terminate()
+        endpoint.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

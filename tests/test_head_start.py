@@ -1,0 +1,76 @@
+"""Judging starts while Prefect starts: calls made ahead are taken by the flow's tasks, never repeated.
+
+The flow runs in this process against the session's Prefect server, with `prefect_ready` held back for a
+second, as a temporary server's boot would hold it. The endpoint's counters are the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from judgebench_flows.config import RunConfig
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from flows.judgebench_flow import judge_with_head_start
+from tests.conftest import GPT4O_FILE, SHARED, VERDICTS, oracle_responder, requires_shared
+
+PAIRS = 40
+
+
+def config_for(server: FakeOpenAIServer, tmp_path: Path, db: str = "results.db", **extra) -> RunConfig:
+    return RunConfig(
+        data_path=str(SHARED / "data" / GPT4O_FILE), max_samples=PAIRS, model="judge", base_url=server.base_url,
+        concurrency=4, shard_size=10, db_url=f"sqlite:///{tmp_path / db}", result_path=str(tmp_path / "results.json"),
+        output_dir=str(tmp_path / "run"), report=False, bootstrap_resamples=0, **extra,
+    )
+
+
+def run_held_back(config: RunConfig, server: FakeOpenAIServer, seconds: float = 1.0) -> tuple[dict, int]:
+    """Run the flow with Prefect 'ready' only after `seconds`; also returns how many requests the endpoint
+    had seen by then."""
+    before_flow: list[int] = []
+
+    def prefect_ready() -> None:
+        time.sleep(seconds)
+        before_flow.append(server.requests)
+
+    results = asyncio.run(judge_with_head_start(config, prefect_ready))
+    return results, before_flow[0]
+
+
+@requires_shared
+def test_calls_made_ahead_are_taken_by_the_flow_not_repeated(prefect_server, gpt4o_pairs, tmp_path):
+    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), latency=0.05) as server:
+        results, ahead = run_held_back(config_for(server, tmp_path), server)
+        assert 0 < ahead < 2 * PAIRS, "some calls were made before the flow started, not all"
+        assert server.answered == server.requests == 2 * PAIRS
+        assert set(server.answered_keys().values()) == {1}, "no request was sent twice"
+        assert server.max_in_flight <= 4, "calls made ahead share the run's concurrency limit"
+    assert results["usage"]["paid_calls"] == 2 * PAIRS and results["usage"]["cached_calls"] == 0
+    assert results["overall_accuracy"]["accuracy"] == 1.0 and results["invalid"]["failed_judgments"] == 0
+
+
+@requires_shared
+def test_no_calls_ahead_for_shards_that_prefect_serves_from_its_cache(prefect_server, gpt4o_pairs, tmp_path):
+    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), latency=0.02) as server:
+        first, _ = run_held_back(config_for(server, tmp_path, seed=4242), server, seconds=0)
+        assert first["usage"]["paid_calls"] == 2 * PAIRS
+        server.reset_counters()
+        # A new results database has no call cache, but Prefect still holds every shard's result.
+        again, ahead = run_held_back(config_for(server, tmp_path, db="fresh.db", seed=4242), server)
+        assert ahead == 0 and server.requests == 0
+    assert again["usage"]["cached_calls"] == 2 * PAIRS
+    assert again["overall_accuracy"] == first["overall_accuracy"]
+
+
+@requires_shared
+def test_a_call_that_fails_ahead_is_retried_by_its_shard_not_recorded(prefect_server, gpt4o_pairs, tmp_path):
+    responder = oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"])
+    with FakeOpenAIServer(responder, latency=0.02, fail_first=1, fail_kind="500") as server:
+        config = config_for(server, tmp_path, max_retries=0, seed=7)
+        results, ahead = run_held_back(config, server)
+        assert ahead > 0
+        # Every distinct request failed once, then was answered once: by a retry, never twice.
+        assert set(server.answered_keys().values()) == {1} and server.answered == 2 * PAIRS
+    assert results["invalid"]["failed_judgments"] == 0 and results["overall_accuracy"]["accuracy"] == 1.0

@@ -7,7 +7,12 @@ before), and is timed twice: with no Prefect server (it boots a temporary one) a
 (PREFECT_API_URL, as in production). Each timed run starts from an empty results database and empty
 Prefect result storage, so every call is paid.
 
-    python benchmarks/bench_end_to_end.py --latency 1.0 --concurrency 32
+    python benchmarks/bench_end_to_end.py --latency 1.0 --concurrency 32 --repeat 3 \
+        --reference-python /path/to/venv-with-judgebench-requirements/bin/python
+
+The stand-in imports what run_judge.py imports at start when those libraries are installed; give it an
+interpreter with JudgeBench's requirements.txt (--reference-python) for a like-for-like start-up, or it
+runs under this one and starts faster than run_judge.py would (it says which imports it skipped).
 
 Run by hand; this is a measurement, not a test.
 """
@@ -18,6 +23,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +49,9 @@ def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    for line in done.stdout.splitlines():
+        if line.startswith("not installed"):
+            print(f"{command[0]}: {line}")
     return wall
 
 
@@ -66,6 +75,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--reference-python", action="append", help="interpreter for the run_judge.py stand-in (repeatable)")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="jb-e2e-"))
@@ -92,12 +102,18 @@ def main() -> None:
         # Warm-up: the clone cache and Prefect's own database (created and migrated on first use).
         timed(judgebench + ["--max-samples", "2", "--result-path", str(workdir / "w.json"), "--output-dir", str(workdir / "w"),
                             "--db-url", f"sqlite:///{workdir}/w.db"], env, workdir)
-        reference = [sys.executable, str(HERE / "reference_run_judge.py"), "--pairs", str(pairs_file),
-                     "--concurrency_limit", str(args.concurrency), "--base-url", base_url, "--output", str(workdir / "ref.jsonl")]
-        rows: dict[str, list[float]] = {"run_judge.py-shaped script": [], "judgebench run, temporary Prefect server": [],
-                                        "judgebench run, Prefect server running": []}
+        references = {
+            f"run_judge.py stand-in ({python})": [python, str(HERE / "reference_run_judge.py"), "--pairs", str(pairs_file),
+                                                 "--concurrency_limit", str(args.concurrency), "--base-url", base_url,
+                                                 "--output", str(workdir / "ref.jsonl")]
+            for python in args.reference_python or [sys.executable]
+        }
+        rows: dict[str, list[float]] = {name: [] for name in references}
+        rows["judgebench run, temporary Prefect server"] = []
+        rows["judgebench run, Prefect server running"] = []
         for _ in range(args.repeat):
-            rows["run_judge.py-shaped script"].append(timed(reference, env, workdir))
+            for name, reference in references.items():
+                rows[name].append(timed(reference, env, workdir))
             rows["judgebench run, temporary Prefect server"].append(ours("temporary", {}))
         prefect_server, api_url = start_prefect_server(env)
         for _ in range(args.repeat):
@@ -105,8 +121,9 @@ def main() -> None:
 
         bound = 700 * args.latency / args.concurrency
         print(f"700 calls, latency {args.latency} s, concurrency {args.concurrency}: judging alone takes at least {bound:.1f} s")
+        print("wall time, median of runs (all runs)")
         for name, walls in rows.items():
-            print(f"{name:42s} {min(walls):7.2f} s" + (f"  (runs: {', '.join(f'{w:.2f}' for w in walls)})" if len(walls) > 1 else ""))
+            print(f"{name}\n    {statistics.median(walls):7.2f} s  ({', '.join(f'{w:.2f}' for w in walls)})")
     finally:
         if prefect_server is not None:
             prefect_server.terminate()

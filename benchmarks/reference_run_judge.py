@@ -6,6 +6,11 @@ it completes, then reads that file back and prints the two-order accuracy. This 
 against any OpenAI-compatible endpoint, with an arena-hard-shaped prompt and verdict, and nothing else:
 no cache, no resume, no retries. Written for this benchmark; it is not JudgeBench's code.
 
+Start-up cost is part of end-to-end time, so it also imports what run_judge.py imports when it starts
+(utils/models.py: anthropic and backoff; utils/judges.py: transformers' AutoTokenizer in a class body;
+tqdm; jinja2), each only if installed, and says which were missing: run it with an interpreter that has
+JudgeBench's requirements.txt installed for a like-for-like start.
+
     python benchmarks/reference_run_judge.py --pairs FILE.jsonl --concurrency_limit 32 --base-url URL
 """
 
@@ -18,6 +23,24 @@ import os
 import re
 
 import openai
+
+STARTUP_IMPORTS = ("anthropic", "backoff", "jinja2", "tqdm.asyncio", "transformers:AutoTokenizer")
+
+
+def import_like_run_judge() -> list[str]:
+    """Import the libraries run_judge.py loads at start; returns the ones not installed here."""
+    import importlib
+
+    missing = []
+    for name in STARTUP_IMPORTS:
+        module, _, attribute = name.partition(":")
+        try:
+            loaded = importlib.import_module(module)
+            if attribute:
+                getattr(loaded, attribute)
+        except ImportError:
+            missing.append(module)
+    return missing
 
 VERDICT = re.compile(r"\[\[([AB][<>=]+[AB])\]\]")
 
@@ -80,6 +103,9 @@ def main() -> None:
     parser.add_argument("--model", default="judge")
     parser.add_argument("--output", default="reference-output.jsonl")
     args = parser.parse_args()
+    missing = import_like_run_judge()
+    if missing:
+        print(f"not installed, so not imported as run_judge.py would: {', '.join(missing)}")
     with open(args.pairs) as handle:
         pairs = [json.loads(line) for line in handle]
     if os.path.exists(args.output):

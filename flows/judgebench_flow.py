@@ -13,12 +13,11 @@ import asyncio
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,24 +32,15 @@ from judgebench_flows import db
 from judgebench_flows.config import RunConfig
 from judgebench_flows.dataset import data_file_in
 from judgebench_flows.errors import UserError
-from judgebench_flows.global_limits import ensure_limits, limit_names
-from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, call_ahead, close_runtimes, with_prompts
-from judgebench_flows.loading import PairIndex, index_pairs, sample_pairs
+from judgebench_flows.global_limits import ensure_limits
+from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, close_runtimes, judge_spec, make_shards, with_prompts
 from judgebench_flows.metrics import Tally, pair_scores
 from judgebench_flows.records import JudgmentRecord
 from judgebench_flows.results import build_results, correctness_of, jsonl_rows, regression_check, write_jsonl
 from tasks.fetch import fetch_dataset
-from tasks.judge import ShardIncomplete, shard_cache_key, shard_task
+from tasks.judge import ShardIncomplete, shard_task
 from tasks.load import index_dataset
 from tasks.publish import judgment_rows, publish_results
-
-
-def make_shards(index: PairIndex, shard_size: int, shuffle_seed: int | None = None) -> list[Shard]:
-    """Deterministic shards: consecutive runs of `shard_size` pairs in file order."""
-    return [
-        Shard(index=i, path=index.path, offsets=index.offsets[start : start + shard_size], shuffle_seed=shuffle_seed)
-        for i, start in enumerate(range(0, len(index.offsets), shard_size))
-    ]
 
 
 def output_judge_name(config: RunConfig) -> str:
@@ -59,34 +49,6 @@ def output_judge_name(config: RunConfig) -> str:
     if config.judge_template:
         return "custom_" + config.judge_template.rsplit(":", 1)[-1].replace("/", "_")
     return config.judge_type.replace(":", "_").replace("/", "_")
-
-
-def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
-    spec = JudgeSpec(
-        judge_type=config.judge_type,
-        judge_template=config.judge_template,
-        templates_dir=templates_dir,
-        model=config.model,
-        base_url=config.resolved_base_url(),
-        sampling_overrides=config.sampling_overrides(),
-        orders=(0,) if config.single_game else (0, 1),
-        concurrency=config.concurrency,
-        rpm=config.rpm,
-        request_timeout=config.request_timeout,
-        max_retries=config.max_retries,
-        retry_initial_wait=config.retry_initial_wait,
-        retry_max_wait=config.retry_max_wait,
-        db_url=config.db_url,
-        cache=config.cache,
-        external_judge_path=config.external_judge_path,
-        external_judge_function=config.external_judge_function,
-        external_judge_config=config.external_judge_config,
-        adaptive_concurrency=config.adaptive_concurrency,
-    )
-    if config.uses_global_limit:
-        concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)
-        spec = spec.model_copy(update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.rpm else None})
-    return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
 
 
 async def _shard_records(state: State) -> list[JudgmentRecord]:
@@ -427,72 +389,4 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         raise
 
 
-# Calls a run may make ahead of its flow (see `judge_with_head_start`), per unit of --concurrency.
-HEAD_START_ROUNDS = 64
-
-
-def _head_start_plan(config: RunConfig) -> tuple[JudgeSpec, list[Shard]] | None:
-    """The spec and shards the flow will judge, computed the way the flow computes them, when they can be
-    known without Prefect: a local file, or a pinned commit that preflight already cloned. None for
-    Dask (workers make the calls), external judges (no calls) and a Prefect global limit (needs the API)."""
-    from judgebench_flows.dataset import fetch_repository
-
-    if config.task_runner == "dask" or config.uses_global_limit or not config.needs_endpoint:
-        return None
-    if config.data_path:
-        data_path, templates_dir = config.data_path, config.templates_dir
-    elif config.ref and re.fullmatch(r"[0-9a-f]{40}", config.ref):
-        checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
-        data_path = str(data_file_in(checkout, config.data_file))
-        templates_dir = config.templates_dir or str(checkout.path / "utils" / "templates")
-    else:
-        return None
-    index = index_pairs(data_path)
-    index.offsets = sample_pairs(index.offsets, config.max_samples, config.seed)
-    spec = judge_spec(config, templates_dir)
-    return spec, make_shards(index, config.shard_size, config.seed if config.shuffle_responses else None)
-
-
-def _not_in_shard_cache(shards: list[Shard], spec: JudgeSpec, config: RunConfig) -> Iterator[Shard]:
-    """Shards whose result Prefect will not serve from its cache: calls made ahead for a cached shard would
-    be paid for nothing (its calls may be missing from this run's call cache, e.g. a new database)."""
-    if config.cache != "use":
-        yield from shards
-        return
-    from prefect.results import ResultStore
-
-    store = ResultStore()
-    for shard in shards:
-        try:
-            cached = store.exists(shard_cache_key(None, {"spec": spec, "shard": shard}))
-        except Exception:  # a result storage we cannot read from here: make no call ahead
-            return
-        if not cached:
-            yield shard
-
-
-async def judge_with_head_start(config: RunConfig, prefect_ready: Callable[[], object]) -> dict[str, Any]:
-    """Run the flow, and judge its first pairs while Prefect starts.
-
-    A run without a Prefect server waits seconds for its temporary one to boot, and any run waits for its
-    flow and first tasks to be created. Meanwhile the first requests are already sent from this event
-    loop, through the very endpoint client the flow's tasks will use here; each task then takes those
-    answers as its own fresh calls (`ChatCaller.call_ahead`), so nothing is sent twice and every call is
-    still counted, cached and recorded by its task.
-    """
-    plan = await asyncio.to_thread(_head_start_plan, config)
-    ahead = None
-    if plan is not None:
-        spec, shards = plan
-        ahead = asyncio.create_task(call_ahead(spec, _not_in_shard_cache(shards, spec, config), HEAD_START_ROUNDS * config.concurrency))
-    try:
-        await asyncio.to_thread(prefect_ready)
-        return await judgebench_flow(config)
-    finally:
-        if ahead is not None:
-            ahead.cancel()
-            await asyncio.gather(ahead, return_exceptions=True)
-            await close_runtimes()  # the flow closed them, unless it ended before judging
-
-
-__all__ = ["judgebench_flow", "judge_with_head_start", "make_shards"]
+__all__ = ["judgebench_flow", "make_shards"]

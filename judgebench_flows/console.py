@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from judgebench_flows.config import RunConfig
+from judgebench_flows.prefect_server import PrefectStart
 
 err = Console(stderr=True)
 out = Console()
@@ -20,8 +21,9 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
 
-def run_with_progress(config: RunConfig, show_progress: bool = True, prefect_ready: Callable[[], object] = lambda: None) -> int:
-    from flows.judgebench_flow import judge_with_head_start
+def run_with_progress(config: RunConfig, prefect: PrefectStart, show_progress: bool = True,
+                      with_prefect: Callable[[], object] = lambda: None) -> int:
+    from judgebench_flows.head_start import judge_with_head_start
     from judgebench_flows.judging import add_progress_hook, add_total_hook, clear_progress_hooks
 
     err.print(f"[bold]judgebench[/] {config.judge_template or config.judge_type} / {config.model}; "
@@ -33,7 +35,7 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, prefect_rea
         add_total_hook(lambda n: progress.update(bar, total=n))
         add_progress_hook(lambda n: progress.advance(bar, n))
         try:
-            results = asyncio.run(judge_with_head_start(config, prefect_ready))
+            results = asyncio.run(judge_with_head_start(config, prefect, with_prefect))
         finally:
             clear_progress_hooks()
     print_results(results)

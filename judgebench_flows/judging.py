@@ -15,17 +15,21 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from judgebench_flows import db
+from judgebench_flows.config import RunConfig
+from judgebench_flows.global_limits import limit_names
 from judgebench_flows.llm import CacheMode, ChatCaller, RetryPolicy
-from judgebench_flows.loading import read_pairs_at, shuffle_responses
+from judgebench_flows.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.records import JudgmentRecord, Pair, flip
 from judges import CustomJudge, PromptJudge, get_judge
-from judges.external.pairwise import ExternalPairwiseJudge
 from judges.procedure import Outcome, judge_one_order
+
+if TYPE_CHECKING:  # imported for real only by a run that uses it: it loads pandas
+    from judges.external.pairwise import ExternalPairwiseJudge
 
 ProgressHook = Callable[[int], None]
 _progress_hooks: list[ProgressHook] = []
@@ -192,6 +196,11 @@ def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRec
     )
 
 
+def _decides_locally(judge: object) -> bool:
+    """An external pairwise judge: decides in this process, no endpoint call."""
+    return getattr(judge, "local", False)
+
+
 def _decide_locally(judge: ExternalPairwiseJudge, pair: Pair, a: str, b: str) -> Outcome:
     started = time.perf_counter()
     text, decision, error = judge.decide(pair.model_dump(), a, b)
@@ -205,7 +214,7 @@ async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0,
 
     async def one(order: int) -> JudgmentRecord:
         a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
-        if isinstance(judge, ExternalPairwiseJudge):
+        if _decides_locally(judge):
             outcome = _decide_locally(judge, pair, a, b)
         else:
             outcome = await judge_one_order(judge, pair.question, a, b, caller.complete)
@@ -221,7 +230,7 @@ async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0,
 def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge) -> list[JudgmentRecord]:
     """Fill in each record's prompt (the last user message of its first turn), rendered again from the
     pair: deterministic, cheaper than carrying ~10 KB per judgment through Prefect's results."""
-    if isinstance(judge, ExternalPairwiseJudge):
+    if _decides_locally(judge):
         return records
     by_id = {pair.pair_id: pair for pair in pairs}
     filled = []
@@ -244,7 +253,7 @@ def first_turns(pairs: Iterable[Pair], judge, orders: tuple[int, ...]) -> Iterat
 
 def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> list[str]:
     """The cache keys of every first-turn request in these pairs, for one prefetch query."""
-    if isinstance(runtime.judge, ExternalPairwiseJudge):
+    if _decides_locally(runtime.judge):
         return []
     return [runtime.caller.key(messages, runtime.judge.sampling) for messages in first_turns(pairs, runtime.judge, orders)]
 
@@ -253,7 +262,7 @@ async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -
     """Start the first calls of these shards now, in this event loop, before the flow's tasks ask for them
     (`ChatCaller.call_ahead`). Judges that make no endpoint calls have nothing to start."""
     runtime = runtime_for(spec)
-    if isinstance(runtime.judge, ExternalPairwiseJudge):
+    if _decides_locally(runtime.judge):
         return 0
     requests = (messages for shard in shards for messages in first_turns(shard.load(), runtime.judge, spec.orders))
     return await runtime.caller.call_ahead(requests, runtime.judge.sampling, max_calls)
@@ -264,3 +273,44 @@ async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ..
     per_pair = await asyncio.gather(*(judge_pair(pair, runtime, orders) for pair in pairs))
     await runtime.caller.flush()  # a shard counts as done only once its answers are in the cache
     return [record for records in per_pair for record in records]
+
+
+def make_shards(index: PairIndex, shard_size: int, shuffle_seed: int | None = None) -> list[Shard]:
+    """Deterministic shards: consecutive runs of `shard_size` pairs in file order."""
+    return [
+        Shard(index=i, path=index.path, offsets=index.offsets[start : start + shard_size], shuffle_seed=shuffle_seed)
+        for i, start in enumerate(range(0, len(index.offsets), shard_size))
+    ]
+
+
+def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
+    spec = JudgeSpec(
+        judge_type=config.judge_type,
+        judge_template=config.judge_template,
+        templates_dir=templates_dir,
+        model=config.model,
+        base_url=config.resolved_base_url(),
+        sampling_overrides=config.sampling_overrides(),
+        orders=(0,) if config.single_game else (0, 1),
+        concurrency=config.concurrency,
+        rpm=config.rpm,
+        request_timeout=config.request_timeout,
+        max_retries=config.max_retries,
+        retry_initial_wait=config.retry_initial_wait,
+        retry_max_wait=config.retry_max_wait,
+        db_url=config.db_url,
+        cache=config.cache,
+        external_judge_path=config.external_judge_path,
+        external_judge_function=config.external_judge_function,
+        external_judge_config=config.external_judge_config,
+        adaptive_concurrency=config.adaptive_concurrency,
+    )
+    if config.uses_global_limit:
+        concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)
+        spec = spec.model_copy(update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.rpm else None})
+    return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
+
+
+def shard_cache_key_of(spec: JudgeSpec, shard: Shard) -> str:
+    """The key of a shard's result in Prefect's cache: the judge as configured and the shard's pairs."""
+    return f"judgebench-shard-{spec.cache_identity()[:32]}-{shard.content_hash()[:32]}"

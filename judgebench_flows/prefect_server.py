@@ -1,38 +1,168 @@
-"""Boot Prefect's temporary API server early, so its start-up overlaps our own checks and the clone.
+"""Read Prefect's settings and start its temporary API server in a helper process, before this one
+imports Prefect.
 
-Without PREFECT_API_URL, Prefect starts a temporary server the moment a flow begins, and that takes
-several seconds, most of it in the server's own process. Started from a thread at the top of
-`judgebench run`, the same server boots while we import, run the preflight checks and clone; the flow
-then finds it running (it is one instance per process).
+Without PREFECT_API_URL, Prefect starts a temporary server when a flow begins: it first imports its whole
+server package into this process (seconds of CPU, fighting the run for the interpreter), then waits
+seconds for the server to boot. `judgebench run` instead starts a helper process at once. The helper reads
+Prefect's settings and, if no server is configured, becomes that same server: the command and environment
+Prefect itself uses. This process then points Prefect at it (PREFECT_API_URL, set before Prefect is
+imported here), judges meanwhile, and stops the server at exit; the server also dies with this process if
+it is killed. With a server configured, the helper only reports where Prefect keeps task results.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import atexit
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from judgebench_flows.errors import UserError
 
 
-def _no_server_configured() -> bool:
+@dataclass(frozen=True)
+class PrefectSettings:
+    """What a run needs from Prefect's settings before this process imports Prefect."""
+
+    api_url: str | None  # of the temporary server started for this run; None when a server is configured
+    result_storage: Path | None  # local directory of task results; None when a storage block holds them
+    startup_timeout: float = 20.0
+
+
+def _read_settings() -> tuple[PrefectSettings, bool]:
+    """This process's Prefect settings, and whether they ask for a temporary server."""
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
-    return not settings.api.url and settings.server.ephemeral.enabled
+    storage = None if settings.results.default_storage_block else Path(settings.results.local_storage_path)
+    wants_server = not settings.api.url and settings.server.ephemeral.enabled
+    return PrefectSettings(None, storage, float(settings.server.ephemeral.startup_timeout_seconds)), wants_server
 
 
-def boot_temporary_server() -> Callable[[], None]:
-    """Start booting it in the background; the returned function waits until it is up (or gave up)."""
-    done = threading.Event()
+class PrefectStart:
+    """Prefect's settings as the helper process read them, and the temporary server it became, if any."""
 
-    def boot() -> None:
+    def __init__(self, helper: subprocess.Popen[str] | None, known: PrefectSettings | None = None) -> None:
+        self._helper = helper
+        self._settings = known
+        if helper is not None:
+            atexit.register(self.stop)
+
+    def settings(self) -> PrefectSettings:
+        """Waits for the helper to read Prefect's settings, and points this process at its server. Call
+        before anything here imports Prefect."""
+        if self._settings is None:
+            assert self._helper is not None and self._helper.stdout is not None
+            line = self._helper.stdout.readline()
+            try:
+                told = json.loads(line)
+                self._settings = PrefectSettings(
+                    told["api_url"], Path(told["result_storage"]) if told["result_storage"] else None, told["startup_timeout"],
+                )
+            except (ValueError, KeyError, TypeError):  # the helper could not read the settings: Prefect will say why
+                self._settings = PrefectSettings(None, None)
+            if self._settings.api_url:
+                os.environ["PREFECT_API_URL"] = self._settings.api_url
+        return self._settings
+
+    def wait_ready(self) -> None:
+        """Returns once the temporary server answers (at once when a server is configured)."""
+        settings = self.settings()
+        if not settings.api_url or self._helper is None:
+            return
+        deadline = time.monotonic() + settings.startup_timeout
+        while time.monotonic() < deadline:
+            if self._helper.poll() is not None:
+                raise UserError(f"the temporary Prefect server exited with code {self._helper.returncode} while starting; "
+                                "set PREFECT_API_URL to a running Prefect server (see README, Distributed runs)")
+            try:
+                with urllib.request.urlopen(f"{settings.api_url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise UserError(f"the temporary Prefect server did not answer within {settings.startup_timeout:g} s "
+                        "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS); set PREFECT_API_URL to a running Prefect server")
+
+    def stop(self) -> None:
+        if self._helper is None or self._helper.poll() is not None:
+            return
+        self._helper.terminate()
         try:
-            if _no_server_configured():
-                from prefect.server.api.server import SubprocessASGIServer
+            self._helper.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._helper.kill()
+            self._helper.wait()
 
-                SubprocessASGIServer().start()
-        except Exception:  # the flow will start (and report on) the server itself
-            pass
-        finally:
-            done.set()
 
-    threading.Thread(target=boot, name="prefect-server-boot", daemon=True).start()
-    return done.wait
+def start_prefect() -> PrefectStart:
+    """Start the helper (it reads settings while this process starts up); see the module docstring."""
+    if "prefect" in sys.modules:  # already imported (a test, a notebook): its settings are fixed, read them here
+        return PrefectStart(None, _read_settings()[0])
+    helper = subprocess.Popen(
+        [sys.executable, "-m", "judgebench_flows.prefect_server", str(os.getpid())],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+    )
+    return PrefectStart(helper)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with(parent: int) -> None:
+    """Ask Linux to stop this process (and the server it becomes) when the run's process ends, even by
+    SIGKILL, so no temporary server outlives its run. Elsewhere the run's exit handler stops it."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the run ended before the request took effect
+        os._exit(0)
+
+
+def _helper(parent: int) -> None:
+    try:
+        settings, wants_server = _read_settings()
+    except Exception:  # invalid settings: the run falls back to Prefect, which reports them properly
+        print("{}", flush=True)
+        return
+    port = _free_port() if wants_server else None
+    print(json.dumps({
+        "api_url": f"http://127.0.0.1:{port}/api" if port else None,
+        "result_storage": str(settings.result_storage) if settings.result_storage else None,
+        "startup_timeout": settings.startup_timeout,
+    }), flush=True)
+    if port is None:
+        return
+    import prefect
+    from prefect.settings import get_current_settings
+
+    _die_with(parent)
+    # Prefect's own temporary-server command and environment (prefect.server.api.server.SubprocessASGIServer).
+    env = {
+        **os.environ,
+        "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+        **get_current_settings().to_environment_variables(exclude_unset=True),
+    }
+    os.execve(sys.executable, [
+        sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
+        "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+        "--log-level", "error", "--lifespan", "on",
+    ], env)
+
+
+if __name__ == "__main__":
+    _helper(int(sys.argv[1]))

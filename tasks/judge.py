@@ -14,7 +14,7 @@ from datetime import timedelta
 from prefect import get_run_logger, task
 
 from judgebench_flows.errors import UserError
-from judgebench_flows.judging import JudgeSpec, Shard, judge_pairs, runtime_for
+from judgebench_flows.judging import JudgeSpec, Shard, judge_pairs, runtime_for, shard_cache_key_of
 from judgebench_flows.records import JudgmentRecord
 
 
@@ -33,9 +33,7 @@ class ShardIncomplete(Exception):
 
 
 def shard_cache_key(context, parameters) -> str:
-    spec: JudgeSpec = parameters["spec"]
-    shard: Shard = parameters["shard"]
-    return f"judgebench-shard-{spec.cache_identity()[:32]}-{shard.content_hash()[:32]}"
+    return shard_cache_key_of(parameters["spec"], parameters["shard"])
 
 
 async def retry_failed_calls(task, task_run, state) -> bool:

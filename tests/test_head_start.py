@@ -12,7 +12,8 @@ from pathlib import Path
 
 from judgebench_flows.config import RunConfig
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from flows.judgebench_flow import judge_with_head_start
+from judgebench_flows.head_start import judge_with_head_start
+from judgebench_flows.prefect_server import PrefectStart, start_prefect
 from tests.conftest import GPT4O_FILE, SHARED, VERDICTS, oracle_responder, requires_shared
 
 PAIRS = 40
@@ -26,17 +27,24 @@ def config_for(server: FakeOpenAIServer, tmp_path: Path, db: str = "results.db",
     )
 
 
+class HeldBack(PrefectStart):
+    """The session's Prefect server, 'ready' only after `seconds`, as a temporary server's boot holds it."""
+
+    def __init__(self, server: FakeOpenAIServer, seconds: float) -> None:
+        super().__init__(None, start_prefect().settings())
+        self.server, self.seconds, self.requests_before_flow = server, seconds, -1
+
+    def wait_ready(self) -> None:
+        time.sleep(self.seconds)
+        self.requests_before_flow = self.server.requests
+
+
 def run_held_back(config: RunConfig, server: FakeOpenAIServer, seconds: float = 1.0) -> tuple[dict, int]:
-    """Run the flow with Prefect 'ready' only after `seconds`; also returns how many requests the endpoint
+    """Run the flow with Prefect ready only after `seconds`; also returns how many requests the endpoint
     had seen by then."""
-    before_flow: list[int] = []
-
-    def prefect_ready() -> None:
-        time.sleep(seconds)
-        before_flow.append(server.requests)
-
-    results = asyncio.run(judge_with_head_start(config, prefect_ready))
-    return results, before_flow[0]
+    prefect = HeldBack(server, seconds)
+    results = asyncio.run(judge_with_head_start(config, prefect))
+    return results, prefect.requests_before_flow
 
 
 @requires_shared

@@ -166,6 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "FakeOpenAI/1.0"
     disable_nagle_algorithm = True  # headers and body go out in separate writes; avoid the 40 ms Nagle stall
+    in_flight = False  # a chat request of this connection is being answered
     server: _HTTPServer
 
     def setup(self) -> None:
@@ -530,9 +531,17 @@ class FakeOpenAIServer:
             self._requests += 1
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
+        handler.in_flight = True
         try:
             self._answer_chat(handler, body_bytes)
         finally:
+            self._leave_flight(handler)
+
+    def _leave_flight(self, handler: _Handler) -> None:
+        """The request stops counting as in flight before its answer is written: a client may send its next
+        request the instant it reads this answer, and that must not count as one call too many."""
+        if handler.in_flight:
+            handler.in_flight = False
             with self._lock:
                 self._in_flight -= 1
 
@@ -543,6 +552,7 @@ class FakeOpenAIServer:
         If the write fails (the client gave up), the count is moved to "client_gone", so `answered`
         ends up meaning "200s actually sent".
         """
+        self._leave_flight(handler)
         with self._lock:
             self._status_counts[status] += 1
             if status == 200 and key is not None:
@@ -563,6 +573,7 @@ class FakeOpenAIServer:
 
     def _drop(self, handler: _Handler, outcome: str) -> None:
         """Count, then close the connection without a response."""
+        self._leave_flight(handler)
         self._count(outcome)
         handler.drop()
 

@@ -22,8 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import pandas as pd
-
 from judgebench_flows.errors import UserError
 from judges.files import ImportFailed, import_file
 
@@ -37,6 +35,8 @@ def judge_form(function: JudgeFn) -> JudgeForm:
     """Row or table form, by the rule in the module docstring."""
     parameters = list(inspect.signature(function).parameters.values())
     first = parameters[0]
+    import pandas as pd  # here, not at import: a run of a built-in judge does not load pandas before its first call
+
     if first.name == "df" or first.annotation is pd.DataFrame or first.annotation in _DATAFRAME_ANNOTATIONS:
         return "table"
     return "row"

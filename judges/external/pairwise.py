@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from judgebench_flows.errors import UserError
 from judges.external.loader import load_judge
 from judges.external.scoring import InvalidJudgeOutput, check_decision
@@ -37,6 +35,8 @@ class ExternalPairwiseJudge:
 
     def decide(self, pair_fields: dict[str, Any], answer_A: str, answer_B: str) -> tuple[str, str, str | None]:
         """(text, decision, error): a judge that raises or breaks the contract gives an invalid judgment."""
+        import pandas as pd  # here, not at import: a run of a built-in judge does not load pandas before its first call
+
         row = pd.Series({**pair_fields, "response_A": answer_A, "response_B": answer_B})
         try:
             text, decision = check_decision(self._function(row, dict(self.config)))

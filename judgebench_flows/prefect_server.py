@@ -79,8 +79,8 @@ class PrefectStart:
         deadline = time.monotonic() + settings.startup_timeout
         while time.monotonic() < deadline:
             if self._helper.poll() is not None:
-                raise UserError(f"the temporary Prefect server exited with code {self._helper.returncode} while starting; "
-                                "set PREFECT_API_URL to a running Prefect server (see README, Distributed runs)")
+                raise UserError(f"the temporary Prefect server exited with code {self._helper.returncode} while starting "
+                                "(its log: temporary-server.log in PREFECT_HOME); set PREFECT_API_URL to a running Prefect server (see README, Distributed runs)")
             try:
                 with urllib.request.urlopen(f"{settings.api_url}/health", timeout=2) as response:
                     if response.status == 200:
@@ -151,6 +151,11 @@ def _helper(parent: int) -> None:
     from prefect.settings import get_current_settings
 
     _die_with(parent)
+    # The server's own log goes to a file, not the run's terminal: stopping it after a run can make Prefect's
+    # server services log tracebacks about events they had yet to flush, which are noise to a user.
+    log = os.open(Path(get_current_settings().home) / "temporary-server.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     # Prefect's own temporary-server command and environment (prefect.server.api.server.SubprocessASGIServer).
     env = {
         **os.environ,

@@ -66,6 +66,7 @@ def test_a_run_starts_a_temporary_server_and_stops_it(tmp_path):
         assert server.answered == 8
     assert (tmp_path / "results.json").exists()
     assert "deadlock" not in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "prefect-home" / "temporary-server.log").exists(), "the server logs to PREFECT_HOME, not the terminal"
     assert gone_within(tmp_path / "prefect-home", 5), "the temporary Prefect server outlived its run"
 
 

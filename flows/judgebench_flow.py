@@ -272,7 +272,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     else:
         checkout = fetch_dataset(config.repo_url, config.ref, config.cache_dir)
         data_path, commit, repo_url = str(data_file_in(checkout, config.data_file)), checkout.commit, checkout.repo_url
-        templates_dir = config.templates_dir or str(checkout.path / "utils" / "templates")
+        templates_dir = config.templates_dir or str(checkout.templates_dir)
         data_file = config.data_file
         logger.info("dataset %s at commit %s", repo_url, commit)
 
@@ -324,7 +324,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         tally.add(records)
 
     try:
-        shards = make_shards(index, config.shard_size, config.seed if config.shuffle_responses else None)
+        shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info("judging %d pairs in %d shards (%s)", n_pairs, len(shards), "single game" if config.single_game else "both orders")
         loaded = time.perf_counter()
         cpu_before = time.process_time()

@@ -13,7 +13,6 @@ import atexit
 import json
 import logging
 import os
-import re
 import socket
 import sys
 import threading
@@ -170,7 +169,7 @@ def _check_file_url(repo_url: str) -> None:
 def preflight(config) -> None:
     """Check everything checkable before Prefect starts: judge, templates, database, data, endpoint."""
     from judgebench_flows import db
-    from judgebench_flows.dataset import check_repo_url
+    from judgebench_flows.dataset import check_repo_url, is_pinned
     from judges import JUDGE_TYPES, get_judge
 
     if config.judge_template is None and config.judge_type not in JUDGE_TYPES:
@@ -189,7 +188,7 @@ def preflight(config) -> None:
     if not config.data_path:
         check_repo_url(config.repo_url)
         _check_file_url(config.repo_url)
-        if config.ref and re.fullmatch(r"[0-9a-f]{40}", config.ref):
+        if is_pinned(config.ref):
             _warm_clone(config)
     db.open_database(config.db_url)
     if config.needs_endpoint:
@@ -205,7 +204,7 @@ def _warm_clone(config) -> None:
     checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
     data_file_in(checkout, config.data_file)
     if not config.judge_template and config.judge_type != "external":
-        get_judge(config.judge_type, config.templates_dir or checkout.path / "utils" / "templates")
+        get_judge(config.judge_type, config.templates_dir or checkout.templates_dir)
 
 
 def command_run(args: argparse.Namespace) -> int:

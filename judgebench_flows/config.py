@@ -87,6 +87,11 @@ class RunConfig(BaseModel):
         return self.needs_endpoint and (self.global_limit if self.global_limit is not None else self.task_runner == "dask")
 
     @property
+    def shuffle_seed(self) -> int | None:
+        """The seed that swaps A and B per pair, or None when responses keep their file order."""
+        return self.seed if self.shuffle_responses else None
+
+    @property
     def needs_endpoint(self) -> bool:
         return self.judge_type != "external"
 

@@ -36,6 +36,16 @@ class Checkout:
     commit: str
     repo_url: str  # without credentials
 
+    @property
+    def templates_dir(self) -> Path:
+        """Where JudgeBench keeps its judge prompt templates."""
+        return self.path / "utils" / "templates"
+
+
+def is_pinned(ref: str | None) -> bool:
+    """A full commit id: its checkout never changes, so a cached clone is reused without the network."""
+    return bool(ref and _FULL_SHA.match(ref))
+
 
 def public_url(url: str) -> str:
     """The URL with any user:password@ removed, safe for logs, results and the database."""
@@ -122,7 +132,7 @@ def fetch_repository(url: str, ref: str | None = DEFAULT_REF, cache_dir: str | P
     root.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(f"{url}\0{ref or ''}".encode()).hexdigest()[:20]
     target = root / key
-    if ref and _FULL_SHA.match(ref) and target.is_dir() and _head(target) == ref:
+    if is_pinned(ref) and target.is_dir() and _head(target) == ref:
         return Checkout(target, ref, public_url(url))
     staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,23 +27,21 @@ def head_start_plan(config: RunConfig) -> tuple[JudgeSpec, list[Shard]] | None:
     """The spec and shards the flow will judge, computed the way the flow computes them, when they can be
     known without Prefect: a local file, or a pinned commit that preflight already cloned. None for
     Dask (workers make the calls), external judges (no calls) and a Prefect global limit (needs the API)."""
-    from judgebench_flows.dataset import data_file_in, fetch_repository
-    from judgebench_flows.loading import index_pairs, sample_pairs
+    from judgebench_flows.dataset import data_file_in, fetch_repository, is_pinned
+    from judgebench_flows.loading import select_pairs
 
     if config.task_runner == "dask" or config.uses_global_limit or not config.needs_endpoint:
         return None
     if config.data_path:
         data_path, templates_dir = config.data_path, config.templates_dir
-    elif config.ref and re.fullmatch(r"[0-9a-f]{40}", config.ref):
+    elif is_pinned(config.ref):
         checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
         data_path = str(data_file_in(checkout, config.data_file))
-        templates_dir = config.templates_dir or str(checkout.path / "utils" / "templates")
+        templates_dir = config.templates_dir or str(checkout.templates_dir)
     else:
         return None
-    index = index_pairs(data_path)
-    index.offsets = sample_pairs(index.offsets, config.max_samples, config.seed)
-    spec = judge_spec(config, templates_dir)
-    return spec, make_shards(index, config.shard_size, config.seed if config.shuffle_responses else None)
+    index = select_pairs(data_path, config.max_samples, config.seed)
+    return judge_spec(config, templates_dir), make_shards(index, config.shard_size, config.shuffle_seed)
 
 
 def not_in_shard_cache(shards: list[Shard], spec: JudgeSpec, config: RunConfig, prefect: PrefectSettings) -> Iterator[Shard]:
@@ -66,8 +63,7 @@ async def judge_with_head_start(
 ) -> dict[str, Any]:
     """Run the JudgeBench flow, its first calls made while Prefect starts (see the module docstring).
     `with_prefect` runs once Prefect may be imported, before the flow (the CLI sets up its logging there)."""
-    settings = await asyncio.to_thread(prefect.settings)
-    plan = await asyncio.to_thread(head_start_plan, config)
+    settings, plan = await asyncio.gather(asyncio.to_thread(prefect.settings), asyncio.to_thread(head_start_plan, config))
     ahead = None
     if plan is not None:
         spec, shards = plan

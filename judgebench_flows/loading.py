@@ -119,6 +119,13 @@ def index_pairs(path: str | Path) -> PairIndex:
     return PairIndex(str(path), offsets, skipped)
 
 
+def select_pairs(path: str | Path, max_samples: int | None, seed: int) -> PairIndex:
+    """The pairs a run judges: the file indexed (see `index_pairs`), then a seeded subset if asked."""
+    index = index_pairs(path)
+    index.offsets = sample_pairs(index.offsets, max_samples, seed)
+    return index
+
+
 def read_pairs_at(path: str | Path, offsets: list[int]) -> list[Pair]:
     """The pairs starting at these byte offsets (already validated by `index_pairs`)."""
     pairs = []

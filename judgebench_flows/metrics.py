@@ -129,7 +129,6 @@ class Tally:
         self.report_sample: list[JudgmentRecord] = []
         self._report_limit = report_limit
         self._problem_limit = problem_limit
-        self._problems_kept = 0
 
     @classmethod
     def of(cls, judgments: Iterable[JudgmentRecord], report_limit: int = 5000) -> Tally:
@@ -157,8 +156,7 @@ class Tally:
     def _sample(self, judgment: JudgmentRecord) -> None:
         if len(self.report_sample) < self._report_limit:
             self.report_sample.append(judgment.model_copy(update={"prompt": ""}))
-        elif judgment.status != "ok" and self._problems_kept < self._problem_limit:
-            self._problems_kept += 1
+        elif judgment.status != "ok" and len(self.report_sample) < self._report_limit + self._problem_limit:
             self.report_sample.append(judgment.model_copy(update={"prompt": ""}))
 
     def invalid_counts(self, skipped_rows: int = 0) -> dict[str, Any]:

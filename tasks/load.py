@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from judgebench_flows.loading import PairIndex, index_pairs, sample_pairs
+from judgebench_flows.loading import PairIndex, select_pairs
 
 
 @task(name="index-pairs")
 def index_dataset(path: str, max_samples: int | None, seed: int) -> PairIndex:
-    index = index_pairs(path)
+    index = select_pairs(path, max_samples, seed)
     logger = get_run_logger()
     for row in index.skipped[:20]:
         logger.warning("skipped line %d of %s: %s", row.line, path, row.reason)
     if len(index.skipped) > 20:
         logger.warning("... and %d more skipped lines", len(index.skipped) - 20)
-    index.offsets = sample_pairs(index.offsets, max_samples, seed)
     return index

@@ -4,7 +4,8 @@ Starts the bundled OpenAI-compatible server in its own process with a fixed late
 JudgeBench flow in this process at concurrency C on the full GPT-4o file (700 calls) cloned from a git
 copy of ../shared/judgebench, or on a synthetic file of --synthetic N pairs. Prints wall time, calls per
 second, the bound C / L and our share of it, our CPU time per judgment (this process only: the endpoint
-and the temporary Prefect server run elsewhere), peak memory, and the wall time of a fully cached re-run.
+and the temporary Prefect server run elsewhere) next to what the openai client alone costs per call on
+this machine, peak memory, and the wall time of a fully cached re-run.
 With --reference it also times a loop shaped like JudgeBench's run_judge.py (a semaphore of C pairs, the
 two orders of a pair one after the other) against the same endpoint, for the end-to-end comparison.
 
@@ -98,6 +99,29 @@ async def reference_loop(base_url: str, data_path: str, concurrency: int) -> flo
     return time.perf_counter() - started
 
 
+async def openai_alone(base_url: str, concurrency: int, calls: int) -> float:
+    """CPU seconds per call of the official client by itself, at the same concurrency against the same
+    endpoint: the floor under any tool built on it, measured on this machine in this process, so that
+    what the run adds beyond it can be told apart from what the client costs."""
+    import openai
+
+    client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def call(i: int) -> None:
+        async with semaphore:
+            await client.chat.completions.create(
+                model="bench", temperature=0, max_tokens=4096,
+                messages=[{"role": "user", "content": f"Question {i}: what is {i} + {i}?\nThe answer is {2 * i}.\nThe answer is {2 * i + 1}."}],
+            )
+
+    cpu = time.process_time()
+    await asyncio.gather(*(call(i) for i in range(calls)))
+    cpu = time.process_time() - cpu
+    await client.close()
+    return cpu / calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, default=1.0)
@@ -149,6 +173,9 @@ def main() -> None:
             ideal = calls / bound
             print(f"bound C/L                 {bound:8.1f} calls/s -> ideal judging {ideal:.2f} s; share of bound {ideal / judge_s:6.1%}")
         print(f"our CPU per judgment      {1000 * cpu / judgments:8.3f} ms  (whole run, this process)")
+        client_cpu = asyncio.run(openai_alone(base_url, args.concurrency, min(calls, 20_000)))
+        print(f"openai client alone       {1000 * client_cpu:8.3f} ms  CPU per call, same endpoint and concurrency")
+        print(f"ours beyond the client    {1000 * (cpu / judgments - client_cpu):8.3f} ms  CPU per judgment")
         print(f"peak memory               {peak_mb:8.1f} MiB")
 
         _, cached_wall, _ = run_flow(config)

@@ -270,7 +270,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         data_path, commit, repo_url, templates_dir = config.data_path, None, None, config.templates_dir
         data_file = Path(config.data_path).name
     else:
-        checkout = fetch_dataset(config.repo_url, config.ref, config.cache_dir)
+        checkout = await fetch_dataset(config.repo_url, config.ref, config.cache_dir)
         data_path, commit, repo_url = str(data_file_in(checkout, config.data_file)), checkout.commit, checkout.repo_url
         templates_dir = config.templates_dir or str(checkout.templates_dir)
         data_file = config.data_file
@@ -278,7 +278,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
 
     spec = judge_spec(config, templates_dir)
     fetched = time.perf_counter()
-    index = index_dataset(data_path, config.max_samples, config.seed)
+    index = await index_dataset(data_path, config.max_samples, config.seed)
     n_pairs = len(index.offsets)
     announce_total(n_pairs * len(spec.orders))
     header: dict[str, Any] = {
@@ -365,8 +365,8 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             "judge_cpu_ms_per_judgment": round(1000 * judge_cpu / max(1, judgments), 3),
         }
         publish_started = time.perf_counter()
-        paths = publish_results(
-            run_id, results, tally.report_sample, sorted(parts_dir.glob("shard-*.jsonl")),
+        paths = publish_results(  # quote(): Prefect would otherwise walk every record of the sample
+            run_id, quote(results), quote(tally.report_sample), quote(sorted(parts_dir.glob("shard-*.jsonl"))),
             result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
             judge_name=judge_name, data_file=data_file, write_report=config.report,
         )

@@ -26,7 +26,7 @@ from judgebench_flows.llm import CacheMode, ChatCaller, RetryPolicy
 from judgebench_flows.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.records import JudgmentRecord, Pair, flip
 from judges import CustomJudge, PromptJudge, get_judge
-from judges.procedure import Outcome, judge_one_order
+from judges.procedure import Outcome, is_final_verdict, judge_one_order
 
 if TYPE_CHECKING:  # imported for real only by a run that uses it: it loads pandas
     from judges.external.pairwise import ExternalPairwiseJudge
@@ -265,7 +265,8 @@ async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -
     if _decides_locally(runtime.judge):
         return 0
     requests = (messages for shard in shards for messages in first_turns(shard.load(), runtime.judge, spec.orders))
-    return await runtime.caller.call_ahead(requests, runtime.judge.sampling, max_calls)
+    judge = runtime.judge
+    return await runtime.caller.call_ahead(requests, judge.sampling, max_calls, keep=lambda text: is_final_verdict(judge, text))
 
 
 async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:

@@ -21,7 +21,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -253,6 +253,7 @@ class ChatCaller:
         # Calls made ahead of the flow (see `call_ahead`), each waiting for the first `complete` to ask.
         self._early: dict[str, asyncio.Future[Completion]] = {}
         self._taken_over = False
+        self._cached_ahead: set[str] = set()
         self._unsaved: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -291,7 +292,10 @@ class ChatCaller:
         completion.key = key
         return completion
 
-    async def call_ahead(self, requests: Iterator[list[dict[str, str]]], sampling: dict[str, Any], max_calls: int) -> int:
+    async def call_ahead(
+        self, requests: Iterator[list[dict[str, str]]], sampling: dict[str, Any], max_calls: int,
+        keep: Callable[[str], bool] = lambda text: False,
+    ) -> int:
         """Send the first requests of a run before the flow asks for them, to use the seconds Prefect takes
         to start (its temporary server boots for several).
 
@@ -299,7 +303,9 @@ class ChatCaller:
         fresh call: counted, cached and recorded exactly as if made then. Issuing stops for good the moment
         the flow asks for anything, so no request is ever sent twice; also after `max_calls`, on a fatal
         endpoint error, or when `requests` run out. Requests already in the call cache are skipped (the
-        flow will find them there). Returns how many calls were made ahead.
+        flow will find them there). An answer for which `keep(text)` holds (a valid verdict) is cached as
+        soon as it arrives, so a run killed before its flow takes it over does not pay for it again.
+        Returns how many calls were made ahead.
         """
         issued = 0
 
@@ -330,23 +336,30 @@ class ChatCaller:
                     raise
                 completion.key = key
                 future.set_result(completion)
+                if keep(completion.text):
+                    self._cached_ahead.add(key)
+                    self._save([completion])
 
         await asyncio.gather(*(worker() for _ in range(self.concurrency)))
         return issued
 
     async def remember(self, completions: list[Completion]) -> None:
         """Persist answered calls of a judgment that produced a verdict (never failures or invalid ones)."""
-        if self.engine is None or self.cache_mode == "off":
+        fresh = [c for c in completions if not c.cached and c.key]
+        if self._cached_ahead:  # `call_ahead` already wrote these
+            fresh = [c for c in fresh if c.key not in self._cached_ahead]
+            self._cached_ahead.difference_update(c.key for c in completions)
+        self._save(fresh)
+
+    def _save(self, completions: list[Completion]) -> None:
+        if self.engine is None or self.cache_mode == "off" or not completions:
             return
-        rows = [
+        self._unsaved.extend(
             {"key": c.key, "model": self.model, "response": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "created": db.utcnow()}
             for c in completions
-            if not c.cached and c.key
-        ]
-        if rows:
-            self._unsaved.extend(rows)
-            if self._writer is None or self._writer.done():
-                self._writer = asyncio.create_task(self._write_cache())
+        )
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_cache())
 
     async def _write_cache(self) -> None:
         """Group commit: write what is waiting at once; what arrives meanwhile goes in the next write.

@@ -59,6 +59,12 @@ def _parse(judge: Judge, text: str) -> tuple[str, str | None]:
         return "", str(exc)
 
 
+def is_final_verdict(judge: Judge, text: str) -> bool:
+    """Whether a first answer is already its judgment's whole answer, and a valid verdict: no follow-up
+    turn wanted and it parses. Only such an answer may be cached before its judgment is recorded."""
+    return not judge.wants_follow_up(text) and bool(_parse(judge, text)[0])
+
+
 async def judge_one_order(judge: Judge, question: str, answer_A: str, answer_B: str, complete: Complete) -> Outcome:
     """Judge A against B once; the texts of a follow-up turn are joined and parsed together."""
     started = time.perf_counter()

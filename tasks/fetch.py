@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prefect import task
 
 from judgebench_flows.dataset import Checkout, fetch_repository
 from judgebench_flows.errors import UserError
 
 
-def _network_hiccup(task, task_run, state) -> bool:
+async def _network_hiccup(task, task_run, state) -> bool:
     """Retry a clone that failed for a passing reason; a bad URL or unknown ref fails at once."""
     try:
-        state.result()
+        await state.aresult()
     except UserError as exc:
         return "cannot clone" in str(exc) and "not found" not in str(exc).lower()
     except Exception:
@@ -20,5 +22,6 @@ def _network_hiccup(task, task_run, state) -> bool:
 
 
 @task(name="fetch-dataset", retries=2, retry_delay_seconds=5, retry_condition_fn=_network_hiccup)
-def fetch_dataset(repo_url: str, ref: str | None, cache_dir: str | None) -> Checkout:
-    return fetch_repository(repo_url, ref, cache_dir)
+async def fetch_dataset(repo_url: str, ref: str | None, cache_dir: str | None) -> Checkout:
+    """Async, with git in a thread: the flow's event loop keeps serving the calls made ahead meanwhile."""
+    return await asyncio.to_thread(fetch_repository, repo_url, ref, cache_dir)

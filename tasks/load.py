@@ -6,14 +6,17 @@ file costs a list of integers here, not 100,000 objects held for the whole run.
 
 from __future__ import annotations
 
+import asyncio
+
 from prefect import get_run_logger, task
 
 from judgebench_flows.loading import PairIndex, select_pairs
 
 
 @task(name="index-pairs")
-def index_dataset(path: str, max_samples: int | None, seed: int) -> PairIndex:
-    index = select_pairs(path, max_samples, seed)
+async def index_dataset(path: str, max_samples: int | None, seed: int) -> PairIndex:
+    """Async, reading in a thread: the flow's event loop keeps serving the calls made ahead meanwhile."""
+    index = await asyncio.to_thread(select_pairs, path, max_samples, seed)
     logger = get_run_logger()
     for row in index.skipped[:20]:
         logger.warning("skipped line %d of %s: %s", row.line, path, row.reason)

@@ -15,6 +15,7 @@ from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows import db
 from judgebench_flows.records import JudgmentRecord
@@ -100,7 +101,7 @@ def concatenate(parts: list[Path], target: Path) -> Path:
     return target
 
 
-@task(name="publish-results", retries=2, retry_delay_seconds=2)
+@task(name="publish-results", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def publish_results(
     run_id: str,
     results: dict[str, Any],
@@ -117,7 +118,8 @@ def publish_results(
     """Judgment rows and JSONL parts were written as each shard finished; this adds the rest.
 
     `report_judgments` are the verdicts the report lists with their raw answers (a bounded sample, see
-    `metrics.Tally`): all counts come from `results`.
+    `metrics.Tally`): all counts come from `results`. No cache policy: a publish is never to be skipped,
+    and hashing thousands of records for a key would only delay it.
     """
     paths: dict[str, str] = {}
     out = Path(output_dir)

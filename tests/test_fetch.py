@@ -326,3 +326,25 @@ def test_real_judgebench_clone(judgebench_repo: tuple[str, str], cache: Path) ->
     assert (checkout.path / "utils" / "templates" / "arena_hard_judge_prompt.jinja2").is_file()
     pairs = load_pairs(data_file_in(checkout, GPT4O_FILE)).pairs
     assert len(pairs) == 350
+
+
+@pytest.mark.parametrize(
+    ("failure", "retried"),
+    [
+        (UserError("cannot clone https://example.org/x.git: Connection reset by peer"), True),
+        (UserError("cannot clone https://example.org/x.git: repository 'https://example.org/x.git/' not found"), False),
+        (UserError("ref 'v9' not found in https://example.org/x.git"), False),
+        (OSError("git died"), True),
+    ],
+)
+def test_the_clone_task_retries_passing_failures_only(failure, retried):
+    """The fetch task is async (the flow's loop keeps serving calls made ahead while git runs), so Prefect
+    calls its retry condition from the loop: it must read the failure without blocking or leaking a
+    coroutine."""
+    import asyncio
+
+    from prefect.states import Failed
+
+    from tasks.fetch import _network_hiccup
+
+    assert asyncio.run(_network_hiccup(None, None, Failed(data=failure))) is retried

@@ -7,11 +7,12 @@ second, as a temporary server's boot would hold it. The endpoint's counters are 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
 from judgebench_flows.config import RunConfig
-from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer, request_key
 from judgebench_flows.head_start import judge_with_head_start
 from judgebench_flows.prefect_server import PrefectStart, start_prefect
 from tests.conftest import GPT4O_FILE, SHARED, VERDICTS, oracle_responder, requires_shared
@@ -82,3 +83,38 @@ def test_a_call_that_fails_ahead_is_retried_by_its_shard_not_recorded(prefect_se
         # Every distinct request failed once, then was answered once: by a retry, never twice.
         assert set(server.answered_keys().values()) == {1} and server.answered == 2 * PAIRS
     assert results["invalid"]["failed_judgments"] == 0 and results["overall_accuracy"]["accuracy"] == 1.0
+
+
+class CacheAtFlowStart(HeldBack):
+    """Also reads what the call cache holds when the flow starts (answers made ahead, not yet taken)."""
+
+    def __init__(self, server: FakeOpenAIServer, seconds: float, db_path: Path) -> None:
+        super().__init__(server, seconds)
+        self.db_path, self.cached_before_flow = db_path, []
+
+    def wait_ready(self) -> None:
+        super().wait_ready()
+        time.sleep(0.3)  # the group-commit writer runs in a thread
+        with sqlite3.connect(self.db_path) as connection:
+            self.cached_before_flow = [row[0] for row in connection.execute("SELECT response FROM call_cache")]
+
+
+@requires_shared
+def test_valid_answers_made_ahead_are_cached_at_once_unparseable_ones_are_not(prefect_server, gpt4o_pairs, tmp_path):
+    """A run killed while its flow starts must not pay again for what was answered ahead (the resume test
+    in test_resilience_flow.py kills one), yet an answer without a verdict is not cached on its own: here
+    arena-hard asks a follow-up for it, and only a judgment that ends in a verdict is cached."""
+    oracle = oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"])
+    no_verdict = "I cannot decide between them."
+
+    def responder(body: dict) -> str:
+        return no_verdict if int(request_key(body), 16) % 4 == 0 else oracle(body)
+
+    with FakeOpenAIServer(responder, latency=0.05) as server:
+        prefect = CacheAtFlowStart(server, 1.0, tmp_path / "results.db")
+        results = asyncio.run(judge_with_head_start(config_for(server, tmp_path, max_retries=0), prefect))
+        assert set(server.answered_keys().values()) == {1}, "no request was sent twice"
+    assert 0 < len(prefect.cached_before_flow) < 2 * PAIRS
+    assert no_verdict not in prefect.cached_before_flow
+    assert all("[[" in text for text in prefect.cached_before_flow)
+    assert results["usage"]["paid_calls"] == server.answered, "answers cached ahead still count as this run's calls"

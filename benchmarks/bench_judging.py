@@ -99,27 +99,33 @@ async def reference_loop(base_url: str, data_path: str, concurrency: int) -> flo
     return time.perf_counter() - started
 
 
-async def openai_alone(base_url: str, concurrency: int, calls: int) -> float:
+async def openai_alone(base_url: str, data_path: str, concurrency: int, calls: int) -> float:
     """CPU seconds per call of the official client by itself, at the same concurrency against the same
-    endpoint: the floor under any tool built on it, measured on this machine in this process, so that
-    what the run adds beyond it can be told apart from what the client costs."""
+    endpoint, sending the same pairs' texts (without the judge's template): the floor under any tool built on it, measured on this
+    machine in this process, so that what the run adds beyond it can be told apart from what the client
+    costs."""
+    import itertools
+
     import openai
 
+    with open(data_path) as handle:
+        pairs = [json.loads(line) for line in itertools.islice(handle, calls)]
+    contents = [f"{p['question']}\n{a}\n{b}" for p in pairs
+                for a, b in ((p["response_A"], p["response_B"]), (p["response_B"], p["response_A"]))][:calls]
     client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
     semaphore = asyncio.Semaphore(concurrency)
 
-    async def call(i: int) -> None:
+    async def call(content: str) -> None:
         async with semaphore:
             await client.chat.completions.create(
-                model="bench", temperature=0, max_tokens=4096,
-                messages=[{"role": "user", "content": f"Question {i}: what is {i} + {i}?\nThe answer is {2 * i}.\nThe answer is {2 * i + 1}."}],
+                model="bench", temperature=0, max_tokens=4096, messages=[{"role": "user", "content": content}],
             )
 
     cpu = time.process_time()
-    await asyncio.gather(*(call(i) for i in range(calls)))
+    await asyncio.gather(*(call(c) for c in contents))
     cpu = time.process_time() - cpu
     await client.close()
-    return cpu / calls
+    return cpu / len(contents)
 
 
 def main() -> None:
@@ -173,9 +179,10 @@ def main() -> None:
             ideal = calls / bound
             print(f"bound C/L                 {bound:8.1f} calls/s -> ideal judging {ideal:.2f} s; share of bound {ideal / judge_s:6.1%}")
         print(f"our CPU per judgment      {1000 * cpu / judgments:8.3f} ms  (whole run, this process)")
-        client_cpu = asyncio.run(openai_alone(base_url, args.concurrency, min(calls, 20_000)))
-        print(f"openai client alone       {1000 * client_cpu:8.3f} ms  CPU per call, same endpoint and concurrency")
-        print(f"ours beyond the client    {1000 * (cpu / judgments - client_cpu):8.3f} ms  CPU per judgment")
+        client_cpu = asyncio.run(openai_alone(base_url, str(data_path), args.concurrency, min(calls, 20_000)))
+        judging_cpu = timings.get("judge_cpu_ms_per_judgment", 1000 * cpu / judgments) / 1000
+        print(f"openai client alone       {1000 * client_cpu:8.3f} ms  CPU per call, same endpoint, concurrency and pairs")
+        print(f"ours beyond the client    {1000 * (judging_cpu - client_cpu):8.3f} ms  CPU per judgment, judging phase")
         print(f"peak memory               {peak_mb:8.1f} MiB")
 
         _, cached_wall, _ = run_flow(config)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
 from judgebench_flows.config import RunConfig
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer, request_key
-from judgebench_flows.head_start import judge_with_head_start
+from judgebench_flows.head_start import LOOP_SWITCH_INTERVAL, judge_with_head_start
 from judgebench_flows.prefect_server import PrefectStart, start_prefect
 from tests.conftest import GPT4O_FILE, SHARED, VERDICTS, oracle_responder, requires_shared
 
@@ -38,6 +39,7 @@ class HeldBack(PrefectStart):
     def wait_ready(self) -> None:
         time.sleep(self.seconds)
         self.requests_before_flow = self.server.requests
+        self.switch_interval = sys.getswitchinterval()
 
 
 def run_held_back(config: RunConfig, server: FakeOpenAIServer, seconds: float = 1.0) -> tuple[dict, int]:
@@ -51,8 +53,13 @@ def run_held_back(config: RunConfig, server: FakeOpenAIServer, seconds: float = 
 @requires_shared
 def test_calls_made_ahead_are_taken_by_the_flow_not_repeated(prefect_server, gpt4o_pairs, tmp_path):
     with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), latency=0.05) as server:
-        results, ahead = run_held_back(config_for(server, tmp_path), server)
+        default_switch = sys.getswitchinterval()
+        prefect = HeldBack(server, 1.0)
+        results = asyncio.run(judge_with_head_start(config_for(server, tmp_path), prefect))
+        ahead = prefect.requests_before_flow
         assert 0 < ahead < 2 * PAIRS, "some calls were made before the flow started, not all"
+        assert prefect.switch_interval == LOOP_SWITCH_INTERVAL < default_switch, "the loop takes the interpreter back sooner"
+        assert sys.getswitchinterval() == default_switch, "and the process's setting is restored afterwards"
         assert server.answered == server.requests == 2 * PAIRS
         assert set(server.answered_keys().values()) == {1}, "no request was sent twice"
         assert server.max_in_flight <= 4, "calls made ahead share the run's concurrency limit"

@@ -77,6 +77,15 @@ def run_flow(config) -> tuple[dict, float, float]:
     return results, time.perf_counter() - wall0, time.process_time() - cpu0
 
 
+def both_orders(pair: dict) -> list[str]:
+    """What a judge is asked about a pair, in each order, without a judge's template."""
+    return [f"{pair['question']}\n{a}\n{b}" for a, b in ((pair["response_A"], pair["response_B"]), (pair["response_B"], pair["response_A"]))]
+
+
+async def ask(client, content: str) -> None:
+    await client.chat.completions.create(model="bench", temperature=0, max_tokens=4096, messages=[{"role": "user", "content": content}])
+
+
 async def reference_loop(base_url: str, data_path: str, concurrency: int) -> float:
     """The shape of run_judge.py's judging loop: C pairs at a time, the two orders in sequence."""
     import openai
@@ -87,11 +96,8 @@ async def reference_loop(base_url: str, data_path: str, concurrency: int) -> flo
 
     async def judge(pair: dict) -> None:
         async with semaphore:
-            for a, b in ((pair["response_A"], pair["response_B"]), (pair["response_B"], pair["response_A"])):
-                await client.chat.completions.create(
-                    model="bench", temperature=0, max_tokens=4096,
-                    messages=[{"role": "user", "content": f"{pair['question']}\n{a}\n{b}"}],
-                )
+            for content in both_orders(pair):
+                await ask(client, content)
 
     started = time.perf_counter()
     await asyncio.gather(*(judge(p) for p in pairs))
@@ -101,25 +107,21 @@ async def reference_loop(base_url: str, data_path: str, concurrency: int) -> flo
 
 async def openai_alone(base_url: str, data_path: str, concurrency: int, calls: int) -> float:
     """CPU seconds per call of the official client by itself, at the same concurrency against the same
-    endpoint, sending the same pairs' texts (without the judge's template): the floor under any tool built on it, measured on this
-    machine in this process, so that what the run adds beyond it can be told apart from what the client
-    costs."""
+    endpoint, sending the same pairs' texts (`both_orders`): the floor under any tool built on it,
+    measured on this machine in this process, so that what the run adds beyond it can be told apart from
+    what the client costs."""
     import itertools
 
     import openai
 
     with open(data_path) as handle:
-        pairs = [json.loads(line) for line in itertools.islice(handle, calls)]
-    contents = [f"{p['question']}\n{a}\n{b}" for p in pairs
-                for a, b in ((p["response_A"], p["response_B"]), (p["response_B"], p["response_A"]))][:calls]
+        contents = [content for line in itertools.islice(handle, calls) for content in both_orders(json.loads(line))][:calls]
     client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
     semaphore = asyncio.Semaphore(concurrency)
 
     async def call(content: str) -> None:
         async with semaphore:
-            await client.chat.completions.create(
-                model="bench", temperature=0, max_tokens=4096, messages=[{"role": "user", "content": content}],
-            )
+            await ask(client, content)
 
     cpu = time.process_time()
     await asyncio.gather(*(call(c) for c in contents))

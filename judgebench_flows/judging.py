@@ -262,10 +262,10 @@ async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -
     """Start the first calls of these shards now, in this event loop, before the flow's tasks ask for them
     (`ChatCaller.call_ahead`). Judges that make no endpoint calls have nothing to start."""
     runtime = runtime_for(spec)
-    if _decides_locally(runtime.judge):
-        return 0
-    requests = (messages for shard in shards for messages in first_turns(shard.load(), runtime.judge, spec.orders))
     judge = runtime.judge
+    if _decides_locally(judge):
+        return 0
+    requests = (messages for shard in shards for messages in first_turns(shard.load(), judge, spec.orders))
     return await runtime.caller.call_ahead(requests, judge.sampling, max_calls, keep=lambda text: is_final_verdict(judge, text))
 
 

@@ -154,9 +154,8 @@ class Tally:
         self.pairs_with_problems += len(problem_pairs)
 
     def _sample(self, judgment: JudgmentRecord) -> None:
-        if len(self.report_sample) < self._report_limit:
-            self.report_sample.append(judgment.model_copy(update={"prompt": ""}))
-        elif judgment.status != "ok" and len(self.report_sample) < self._report_limit + self._problem_limit:
+        limit = self._report_limit if judgment.status == "ok" else self._report_limit + self._problem_limit
+        if len(self.report_sample) < limit:
             self.report_sample.append(judgment.model_copy(update={"prompt": ""}))
 
     def invalid_counts(self, skipped_rows: int = 0) -> dict[str, Any]:

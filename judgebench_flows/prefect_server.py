@@ -151,17 +151,18 @@ def _helper(parent: int) -> None:
     import prefect
     from prefect.settings import get_current_settings
 
+    current = get_current_settings()
     _die_with(parent)
     # The server's own log goes to a file, not the run's terminal: stopping it after a run can make Prefect's
     # server services log tracebacks about events they had yet to flush, which are noise to a user.
-    log = os.open(Path(get_current_settings().home) / "temporary-server.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    log = os.open(Path(current.home) / "temporary-server.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     # Prefect's own temporary-server command and environment (prefect.server.api.server.SubprocessASGIServer).
     env = {
         **os.environ,
         "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-        **get_current_settings().to_environment_variables(exclude_unset=True),
+        **current.to_environment_variables(exclude_unset=True),
     }
     try:  # the run's judging comes first when the server's boot and the run compete for a core
         os.nice(SERVER_NICENESS)

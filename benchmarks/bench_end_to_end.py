@@ -14,6 +14,14 @@ The stand-in imports what run_judge.py imports at start when those libraries are
 interpreter with JudgeBench's requirements.txt (--reference-python) for a like-for-like start-up, or it
 runs under this one and starts faster than run_judge.py would (it says which imports it skipped).
 
+Small runs (`--small N`): the fixed cost of a run, which dominates when a user iterates with a few pairs.
+The first N pairs of the file are judged by the stand-in and by `judgebench run --data-path` (no clone),
+ours timed as a user's first run in a fresh PREFECT_HOME (it boots the temporary server) and as later
+runs that attach to the server the first one kept; then a fully cached re-run of the whole 350-pair file
+(same database and result storage as a first full run, nothing paid).
+
+    python benchmarks/bench_end_to_end.py --small 10 --latency 0.2 --concurrency 32 --repeat 3
+
 Run by hand; this is a measurement, not a test.
 """
 
@@ -76,14 +84,18 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--reference-python", action="append", help="interpreter for the run_judge.py stand-in (repeatable)")
+    parser.add_argument("--small", type=int, help="small-run mode: judge the first N pairs (see above)")
     args = parser.parse_args()
+    if args.small:
+        small_runs(args)
+        return
 
     workdir = Path(tempfile.mkdtemp(prefix="jb-e2e-"))
     port = free_port()
     endpoint = start_server(args.latency, port)
     base_url = f"http://127.0.0.1:{port}/v1"
     env = {**os.environ, "OPENAI_API_KEY": "bench-key", "PREFECT_HOME": str(workdir / "prefect-home"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "JUDGEBENCH_SERVER_KEEPALIVE": "0"}  # each run boots its own
     env.pop("PREFECT_API_URL", None)
     prefect_server = None
     try:
@@ -130,6 +142,62 @@ def main() -> None:
             prefect_server.wait(timeout=30)
         endpoint.terminate()
         endpoint.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def small_runs(args: argparse.Namespace) -> None:
+    """Fixed cost: N pairs, ours (first run and runs on a kept server) against the stand-in; cached re-run."""
+    workdir = Path(tempfile.mkdtemp(prefix="jb-small-"))
+    port = free_port()
+    endpoint = start_server(args.latency, port)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    env = {**os.environ, "OPENAI_API_KEY": "bench-key", "PREFECT_HOME": str(workdir / "prefect-home"),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "JUDGEBENCH_SERVER_KEEPALIVE": "600"}
+    env.pop("PREFECT_API_URL", None)
+    try:
+        full = HERE.parent.parent / "shared" / "judgebench" / "data" / GPT4O_FILE
+        small = workdir / "small.jsonl"
+        small.write_text("".join(full.read_text().splitlines(keepends=True)[: args.small]))
+
+        def ours(pairs: Path, run: Path, *extra: str) -> float:
+            return timed([sys.executable, "-m", "judgebench_flows.cli", "run", "--model", "bench", "--data-path", str(pairs),
+                          "--base-url", base_url, "--concurrency", str(args.concurrency), "--no-progress",
+                          "--result-path", str(run / "results.json"), "--output-dir", str(run / "out"),
+                          "--db-url", f"sqlite:///{run}/results.db", *extra],
+                         {**env, "PREFECT_LOCAL_STORAGE_PATH": str(run / "prefect-results")}, workdir)
+
+        def fresh() -> Path:
+            return workdir / f"run-{time.monotonic_ns()}"
+
+        reference = [(args.reference_python or [sys.executable])[0], str(HERE / "reference_run_judge.py"), "--pairs", str(small),
+                     "--concurrency_limit", str(args.concurrency), "--base-url", base_url, "--output", str(workdir / "ref.jsonl")]
+        rows: dict[str, list[float]] = {"run_judge.py stand-in": [], "judgebench run, first run (boots the server)": [],
+                                        "judgebench run, server kept by an earlier run": []}
+        rows["judgebench run, first run (boots the server)"].append(ours(small, fresh()))
+        for _ in range(args.repeat):
+            rows["run_judge.py stand-in"].append(timed(reference, env, workdir))
+            rows["judgebench run, server kept by an earlier run"].append(ours(small, fresh()))
+        cached = fresh()
+        ours(full, cached)
+        rows["judgebench run, 350 pairs fully cached (re-run)"] = [ours(full, cached) for _ in range(args.repeat)]
+        print(f"{args.small} pairs, latency {args.latency} s, concurrency {args.concurrency}; wall time, median (all runs)")
+        for name, walls in rows.items():
+            print(f"{name}\n    {statistics.median(walls):7.2f} s  ({', '.join(f'{w:.2f}' for w in walls)})")
+        ratio = statistics.median(rows["judgebench run, server kept by an earlier run"]) / statistics.median(rows["run_judge.py stand-in"])
+        print(f"ratio, kept server / stand-in: {ratio:.2f}")
+    finally:
+        record_dir = workdir / "prefect-home" / "judgebench-server"
+        for record in record_dir.glob("*.json"):  # stop the server the runs kept
+            import json
+            import signal
+
+            try:
+                os.kill(json.loads(record.read_text())["supervisor_pid"], signal.SIGTERM)
+            except (OSError, ValueError, KeyError):
+                pass
+        endpoint.terminate()
+        endpoint.wait(timeout=10)
+        time.sleep(1)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

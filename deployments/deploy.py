@@ -49,12 +49,15 @@ def ensure_work_pool(name: str = WORK_POOL) -> None:
         raise SystemExit(f"work pool '{name}' exists with type '{pool.type}'; these deployments need a 'process' pool")
 
 
-def nightly_deployment(project_dir: Path = PROJECT_DIR, matrix_path: str = "deployments/nightly.yaml") -> RunnerDeployment:
+def nightly_deployment(
+    project_dir: Path = PROJECT_DIR, matrix_path: str = "deployments/nightly.yaml", cron: str = NIGHTLY_CRON, name: str = "nightly",
+) -> RunnerDeployment:
+    """The nightly matrix deployment; `cron` and `name` make a copy on another schedule (e.g. every minute, to check a worker end to end)."""
     nightly = flow.from_source(source=str(project_dir), entrypoint=NIGHTLY_ENTRYPOINT)
     return nightly.to_deployment(
-        name="nightly",
+        name=name,
         description="Every judge x model x data file of the matrix; fails if any configuration failed or regressed.",
-        schedules=[Cron(NIGHTLY_CRON, timezone=NIGHTLY_TIMEZONE)],
+        schedules=[Cron(cron, timezone=NIGHTLY_TIMEZONE)],
         parameters={"matrix_path": matrix_path},
         concurrency_limit=1,  # a late night must not overlap the next one on the same endpoint
         work_queue_name="nightly",

@@ -29,13 +29,18 @@ from prefect.states import State
 from prefect.utilities.annotations import quote
 
 from judgebench_flows import db
+from judgebench_flows.artifact_keys import configuration_slug
 from judgebench_flows.config import RunConfig
 from judgebench_flows.dataset import data_file_in
-from judgebench_flows.errors import UserError
+from judgebench_flows.errors import RunFailed, UserError
 from judgebench_flows.global_limits import ensure_limits
-from judgebench_flows.judging import JudgeSpec, Shard, advance_progress, announce_total, build_judge, close_runtimes, judge_spec, make_shards, with_prompts
+from judgebench_flows.judging import (
+    JudgeSpec, Shard, announce_total, build_judge, close_runtimes, judge_spec, make_shards, request_report_of, settle_progress, with_prompts,
+)
 from judgebench_flows.metrics import Tally, pair_scores
+from judgebench_flows.llm import CallStats
 from judgebench_flows.records import JudgmentRecord
+from judgebench_flows.secrets import install_log_redaction
 from judgebench_flows.results import build_results, correctness_of, jsonl_rows, regression_check, write_jsonl
 from tasks.fetch import fetch_dataset
 from tasks.judge import ShardIncomplete, shard_task
@@ -67,6 +72,27 @@ async def _shard_records(state: State) -> list[JudgmentRecord]:
     raise RuntimeError(f"shard ended in state {state.name}: {state.message}")
 
 
+def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> str | None:
+    """Why the run is not a measurement (failed + invalid judgments above the allowed share), or None."""
+    judgments = results["usage"]["judgments"]
+    bad = results["invalid"]["failed_judgments"] + results["invalid"]["invalid_judgments"]
+    if not judgments or bad / judgments <= max_failed_fraction:
+        return None
+    reasons = "; ".join(f"{reason} ({count})" for reason, count in list(results["invalid"]["reasons"].items())[:3])
+    return (f"{bad} of {judgments} judgments failed or were invalid ({bad / judgments:.1%}, more than "
+            f"--max-failed-fraction {max_failed_fraction:g}): {reasons}")
+
+
+def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
+    """Paid calls are the calls this run sent that were answered, counted where they were sent: a call
+    made ahead of the flow for a shard that then came from Prefect's cache (another run finished it
+    first) was paid for all the same, and a judgment from a cache paid nothing. Attempts are requests
+    sent, retries included; errors are attempts that got no answer. Unknown on Dask (None)."""
+    if sent is None:
+        return {"attempts": None, "errors": None}
+    return {"paid_calls": sent.answered, "attempts": sent.attempts, "errors": sent.attempts - sent.answered}
+
+
 def shards_in_flight(config: RunConfig) -> int:
     """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
     more: memory then holds a few shards, not the whole dataset."""
@@ -77,7 +103,8 @@ def shards_in_flight(config: RunConfig) -> int:
 async def _judge_in_process(
     shards: list[Shard], spec: JudgeSpec, config: RunConfig,
     on_shard_done: Callable[[Shard, list[JudgmentRecord]], None],
-) -> None:
+) -> CallStats:
+    """Judge every shard in this event loop; returns what the endpoint clients sent (`usage_of_calls`)."""
     task = shard_task(config.cache, config.shard_retries)
     pending = iter(shards)
 
@@ -98,7 +125,8 @@ async def _judge_in_process(
         await asyncio.gather(*workers, return_exceptions=True)
         raise
     finally:
-        await close_runtimes()
+        sent = await close_runtimes()
+    return sent
 
 
 def _judge_on_dask(
@@ -139,7 +167,6 @@ def _judge_on_dask(
             shard = submitted.pop(future)
             records = asyncio.run(_shard_records(_final_state(future)))
             on_shard_done(shard, records)
-            advance_progress(len(records))
             following = submit_next()
             if following is not None:
                 finished.add(following)
@@ -265,6 +292,8 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     started, clock_start = datetime.now(timezone.utc), time.perf_counter()
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     engine = db.open_database(config.db_url)
+    install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
+    await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
     if config.data_path:
         data_path, commit, repo_url, templates_dir = config.data_path, None, None, config.templates_dir
@@ -293,7 +322,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             "skipped": [{"line": s.line, "reason": s.reason} for s in index.skipped[:50]],
         },
     }
-    config_key = config.config_key()
+    config_key = config.config_key(commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     db.save_run(
         engine,
         run_id=run_id,
@@ -305,6 +334,8 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         data_file=data_file,
         flow_run_id=flow_run_id,
         status="running",
+        host=socket.gethostname(),
+        pid=os.getpid(),
         started=started,
         n_pairs=n_pairs,
         config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
@@ -322,6 +353,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         write_jsonl(parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(pairs, with_prompts(pairs, records, judge), judge_name))
         db.save_judgments(engine, judgment_rows(run_id, records))
         tally.add(records)
+        settle_progress(shard.index, len(records))
 
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
@@ -329,14 +361,16 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         loaded = time.perf_counter()
         cpu_before = time.process_time()
         await ensure_limits(spec.global_limit, spec.concurrency, spec.global_rate_limit, spec.rpm)
+        sent: CallStats | None = None  # on Dask the workers' clients send the calls: counted from records
         if config.task_runner == "dask":
             await asyncio.to_thread(_judge_on_dask, shards, spec, config, on_shard_done)
         else:
-            await _judge_in_process(shards, spec, config, on_shard_done)
+            sent = await _judge_in_process(shards, spec, config, on_shard_done)
         judged_at, judge_cpu = time.perf_counter(), time.process_time() - cpu_before
         judgments = tally.usage["judgments"]
 
         results = build_results(tally, header=header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, skipped_rows=len(index.skipped))
+        results["usage"].update(usage_of_calls(sent))
         previous = [r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=("completed", "regressed")) if r.run_id != run_id]
         results["regression"] = None
         if previous and config.bootstrap_resamples:
@@ -358,6 +392,12 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             "shuffle_responses": config.shuffle_responses,
             "seed": config.seed,
         }
+        if config.needs_endpoint:
+            results["run"]["requests"] = request_report_of(spec)
+        too_little = measured_too_little(results, config.max_failed_fraction)
+        if too_little:
+            results["run"]["status"] = "failed"
+            results["run"]["failure"] = too_little
         results["run"]["timings"] = {
             "fetch_s": round(fetched - clock_start, 3),
             "load_s": round(loaded - fetched, 3),
@@ -369,6 +409,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             run_id, quote(results), quote(tally.report_sample), quote(sorted(parts_dir.glob("shard-*.jsonl"))),
             result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
             judge_name=judge_name, data_file=data_file, write_report=config.report,
+            artifact_slug=configuration_slug(header["judge_type"], config.model, spec.base_url, data_file),
         )
         shutil.rmtree(parts_dir, ignore_errors=True)
         results["run"]["timings"]["publish_s"] = round(time.perf_counter() - publish_started, 3)
@@ -376,13 +417,15 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         regressed = bool(results["regression"] and results["regression"].get("regressed"))
         overall = results["overall_accuracy"]
         db.update_run(
-            engine, run_id, status="regressed" if regressed else "completed", finished=finished,
+            engine, run_id, status="failed" if too_little else "regressed" if regressed else "completed", finished=finished,
             overall_accuracy=overall["accuracy"], ci_low=overall.get("ci_low"), ci_high=overall.get("ci_high"),
-            message=results["regression"]["message"] if results["regression"] else None,
+            message=too_little or (results["regression"]["message"] if results["regression"] else None),
             results_json=json.dumps(results, default=str),
         )
         if regressed:
             logger.warning(results["regression"]["message"])
+        if too_little:  # published above, so it can be inspected; the run itself is not a measurement
+            raise RunFailed(too_little, results)
         return results
     except BaseException as exc:
         db.update_run(engine, run_id, status="failed", finished=datetime.now(timezone.utc), message=str(exc)[:500] if isinstance(exc, UserError) else type(exc).__name__)

@@ -16,6 +16,7 @@ a RunConfig and runs the same `judgebench` subflow.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,12 +25,13 @@ from prefect.artifacts import acreate_markdown_artifact
 from prefect.states import State
 from pydantic import BaseModel
 
-from flows.judgebench_flow import judgebench_flow
+from flows.judgebench_flow import judgebench_flow, measured_too_little
+from judgebench_flows.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.matrix import MatrixEntry, cell_name, load_matrix
 
-NIGHTLY_ARTIFACT_KEY = "judgebench-nightly"
+NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
 
 
 class BenchmarkFailed(Exception):
@@ -47,34 +49,71 @@ class CellOutcome(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     n_pairs: int | None = None
+    judgments: int | None = None
+    failed_judgments: int | None = None
+    invalid_judgments: int | None = None
     result_path: str
     message: str | None = None
 
 
+def _counts(results: dict[str, Any]) -> dict[str, Any]:
+    """What a cell measured, for the summary: accuracy, and how many judgments failed or were invalid."""
+    overall, invalid = results.get("overall_accuracy") or {}, results.get("invalid") or {}
+    return {
+        "run_id": (results.get("run") or {}).get("run_id"),
+        "accuracy": overall.get("accuracy"),
+        "ci_low": overall.get("ci_low"),
+        "ci_high": overall.get("ci_high"),
+        "n_pairs": (results.get("dataset") or {}).get("n_pairs"),
+        "judgments": (results.get("usage") or {}).get("judgments"),
+        "failed_judgments": invalid.get("failed_judgments"),
+        "invalid_judgments": invalid.get("invalid_judgments"),
+    }
+
+
+def _published_results(entry: MatrixEntry, flow_run_id: str | None) -> dict[str, Any] | None:
+    """The results.json a failed cell published before failing (a run that measured too little still
+    publishes what it has), if it is this subflow run's and not an earlier night's."""
+    try:
+        results = json.loads(Path(entry.config.result_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not flow_run_id or (results.get("run") or {}).get("flow_run_id") != flow_run_id:
+        return None
+    return results
+
+
 async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
-    """Read a finished `judgebench` subflow's state: its results, or why it failed."""
-    base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": str(state.state_details.flow_run_id or "") or None}
+    """Read a finished `judgebench` subflow's state: its results, or why it failed.
+
+    A cell ends failed when its subflow failed, including a run that measured too little (the run's own
+    rule: failed + invalid judgments above `max_failed_fraction`), and the same rule is applied here to
+    a completed subflow's results, so a cell whose calls all failed can never count as a measurement.
+    """
+    flow_run_id = str(state.state_details.flow_run_id or "") or None
+    base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": flow_run_id}
     if not state.is_completed():
         error = await state.aresult(raise_on_failure=False)
         reason = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else (state.message or state.name)
-        return CellOutcome(status="failed", message=reason[:500], **base)
+        published = _published_results(entry, flow_run_id)
+        counts = _counts(published) if published else {}
+        return CellOutcome(status="failed", message=reason[:500], **counts, **base)
     results: dict[str, Any] = await state.aresult()
     regression = results.get("regression") or {}
-    overall = results["overall_accuracy"]
-    return CellOutcome(
-        status="regressed" if regression.get("regressed") else "completed",
-        run_id=results["run"]["run_id"],
-        accuracy=overall["accuracy"],
-        ci_low=overall.get("ci_low"),
-        ci_high=overall.get("ci_high"),
-        n_pairs=results["dataset"].get("n_pairs"),
-        message=regression.get("message"),
-        **base,
-    )
+    too_little = measured_too_little(results, entry.config.max_failed_fraction)
+    status: Literal["completed", "regressed", "failed"] = "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
+    return CellOutcome(status=status, message=too_little or regression.get("message"), **_counts(results), **base)
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _of(count: int | None, total: int | None) -> str:
+    """`3 / 20`, or `-` when the cell never got as far as counting."""
+    if count is None:
+        return "-"
+    return f"{count} / {total}" if total is not None else str(count)
 
 
 def summary_markdown(outcomes: list[CellOutcome]) -> str:
@@ -85,14 +124,15 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         f"{len(outcomes)} configurations: {len(outcomes) - len(bad)} completed, "
         f"{sum(o.status == 'regressed' for o in outcomes)} regressed, {sum(o.status == 'failed' for o in outcomes)} failed.",
         "",
-        "| configuration | status | accuracy | 95% CI | pairs | run | note |",
-        "|---|---|---|---|---|---|---|",
+        "| configuration | status | accuracy | 95% CI | pairs | failed judgments | invalid judgments | run | note |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         ci = f"{_pct(o.ci_low)} - {_pct(o.ci_high)}" if o.ci_low is not None else ""
         status = o.status if o.status == "completed" else f"**{o.status.upper()}**"
         note = (o.message or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {(o.run_id or '')[:8]} | {note} |")
+        failed, invalid = (_of(o.failed_judgments, o.judgments), _of(o.invalid_judgments, o.judgments))
+        lines.append(f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {(o.run_id or '')[:8]} | {note} |")
     return "\n".join(lines)
 
 
@@ -119,8 +159,11 @@ async def nightly_benchmarks(
         log("%s: %s, accuracy %s%s", entry.name, outcome.status, _pct(outcome.accuracy), f" ({outcome.message})" if outcome.message else "")
         outcomes.append(outcome)
 
+    from flows.leaderboard_flow import nightly_leaderboard_section  # the leaderboard with tonight's rows (never raises)
+
+    leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
-        summary_markdown(outcomes), key=NIGHTLY_ARTIFACT_KEY, description=f"JudgeBench nightly: {len(outcomes)} configurations"
+        summary_markdown(outcomes) + leaderboard, key=NIGHTLY_ARTIFACT_KEY, description=f"JudgeBench nightly: {len(outcomes)} configurations"
     )
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
@@ -142,29 +185,78 @@ async def judgebench_adhoc(
     single_game: bool = False,
     db_url: str = DEFAULT_DB_URL,
     output_dir: str | None = None,
+    api_key_env: str | None = None,
+    api_key_secret: str | None = None,
 ) -> dict[str, Any]:
-    """One configuration on demand, with plain parameters; fails if the run regressed.
+    """One configuration on demand, with plain parameters; fails if the run regressed or measured too little.
 
     Results go to `output_dir` (default results/adhoc/<judge>__<model>__<data file>/): results.json,
-    the judgments JSONL and report.html. The API key comes from the worker's environment.
+    the judgments JSONL and report.html. The API key comes from the worker's environment: the variable
+    `api_key_env` names (default OPENAI_API_KEY) or the Prefect Secret block `api_key_secret`, never
+    from a parameter. This run's own page shows the results summary, where its files are and a link to
+    the judging subflow, and its log has the headline numbers: no need to open the subflow.
     """
+    logger = get_run_logger()
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}"
     config = build_config(
         judge_type=judge_type, model=model, data_file=data_file, repo_url=repo_url, ref=ref, data_path=data_path,
         base_url=base_url, max_samples=max_samples, concurrency=concurrency, single_game=single_game, db_url=db_url,
-        result_path=f"{folder}/results.json", output_dir=folder,
+        result_path=f"{folder}/results.json", output_dir=folder, api_key_env=api_key_env, api_key_secret=api_key_secret,
     )
-    results: dict[str, Any] = await judgebench_flow.with_options(flow_run_name=Path(folder).name)(config)
-    regression = results.get("regression") or {}
-    if regression.get("regressed"):
-        raise BenchmarkFailed(regression["message"])
+    state = await judgebench_flow.with_options(flow_run_name=Path(folder).name)(config, return_state=True)
+    subflow_id = str(state.state_details.flow_run_id or "") or None
+    entry = MatrixEntry(name=Path(folder).name, config=config)
+    results = await state.aresult() if state.is_completed() else _published_results(entry, subflow_id)
+    outcome = await outcome_of(entry, state)
+    log = logger.info if outcome.status == "completed" else logger.error
+    log(
+        "%s: %s, accuracy %s (95%% CI %s - %s), %s pairs, failed judgments %s, invalid judgments %s%s",
+        entry.name, outcome.status, _pct(outcome.accuracy), _pct(outcome.ci_low), _pct(outcome.ci_high), outcome.n_pairs if outcome.n_pairs is not None else "-",
+        _of(outcome.failed_judgments, outcome.judgments), _of(outcome.invalid_judgments, outcome.judgments),
+        f" ({outcome.message})" if outcome.message else "",
+    )
+    if results:
+        logger.info("results: %s; report: %s", config.result_path, (results.get("outputs") or {}).get("report") or "-")
+    await acreate_markdown_artifact(
+        adhoc_markdown(outcome, results, subflow_id),
+        key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), data_path or data_file)}",
+        description=f"JudgeBench ad-hoc run: {entry.name}",
+    )
+    if not state.is_completed():
+        await state.aresult()  # re-raises the subflow's error: this run is Failed for the same reason
+    if outcome.status != "completed":
+        raise BenchmarkFailed(outcome.message or outcome.status)
     return {
-        "run_id": results["run"]["run_id"],
-        "accuracy": results["overall_accuracy"]["accuracy"],
+        "run_id": outcome.run_id,
+        "accuracy": outcome.accuracy,
         "result_path": config.result_path,
-        "outputs": results.get("outputs"),
-        "regression": regression.get("message"),
+        "outputs": results.get("outputs") if results else None,
+        "regression": (results.get("regression") or {}).get("message") if results else None,
     }
+
+
+def _flow_run_link(flow_run_id: str | None) -> str:
+    """A link to a flow run in the Prefect UI, or its id when no UI address is configured."""
+    if not flow_run_id:
+        return "-"
+    from prefect.settings import PREFECT_UI_URL
+
+    ui = PREFECT_UI_URL.value()
+    return f"[{flow_run_id}]({ui.rstrip('/')}/runs/flow-run/{flow_run_id})" if ui else f"`{flow_run_id}`"
+
+
+def adhoc_markdown(outcome: CellOutcome, results: dict[str, Any] | None, subflow_id: str | None) -> str:
+    """The ad-hoc run's own page: the results summary of the judging subflow, and where everything is."""
+    from tasks.publish import summary_markdown as run_summary
+
+    head = [f"**Status: {outcome.status}**" + (f": {outcome.message}" if outcome.message else ""), ""]
+    body = [run_summary(results)] if results and results.get("run") else ["No results were published (the run stopped before judging finished)."]
+    outputs = (results or {}).get("outputs") or {}
+    links = ["", "## Where things are", "", f"- judging subflow run: {_flow_run_link(subflow_id)}", f"- results: `{outcome.result_path}`"]
+    links += [f"- {name}: `{path}`" for name, path in outputs.items() if name != "results"]
+    if outcome.run_id:
+        links.append(f"- history: `judgebench history` (run `{outcome.run_id}`), `judgebench report {outcome.run_id}`")
+    return "\n".join(head + body + links)
 
 
 __all__ = ["nightly_benchmarks", "judgebench_adhoc", "summary_markdown", "CellOutcome", "BenchmarkFailed"]

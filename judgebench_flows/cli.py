@@ -3,7 +3,10 @@
 Flag spellings of JudgeBench's run_judge.py and RM-Gallery's evaluator work as aliases, so their users
 switch by changing the program name. Everything a user can get wrong is checked before Prefect starts
 (a temporary Prefect server takes seconds to boot) and reported as one line with exit code 2.
-Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error.
+Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error (one line;
+the traceback with --verbose), 4 the run measured too little (failed or invalid judgments above
+--max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 the Prefect
+server could not start.
 """
 
 from __future__ import annotations
@@ -20,24 +23,29 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from judgebench_flows.errors import UserError
-from judgebench_flows.prefect_server import PrefectStart, start_prefect
+from judgebench_flows.errors import RunFailed, UserError
+from judgebench_flows.prefect_server import PrefectServerError, PrefectStart, start_prefect
 
-EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG = 1, 2, 3
+EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
+EXIT_SERVER = 5  # the temporary Prefect server could not start: the input was fine, retry or point at a server
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)")
     add = p.add_argument
-    add("--judge-type", "--judge_type", "--judge_name", dest="judge_type", help="arena_hard (default), vanilla, auto_j, prometheus_2, skywork_critic, custom, external")
+    add("--judge-type", "--judge_type", "--judge_name", dest="judge_type", help="arena_hard (default), vanilla, auto_j, prometheus_2, skywork_critic, compass_judger, judge_lm, panda_lm, reward_model, custom, external")
     add("--judge-template", "--judge_template", dest="judge_template", help="custom judge class: path.py:Class or module:Class")
     add("--model", "--judge-model", "--judge_model", dest="model", help="judge model name sent to the endpoint")
+    add("--reward-backend", dest="reward_backend", choices=["pooling", "transformers"],
+        help="reward_model: vLLM's Pooling API at --base-url (default), or the model run here with transformers")
     add("--repo-url", "--repo_url", dest="repo_url", help="git URL, file:// URL or local path of the JudgeBench repository")
     add("--ref", help="commit, tag or branch to check out (default: a pinned JudgeBench commit)")
     add("--data-file", "--data_file", dest="data_file", help="data file inside the repository's data/ directory")
     add("--data-path", "--data_path", "--pairs", dest="data_path", help="judge a local file, no clone")
     add("--templates-dir", dest="templates_dir", help="directory of judge prompt templates (default: the checkout's utils/templates)")
     add("--base-url", "--base_url", dest="base_url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else BASE_URL)")
+    add("--api-key-env", dest="api_key_env", help="NAME of the environment variable holding the endpoint's key (default OPENAI_API_KEY)")
+    add("--api-key-secret", dest="api_key_secret", help="NAME of a Prefect Secret block holding the endpoint's key")
     add("--concurrency", "--max-workers", "--max_workers", "--concurrency_limit", dest="concurrency", type=int, help="calls in flight at once (default 16)")
     add("--rpm", type=float, help="at most this many requests per minute")
     add("--shard-size", "--shard_size", dest="shard_size", type=int, help="pairs per shard task (default 50)")
@@ -54,6 +62,16 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add("--retry-max-wait", dest="retry_max_wait", type=float, help="longest backoff between retries; a server's Retry-After is still honoured (default 60)")
     add("--temperature", type=float, help="override the judge's temperature (default: the judge's own, 0)")
     add("--max-tokens", dest="max_tokens", type=int, help="override the judge's max_tokens")
+    add("--reasoning-effort", dest="reasoning_effort", choices=["low", "medium", "high"],
+        help="reasoning models (o1, o3, o4, gpt-5, ...): passed through as reasoning_effort")
+    add("--request-style", dest="request_style", choices=["auto", "standard", "o1", "reasoning"],
+        help="how requests are shaped: auto (default: by model name), standard (as the judge asks), "
+             "o1 (JudgeBench's o1 requests: system folded into the user turn, no sampling parameters), "
+             "reasoning (no temperature/top_p, max_tokens sent as max_completion_tokens)")
+    add("--drop-params", dest="drop_params", type=lambda text: [p.strip() for p in text.split(",") if p.strip()],
+        help="comma-separated request parameters never to send (e.g. temperature,top_p) for endpoints that reject them")
+    add("--max-failed-fraction", dest="max_failed_fraction", type=float,
+        help="the run fails (exit 4) when more than this share of judgments failed or were invalid (default 0.05)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--no-cache", dest="cache", action="store_const", const="off", help="ignore the call and shard caches")
     cache.add_argument("--refresh-cache", dest="cache", action="store_const", const="refresh", help="pay again and overwrite the caches")
@@ -94,14 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_id")
     report.add_argument("--db-url", default=None)
     report.add_argument("--output", default=None)
+    from judgebench_flows.cli_leaderboard import add_parsers as add_leaderboard_parsers
+
+    add_leaderboard_parsers(sub)  # leaderboard, rescore
     return parser
 
 
 RUN_OPTIONS = (
-    "judge_type", "judge_template", "model", "repo_url", "ref", "data_file", "data_path", "templates_dir", "base_url",
+    "judge_type", "judge_template", "model", "repo_url", "ref", "data_file", "data_path", "templates_dir", "base_url", "api_key_env", "api_key_secret",
     "concurrency", "rpm", "shard_size", "result_path", "output_dir", "db_url", "max_samples", "single_game",
     "shuffle_responses", "seed", "request_timeout", "max_retries", "retry_initial_wait", "retry_max_wait", "temperature", "max_tokens", "cache", "cache_dir",
     "task_runner", "dask_address", "global_limit", "adaptive_concurrency", "report",
+    "reasoning_effort", "request_style", "drop_params", "max_failed_fraction", "reward_backend",
 )
 
 
@@ -156,6 +178,9 @@ def _hide_user_error_run_logs() -> None:
     ensure_logging_setup()  # Prefect configures logging lazily; later setups are incremental and keep handlers
     for handler in logging.getLogger().handlers:
         handler.addFilter(_HideUserErrorRunLogs())
+    from judgebench_flows.quiet import route_background_output
+
+    route_background_output()  # Prefect's background workers: to PREFECT_HOME/judgebench-background.log
 
 
 def _check_file_url(repo_url: str) -> None:
@@ -178,9 +203,13 @@ def preflight(config) -> None:
         get_judge(config.judge_type, None, config.judge_template, config.external_judge_path,
                   config.external_judge_function, config.external_judge_config)
     elif config.data_path or config.templates_dir:
-        get_judge(config.judge_type, config.templates_dir)
+        get_judge(config.judge_type, config.templates_dir, model=config.model)
     if config.data_path and not Path(config.data_path).is_file():
         raise UserError(f"--data-path: file not found: {config.data_path}")
+    from judgebench_flows.outputs import check_directory, check_file
+
+    check_directory("--output-dir", config.output_dir)  # results are written after every call is paid for
+    check_file("--result-path", config.result_path)
     if config.data_path:
         from judgebench_flows.loading import index_pairs
 
@@ -193,6 +222,8 @@ def preflight(config) -> None:
     db.open_database(config.db_url)
     if config.needs_endpoint:
         check_endpoint_reachable(config.resolved_base_url())
+        if config.api_key_env and not os.environ.get(config.api_key_env):
+            raise UserError(f"--api-key-env: the variable ${config.api_key_env} is not set")
 
 
 def _warm_clone(config) -> None:
@@ -204,7 +235,7 @@ def _warm_clone(config) -> None:
     checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
     data_file_in(checkout, config.data_file)
     if not config.judge_template and config.judge_type != "external":
-        get_judge(config.judge_type, config.templates_dir or checkout.templates_dir)
+        get_judge(config.judge_type, config.templates_dir or checkout.templates_dir, model=config.model)
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -289,13 +320,25 @@ def _run_external(args: argparse.Namespace, prefect: PrefectStart) -> int:
 def _db_url(args: argparse.Namespace) -> str:
     from judgebench_flows.config import DEFAULT_DB_URL
 
-    return args.db_url or os.environ.get("JUDGEBENCH_DB_URL") or DEFAULT_DB_URL
+    from judgebench_flows.credentials import stash
+
+    # Without its password from here on (messages, outputs); the database is opened with it.
+    return stash(args.db_url or os.environ.get("JUDGEBENCH_DB_URL") or DEFAULT_DB_URL)
 
 
 def command_history(args: argparse.Namespace) -> int:
     from judgebench_flows import console, db
 
-    console.print_history(db.list_runs(db.open_database(_db_url(args)), limit=args.limit))
+    url = _db_url(args)
+    engine = db.open_existing(url)  # reading creates nothing: a missing database is an error
+    runs = []
+    if engine is not None:
+        db.mark_crashed(engine)  # a run whose process was killed is not "running" forever
+        runs = db.list_runs(engine, limit=args.limit)
+    if not runs:
+        print(f"no runs yet in {db.safe_url(url)}")
+        return 0
+    console.print_history(runs)
     return 0
 
 
@@ -303,7 +346,10 @@ def command_compare(args: argparse.Namespace) -> int:
     from judgebench_flows import console
     from judgebench_flows.compare import compare_runs
 
-    console.print_comparison(compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed))
+    comparison = compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed)
+    for warning in comparison.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+    console.print_comparison(comparison)
     return 0
 
 
@@ -312,9 +358,9 @@ def command_report(args: argparse.Namespace) -> int:
     from judgebench_flows.report import write_report
     from judgebench_flows.compare import records_of
 
-    engine = db.open_database(_db_url(args))
-    run = db.get_run(engine, args.run_id)
-    if run is None or not run.results_json:
+    engine = db.open_existing(_db_url(args))
+    run = db.get_run(engine, args.run_id) if engine is not None else None
+    if engine is None or run is None or not run.results_json:
         raise UserError(f"no finished run '{args.run_id}' in {db.safe_url(_db_url(args))}")
     results: dict[str, Any] = json.loads(run.results_json)
     history = [
@@ -331,16 +377,53 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_prefect(getattr(args, "verbose", False))
     commands = {"run": command_run, "history": command_history, "compare": command_compare, "report": command_report}
+    from judgebench_flows.cli_leaderboard import COMMANDS as LEADERBOARD_COMMANDS
+
+    commands.update(LEADERBOARD_COMMANDS)
     try:
         return commands[args.command](args)
+    except RunFailed as exc:  # before UserError, its base: the run measured too little
+        from judgebench_flows.secrets import redact
+
+        print(f"run failed: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_RUN_FAILED
     except UserError as exc:
         from judgebench_flows.secrets import redact
 
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except PrefectServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SERVER
     except KeyboardInterrupt:
         print("interrupted: answered calls are cached; run the same command again to resume", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: one line (exit 3); the traceback with --verbose, else in a log file
+        return _unexpected(exc, getattr(args, "verbose", False))
+
+
+def _unexpected(exc: Exception, verbose: bool) -> int:
+    """Report an unexpected error as one line; its traceback goes to stderr with --verbose, else to
+    `last-error.log` in the cache directory (secrets redacted either way)."""
+    import traceback
+
+    from judgebench_flows.secrets import redact
+
+    trace = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    where = ""
+    if verbose:
+        print(trace, file=sys.stderr, end="")
+    else:
+        log = Path(os.environ.get("JUDGEBENCH_CACHE_DIR") or Path.home() / ".cache" / "judgebench-flows") / "last-error.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(trace, encoding="utf-8")
+            where = f" (traceback in {log}; --verbose shows it)"
+        except OSError:
+            where = " (--verbose shows the traceback)"
+    line = redact(str(exc)).splitlines()[0] if str(exc).strip() else ""
+    print(f"unexpected error: {type(exc).__name__}{': ' + line[:300] if line else ''}{where}", file=sys.stderr)
+    return EXIT_BUG
 
 
 def entry() -> None:
@@ -349,8 +432,8 @@ def entry() -> None:
     After a run that clean-up takes over half a second (Prefect, SQLAlchemy and pydantic leave a large
     heap), which a user waits for and which holds nothing. Everything that matters at exit still runs
     first: output is flushed and the exit handlers run (Prefect sends its last logs and events, the
-    temporary Prefect server is stopped, logging is shut down). An unexpected exception takes the normal
-    way out, with its traceback.
+    temporary Prefect server is stopped, logging is shut down). `main` turns every exception into an exit
+    code (an unexpected one is exit 3 with one line).
     """
     code = main()
     for thread in threading.enumerate():  # as interpreter exit does: non-daemon threads finish first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -39,8 +40,44 @@ def _run(engine: Engine, run_id: str) -> db.RunRow:
     return run
 
 
+FINISHED = ("completed", "regressed")
+PROTOCOL = ("single_game", "shuffle_responses", "max_samples", "temperature", "max_tokens", "judge_template", "templates_dir")
+
+
+def _protocol(run: db.RunRow) -> dict[str, Any]:
+    try:
+        config = json.loads(run.config_json or "{}")
+    except json.JSONDecodeError:
+        config = {}
+    protocol = {name: config.get(name) for name in PROTOCOL}
+    if config.get("max_samples") or config.get("shuffle_responses"):
+        protocol["seed"] = config.get("seed")  # which pairs are judged, and which are swapped
+    return protocol
+
+
+def comparison_warnings(a: db.RunRow, b: db.RunRow) -> list[str]:
+    """Why the two runs may not be comparable: one did not finish, or they differ in judge, model, data
+    or protocol. A comparison is still shown (that may be the point), but never silently."""
+    warnings = [
+        f"run {run.run_id[:8]} is {run.status}, not finished: its numbers cover only the judgments it recorded"
+        for run in (a, b) if run.status not in FINISHED
+    ]
+    aspects = {
+        "judge": (a.judge_type, b.judge_type),
+        "model": (a.model, b.model),
+        "data": ((a.repo_url, a.data_file, a.commit), (b.repo_url, b.data_file, b.commit)),
+        "protocol": (_protocol(a), _protocol(b)),
+    }
+    different = [name for name, (left, right) in aspects.items() if left != right]
+    if different:
+        warnings.append(f"the runs differ in {', '.join(different)}: differences in accuracy are not the judge's alone")
+    return warnings
+
+
 def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[str, Any]:
-    engine = db.open_database(db_url)
+    engine = db.open_existing(db_url)  # reading creates nothing
+    if engine is None:
+        raise UserError(f"no runs in {db.safe_url(db_url)} (see `judgebench history`)")
     a, b = _run(engine, run_a), _run(engine, run_b)
     records_a, records_b = records_of(engine, a.run_id), records_of(engine, b.run_id)
     scores_a, scores_b = metrics.pair_scores(records_a), metrics.pair_scores(records_b)
@@ -64,4 +101,5 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[st
     if common:
         result = stats.paired_bootstrap_delta(correctness_of(scores_a), correctness_of(scores_b), seed=seed)
         bootstrap = result.model_dump()
-    return {"run_a": a.run_id, "run_b": b.run_id, "slices": slices, "flipped": flipped, "bootstrap": bootstrap}
+    return {"run_a": a.run_id, "run_b": b.run_id, "slices": slices, "flipped": flipped, "bootstrap": bootstrap,
+            "warnings": comparison_warnings(a, b)}

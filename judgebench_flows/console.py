@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from judgebench_flows.config import RunConfig
+from judgebench_flows.errors import RunFailed
 from judgebench_flows.prefect_server import PrefectStart
 
 err = Console(stderr=True)
@@ -32,15 +34,63 @@ def run_with_progress(config: RunConfig, prefect: PrefectStart, show_progress: b
                         console=err, disable=not show_progress)
     with progress:
         bar = progress.add_task("judging", total=None)
+        counter = JudgmentCounter(lambda done: progress.update(bar, completed=done))
         add_total_hook(lambda n: progress.update(bar, total=n))
-        add_progress_hook(lambda n: progress.advance(bar, n))
+        add_progress_hook(counter.advance, counter.settle)
         try:
             results = asyncio.run(judge_with_head_start(config, prefect, with_prefect))
+        except RunFailed as exc:  # published but not a measurement: show what there is, then exit 4
+            if exc.results:
+                progress.stop()
+                print_results(exc.results)
+            raise
         finally:
             clear_progress_hooks()
     print_results(results)
     regression = results.get("regression") or {}
     return 1 if regression.get("regressed") else 0
+
+
+class JudgmentCounter:
+    """Judgments done out of judgments planned, each counted once: a retried shard does not count its
+    judgments again, and a shard served whole from Prefect's cache (no judgment ticked) counts when the
+    flow settles it. Memory: one number per shard."""
+
+    def __init__(self, show: Callable[[int], None]):
+        self._show = show
+        self._per_shard: dict[int, int] = {}
+        self._settled: set[int] = set()
+        self.done = 0
+        self._lock = threading.Lock()  # ticks come from the event loop, settles from a worker thread
+
+    def advance(self, shard: int, judgments: int, planned: int) -> None:
+        with self._lock:
+            if shard in self._settled:
+                return
+            before = self._per_shard.get(shard, 0)
+            after = min(planned, before + judgments)
+            self._per_shard[shard] = after
+            self.done += after - before
+            done = self.done
+        self._show(done)
+
+    def settle(self, shard: int, judgments: int) -> None:
+        with self._lock:
+            self._settled.add(shard)
+            self.done += judgments - self._per_shard.get(shard, 0)
+            self._per_shard[shard] = judgments
+            done = self.done
+        self._show(done)
+
+
+def _problems(results: dict[str, Any]) -> str | None:
+    """Failed and invalid judgments in words, with their top reasons (None when there are none)."""
+    invalid, judgments = results["invalid"], results["usage"].get("judgments") or 0
+    failed, unparsed = invalid["failed_judgments"], invalid["invalid_judgments"]
+    if not failed and not unparsed:
+        return None
+    reasons = "; ".join(f"{reason} x{count}" for reason, count in list((invalid.get("reasons") or {}).items())[:3])
+    return f"{failed} failed and {unparsed} invalid of {judgments} judgments; top reasons: {reasons}"
 
 
 def print_results(results: dict[str, Any]) -> None:
@@ -49,15 +99,28 @@ def print_results(results: dict[str, Any]) -> None:
         table.add_column(column, justify="left" if column == "slice" else "right")
     rows = [("overall", results["overall_accuracy"])] + [(c, results["category_accuracy"][c]) for c in results["category_accuracy"]]
     for name, acc in rows:
-        ci = f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}" if acc.get("ci_low") is not None else ""
-        table.add_row(name, _pct(acc["accuracy"]), ci, str(acc["correct_count"]), str(acc["valid_samples"]), str(acc["total_samples"]))
+        # An accuracy over pairs none of which got a valid verdict measures the failures, not the judge.
+        measured = bool(acc.get("valid_samples")) or not acc.get("total_samples")
+        ci = f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}" if measured and acc.get("ci_low") is not None else ""
+        shown = _pct(acc["accuracy"]) if measured else "n/a"
+        table.add_row(name, shown, ci, str(acc["correct_count"]), str(acc["valid_samples"]), str(acc["total_samples"]))
     out.print(table)
+    problems = _problems(results)
+    if problems:
+        out.print(f"[bold yellow]{problems}[/]")
+    failure = (results.get("run") or {}).get("failure")
+    if failure:
+        out.print(f"[bold red]run failed: {failure}[/]")
+    adjusted = ((results.get("run") or {}).get("requests") or {}).get("adjustments") or []
+    for change in adjusted:
+        out.print(f"request adjusted for {results['model']}: {change['param']} {change['action']} (the endpoint said: {change['endpoint_said'][:120]})")
     dataset, invalid, usage = results["dataset"], results["invalid"], results["usage"]
     where = f"commit {str(dataset['commit'])[:12]}" if dataset.get("commit") else "local file"
     out.print(f"dataset {dataset.get('data_file')} ({where}): {dataset.get('n_pairs')} pairs, "
               f"{dataset.get('skipped_rows', 0)} rows skipped")
     out.print(f"consistency {_pct(results['consistency'].get('consistency'))}; invalid verdicts {invalid['invalid_judgments']}, "
               f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "
+              f"paid {usage.get('paid_calls')}" + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "") + ", "
               f"tokens {usage['prompt_tokens']} in / {usage['completion_tokens']} out")
     if results.get("regression"):
         style = "bold red" if results["regression"].get("regressed") else "green"

@@ -15,8 +15,9 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
+from judgebench_flows.credentials import resolve as resolve_credentials
 from judgebench_flows.errors import UserError
 
 DEFAULT_REPO_URL = "https://github.com/ScalerLab/JudgeBench.git"
@@ -117,10 +118,40 @@ def _clone_into(url: str, ref: str | None, target: Path) -> None:
     result = _git(*args)
     if result.returncode != 0:
         message = _last_line(result, url)
-        if ref and "not found in upstream" in message:
-            raise UserError(f"ref '{ref}' not found in {shown}")
+        if ref and "not found in upstream" in message:  # not a branch or tag name: HEAD~1, a remote's HEAD
+            shutil.rmtree(target, ignore_errors=True)
+            result = _git("clone", "-q", "--no-checkout", "--", url, str(target))
+            if result.returncode != 0:
+                raise UserError(f"cannot clone {shown}: {_last_line(result, url)}")
+            _forget_credentials(url, target)
+            if _git("checkout", "-q", "--detach", ref, cwd=target).returncode != 0:
+                raise UserError(f"ref '{ref}' not found in {shown}")
+            return
         raise UserError(f"cannot clone {shown}: {message}")
     _forget_credentials(url, target)
+
+
+def _local_source(url: str) -> Path | None:
+    """The directory of a repository on this machine (a file:// URL or a path), else None."""
+    if url.lower().startswith("file://"):
+        return Path(unquote(urlsplit(url).path))
+    if "://" not in url and not _SCP_LIKE.match(url) and Path(url).exists():
+        return Path(url)
+    return None
+
+
+def _resolve_local_ref(url: str, ref: str) -> str:
+    """Any revision git understands (HEAD, HEAD~1, a short SHA, a tag, a branch) of a repository on this
+    machine, as the full commit id it names now: a clone cannot ask for `HEAD~1`, and a moving ref such
+    as HEAD must not be served from the clone of an older commit. Remote refs are left to the clone."""
+    source = _local_source(url)
+    if source is None or not source.is_dir():  # not there: the clone says so
+        return ref
+    result = _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", cwd=source)
+    commit = result.stdout.strip()
+    if result.returncode != 0 or not _FULL_SHA.match(commit):
+        raise UserError(f"ref '{ref}' not found in {public_url(url)}")
+    return commit
 
 
 def fetch_repository(url: str, ref: str | None = DEFAULT_REF, cache_dir: str | Path | None = None) -> Checkout:
@@ -128,6 +159,8 @@ def fetch_repository(url: str, ref: str | None = DEFAULT_REF, cache_dir: str | P
     url = check_repo_url(url)
     if ref is not None and (not ref.strip() or ref.startswith("-")):
         raise UserError(f"--ref '{ref}' is not a git ref")
+    if ref is not None and not is_pinned(ref):
+        ref = _resolve_local_ref(url, ref)
     root = Path(cache_dir or DEFAULT_CACHE_DIR) / "repos"
     root.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(f"{url}\0{ref or ''}".encode()).hexdigest()[:20]
@@ -137,7 +170,7 @@ def fetch_repository(url: str, ref: str | None = DEFAULT_REF, cache_dir: str | P
     staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
     try:
         clone_dir = staging / "repo"
-        _clone_into(url, ref, clone_dir)
+        _clone_into(resolve_credentials(url), ref, clone_dir)
         commit = _head(clone_dir)
         if commit is None:
             raise UserError(f"cloned {public_url(url)} but found no commit at '{ref or 'HEAD'}'")

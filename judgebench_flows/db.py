@@ -9,7 +9,9 @@ are stored and returned as aware UTC on both backends.
 
 from __future__ import annotations
 
+import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, UniqueConstraint, select
 
+from judgebench_flows.credentials import resolve as resolve_credentials
 from judgebench_flows.errors import UserError
 
 SCHEMA_VERSION = 1
@@ -51,7 +54,10 @@ class RunRow(SQLModel, table=True):
     commit: str | None = None
     data_file: str | None = None
     flow_run_id: str | None = None
-    status: str = "running"  # running, completed, regressed, failed
+    status: str = "running"  # running, completed, regressed, failed, crashed
+    # Where a running run lives, so a run whose process died (kill -9, power loss) can be marked crashed.
+    host: str | None = None
+    pid: int | None = None
     message: str | None = None
     started: datetime = Field(default_factory=utcnow)
     finished: datetime | None = None
@@ -215,7 +221,7 @@ def open_database(url: str) -> Engine:
         if url in _engines:
             return _engines[url]
         try:
-            parsed = make_url(url)
+            parsed = make_url(resolve_credentials(url))
         except ArgumentError:
             raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
         try:
@@ -232,6 +238,36 @@ def open_database(url: str) -> Engine:
             raise UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}") from None
         _engines[url] = engine
         return engine
+
+
+def open_existing(url: str) -> Engine | None:
+    """For commands that only read (history, compare, report): never creates a database, a directory or
+    a table. A database that is not there is an error; one without judgebench's tables gives None (no
+    runs yet). An existing judgebench database gets the columns newer code reads, as `open_database`."""
+    try:
+        parsed = make_url(resolve_credentials(url))
+    except ArgumentError:
+        raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or "").expanduser()
+        if not parsed.database or parsed.database == ":memory:" or not path.is_file():
+            raise UserError(f"--db-url {safe_url(url)}: no database at '{parsed.database or ''}'")
+    with _engines_lock:
+        engine = _engines.get(url)
+    if engine is not None:
+        return engine
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            probe = sa.create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30}, poolclass=sa.pool.NullPool)
+        else:
+            probe = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
+        with probe.connect() as connection:
+            present = sa.inspect(connection).has_table(RunRow.__tablename__)
+        probe.dispose()
+    except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}") from None
+    return open_database(url) if present else None
 
 
 def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str]) -> None:
@@ -324,6 +360,37 @@ def get_run(engine: Engine, run_id: str) -> RunRow | None:
             matches = list(session.exec(select(RunRow).where(RunRow.run_id.startswith(run_id, autoescape=True)).limit(2)))  # type: ignore[attr-defined]
             run = matches[0] if len(matches) == 1 else None
         return run
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: alive, another user's
+        return False
+    return False
+
+
+def mark_crashed(engine: Engine) -> list[str]:
+    """Runs still 'running' whose process on this host is gone (killed, machine restarted) become
+    'crashed'; returns their ids. A run on another host, or without a recorded process, is left alone:
+    its process cannot be checked from here, and a live run must never be declared dead."""
+    host = socket.gethostname()
+    with Session(engine) as session:
+        running = list(session.exec(select(RunRow).where(RunRow.status == "running", RunRow.host == host)))
+    crashed = [run.run_id for run in running if run.pid is not None and _process_gone(run.pid)]
+    for run_id in crashed:
+        def write(run_id: str = run_id) -> None:
+            with engine.begin() as connection:
+                table = RunRow.__table__  # type: ignore[attr-defined]
+                connection.execute(
+                    sa.update(table).where(table.c.run_id == run_id, table.c.status == "running")
+                    .values(status="crashed", message="its process ended without finishing the run (killed or crashed)")
+                )
+
+        _with_retries(write)
+    return crashed
 
 
 def run_judgments(engine: Engine, run_id: str) -> list[JudgmentRow]:

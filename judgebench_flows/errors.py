@@ -11,3 +11,16 @@ class UserError(Exception):
 
 class FatalEndpointError(UserError):
     """The endpoint refused the run as a whole (bad key, unknown model): retrying cannot help."""
+
+
+class RunFailed(FatalEndpointError):
+    """The run measured too little: its first calls were all rejected alike, or more of its judgments
+    failed or were invalid than `--max-failed-fraction` allows. Exit code 4, not 0 (nothing to trust)
+    and not 1 (that means a regression). `results` holds what was published, when it got that far."""
+
+    def __init__(self, message: str, results: dict | None = None):
+        super().__init__(message)
+        self.results = results
+
+    def __reduce__(self):  # Prefect and Dask pickle exceptions; keep the message without the results
+        return (RunFailed, (str(self),))

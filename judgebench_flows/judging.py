@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -20,23 +19,39 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from judgebench_flows import db
+from judgebench_flows.api_keys import read_api_key
 from judgebench_flows.config import RunConfig
 from judgebench_flows.global_limits import limit_names
-from judgebench_flows.llm import CacheMode, ChatCaller, RetryPolicy
+from judgebench_flows.credentials import resolve as resolve_credentials
+from judgebench_flows.llm import CallStats, CacheMode, ChatCaller, RetryPolicy
+from judgebench_flows.request_rules import RequestRule, request_report, rule_for
 from judgebench_flows.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.records import JudgmentRecord, Pair, flip
-from judges import CustomJudge, PromptJudge, get_judge
+from judges import CustomJudge, PromptJudge, RewardJudge, get_judge
 from judges.procedure import Outcome, is_final_verdict, judge_one_order
 
 if TYPE_CHECKING:  # imported for real only by a run that uses it: it loads pandas
     from judges.external.pairwise import ExternalPairwiseJudge
 
-ProgressHook = Callable[[int], None]
+ProgressHook = Callable[[int, int, int], None]
+"""(shard index, judgments just done, judgments the shard plans): counted once per judgment of a shard,
+however often the shard is retried; `settle_progress` then sets a finished shard's exact count."""
 _progress_hooks: list[ProgressHook] = []
+SettleHook = Callable[[int, int], None]
+_settle_hooks: list[SettleHook] = []
 
 
-def add_progress_hook(hook: ProgressHook) -> None:
+def add_progress_hook(hook: ProgressHook, settle: SettleHook | None = None) -> None:
     _progress_hooks.append(hook)
+    if settle is not None:
+        _settle_hooks.append(settle)
+
+
+def settle_progress(shard_index: int, judgments: int) -> None:
+    """A shard is finished with this many judgments (judged here, on a Dask worker, or from Prefect's
+    cache, where no judgment ticked): the progress bar counts exactly these for it."""
+    for hook in _settle_hooks:
+        hook(shard_index, judgments)
 
 
 TotalHook = Callable[[int], None]
@@ -53,14 +68,9 @@ def announce_total(judgments: int) -> None:
         hook(judgments)
 
 
-def advance_progress(judgments: int) -> None:
-    """Count judgments made elsewhere (a Dask worker's hooks are not this process's)."""
-    for hook in _progress_hooks:
-        hook(judgments)
-
-
 def clear_progress_hooks() -> None:
     _progress_hooks.clear()
+    _settle_hooks.clear()
     _total_hooks.clear()
 
 
@@ -70,6 +80,9 @@ class JudgeSpec(BaseModel):
     templates_dir: str | None = None
     model: str
     base_url: str
+    # Where this endpoint's key is read (names only: a spec travels to Dask workers and into Prefect).
+    api_key_env: str | None = None
+    api_key_secret: str | None = None
     sampling_overrides: dict[str, Any] = {}
     orders: tuple[int, ...] = (0, 1)
     concurrency: int = 16
@@ -87,11 +100,17 @@ class JudgeSpec(BaseModel):
     global_limit: str | None = None
     global_rate_limit: str | None = None
     adaptive_concurrency: bool = False
+    reward_backend: str = "pooling"
+    # How requests are shaped for the model (request_rules): a forced style and parameters never sent.
+    request_style: str = "auto"
+    drop_params: tuple[str, ...] = ()
     # Filled by the flow from the built judge: changes whenever prompts, sampling or parser source change.
     judge_fingerprint: str = ""
 
     def cache_identity(self) -> str:
         parts = [self.judge_fingerprint, self.model, self.base_url, repr(sorted(self.sampling_overrides.items())), repr(self.orders)]
+        if self.request_style != "auto" or self.drop_params:  # only then: earlier shard keys stay valid
+            parts.append(repr((self.request_style, sorted(self.drop_params))))
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -122,7 +141,7 @@ class Shard(BaseModel):
 def build_judge(spec: JudgeSpec) -> PromptJudge | CustomJudge | ExternalPairwiseJudge:
     judge = get_judge(
         spec.judge_type, spec.templates_dir, spec.judge_template,
-        spec.external_judge_path, spec.external_judge_function, spec.external_judge_config,
+        spec.external_judge_path, spec.external_judge_function, spec.external_judge_config, model=spec.model,
     )
     if spec.sampling_overrides:
         sampling = {**judge.sampling, **spec.sampling_overrides}
@@ -130,6 +149,8 @@ def build_judge(spec: JudgeSpec) -> PromptJudge | CustomJudge | ExternalPairwise
             judge = dataclasses.replace(judge, sampling=sampling)
         elif isinstance(judge, CustomJudge):
             judge.sampling = sampling
+    if isinstance(judge, RewardJudge) and spec.reward_backend != "pooling":
+        judge = judge.local(spec.model)
     return judge
 
 
@@ -150,9 +171,9 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
     runtime = per_loop.get(key)
     if runtime is None:
         caller = ChatCaller(
-            base_url=spec.base_url,
+            base_url=resolve_credentials(spec.base_url),  # the spec carries the URL without user:password@
             model=spec.model,
-            api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            api_key=read_api_key(spec.api_key_env, spec.api_key_secret),
             concurrency=spec.concurrency,
             request_timeout=spec.request_timeout,
             retry=RetryPolicy(spec.max_retries, spec.retry_initial_wait, spec.retry_max_wait),
@@ -162,16 +183,32 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
             adaptive=spec.adaptive_concurrency,
+            request_rule=request_rule_of(spec),
         )
         runtime = Runtime(build_judge(spec), caller)
+        caller.api = getattr(runtime.judge, "api", "chat")  # judge_lm/panda_lm: completions; reward_model: pooling
         per_loop[key] = runtime
     return runtime
 
 
-async def close_runtimes() -> None:
-    """Close this loop's endpoint clients (their connections belong to the loop that is about to end)."""
+def request_rule_of(spec: JudgeSpec) -> RequestRule:
+    return rule_for(spec.model, spec.request_style, spec.drop_params)
+
+
+def request_report_of(spec: JudgeSpec) -> dict[str, Any]:
+    """The request rule this run applied and what it adjusted on the way (for results.json's `run`)."""
+    return request_report(resolve_credentials(spec.base_url), spec.model, request_rule_of(spec))  # as the caller keys it
+
+
+async def close_runtimes() -> CallStats:
+    """Close this loop's endpoint clients (their connections belong to the loop that is about to end);
+    returns what they sent, summed: calls made ahead of the flow included (see `usage_of_calls`)."""
+    total = CallStats()
     for runtime in _runtimes.pop(asyncio.get_running_loop(), {}).values():
         await runtime.caller.aclose()
+        for name in ("calls", "answered", "attempts", "retries", "cache_hits", "failed"):
+            setattr(total, name, getattr(total, name) + getattr(runtime.caller.stats, name))
+    return total
 
 
 def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRecord:
@@ -193,6 +230,7 @@ def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRec
         cached_calls=sum(1 for c in outcome.completions if c.cached),
         prompt_tokens=sum(c.prompt_tokens for c in outcome.completions),
         completion_tokens=sum(c.completion_tokens for c in outcome.completions),
+        reasoning_tokens=sum(c.reasoning_tokens for c in outcome.completions),
     )
 
 
@@ -208,9 +246,16 @@ def _decide_locally(judge: ExternalPairwiseJudge, pair: Pair, a: str, b: str) ->
     return Outcome(status, decision, "", text, error or (None if decision else "no decision"), [], time.perf_counter() - started)
 
 
-async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:
+def _no_progress(judgments: int) -> None:
+    pass
+
+
+async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1),
+                     tick: Callable[[int], None] = _no_progress) -> list[JudgmentRecord]:
     """Both orders concurrently; only judgments that reached a verdict are remembered in the cache."""
     judge, caller = runtime.judge, runtime.caller
+    if getattr(judge, "scores_alone", False):  # a reward model: both orders from the same two scores
+        return await _judge_by_scores(pair, runtime, orders, tick)
 
     async def one(order: int) -> JudgmentRecord:
         a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
@@ -220,11 +265,23 @@ async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0,
             outcome = await judge_one_order(judge, pair.question, a, b, caller.complete)
             if outcome.status == "ok":
                 await caller.remember(outcome.completions)
-        for hook in _progress_hooks:
-            hook(1)
+        tick(1)
         return _record(pair, order, outcome, caller.model)
 
     return list(await asyncio.gather(*(one(order) for order in orders)))
+
+
+async def _judge_by_scores(pair: Pair, runtime: Runtime, orders: tuple[int, ...], tick: Callable[[int], None]) -> list[JudgmentRecord]:
+    """Each response scored once, every order decided from those scores (judges.reward); the scoring
+    answers are cached only when the pair was decided."""
+    from judges.reward import judge_by_scores
+
+    results = await judge_by_scores(runtime.judge, pair.question, pair.response_A, pair.response_B, orders, runtime.caller.complete)  # type: ignore[arg-type]
+    if all(outcome.status == "ok" for outcome, _ in results):
+        await runtime.caller.remember([c for outcome, _ in results for c in outcome.completions])
+    tick(len(results))
+    return [_record(pair, order, outcome, runtime.caller.model).model_copy(update={"scores": scores})
+            for order, (outcome, scores) in zip(orders, results)]
 
 
 def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge) -> list[JudgmentRecord]:
@@ -269,9 +326,18 @@ async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -
     return await runtime.caller.call_ahead(requests, judge.sampling, max_calls, keep=lambda text: is_final_verdict(judge, text))
 
 
-async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1)) -> list[JudgmentRecord]:
+async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1),
+                      shard_index: int | None = None) -> list[JudgmentRecord]:
     await runtime.caller.prefetch(request_keys(pairs, runtime, orders))
-    per_pair = await asyncio.gather(*(judge_pair(pair, runtime, orders) for pair in pairs))
+    tick = _no_progress
+    if shard_index is not None and _progress_hooks:
+        planned = len(pairs) * len(orders)
+
+        def tick(judgments: int) -> None:
+            for hook in _progress_hooks:
+                hook(shard_index, judgments, planned)
+
+    per_pair = await asyncio.gather(*(judge_pair(pair, runtime, orders, tick) for pair in pairs))
     await runtime.caller.flush()  # a shard counts as done only once its answers are in the cache
     return [record for records in per_pair for record in records]
 
@@ -291,6 +357,8 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         templates_dir=templates_dir,
         model=config.model,
         base_url=config.resolved_base_url(),
+        api_key_env=config.api_key_env,
+        api_key_secret=config.api_key_secret,
         sampling_overrides=config.sampling_overrides(),
         orders=(0,) if config.single_game else (0, 1),
         concurrency=config.concurrency,
@@ -305,6 +373,9 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         external_judge_function=config.external_judge_function,
         external_judge_config=config.external_judge_config,
         adaptive_concurrency=config.adaptive_concurrency,
+        reward_backend=config.reward_backend,
+        request_style=config.request_style,
+        drop_params=tuple(config.drop_params),
     )
     if config.uses_global_limit:
         concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)

@@ -34,8 +34,10 @@ from sqlalchemy.engine import Engine
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from judgebench_flows import db
-from judgebench_flows.errors import FatalEndpointError
+from judgebench_flows.errors import FatalEndpointError, RunFailed
 from judgebench_flows.global_limits import GlobalSlots, wait_for_rate
+from judgebench_flows.other_apis import OTHER_APIS, answer_of, endpoint_identity, other_api_post
+from judgebench_flows.request_rules import STANDARD, RequestRule, learned_for, shape
 from judgebench_flows.secrets import redact
 from judges.procedure import CallFailed, Completion
 
@@ -53,7 +55,19 @@ def request_key(base_url: str, model: str, messages: Sequence[dict[str, str]], s
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+class BadAnswerBody(Exception):
+    """A 200 whose body is not a JSON object: a broken answer, retried like a 5xx."""
+
+
+# Early stop: when this many first calls of a run all fail alike and cannot be retried, stop the run.
+EARLY_STOP_CALLS = 20
+# Adjustments one call may go through after 400s naming an unsupported parameter (one per parameter).
+MAX_ADJUSTMENTS_PER_CALL = 8
+
+
 def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, BadAnswerBody):
+        return True
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)):
         return True
     return isinstance(exc, openai.APIStatusError) and exc.status_code in (408, 409, 425) or (
@@ -81,6 +95,8 @@ def _describe(exc: BaseException) -> str:
         return "request timed out"
     if isinstance(exc, openai.APIConnectionError):
         return "connection failed or dropped"
+    if isinstance(exc, BadAnswerBody):
+        return "the endpoint answered 200 with a body that is not a JSON object"
     if isinstance(exc, openai.APIStatusError):
         body = exc.body if isinstance(exc.body, dict) else {}
         error = body.get("error", body) if isinstance(body, dict) else {}
@@ -98,12 +114,26 @@ def _completion_from(response: Any) -> Completion:
     answer, which the judge's parser then reports as invalid.
     """
     if not isinstance(response, dict):
-        raise CallFailed("the endpoint did not answer with a JSON object")
+        raise BadAnswerBody()
     choices = response.get("choices") or [{}]
-    message = (choices[0] or {}).get("message") or {}
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    # The answer only: a reasoning model's `reasoning_content` (vLLM, DeepSeek) is never the verdict.
     text = message.get("content") if isinstance(message.get("content"), str) else ""
+    text = redact(text or "")  # an API key echoed back must not reach the cache, the database or a report
     usage = response.get("usage") or {}
-    return Completion(text or "", int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    details = usage.get("completion_tokens_details") or {}
+    return Completion(
+        text or "", int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+        finish_reason=choice.get("finish_reason"),
+        reasoning_tokens=int((details.get("reasoning_tokens") if isinstance(details, dict) else 0) or 0),
+    )
+
+
+def _error_of(exc: openai.APIStatusError) -> dict[str, Any]:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body) if isinstance(body, dict) else {}
+    return error if isinstance(error, dict) else {}
 
 
 @dataclass
@@ -214,7 +244,11 @@ class AdaptiveLimit:
 
 @dataclass
 class CallStats:
+    """Calls this process sent (a cache hit sends nothing): `answered` ones are the paid calls, each of
+    the `attempts` that got no answer (5xx, 429, timeout, bad body, rejected) is an error."""
+
     calls: int = 0
+    answered: int = 0
     attempts: int = 0
     retries: int = 0
     cache_hits: int = 0
@@ -246,6 +280,11 @@ class ChatCaller:
     global_rate_limit: str | None = None
     adaptive: bool = False
     stats: CallStats = field(default_factory=CallStats)
+    # What requests this model accepts (request_rules); 400s naming a parameter refine it for the run.
+    request_rule: RequestRule = STANDARD
+    early_stop_calls: int = EARLY_STOP_CALLS
+    # "chat" (/chat/completions), or what the judge needs instead (other_apis): "completions", "pooling".
+    api: str = "chat"
 
     def __post_init__(self) -> None:
         # Several clients, each with its own small connection pool: httpx scans its whole pool on every
@@ -268,9 +307,22 @@ class ChatCaller:
         self._cached_ahead: set[str] = set()
         self._unsaved: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._learned = learned_for(self.base_url, self.model, self.request_rule)
+        # Early stop: outcomes of the run's first calls, while every one failed alike (None: not anymore).
+        self._first_failures: tuple[str, int] | None = ("", 0)
+        self._stopped: str | None = None
+
+    @property
+    def adjustments(self) -> list[dict[str, str]]:
+        return list(self._learned.adjustments)
 
     def key(self, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
-        return request_key(self.base_url, self.model, messages, sampling)
+        """The cache key of the request actually sent for these messages and sampling (after the rules)."""
+        return self._key_under(self._learned.rule, messages, sampling)
+
+    def _key_under(self, rule: RequestRule, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
+        sent_messages, params = shape(rule, list(messages), sampling)
+        return request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
 
     async def prefetch(self, keys: list[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
@@ -284,7 +336,8 @@ class ChatCaller:
 
     async def complete(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
         self._taken_over = True
-        key = self.key(messages, sampling)
+        rule = self._learned.rule
+        key = self._key_under(rule, messages, sampling)
         early = self._early.pop(key, None)
         if early is not None:  # a fresh call made ahead for this request: its answer (or failure) is ours
             self._prefetched.pop(key, None)
@@ -300,9 +353,7 @@ class ChatCaller:
             if hit is not None:
                 self.stats.cache_hits += 1
                 return hit
-        completion = await self._call(messages, sampling)
-        completion.key = key
-        return completion
+        return await self._call(messages, sampling, key, rule)  # keyed by the request it finally sent
 
     async def call_ahead(
         self, requests: Iterator[list[dict[str, str]]], sampling: dict[str, Any], max_calls: int,
@@ -326,7 +377,8 @@ class ChatCaller:
             for messages in requests:  # one iterator shared by all workers
                 if self._taken_over or issued >= max_calls:
                     return
-                key = self.key(messages, sampling)
+                rule = self._learned.rule
+                key = self._key_under(rule, messages, sampling)
                 if key in self._early:
                     continue
                 if self.cache_mode == "use" and self.engine is not None:
@@ -337,7 +389,12 @@ class ChatCaller:
                 self._early[key] = future
                 issued += 1
                 try:
-                    completion = await self._call(messages, sampling)
+                    completion = await self._call(messages, sampling, key, rule)
+                    if completion.key != key:  # a rule adjusted on the way: the flow will ask under the new key
+                        if self._early.get(key) is future:
+                            del self._early[key]
+                            self._early[completion.key] = future
+                        key = completion.key
                 except (CallFailed, FatalEndpointError) as exc:
                     future.set_exception(exc)
                     if isinstance(exc, FatalEndpointError):
@@ -346,7 +403,6 @@ class ChatCaller:
                 except BaseException as exc:
                     future.set_exception(CallFailed(f"call made ahead of the flow ended: {type(exc).__name__}"))
                     raise
-                completion.key = key
                 future.set_result(completion)
                 if keep(completion.text):
                     self._cached_ahead.add(key)
@@ -391,8 +447,54 @@ class ChatCaller:
         if self._writer is not None and self._writer.done() and self._writer.exception():
             raise self._writer.exception()  # type: ignore[misc]
 
-    async def _call(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
+    async def _call(self, messages: list[dict[str, str]], sampling: dict[str, Any], key: str | None = None,
+                    keyed_rule: RequestRule | None = None) -> Completion:
+        """One call, shaped by the model's rule; a 400 naming an unsupported parameter or value adjusts the
+        rule for the run (`request_rules.Learned`) and the call is sent again in its new shape. `key` is
+        the request's key under the rule in force when the caller computed it (saves hashing it again)."""
+        if self._stopped:
+            raise RunFailed(self._stopped)
         self.stats.calls += 1
+        for _ in range(MAX_ADJUSTMENTS_PER_CALL):
+            rule = self._learned.rule
+            sent_messages, params = shape(rule, messages, sampling)
+            try:
+                completion = await self._send(sent_messages, params)
+            except openai.BadRequestError as exc:
+                if self._learned.adjust(params, sent_messages, _error_of(exc)):
+                    continue
+                self._call_failed(exc)
+            except openai.APIError as exc:
+                self._call_failed(exc)
+            self._first_failures = None  # an answer: the run's endpoint works
+            self.stats.answered += 1
+            completion.key = key if key and rule is keyed_rule else request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+            return completion
+        raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")
+
+    def _call_failed(self, exc: openai.APIError) -> None:
+        """Raise this call's failure; stop the run when its first calls all failed alike and for good."""
+        self.stats.failed += 1
+        retryable = _retryable(exc)
+        tries = f" after {self.retry.max_retries + 1} attempts" if retryable else ""
+        reason = f"{_describe(exc)}{tries}"
+        seen = self._first_failures
+        if seen is not None:
+            if retryable or (seen[1] and seen[0] != reason):
+                self._first_failures = None
+            else:
+                self._first_failures = (reason, seen[1] + 1)
+                if seen[1] + 1 >= self.early_stop_calls:
+                    said = _error_of(exc).get("message") if isinstance(exc, openai.APIStatusError) else None
+                    self._stopped = redact(
+                        f"stopped early: the first {seen[1] + 1} calls to {self.model} at {self.base_url} were all "
+                        f"rejected with {reason}" + (f": {str(said)[:300]}" if said else "")
+                    )
+                    raise RunFailed(self._stopped)
+        raise CallFailed(reason)
+
+    async def _send(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
+        """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON)."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retry.max_retries + 1),
             wait=self.retry.wait,
@@ -409,22 +511,30 @@ class ChatCaller:
                         await self._pacer.wait()
                     if self.global_rate_limit:
                         await wait_for_rate(self.global_rate_limit)
-                    if self._adaptive is None and self._global is None:  # the default: nothing but the semaphore
-                        async with self._slots:
-                            response = await self._post(messages, sampling)
-                    else:
-                        response = await self._limited_post(messages, sampling)
+                    try:
+                        if self._adaptive is None and self._global is None:  # the default: nothing but the semaphore
+                            async with self._slots:
+                                response = await self._post(messages, sampling)
+                        else:
+                            response = await self._limited_post(messages, sampling)
+                    except json.JSONDecodeError as exc:  # a 200 whose body is not JSON
+                        raise BadAnswerBody() from exc
+                    try:
+                        return _completion_from(response) if self.api == "chat" else answer_of(self.api, response)
+                    except (ValueError, TypeError, AttributeError) as exc:
+                        raise BadAnswerBody() from exc
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise FatalEndpointError(f"the endpoint {self.base_url} rejected the API key ({_describe(exc).split(' (')[0]}); check OPENAI_API_KEY") from None
         except openai.NotFoundError as exc:
             raise FatalEndpointError(f"the endpoint {self.base_url} does not know model '{self.model}' or its chat API ({_describe(exc)})") from None
-        except openai.APIError as exc:
+        except BadAnswerBody as exc:
             self.stats.failed += 1
-            tries = f" after {self.retry.max_retries + 1} attempts" if _retryable(exc) else ""
-            raise CallFailed(f"{_describe(exc)}{tries}") from None
-        return _completion_from(response)
+            raise CallFailed(f"{_describe(exc)} after {self.retry.max_retries + 1} attempts") from None
+        raise AssertionError("unreachable: the retry loop returns or raises")
 
     async def _post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        if self.api in OTHER_APIS:
+            return await other_api_post(next(self._next_client), self.api, self.base_url, self.model, messages, sampling)
         return await next(self._next_client).post("/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling})
 
     async def _limited_post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:

@@ -50,7 +50,11 @@ def _rows(path: Path) -> Iterator[tuple[int, int, Pair | SkippedRow]]:
         for number, raw in enumerate(handle, start=1):
             line_offset, offset = offset, offset + len(raw)
             # A byte order mark (common from Windows editors) would otherwise cost the first row.
-            line = raw.decode("utf-8-sig" if number == 1 else "utf-8", errors="replace")
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:  # never judged with U+FFFD in place of the bytes: skipped, named
+                yield number, line_offset, SkippedRow(number, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)")
+                continue
             if not line.strip():
                 continue
             try:
@@ -132,7 +136,7 @@ def read_pairs_at(path: str | Path, offsets: list[int]) -> list[Pair]:
     with open(path, "rb") as handle:
         for offset in offsets:
             handle.seek(offset)
-            raw = handle.readline().decode("utf-8-sig" if offset == 0 else "utf-8", errors="replace")
+            raw = handle.readline().decode("utf-8-sig" if offset == 0 else "utf-8")  # validated by index_pairs
             row = json.loads(raw)
             row.pop("swapped", None)
             pairs.append(Pair.model_validate(row))

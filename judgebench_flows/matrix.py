@@ -13,14 +13,60 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from judgebench_flows.config import DEFAULT_DB_URL, RunConfig
+from judgebench_flows.api_keys import check_block_name, check_env_name
+from judgebench_flows.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig
 from judgebench_flows.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.errors import UserError
 
 # Set per configuration by the matrix itself; everything else in RunConfig may go under `options`.
-MATRIX_FIELDS = frozenset({"judge_type", "model", "data_file", "result_path", "output_dir"})
+MATRIX_FIELDS = frozenset({"judge_type", "model", "data_file", "result_path", "output_dir", "api_key_env", "api_key_secret"})
+
+
+class ModelSpec(BaseModel):
+    """A model of the matrix with its own endpoint and key source (a name, never the key itself).
+
+    In the YAML a model is either a plain name (the matrix's shared `base_url` and key) or a mapping:
+    `{model: gpt-4o-mini, base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}` or, for a
+    locally served judge, `{model: qwen2.5-7b, base_url: http://gpu-host:8000/v1, api_key_env: VLLM_KEY}`.
+    `label` names the cell when the same model is served by two endpoints.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key_secret: str | None = None
+    label: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.label or self.model
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        return check_env_name(value)
+
+    @field_validator("api_key_secret")
+    @classmethod
+    def _block_name(cls, value: str | None) -> str | None:
+        return check_block_name(value)
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ModelSpec:
+        if self.api_key_env and self.api_key_secret:
+            raise ValueError("give the key's source once: api_key_env or api_key_secret, not both")
+        return self
 
 
 class MatrixEntry(BaseModel):
@@ -34,18 +80,21 @@ class NightlyMatrix(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     judge_types: list[str] = Field(min_length=1)
-    models: list[str] = Field(min_length=1)
+    models: list[ModelSpec] = Field(min_length=1)
     data_files: list[str] = Field(min_length=1)
     repo_url: str = DEFAULT_REPO_URL
     ref: str | None = DEFAULT_REF
     base_url: str | None = None
+    # Where every model's key is read unless the model names its own (OPENAI_API_KEY when neither does).
+    api_key_env: str | None = None
+    api_key_secret: str | None = None
     concurrency: int = Field(default=16, ge=1, le=4096)
     db_url: str = DEFAULT_DB_URL
     output_root: str = "results/nightly"
     max_samples: int | None = Field(default=None, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("judge_types", "models", "data_files")
+    @field_validator("judge_types", "data_files")
     @classmethod
     def _distinct_names(cls, values: list[str]) -> list[str]:
         if any(not str(v).strip() for v in values):
@@ -53,6 +102,26 @@ class NightlyMatrix(BaseModel):
         if len(set(values)) != len(values):
             raise ValueError("entries must be distinct")
         return values
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _no_literal_keys(cls, values: Any) -> Any:
+        """A key pasted into the matrix is refused before anything else reads it (and never echoed)."""
+        for value in values if isinstance(values, list) else []:
+            if isinstance(value, dict) and {"api_key", "key", "openai_api_key"} & set(value):
+                raise ValueError("a model names where its key is (api_key_env or api_key_secret), never the key itself")
+        # A plain name is a model on the matrix's shared endpoint.
+        return [{"model": v} if isinstance(v, str) else v for v in values] if isinstance(values, list) else values
+
+    @field_validator("models")
+    @classmethod
+    def _distinct_models(cls, specs: list[ModelSpec]) -> list[ModelSpec]:
+        if any(not s.model.strip() for s in specs):
+            raise ValueError("entries must be non-empty")
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError("entries must be distinct (give a model served by two endpoints a `label`)")
+        return specs
 
     @field_validator("options")
     @classmethod
@@ -74,19 +143,20 @@ class NightlyMatrix(BaseModel):
         """
         entries = []
         for judge_type in self.judge_types:
-            for model in self.models:
+            for spec in self.model_specs:
                 for data_file in self.data_files:
-                    name = cell_name(judge_type, model, data_file)
+                    name = cell_name(judge_type, spec.name, data_file)
                     folder = Path(self.output_root) / name
                     config = _run_config(
                         {
                             **self.options,
                             "judge_type": judge_type,
-                            "model": model,
+                            "model": spec.model,
                             "data_file": data_file,
                             "repo_url": self.repo_url,
                             "ref": self.ref,
-                            "base_url": base_url or self.base_url,
+                            "base_url": base_url or spec.base_url or self.base_url,
+                            **_key_source(spec, self),
                             "concurrency": self.concurrency,
                             "db_url": self.db_url,
                             "max_samples": max_samples or self.max_samples,
@@ -96,6 +166,18 @@ class NightlyMatrix(BaseModel):
                     )
                     entries.append(MatrixEntry(name=name, config=config))
         return entries
+
+
+    @property
+    def model_specs(self) -> list[ModelSpec]:
+        return self.models
+
+
+def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]:
+    """A model's own key source wins over the matrix's; the two kinds never mix."""
+    if spec.api_key_env or spec.api_key_secret:
+        return {"api_key_env": spec.api_key_env, "api_key_secret": spec.api_key_secret}
+    return {"api_key_env": matrix.api_key_env, "api_key_secret": matrix.api_key_secret}
 
 
 def _run_config(options: dict[str, Any]) -> RunConfig:
@@ -108,7 +190,8 @@ def _run_config(options: dict[str, Any]) -> RunConfig:
         key = {"judge_type": "judge_types", "model": "models", "data_file": "data_files"}.get(field, field)
         if key not in NightlyMatrix.model_fields:
             key = f"options.{field}"
-        raise UserError(f"{key}: {error['msg'].removeprefix('Value error, ')} (got {error.get('input')!r})") from None
+        got = "" if field in SECRET_NAME_FIELDS else f" (got {error.get('input')!r})"
+        raise UserError(f"{key}: {error['msg'].removeprefix('Value error, ')}{got}") from None
 
 
 def cell_name(judge_type: str, model: str, data_file: str) -> str:
@@ -131,7 +214,8 @@ def parse_matrix(data: Any, source: str = "matrix") -> NightlyMatrix:
         errors = exc.errors()
         error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a misspelt key explains the rest
         key = ".".join(str(part) for part in error["loc"]) or "matrix"
-        message = "unknown key (valid: " + ", ".join(NightlyMatrix.model_fields) + ")" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
+        fields = ModelSpec.model_fields if error["loc"][:1] == ("models",) and len(error["loc"]) > 2 else NightlyMatrix.model_fields
+        message = "unknown key (valid: " + ", ".join(fields) + ")" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
         raise UserError(f"{source}: {key}: {message}") from None
     _check_judge_types(matrix, source)
     try:

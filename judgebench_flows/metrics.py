@@ -143,8 +143,11 @@ class Tally:
             self.usage["judgments"] += 1
             self.usage["calls"] += j.calls
             self.usage["cached_calls"] += j.cached_calls
+            # Paid means answered and not from a cache: a failed judgment's last call got no answer.
+            self.usage["paid_calls"] += max(0, j.calls - j.cached_calls - (j.status == "failed"))
             self.usage["prompt_tokens"] += j.prompt_tokens
             self.usage["completion_tokens"] += j.completion_tokens
+            self.usage["reasoning_tokens"] += j.reasoning_tokens
             if j.status != "ok":
                 self.invalid += j.status == "invalid"
                 self.failed += j.status == "failed"
@@ -169,6 +172,9 @@ class Tally:
 
     def usage_totals(self) -> dict[str, int]:
         usage = {key: self.usage[key] for key in ("judgments", "calls", "cached_calls")}
-        usage["paid_calls"] = usage["calls"] - usage["cached_calls"]
-        usage.update({key: self.usage[key] for key in ("prompt_tokens", "completion_tokens")})
+        # The run's flow replaces this with what its endpoint clients actually sent (calls made ahead
+        # included) when it has them; from records, for Dask and tools.
+        usage["paid_calls"] = self.usage["paid_calls"]
+        usage["failed_calls"] = self.failed
+        usage.update({key: self.usage[key] for key in ("prompt_tokens", "completion_tokens", "reasoning_tokens")})
         return usage

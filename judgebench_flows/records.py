@@ -84,6 +84,9 @@ class JudgmentRecord(BaseModel):
     cached_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens, spent by a reasoning model before its answer
+    # A reward model's scores of [the first shown response, the second] (JudgeBench's `judgment.scores`).
+    scores: list[float] | None = None
 
 
 class Accuracy(BaseModel):

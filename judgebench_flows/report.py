@@ -363,7 +363,12 @@ def build_context(
             "cached_calls": _count(usage.get("cached_calls")),
             "prompt_tokens": _count(usage.get("prompt_tokens")),
             "completion_tokens": _count(usage.get("completion_tokens")),
+            "reasoning_tokens": _count(usage.get("reasoning_tokens")) if usage.get("reasoning_tokens") else None,
         },
+        # Why the run is not a measurement, the top reasons judgments failed, and how requests were shaped.
+        "run_failure": run.get("failure"),
+        "problem_reasons": list((invalid.get("reasons") or {}).items())[:5],
+        "requests": run.get("requests"),
         "regression": regression_view,
         "run": {
             "run_id": run.get("run_id") or "–",

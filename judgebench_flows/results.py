@@ -83,7 +83,8 @@ def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: s
         row["judge_name"] = judge_name
         row["judgments"] = [
             {
-                "judgment": {"judge_model": r.judge_model, "prompt": r.prompt, "response": r.response},
+                "judgment": {"judge_model": r.judge_model, "prompt": r.prompt, "response": r.response}
+                if r.scores is None else {"judge_model": r.judge_model, "scores": r.scores},
                 "decision": r.decision or None,
                 "status": r.status,
                 "error": r.error,

@@ -12,8 +12,10 @@ from judgebench_flows.errors import UserError
 from judges.builtin import BUILTIN_JUDGES, PromptJudge
 from judges.custom import CustomJudge, ParseFailed
 from judges.prompts import TemplateSet
+from judges.reward import REWARD_JUDGE_TYPE, RewardJudge
+from judges.tokenized import TOKENIZED_JUDGES, TokenizedJudge, build_tokenized_judge
 
-JUDGE_TYPES: tuple[str, ...] = (*BUILTIN_JUDGES, "custom", "external")
+JUDGE_TYPES: tuple[str, ...] = (*BUILTIN_JUDGES, *TOKENIZED_JUDGES, REWARD_JUDGE_TYPE, "custom", "external")
 
 
 def get_judge(
@@ -23,8 +25,12 @@ def get_judge(
     external_judge_path: str | None = None,
     external_judge_function: str = "evaluate",
     external_judge_config: dict | None = None,
+    model: str | None = None,
 ):
-    """The judge for `judge_type`, with prompts from `templates_dir` (a checkout's utils/templates)."""
+    """The judge for `judge_type`, with prompts from `templates_dir` (a checkout's utils/templates).
+
+    `model` is needed only by judges that load something of the model's own (judge_lm and panda_lm its
+    tokenizer, reward_model with the local backend its weights); preflight checks pass None."""
     if judge_template:
         return CustomJudge(judge_template)
     if judge_type == "external":
@@ -35,6 +41,10 @@ def get_judge(
         return ExternalPairwiseJudge(external_judge_path, external_judge_function, external_judge_config)
     if judge_type == "custom":
         raise UserError("--judge-type custom needs --judge-template path.py:Class or module:Class")
+    if judge_type in TOKENIZED_JUDGES:
+        return build_tokenized_judge(judge_type, TemplateSet(templates_dir), model)
+    if judge_type == REWARD_JUDGE_TYPE:
+        return RewardJudge.for_model(model)
     factory = BUILTIN_JUDGES.get(judge_type)
     if factory is None:
         raise UserError(f"unknown judge type '{judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
@@ -43,4 +53,7 @@ def get_judge(
     return judge
 
 
-__all__ = ["JUDGE_TYPES", "BUILTIN_JUDGES", "CustomJudge", "ParseFailed", "PromptJudge", "TemplateSet", "get_judge"]
+__all__ = [
+    "JUDGE_TYPES", "BUILTIN_JUDGES", "TOKENIZED_JUDGES", "CustomJudge", "ParseFailed", "PromptJudge", "RewardJudge",
+    "TemplateSet", "TokenizedJudge", "get_judge",
+]

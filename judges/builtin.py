@@ -131,10 +131,24 @@ def _skywork_critic(templates: TemplateSet) -> PromptJudge:
     )
 
 
+def _compass_judger(templates: TemplateSet) -> PromptJudge:
+    # JudgeBench (after the pinned commit) passes question= to a template that reads {{prompt}}, so its
+    # query arrives empty; as for auto_j, we fill both. Pinned checkouts ship no such template: ours is used.
+    return PromptJudge(
+        name="compass_judger",
+        templates=templates,
+        user_template="compass_judger_prompt",
+        variables=lambda q, a, b: {"prompt": q, "question": q, "answer_a": a, "answer_b": b},
+        parser=parsing.parse_compass_judger,
+        sampling={"temperature": 0.0, "max_tokens": 2048},
+    )
+
+
 BUILTIN_JUDGES: dict[str, Callable[[TemplateSet], PromptJudge]] = {
     "arena_hard": _arena_hard,
     "vanilla": _vanilla,
     "auto_j": _auto_j,
     "prometheus_2": _prometheus_2,
     "skywork_critic": _skywork_critic,
+    "compass_judger": _compass_judger,
 }

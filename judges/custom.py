@@ -29,6 +29,8 @@ def _load_module(spec: str):
         path = Path(target)
         if not path.is_file():
             raise UserError(f"--judge-template: file not found: {path}")
+        if path.parent.resolve() not in path.resolve().parents:  # e.g. a checkout's file linking to ~/.ssh
+            raise UserError(f"--judge-template: {path} links to a file outside its directory: refused")
         try:
             module = import_file(path, "judgebench_custom_judge")
         except ImportFailed as exc:

@@ -113,3 +113,63 @@ def parse_skywork_critic(text: str) -> str:
     if len(letters) != 1:
         return ""
     return "A>B" if letters == {"A"} else "B>A"
+
+
+def judge_lm_scores(text: str) -> tuple[float, float] | None:
+    """JudgeLM's score line, read exactly as its reference (and JudgeBench) reads it: the first line, commas
+    turned into spaces, split on single spaces, and it must give exactly two numbers ("8 7", "8,7")."""
+    parts = (text or "").split("\n")[0].replace(",", " ").split(" ")
+    if len(parts) != 2:
+        return None
+    try:
+        return float(parts[0]), float(parts[1])
+    except ValueError:
+        return None
+
+
+def parse_judge_lm(text: str) -> str:
+    """JudgeLM: the higher score wins, equal scores are a tie (A=B).
+
+    JudgeBench turns an unreadable score line into [-1, -1], i.e. a tie; here it is invalid instead, which
+    the metric counts exactly as a tie (0 for that order) while the run shows it.
+    """
+    scores = judge_lm_scores(text)
+    if scores is None:
+        return ""
+    first, second = scores
+    if first > second:
+        return "A>B"
+    if first < second:
+        return "B>A"
+    return "A=B"
+
+
+def parse_panda_lm(text: str) -> str:
+    """PandaLM: the first line of the answer is "1", "2" or "Tie" (then "### Reason: ...").
+
+    Special-token strings are removed first (PandaLM's reference does; JudgeBench's copy discards the
+    result). JudgeBench reads any other first line as a tie; here it is invalid, which the metric counts
+    the same (0 for that order) while the run shows it.
+    """
+    first = PANDALM_TOKENS.sub("", (text or "").strip()).strip().split("\n")[0]
+    if first == "1":
+        return "A>B"
+    if first == "2":
+        return "B>A"
+    if first.lower() == "tie":
+        return "A=B"
+    return ""
+
+
+PANDALM_TOKENS = re.compile(
+    r"<unk>|<pad>|<s>|</s>|\[PAD\]|<\|endoftext\|>|\[UNK\]|\[CLS\]|\[MASK\]|<\|startofpiece\|>|<\|endofpiece\|>|\[gMASK\]|\[sMASK\]"
+)
+
+
+def parse_compass_judger(text: str) -> str:
+    """CompassJudger: Arena-Hard's [[A>>B]] .. [[B>>A]] labels, every one found agreeing; no second turn.
+
+    JudgeBench reads the raw answer; a label inside a <think> block is not the verdict, so those are
+    dropped first (as for every other judge here).
+    """
+    return parse_arena_hard(text)

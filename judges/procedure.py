@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from judges.custom import ParseFailed
+from judges.parsing import strip_reasoning
 
 
 @dataclass
@@ -22,6 +23,9 @@ class Completion:
     completion_tokens: int = 0
     cached: bool = False
     key: str = ""
+    # Why the answer ended ("stop", "length", ...) and the tokens a reasoning model spent thinking.
+    finish_reason: str | None = None
+    reasoning_tokens: int = 0
 
 
 class CallFailed(Exception):
@@ -53,8 +57,9 @@ class Outcome:
 
 
 def _parse(judge: Judge, text: str) -> tuple[str, str | None]:
+    """The verdict of the answer text alone: a `<think>` scratchpad is reasoning, not the answer."""
     try:
-        return judge.parse(text), None
+        return judge.parse(strip_reasoning(text)), None
     except ParseFailed as exc:
         return "", str(exc)
 
@@ -79,6 +84,12 @@ async def judge_one_order(judge: Judge, question: str, answer_A: str, answer_B: 
             return Outcome("failed", "", prompt, response, str(exc), completions, time.perf_counter() - started)
         completions.append(completion)
         response = completion.text if len(completions) == 1 else f"{response}\n{completion.text}"
+        if completion.finish_reason == "length" and not strip_reasoning(completion.text).strip():
+            # The whole token budget went to reasoning: there is no answer to parse, and asking again
+            # with the same budget would end the same way.
+            spent = f" ({completion.reasoning_tokens} reasoning tokens)" if completion.reasoning_tokens else ""
+            reason = f"empty answer: the token limit was reached before the answer (finish_reason length){spent}"
+            return Outcome("invalid", "", prompt, response, reason, completions, time.perf_counter() - started)
         if len(completions) == 1 and judge.wants_follow_up(response):
             messages = [*messages, {"role": "assistant", "content": completion.text}, {"role": "user", "content": judge.follow_up or ""}]
             continue

@@ -28,6 +28,22 @@ def _environment(loader: jinja2.BaseLoader) -> ImmutableSandboxedEnvironment:
     )
 
 
+class _ContainedLoader(jinja2.FileSystemLoader):
+    """Template files of one directory, refusing any whose real path is outside it.
+
+    A cloned checkout is someone else's files: a template that is a symlink to `/etc/passwd` (or any
+    local file) would otherwise be rendered into every prompt and sent to the endpoint. Data files of a
+    checkout are held to the same rule (`dataset.data_file_in`).
+    """
+
+    def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+        source, filename, uptodate = super().get_source(environment, template)
+        root = Path(self.searchpath[0]).resolve()
+        if filename is None or root not in Path(filename).resolve().parents:
+            raise UserError(f"prompt template '{template}' in {self.searchpath[0]} links to a file outside that directory: refused")
+        return source, filename, uptodate
+
+
 class TemplateSet:
     """Judge prompt templates from one directory (a checkout's utils/templates), with our fallbacks.
 
@@ -40,7 +56,7 @@ class TemplateSet:
         self.directory = Path(directory) if directory else None
         loaders: list[jinja2.BaseLoader] = []
         if self.directory is not None:
-            loaders.append(jinja2.FileSystemLoader(str(self.directory)))
+            loaders.append(_ContainedLoader(str(self.directory)))
         loaders.append(jinja2.FileSystemLoader(str(resources.files("templates") / "prompts")))
         self._env = _environment(jinja2.ChoiceLoader(loaders))
         self._sources: dict[str, str] = {}

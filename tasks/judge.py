@@ -68,7 +68,7 @@ async def judge_shard(shard: Shard, spec: JudgeSpec) -> list[JudgmentRecord]:
     runtime = runtime_for(spec)
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
-    records = [r.model_copy(update={"prompt": ""}) for r in await judge_pairs(shard.load(), runtime, spec.orders)]
+    records = [r.model_copy(update={"prompt": ""}) for r in await judge_pairs(shard.load(), runtime, spec.orders, shard.index)]
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(
         "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",

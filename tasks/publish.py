@@ -17,15 +17,18 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from judgebench_flows import db
+from judgebench_flows import artifact_keys, db
 from judgebench_flows.records import JudgmentRecord
 from judgebench_flows.results import write_json
 
 
 def output_file_name(data_file: str, judge_name: str, model: str) -> str:
-    """JudgeBench's own naming: <dataset>,judge_name=<judge>,judge_model=<model>.jsonl."""
+    """JudgeBench's own naming: <dataset>,judge_name=<judge>,judge_model=<model>.jsonl; shortened to a
+    readable prefix plus a hash when a long model name would make it too long for the filesystem."""
+    from judgebench_flows.outputs import short_name
+
     stem = Path(data_file).name.removesuffix(".jsonl")
-    return f"{stem},judge_name={judge_name},judge_model={model.replace('/', '_')}.jsonl"
+    return short_name(f"{stem},judge_name={judge_name},judge_model={model.replace('/', '_')}", ".jsonl")
 
 
 def judgment_rows(run_id: str, judgments: list[JudgmentRecord]) -> list[dict[str, Any]]:
@@ -114,6 +117,7 @@ def publish_results(
     judge_name: str,
     data_file: str,
     write_report: bool = True,
+    artifact_slug: str | None = None,
 ) -> dict[str, str]:
     """Judgment rows and JSONL parts were written as each shard finished; this adds the rest.
 
@@ -138,7 +142,9 @@ def publish_results(
         overall = results["overall_accuracy"]
         history.append({"run_id": run_id, "started": results["run"]["started"], "accuracy": overall["accuracy"], "ci_low": overall.get("ci_low"), "ci_high": overall.get("ci_high")})
         paths["report"] = str(render(out / "report.html", results, report_judgments, history))
-    create_markdown_artifact(summary_markdown(results), key="judgebench-summary", description=f"JudgeBench run {run_id}")
+    # One artifact series per configuration (artifact_keys): a shared key would show whichever ran last.
+    summary_key, table_key = (artifact_keys.summary_key(artifact_slug), artifact_keys.accuracy_key(artifact_slug)) if artifact_slug else ("judgebench-summary", "judgebench-accuracy")
+    create_markdown_artifact(summary_markdown(results), key=summary_key, description=f"JudgeBench run {run_id}")
     table = [{"slice": "overall", **results["overall_accuracy"]}] + [{"slice": k, **v} for k, v in results["category_accuracy"].items()]
-    create_table_artifact(table, key="judgebench-accuracy", description=f"Accuracy of run {run_id}")
+    create_table_artifact(table, key=table_key, description=f"Accuracy of run {run_id}")
     return paths

@@ -23,6 +23,9 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "judgebench"
 GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 CLAUDE_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
 CANARY_KEY = "sk-canary-5f3e9a1b7c2d4e6f8a0b"
+# Runs without PREFECT_API_URL stop their temporary server with them instead of keeping it 10 minutes for a
+# next run: the suite leaves no servers behind (tests/test_server_start.py sets its own keep-alive).
+os.environ.setdefault("JUDGEBENCH_SERVER_KEEPALIVE", "0")
 
 # A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
 VERDICTS: dict[str, Callable[[bool], str]] = {
@@ -119,7 +122,7 @@ def prefect_server(tmp_path_factory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("prefect-home")
     os.environ["PREFECT_HOME"] = str(home)
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=600):  # a first boot on a busy 2-core machine: tens of seconds
         url = PREFECT_API_URL.value()
         os.environ["PREFECT_API_URL"] = url
         try:

@@ -206,7 +206,8 @@ def test_custom_judge_whose_parse_raises_makes_judgments_invalid(run_cli, server
     (tmp_path / "judges_mine.py").write_text(CUSTOM_JUDGES)
     args = base_args(server, tmp_path, "--data-path", str(good_file), "--judge-template", f"{tmp_path / 'judges_mine.py'}:RaisingParser")
     result = run_cli(*args)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 4, result.stderr  # every verdict invalid: the run measured nothing
+    assert "run failed: 6 of 6 judgments failed or were invalid" in result.stderr
     assert "Traceback" not in result.stderr
     results = json.loads((tmp_path / "results" / "judgebench.json").read_text())
     assert results["invalid"]["invalid_judgments"] == 6

@@ -186,7 +186,8 @@ def test_incomplete_shards_on_dask_still_give_back_their_records(run_cli, judgeb
     server.set_responder(responder(gpt4o_pairs, unparseable_subset=True))
     try:
         result = run_cli(*run_args(judgebench_repo, server, "partial", tmp_path / "partial.db", 10, "--no-cache",
-                                   "--task-runner", "dask", "--dask-address", cluster.scheduler_address))
+                                   "--task-runner", "dask", "--dask-address", cluster.scheduler_address,
+                                   "--max-failed-fraction", "1"))
     finally:
         server.set_responder(responder(gpt4o_pairs))
     assert result.returncode == 0, result.stderr[-3000:]

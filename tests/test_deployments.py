@@ -197,3 +197,6 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(prefect_server, j
         )
     summary = artifacts[-1].data
     assert f"| {good} | completed | 100.00%" in summary and f"| {bad} | **FAILED** |" in summary and "model 'judge-missing'" in summary
+    # the embedded leaderboard lists tonight's run in bold (this checkout publishes no outputs/)
+    assert "## Leaderboard" in summary and "| **arena_hard** | **judge-a** |" in summary, summary
+    assert (tmp_path / "nightly" / "leaderboard.html").is_file()

@@ -32,12 +32,16 @@ def config_for(server: FakeOpenAIServer, tmp_path: Path, db: str = "results.db",
 class HeldBack(PrefectStart):
     """The session's Prefect server, 'ready' only after `seconds`, as a temporary server's boot holds it."""
 
-    def __init__(self, server: FakeOpenAIServer, seconds: float) -> None:
+    def __init__(self, server: FakeOpenAIServer, seconds: float, until_first_call: bool = False) -> None:
         super().__init__(None, start_prefect().settings())
         self.server, self.seconds, self.requests_before_flow = server, seconds, -1
+        self.until_first_call = until_first_call
 
     def wait_ready(self) -> None:
         time.sleep(self.seconds)
+        deadline = time.monotonic() + 300  # a busy machine may plan the first calls later than `seconds`
+        while self.until_first_call and self.server.requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.requests_before_flow = self.server.requests
         self.switch_interval = sys.getswitchinterval()
 
@@ -54,7 +58,7 @@ def run_held_back(config: RunConfig, server: FakeOpenAIServer, seconds: float = 
 def test_calls_made_ahead_are_taken_by_the_flow_not_repeated(prefect_server, gpt4o_pairs, tmp_path):
     with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), latency=0.05) as server:
         default_switch = sys.getswitchinterval()
-        prefect = HeldBack(server, 1.0)
+        prefect = HeldBack(server, 1.0, until_first_call=True)
         results = asyncio.run(judge_with_head_start(config_for(server, tmp_path), prefect))
         ahead = prefect.requests_before_flow
         assert 0 < ahead < 2 * PAIRS, "some calls were made before the flow started, not all"
@@ -119,7 +123,8 @@ def test_valid_answers_made_ahead_are_cached_at_once_unparseable_ones_are_not(pr
 
     with FakeOpenAIServer(responder, latency=0.05) as server:
         prefect = CacheAtFlowStart(server, 1.0, tmp_path / "results.db")
-        results = asyncio.run(judge_with_head_start(config_for(server, tmp_path, max_retries=0), prefect))
+        # A quarter of the answers hold no verdict: allowed past the default --max-failed-fraction here.
+        results = asyncio.run(judge_with_head_start(config_for(server, tmp_path, max_retries=0, max_failed_fraction=1.0), prefect))
         assert set(server.answered_keys().values()) == {1}, "no request was sent twice"
     assert 0 < len(prefect.cached_before_flow) < 2 * PAIRS
     assert no_verdict not in prefect.cached_before_flow

@@ -70,9 +70,11 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     data.write_text("".join(json.dumps(p) + "\n" for p in pairs))
     db_url = f"sqlite:///{tmp_path}/history.db"
     wide = {"COLUMNS": "250"}  # rich tables: no truncated ids
+    with FakeOpenAIServer() as probe:  # one endpoint address for every run: the endpoint is part of a configuration
+        port = probe.port
 
     def run(name: str, model: str, wrong: set[str], *extra: str):
-        with FakeOpenAIServer(_responder(pairs, wrong)) as server:
+        with FakeOpenAIServer(_responder(pairs, wrong), port=port) as server:
             proc = run_cli(
                 "run", "--model", model, "--data-path", str(data), "--base-url", server.base_url, "--db-url", db_url,
                 "--result-path", f"{name}/results.json", "--output-dir", name, "--no-progress", *extra, env=wide,
@@ -139,7 +141,7 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     with get_client(sync_client=True) as client:
         def summary(results: dict) -> str:
             [artifact] = client.read_artifacts(artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=["judgebench-summary"]), flow_run_id=ArtifactFilterFlowRunId(any_=[results["run"]["flow_run_id"]])))
+                key=ArtifactFilterKey(like_="judgebench-summary-"), flow_run_id=ArtifactFilterFlowRunId(any_=[results["run"]["flow_run_id"]])))
             return artifact.data
 
         assert "**Regression check:**" in summary(results_d) and regression["message"] in summary(results_d)

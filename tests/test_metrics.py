@@ -39,7 +39,11 @@ def test_streamed_tally_gives_the_same_results_as_one_batch() -> None:
     a = build_results(whole, header=header, seed=3, bootstrap_resamples=200)
     b = build_results(streamed, header=header, seed=3, bootstrap_resamples=200)
     assert a == b
-    assert a["usage"] == {"judgments": 600, "calls": 600, "cached_calls": 300, "paid_calls": 300, "prompt_tokens": 6000, "completion_tokens": 1200}
+    # Paid: answered and not from a cache (order 0 here; a failed judgment's call got no answer).
+    paid = sum(1 for r in records if r.order == 0 and r.status != "failed")
+    failed = sum(1 for r in records if r.status == "failed")
+    assert a["usage"] == {"judgments": 600, "calls": 600, "cached_calls": 300, "paid_calls": paid, "failed_calls": failed,
+                          "prompt_tokens": 6000, "completion_tokens": 1200, "reasoning_tokens": 0}
     problems = [r for r in records if r.status != "ok"]
     assert a["invalid"]["invalid_judgments"] + a["invalid"]["failed_judgments"] == len(problems) > 0
     assert a["invalid"]["pairs_with_invalid"] == len({r.pair_id for r in problems})

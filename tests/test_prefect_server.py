@@ -38,7 +38,8 @@ def processes_with(prefect_home: Path) -> list[int]:
 
 def run_command(server: FakeOpenAIServer, tmp_path: Path, samples: int) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(OPENAI_API_KEY=CANARY_KEY, PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.update(OPENAI_API_KEY=CANARY_KEY, PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               JUDGEBENCH_SERVER_KEEPALIVE="0")  # the server stops with its run (kept servers: test_server_start.py)
     command = [
         sys.executable, "-m", "judgebench_flows.cli", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
         "--max-samples", str(samples), "--model", "judge", "--base-url", server.base_url, "--no-progress",

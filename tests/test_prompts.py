@@ -52,6 +52,12 @@ SLOTS: dict[str, dict[str, tuple[str, str]]] = {
         "A": ("[The Start of Assistant A's Answer]\n", "\n[The End of Assistant A's Answer]"),
         "B": ("[The Start of Assistant B's Answer]\n", "\n[The End of Assistant B's Answer]"),
     },
+    # Our own template (templates/prompts): the pinned checkout ships none for CompassJudger.
+    "compass_judger": {
+        "question": ("<|User Prompt|>\n", "\n\n<|Assistant A's Answer Begins|>"),
+        "A": ("<|Assistant A's Answer Begins|>\n", "\n<|Assistant A's Answer Ends|>"),
+        "B": ("<|Assistant B's Answer Begins|>\n", "\n<|Assistant B's Answer Ends|>"),
+    },
 }
 
 

@@ -188,7 +188,7 @@ def test_cached_rerun_is_free_no_cache_and_refresh_pay_again(baseline, judgebenc
 
     cached = run_with()
     assert server.requests == 0, "a fully cached re-run must not send a single request"
-    assert cached["usage"] == {**first["usage"], "cached_calls": calls, "paid_calls": 0}
+    assert cached["usage"] == {**first["usage"], "cached_calls": calls, "paid_calls": 0, "attempts": 0, "errors": 0}
     assert scores(cached) == scores(first)
 
     resharded = run_with("--shard-size", "7")  # new shards miss Prefect's shard cache; the call cache answers
@@ -230,7 +230,8 @@ def test_unparseable_verdicts_are_kept_counted_and_asked_again(judgebench_repo, 
         return garbage if unparseable(pair_of(body)) else judge(body)
 
     with FakeOpenAIServer(respond) as server:
-        run(run_args(judgebench_repo, server, tmp_path, samples=samples), tmp_path)
+        # A third of the verdicts invalid is above the default --max-failed-fraction: allowed here.
+        run(run_args(judgebench_repo, server, tmp_path, "--max-failed-fraction", "1", samples=samples), tmp_path)
         results = results_of(tmp_path)
         rows = load_jsonl(next((tmp_path / "results" / "run").glob("*.jsonl")))
         bad_pairs = {row["pair_id"] for row in rows if unparseable(row)}
@@ -251,7 +252,7 @@ def test_unparseable_verdicts_are_kept_counted_and_asked_again(judgebench_repo, 
         assert server.answered == good_calls + 4 * len(bad_pairs)
 
         server.reset_counters()
-        run(run_args(judgebench_repo, server, tmp_path, samples=samples), tmp_path)
+        run(run_args(judgebench_repo, server, tmp_path, "--max-failed-fraction", "1", samples=samples), tmp_path)
         again = results_of(tmp_path)
         assert server.answered == 4 * len(bad_pairs), "only the unparseable judgments are asked again"
         asked = server.answered_keys()

@@ -34,13 +34,18 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Responder = Callable[[dict], str]
-"""Gets the parsed request JSON body, returns the assistant message content."""
+Responder = Callable[[dict], "str | dict"]
+"""Gets the parsed request JSON body, returns the assistant message content, or a dict with `content` and
+optionally `reasoning_content`, `finish_reason` and `reasoning_tokens` (a reasoning model's answer)."""
 
 DEFAULT_ANSWER = "My final verdict is [[A>B]]"
 CHAT_PATH = "/v1/chat/completions"
+# Text completions (a raw `prompt`), and vLLM's Pooling API at the server root (reward models): the
+# responder's text is the completion, or for pooling the score as JSON (`0.5`, or per-token `[[0.1], [0.7]]`).
+COMPLETIONS_PATH = "/v1/completions"
+POOLING_PATH = "/pooling"
 MODELS_PATH = "/v1/models"
-FAULT_KINDS = ("429", "500", "503", "drop", "hang")
+FAULT_KINDS = ("429", "500", "503", "drop", "hang", "badjson")
 HANG_STEP_SECONDS = 0.02  # how often a hung request checks whether the server is stopping
 STOP_GRACE_SECONDS = 1.0  # how long stop() waits for handler threads to notice the stop
 
@@ -52,6 +57,8 @@ def request_key(body: dict) -> str:
     call must map to the same key even if the client tweaks sampling parameters.
     """
     identity = {"model": body.get("model"), "messages": body.get("messages")}
+    if "prompt" in body:  # a text-completions request
+        identity["prompt"] = body.get("prompt")
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -78,6 +85,24 @@ def _message_texts(body: dict) -> list[str]:
     if not isinstance(messages, list):
         return []
     return [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
+
+
+def _other_api_payload(path: str, model: str, body: dict, text: str, prompt_tokens: int, completion_tokens: int) -> dict:
+    """A text-completions or Pooling API response body, in vLLM's shape."""
+    if path == POOLING_PATH:
+        value = json.loads(text)
+        data = value if isinstance(value, list) else [value]
+        return {
+            "id": f"pool-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": model,
+            "data": [{"index": 0, "object": "pooling", "data": data}],
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0},
+        }
+    prompt_tokens = _word_count(str(body.get("prompt") or ""))
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+    }
 
 
 def _word_count(text: str) -> int:
@@ -116,6 +141,10 @@ class FaultSettings:
     api_key: str | None = None
     models: frozenset[str] | None = None
     max_context_chars: int | None = None
+    # Reject what OpenAI's API rejects for reasoning models (see `openai_rejection`), by model name.
+    openai_rules: bool = False
+    # Parameters rejected for every model (400 unsupported_parameter naming it): an endpoint we do not know.
+    rejected_params: frozenset[str] = frozenset()
 
     def validate(self) -> None:
         """Fail at configuration time, not in a handler thread where the error would be easy to miss."""
@@ -221,6 +250,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return False
 
+    def send_raw(self, status: int, data: bytes, content_type: str) -> bool:
+        """Send a body that is not JSON (what a misconfigured proxy answers)."""
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return True
+        except (ConnectionError, TimeoutError, OSError):
+            self.close_connection = True
+            return False
+
     def drop(self) -> None:
         """Close the TCP connection without writing a response (socketserver closes it after we return)."""
         self.close_connection = True
@@ -252,6 +294,8 @@ class FakeOpenAIServer:
         api_key: str | None = None,
         models: set[str] | None = None,
         max_context_chars: int | None = None,
+        openai_rules: bool = False,
+        rejected_params: set[str] | frozenset[str] = frozenset(),
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -270,6 +314,8 @@ class FakeOpenAIServer:
             api_key=api_key,
             models=frozenset(models) if models is not None else None,
             max_context_chars=max_context_chars,
+            openai_rules=openai_rules,
+            rejected_params=frozenset(rejected_params),
         )
         settings.validate()
         self._settings = settings
@@ -375,6 +421,8 @@ class FakeOpenAIServer:
             raise TypeError(f"unknown fault settings: {', '.join(unknown)}")
         if "models" in fault_settings and fault_settings["models"] is not None:
             fault_settings["models"] = frozenset(fault_settings["models"])
+        if "rejected_params" in fault_settings:
+            fault_settings["rejected_params"] = frozenset(fault_settings["rejected_params"] or ())
         with self._lock:
             new_settings = dataclasses.replace(self._settings, **fault_settings)
             new_settings.validate()
@@ -524,9 +572,10 @@ class FakeOpenAIServer:
         """Read the body first (so keep-alive stays in sync), then answer the chat request."""
         body_bytes = handler.read_body()
         path = handler.path.split("?", 1)[0].rstrip("/")
-        if path != CHAT_PATH:
+        if path not in (CHAT_PATH, COMPLETIONS_PATH, POOLING_PATH):
             self._send_unknown_path(handler)
             return
+        handler.api_path = path
         with self._lock:
             self._requests += 1
             self._in_flight += 1
@@ -620,6 +669,15 @@ class FakeOpenAIServer:
             )
             return
 
+        rejection = openai_rejection(body) if settings.openai_rules else None
+        rejected = next((name for name in sorted(settings.rejected_params) if name in body), None)
+        if rejection is None and rejected is not None:
+            rejection = _error_body(f"Unsupported parameter: '{rejected}' is not supported with this model.",
+                                    "invalid_request_error", "unsupported_parameter", rejected)
+        if rejection is not None:
+            self._reply(handler, 400, rejection)
+            return
+
         key = request_key(body)
         fault = self._choose_fault(key, settings)
         if fault == "429":  # a rate limiter rejects at the door: no latency
@@ -652,20 +710,35 @@ class FakeOpenAIServer:
             self._reply(handler, 503, _error_body("The engine is currently overloaded, please try again later.",
                                                   "server_error", None))
             return
+        if fault == "badjson":  # a proxy's error page with status 200
+            self._leave_flight(handler)
+            self._count("badjson")
+            handler.send_raw(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+            return
 
         with self._lock:
             responder = self._responder
         try:
-            text = responder(body)
+            answer = responder(body)
+            extra = answer if isinstance(answer, dict) else {}
+            text = extra.get("content", "") if isinstance(answer, dict) else answer
             if not isinstance(text, str):
-                raise TypeError(f"responder returned {type(text).__name__}, expected str")
+                raise TypeError(f"responder returned {type(text).__name__}, expected str or dict")
         except Exception as error:  # noqa: BLE001 - surfaced to the client so test bugs are visible
             self._reply(handler, 500, _error_body(f"responder raised {type(error).__name__}: {error}",
                                                   "server_error", "responder_error"))
             return
 
         prompt_tokens = sum(_word_count(t) for t in _message_texts(body))
-        completion_tokens = _word_count(text)
+        reasoning_tokens = int(extra.get("reasoning_tokens") or 0)
+        completion_tokens = _word_count(text) + reasoning_tokens
+        path = getattr(handler, "api_path", CHAT_PATH)
+        if path != CHAT_PATH:
+            self._reply(handler, 200, _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens), key)
+            return
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if "reasoning_content" in extra:
+            message["reasoning_content"] = extra["reasoning_content"]
         payload = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -674,14 +747,15 @@ class FakeOpenAIServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": extra.get("finish_reason", "stop"),
                 }
             ],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
+                **({"completion_tokens_details": {"reasoning_tokens": reasoning_tokens}} if reasoning_tokens else {}),
             },
         }
         self._reply(handler, 200, payload, key)
@@ -714,6 +788,48 @@ class FakeOpenAIServer:
         return None
 
 
+# What OpenAI's API rejects, per reasoning family (model-name prefix, longest first): whether a system
+# message is refused, and whether reasoning_effort is accepted. Every family here also refuses
+# temperature/top_p other than 1, penalties, and max_tokens (it wants max_completion_tokens).
+OPENAI_REASONING_FAMILIES: tuple[tuple[str, bool, bool], ...] = (
+    ("gpt-5-chat", False, False),  # the non-reasoning chat model: accepts everything
+    ("o1-mini", True, False),
+    ("o1-preview", True, False),
+    ("o1", False, True),
+    ("o3", False, True),
+    ("o4", False, True),
+    ("gpt-5", False, True),
+)
+
+
+def openai_rejection(body: dict) -> dict | None:
+    """The 400 body OpenAI's API answers to this request, or None if it would accept it."""
+    model = str(body.get("model") or "").rsplit("/", 1)[-1].lower()
+    family = next((f for f in OPENAI_REASONING_FAMILIES if model.startswith(f[0])), None)
+    if family is None or family[0] == "gpt-5-chat":
+        return None
+    _, refuses_system, takes_effort = family
+    if "max_tokens" in body:
+        return _error_body("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                           "Use 'max_completion_tokens' instead.", "invalid_request_error", "unsupported_parameter", "max_tokens")
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        if name in body and body[name] != (1 if name in ("temperature", "top_p") else 0):
+            return _error_body(f"Unsupported value: '{name}' does not support {body[name]!r} with this model. "
+                               "Only the default (1) value is supported.", "invalid_request_error", "unsupported_value", name)
+    for index, message in enumerate(body.get("messages") or []):
+        if refuses_system and isinstance(message, dict) and message.get("role") == "system":
+            return _error_body(f"Unsupported value: 'messages[{index}].role' does not support 'system' with this model.",
+                               "invalid_request_error", "unsupported_value", f"messages[{index}].role")
+    if "reasoning_effort" in body:
+        if not takes_effort:
+            return _error_body("Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+                               "invalid_request_error", "unsupported_parameter", "reasoning_effort")
+        if body["reasoning_effort"] not in ("minimal", "low", "medium", "high"):
+            return _error_body(f"Unsupported value: 'reasoning_effort' does not support {body['reasoning_effort']!r}.",
+                               "invalid_request_error", "unsupported_value", "reasoning_effort")
+    return None
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m judgebench_flows.testing.fake_openai",
@@ -737,6 +853,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", action="append", dest="models", default=None,
                         help="accepted model name (repeatable); default accepts any")
     parser.add_argument("--max-context-chars", type=int, default=None)
+    parser.add_argument("--openai-rules", action="store_true",
+                        help="reject what OpenAI rejects for reasoning models (o1-mini: system messages; o1/o3/o4/gpt-5: "
+                             "temperature, top_p, max_tokens)")
+    parser.add_argument("--reject-param", action="append", dest="rejected_params", default=[],
+                        help="reject requests carrying this parameter (400 unsupported_parameter; repeatable)")
     return parser.parse_args(argv)
 
 
@@ -759,6 +880,8 @@ def main(argv: list[str] | None = None) -> int:
         api_key=args.api_key,
         models=set(args.models) if args.models else None,
         max_context_chars=args.max_context_chars,
+        openai_rules=args.openai_rules,
+        rejected_params=set(args.rejected_params),
         host=args.host,
         port=args.port,
     )

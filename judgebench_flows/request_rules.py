@@ -1,0 +1,196 @@
+"""What request each judge model accepts: model-family rules as data, CLI overrides, and what a run learns.
+
+Reasoning models reject parts of an ordinary chat request: o1-mini takes no system message, o1/o3/o4/gpt-5
+take no sampling parameters but the defaults and want `max_completion_tokens` instead of `max_tokens`. A
+request they reject is a failed judgment, so a run against them used to measure nothing. One table below
+decides, per model family, how a judge's messages and sampling become the request actually sent; the
+request actually sent is what the call cache keys on, so a rule change never serves a stale answer.
+
+o1 models get exactly what JudgeBench's `run_judge.py` sends them (`utils/models.py`): no sampling
+parameter at all, and a system message folded into the first user turn with JudgeBench's markers, so our
+numbers stay comparable with the paper's.
+
+For models the table does not know, a 400 naming an unsupported parameter or value makes the run drop
+(or rename, or fold) that one thing for that endpoint and model, once, and remember it: `Learned`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+RequestStyle = Literal["auto", "standard", "o1", "reasoning"]
+REQUEST_STYLES: tuple[str, ...] = ("auto", "standard", "o1", "reasoning")
+REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
+SYSTEM_BEGIN = "<|BEGIN_SYSTEM_MESSAGE|>\n"
+SYSTEM_END = "\n<|END_SYSTEM_MESSAGE|>\n\n"
+
+
+@dataclass(frozen=True)
+class RequestRule:
+    """How a family's requests differ from a plain chat request.
+
+    `keep_only`: when set, every sampling parameter not named is dropped (o1: JudgeBench sends none).
+    `drop`: parameters never sent. `rename`: parameter names the family wants instead (max_tokens ->
+    max_completion_tokens). `fold_system`: the system message goes into the first user turn.
+    """
+
+    name: str
+    fold_system: bool = False
+    keep_only: frozenset[str] | None = None
+    drop: frozenset[str] = frozenset()
+    rename: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_identity(self) -> bool:
+        return not self.fold_system and self.keep_only is None and not self.drop and not self.rename
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "rule": self.name,
+            "fold_system": self.fold_system,
+            "keep_only": sorted(self.keep_only) if self.keep_only is not None else None,
+            "drop": sorted(self.drop),
+            "rename": dict(self.rename),
+        }
+
+
+STANDARD = RequestRule("standard")
+# o1 family: what JudgeBench sends (only reasoning_effort passes, and only when the user asks for it).
+O1 = RequestRule("o1", fold_system=True, keep_only=frozenset({"reasoning_effort"}))
+# o3, o4, gpt-5: system messages are fine; only default sampling; a token budget under its new name.
+REASONING = RequestRule(
+    "reasoning",
+    drop=frozenset({"temperature", "top_p", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias"}),
+    rename=(("max_tokens", "max_completion_tokens"),),
+)
+
+# Model-name prefix -> rule; the longest matching prefix wins. Names are matched after any provider path
+# ("openai/o3-mini" is o3-mini), case-insensitively. gpt-5-chat is the non-reasoning chat model.
+MODEL_RULES: dict[str, RequestRule] = {
+    "o1": O1,
+    "o3": REASONING,
+    "o4": REASONING,
+    "gpt-5": REASONING,
+    "gpt-5-chat": STANDARD,
+}
+STYLES: dict[str, RequestRule] = {"standard": STANDARD, "o1": O1, "reasoning": REASONING}
+
+
+def rule_for(model: str, style: str = "auto", drop_params: tuple[str, ...] | list[str] = ()) -> RequestRule:
+    """The rule for a model: the table's (or the style forced from the CLI), plus parameters to drop."""
+    if style != "auto":
+        rule = STYLES[style]
+    else:
+        name = model.rsplit("/", 1)[-1].lower()
+        matches = [prefix for prefix in MODEL_RULES if name.startswith(prefix)]
+        rule = MODEL_RULES[max(matches, key=len)] if matches else STANDARD
+    if drop_params:
+        rule = replace(rule, drop=rule.drop | frozenset(drop_params))
+    return rule
+
+
+def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A leading system message folded into the first user turn, byte for byte as JudgeBench does."""
+    if len(messages) < 2 or messages[0].get("role") != "system":
+        return messages
+    system, user = messages[0], messages[1]
+    folded = {**user, "content": f"{SYSTEM_BEGIN}{str(system['content']).strip()}{SYSTEM_END}{user['content']}"}
+    return [folded, *messages[2:]]
+
+
+def shape(rule: RequestRule, messages: list[dict[str, str]], sampling: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """The messages and parameters actually sent for a judge's messages and sampling under `rule`."""
+    if rule.is_identity:
+        return messages, sampling
+    if rule.fold_system:
+        messages = fold_system(messages)
+    params: dict[str, Any] = {}
+    renames = dict(rule.rename)
+    for name, value in sampling.items():
+        if name in rule.drop or (rule.keep_only is not None and name not in rule.keep_only):
+            continue
+        params[renames.get(name, name)] = value
+    return messages, params
+
+
+ADJUSTABLE_CODES = ("unsupported_parameter", "unsupported_value")
+
+
+@dataclass
+class Learned:
+    """What one run learned about one endpoint and model from its 400s, on top of the configured rule.
+
+    Shared by every call of the process to that endpoint and model, and changed only under a lock; a
+    change is recorded once, however many calls in flight were rejected for the same reason.
+    """
+
+    base: RequestRule
+    rule: RequestRule = field(init=False)
+    adjustments: list[dict[str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rule = self.base
+
+    def adjust(self, sent_params: dict[str, Any], sent_messages: list[dict[str, str]], error: dict[str, Any]) -> bool:
+        """Change the rule so that what this 400 rejected is not sent again. True if the request should
+        be resent (the rule changed now, or another call already changed it since this one was sent)."""
+        code = str(error.get("code") or "")
+        param = str(error.get("param") or "")
+        message = str(error.get("message") or "")
+        if code not in ADJUSTABLE_CODES or not param:
+            return False
+        with self._lock:
+            rule = self.rule
+            if param.startswith("messages") and "system" in message.lower():
+                if any(m.get("role") == "system" for m in sent_messages):
+                    if not rule.fold_system:
+                        self.rule = replace(rule, fold_system=True)
+                        self._note(param, "folded the system message into the first user turn", message)
+                    return True
+                return False
+            name = param.split(".")[0].split("[")[0]
+            if name not in sent_params:
+                return False
+            renames = dict(rule.rename)
+            if name == "max_tokens" and "max_completion_tokens" in message:
+                if renames.get("max_tokens") != "max_completion_tokens":
+                    self.rule = replace(rule, rename=tuple({**renames, "max_tokens": "max_completion_tokens"}.items()))
+                    self._note(name, "sent as max_completion_tokens", message)
+                return True
+            original = next((k for k, v in renames.items() if v == name), name)
+            if original not in rule.drop:
+                self.rule = replace(rule, drop=rule.drop | {original})
+                self._note(name, "dropped", message)
+            return True
+
+    def _note(self, param: str, action: str, message: str) -> None:
+        self.adjustments.append({"param": param, "action": action, "endpoint_said": message[:300]})
+
+
+_learned: dict[tuple[str, str, RequestRule], Learned] = {}
+_learned_lock = threading.Lock()
+
+
+def learned_for(base_url: str, model: str, base: RequestRule) -> Learned:
+    """The process's `Learned` for an endpoint, model and configured rule (created on first use)."""
+    key = (base_url.rstrip("/"), model, base)
+    with _learned_lock:
+        learned = _learned.get(key)
+        if learned is None:
+            learned = _learned[key] = Learned(base)
+        return learned
+
+
+def request_report(base_url: str, model: str, base: RequestRule) -> dict[str, Any]:
+    """For results.json's `run` section and the report: the rule applied and what the run adjusted."""
+    learned = learned_for(base_url, model, base)
+    return {**base.describe(), "adjustments": list(learned.adjustments)}
+
+
+__all__ = [
+    "MODEL_RULES", "REASONING_EFFORTS", "REQUEST_STYLES", "RequestRule", "Learned", "fold_system", "learned_for",
+    "request_report", "rule_for", "shape",
+]

@@ -1,0 +1,128 @@
+"""Reward models as judges: each response scored alone, the higher score wins, as JudgeBench decides.
+
+JudgeBench's reward judges (InternLM2-Reward, GRM, Skywork-Reward) score the conversation
+`user = question, assistant = response` for each response and decide `A>B` if score(A) > score(B), else
+`B>A`: a tie goes to `B>A`, which is part of the published numbers, so it is kept. Its JSONL records
+`judgment.scores = [score of the first shown response, score of the second]`.
+
+A response's score does not depend on the order it is shown in, so a pair's two orders share the same two
+scoring calls: a both-orders run costs two calls per pair, not four. Each scoring call is an ordinary call
+of the run's endpoint caller (api "pooling": vLLM's Pooling API), so it has the same retries, limits, call
+cache and resume as a chat call; its cached "answer" is the score written as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from judges.procedure import CallFailed, Complete, Completion, Outcome
+
+REWARD_JUDGE_TYPE = "reward_model"
+Messages = list[dict[str, str]]
+
+
+def conversation(question: str, response: str) -> Messages:
+    """What a reward model scores: the question as the user's turn, the response as the assistant's."""
+    return [{"role": "user", "content": question}, {"role": "assistant", "content": response}]
+
+
+def score_of(text: str) -> float | None:
+    """The score a scoring call answered (its cached text), or None when it is not a finite number."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def decide(score_first: float, score_second: float) -> str:
+    """JudgeBench's rule: the first shown response wins only with a strictly higher score."""
+    return "A>B" if score_first > score_second else "B>A"
+
+
+@dataclass(frozen=True)
+class RewardJudge:
+    """The reward-model judge. `format` gives the conversation of the first shown response, so the
+    flow's request keys (cache prefetch, calls made ahead) over both orders are exactly the two scoring
+    requests of a pair."""
+
+    model: str | None = None
+    name: str = REWARD_JUDGE_TYPE
+    api: str = "pooling"
+    sampling: dict[str, Any] = field(default_factory=dict)
+    follow_up: str | None = None
+    scores_alone: bool = True
+
+    @classmethod
+    def for_model(cls, model: str | None) -> RewardJudge:
+        return cls(model=model)
+
+    def local(self, model: str) -> RewardJudge:
+        """The same judge scoring with the model loaded here (transformers), loaded now so a model that
+        cannot load stops the run before anything else happens."""
+        import dataclasses
+        import os
+
+        from judges.reward_local import local_reward_model, require_torch
+
+        require_torch()
+        local_reward_model(model, os.environ.get("JUDGEBENCH_REWARD_DEVICE") or None)
+        return dataclasses.replace(self, model=model, api="transformers")
+
+    def format(self, question: str, answer_A: str, answer_B: str) -> Messages:
+        return conversation(question, answer_A)
+
+    def parse(self, text: str) -> str:
+        """A score alone is no verdict: a scoring answer is never cached before its pair is decided."""
+        return ""
+
+    def wants_follow_up(self, text: str) -> bool:
+        return False
+
+    def fingerprint(self) -> str:
+        return "|".join([self.name, self.api, "user=question,assistant=response", "A>B iff score(A)>score(B)"])
+
+
+async def judge_by_scores(
+    judge: RewardJudge, question: str, response_A: str, response_B: str, orders: tuple[int, ...], complete: Complete,
+) -> list[tuple[Outcome, list[float] | None]]:
+    """Both responses scored once (concurrently), then every order decided from the same two scores.
+
+    Returns, per order, its outcome and `[score of the first shown, score of the second]`. The calls are
+    attributed to the first order only, so the run's call counts are the calls really made. A failed
+    call fails every order of the pair (its retries are the caller's); a score that is not a number
+    makes them invalid, with the raw answer kept.
+    """
+    started = time.perf_counter()
+    texts = {response_A: None, response_B: None}  # identical responses: one call
+
+    async def score(response: str) -> Completion:
+        return await complete(conversation(question, response), judge.sampling)
+
+    calls = dict(zip(texts, await asyncio.gather(*(score(r) for r in texts), return_exceptions=True)))
+    completions = [c for c in calls.values() if isinstance(c, Completion)]
+    failure = next((c for c in calls.values() if isinstance(c, BaseException)), None)
+    results: list[tuple[Outcome, list[float] | None]] = []
+    for i, order in enumerate(orders):
+        first, second = (response_A, response_B) if order == 0 else (response_B, response_A)
+        mine = completions if i == 0 else []
+        elapsed = time.perf_counter() - started
+        if failure is not None:
+            if not isinstance(failure, CallFailed):
+                raise failure
+            results.append((Outcome("failed", "", question, "", str(failure), mine, elapsed), None))
+            continue
+        raw = [calls[first].text, calls[second].text]  # type: ignore[union-attr]
+        scores = [score_of(t) for t in raw]
+        if scores[0] is None or scores[1] is None:
+            error = f"a scoring call answered no number: {json.dumps(raw)[:200]}"
+            results.append((Outcome("invalid", "", question, json.dumps(raw), error, mine, elapsed), None))
+            continue
+        pair_scores = [scores[0], scores[1]]
+        results.append((Outcome("ok", decide(*pair_scores), question, json.dumps(pair_scores), None, mine, elapsed), pair_scores))
+    return results

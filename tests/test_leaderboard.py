@@ -1,0 +1,428 @@
+"""`judgebench leaderboard`: published outputs files and our runs, scored exactly as JudgeBench scores them.
+
+The checkout is a real git repository made from ../shared/judgebench plus synthetic `outputs/` files in
+JudgeBench's record shape (the shared copy has none, and JudgeBench's own files are not ours to ship):
+seeded judgments over real pairs, with ties, nulls, stray labels, a single-game file with a duplicate
+line and a reward-model file with tied scores. Every number is checked against a separate, deliberately
+plain implementation of JudgeBench's `compute_final_metrics` written here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CLAUDE_FILE, GPT4O_FILE, SHARED, load_jsonl, make_repo, requires_shared
+from tests.test_db import postgresql_url  # noqa: F401 - fixture: a fresh PostgreSQL database, skipped when none is reachable
+
+pytestmark = requires_shared
+CATS = ("mmlu-pro", "livebench-reasoning", "livebench-math", "livecodebench")
+
+
+# ---------------------------------------------------------------- JudgeBench's metric, written plainly
+
+
+def category(source: str) -> str:
+    return "mmlu-pro" if source.startswith("mmlu-pro") else source
+
+
+def swap(decision):
+    return {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision)
+
+
+def official_accuracy(rows: list[dict], cat: str | None = None) -> float | None:
+    """compute_final_metrics: single game when a line has one judgment, else the two-order counter."""
+    rows = [r for r in rows if cat is None or category(r["source"]) == cat]
+    if not rows:
+        return None
+    correct = 0
+    for row in rows:
+        judgments = row["judgments"]
+        decisions = [None if j is None else j["decision"] for j in judgments]
+        if len(judgments) == 1:
+            correct += decisions[0] == row["label"]
+            continue
+        first, second = decisions[0], swap(decisions[1])
+        counter = 0
+        for decision in (first, second):
+            if decision == row["label"]:
+                counter += 1
+            elif decision == swap(row["label"]):
+                counter -= 1
+        correct += counter > 0
+    return correct / len(rows)
+
+
+# ---------------------------------------------------------------- synthetic outputs files
+
+
+def _sample(pairs: list[dict], n: int, seed: int) -> list[dict]:
+    return random.Random(seed).sample(pairs, n)
+
+
+def _arena_text(decision) -> str:
+    if decision is None:
+        return "\nI cannot decide.\nStill no verdict."
+    return f"\nAfter comparing both answers.\nMy final verdict is [[{decision}]]"
+
+
+def llm_file(pairs: list[dict], judge_name: str, judge_model: str, seed: int, orders: int = 2) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for pair in pairs:
+        judgments = []
+        for order in range(orders):
+            right = pair["label"] if order == 0 else swap(pair["label"])
+            roll = rng.random()
+            if orders == 1 and roll < 0.08:
+                judgments.append(None)  # a failed call, as run_judge.py records it
+                continue
+            decision = right if roll < 0.62 else swap(right) if roll < 0.82 else "A=B" if roll < 0.9 else None if roll < 0.96 else "A<B"
+            judgments.append({"judgment": {"judge_model": judge_model, "prompt": "p", "response": _arena_text(decision)}, "decision": decision})
+        rows.append({**pair, "judge_name": judge_name, "judgments": judgments})
+    return rows
+
+
+def reward_file(pairs: list[dict], judge_model: str, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for pair in pairs:
+        a, b = round(rng.uniform(0, 30) * 4) / 4, round(rng.uniform(0, 30) * 4) / 4
+        if rng.random() < 0.1:
+            b = a  # tied scores: A=B
+        judgments = []
+        for x, y in ((a, b), (b, a)):
+            decision = "A>B" if x > y else "B>A" if x < y else "A=B"
+            judgments.append({"judgment": {"judge_model": judge_model, "prompt": "", "response": "", "scores": [x, y]}, "decision": decision})
+        rows.append({**pair, "judge_name": "reward_model", "judgments": judgments})
+    return rows
+
+
+def output_name(data_file: str, judge_name: str, judge_model: str) -> str:
+    return f"outputs/{data_file.removesuffix('.jsonl')},judge_name={judge_name},judge_model={judge_model.replace('/', '_')}.jsonl"
+
+
+def jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> dict:
+    gpt4o = _sample(load_jsonl(SHARED / "data" / GPT4O_FILE), 90, 1)
+    claude = _sample(load_jsonl(SHARED / "data" / CLAUDE_FILE), 60, 2)
+    single = llm_file(gpt4o[:50], "vanilla", "gpt-4o-mini", 5, orders=1)
+    single.append(single[3])  # a pair judged twice: JudgeBench counts every line
+    files = {
+        output_name(GPT4O_FILE, "arena_hard", "o1-mini-2024-09-12"): llm_file(gpt4o, "arena_hard", "o1-mini-2024-09-12", 3),
+        output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B"): reward_file(gpt4o, "Skywork/Skywork-Reward-Gemma-2-27B", 4),
+        output_name(GPT4O_FILE, "vanilla", "gpt-4o-mini"): single,
+        output_name(CLAUDE_FILE, "arena_hard", "claude-3-haiku-20240307"): llm_file(claude, "arena_hard", "claude-3-haiku-20240307", 6),
+    }
+    path = tmp_path_factory.mktemp("published") / "JudgeBench"
+    sha = make_repo(path, {name: jsonl(rows) for name, rows in files.items()})
+    return {"url": f"file://{path}", "sha": sha, "files": files, "gpt4o": gpt4o, "claude": claude}
+
+
+def save_run(engine, run_id: str, config_key: str, data_file: str, pairs: list[dict], started: datetime, status: str = "completed",
+             seed: int = 0, model: str = "my-judge") -> list[dict]:
+    """A finished run in the results database, as the flow records one; returns its verdicts as rows
+    in the outputs shape, for the plain metric."""
+    from judgebench_flows import db
+
+    rng = random.Random(seed)
+    db.save_run(engine, run_id=run_id, config_key=config_key, judge_type="arena_hard", model=model, data_file=data_file,
+                status=status, started=started, finished=started + timedelta(minutes=5), n_pairs=len(pairs),
+                results_json=json.dumps({"run": {"mode": "both-orders"}}))
+    rows, judgments = [], []
+    for pair in pairs:
+        decisions = [rng.choice([pair["label"], swap(pair["label"]), "A=B", ""]) for _ in range(2)]
+        for order, decision in enumerate(decisions):
+            judgments.append({
+                "run_id": run_id, "pair_id": pair["pair_id"], "order_index": order, "source": pair["source"],
+                "category": category(pair["source"]), "label": pair["label"], "status": "ok" if decision else "invalid",
+                "decision": decision, "decision_for_pair": swap(decision) if order else decision,
+            })
+        rows.append({"source": pair["source"], "label": pair["label"], "judgments": [{"decision": d or None} for d in decisions]})
+    db.save_judgments(engine, judgments)
+    return rows
+
+
+def entry_for(board: dict, judge_name: str, judge_model: str, origin: str = "published") -> dict:
+    found = [e for e in board["entries"] if (e["judge_name"], e["judge_model"], e["origin"]) == (judge_name, judge_model, origin)]
+    assert len(found) == 1, [(e["judge_name"], e["judge_model"], e["origin"]) for e in board["entries"]]
+    return found[0]
+
+
+def assert_matches_official(entry: dict, rows: list[dict]) -> None:
+    expected = official_accuracy(rows)
+    assert entry["overall_accuracy"]["accuracy"] == pytest.approx(round(expected, 6), abs=1e-9)
+    assert entry["pairs"] == len(rows)
+    assert entry["overall_accuracy"]["total_samples"] == len(rows)
+    low, high = entry["overall_accuracy"]["ci_low"], entry["overall_accuracy"]["ci_high"]
+    assert low <= entry["overall_accuracy"]["accuracy"] <= high
+    for cat in CATS:
+        want = official_accuracy(rows, cat)
+        got = entry["category_accuracy"][cat]["accuracy"]
+        assert (got is None) if want is None else got == pytest.approx(round(want, 6), abs=1e-9), cat
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_published_numbers_equal_judgebench_metric(published, tmp_path) -> None:
+    from judgebench_flows.leaderboard import LeaderboardSettings, build_leaderboard
+
+    board = build_leaderboard(LeaderboardSettings(repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"),
+                                                  db_url=f"sqlite:///{tmp_path / 'none.db'}"))
+    assert board["dataset"]["commit"] == published["sha"]
+    assert len(board["entries"]) == 4
+    files = published["files"]
+    arena = entry_for(board, "arena_hard", "o1-mini-2024-09-12")
+    assert_matches_official(arena, files[output_name(GPT4O_FILE, "arena_hard", "o1-mini-2024-09-12")])
+    reward = entry_for(board, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")  # the model id, not the file's spelling
+    assert_matches_official(reward, files[output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")])
+    single = entry_for(board, "vanilla", "gpt-4o-mini")
+    assert single["mode"] == "single-game" and single["duplicate_lines"] == 1
+    assert_matches_official(single, files[output_name(GPT4O_FILE, "vanilla", "gpt-4o-mini")])
+    claude = entry_for(board, "arena_hard", "claude-3-haiku-20240307")
+    assert claude["response_model"] == "claude-3-5-sonnet-20240620"
+    assert_matches_official(claude, files[output_name(CLAUDE_FILE, "arena_hard", "claude-3-haiku-20240307")])
+    for entry in board["entries"]:
+        assert entry["origin"] == "published" and entry["run_id"] is None
+    # ranked within each response-model dataset, best first; the GPT-4o group (3 judges) comes first
+    groups = [e["response_model"] for e in board["entries"]]
+    assert groups == ["gpt-4o-2024-05-13"] * 3 + ["claude-3-5-sonnet-20240620"]
+    gpt = [e["overall_accuracy"]["accuracy"] for e in board["entries"][:3]]
+    assert gpt == sorted(gpt, reverse=True) and [e["rank"] for e in board["entries"][:3]][0] == 1
+    assert board["notes"] and not (tmp_path / "none.db").exists()  # reading never creates a database
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def results_db(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return request.getfixturevalue("postgresql_url")
+
+
+def test_our_latest_finished_run_per_configuration_is_listed(published, tmp_path, results_db) -> None:
+    from judgebench_flows import db
+    from judgebench_flows.leaderboard import LeaderboardSettings, build_leaderboard
+
+    db_path = tmp_path / "results.db"
+    engine = db.open_database(results_db)
+    t0 = datetime(2026, 11, 20, 2, 0, tzinfo=timezone.utc)
+    save_run(engine, "old0000000", "cfg-a", GPT4O_FILE, published["gpt4o"], t0, seed=1)
+    newer = save_run(engine, "new1111111", "cfg-a", GPT4O_FILE, published["gpt4o"], t0 + timedelta(days=1), status="regressed", seed=2)
+    save_run(engine, "fail222222", "cfg-a", GPT4O_FILE, published["gpt4o"][:10], t0 + timedelta(days=2), status="failed", seed=3)
+    claude_rows = save_run(engine, "cla3333333", "cfg-b", CLAUDE_FILE, published["claude"], t0, seed=4, model="other-judge")
+    before = db_path.read_bytes() if db_path.exists() else None
+    board = build_leaderboard(LeaderboardSettings(repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"),
+                                                  db_url=results_db))
+    ours = [e for e in board["entries"] if e["origin"] == "run"]
+    assert sorted(e["run_id"] for e in ours) == ["cla3333333", "new1111111"]
+    mine = entry_for(board, "arena_hard", "my-judge", origin="run")
+    assert mine["response_model"] == "gpt-4o-2024-05-13" and mine["date"].startswith("2026-11-21")
+    assert_matches_official(mine, newer)
+    other = entry_for(board, "arena_hard", "other-judge", origin="run")
+    assert other["response_model"] == "claude-3-5-sonnet-20240620"
+    assert_matches_official(other, claude_rows)
+    assert len([e for e in board["entries"] if e["response_model"] == "gpt-4o-2024-05-13"]) == 4
+    assert (db_path.read_bytes() if db_path.exists() else None) == before  # read only
+
+
+class _Tables(HTMLParser):
+    """Rows of each <tbody class="by-..."> in document order: (body class, judge of each row)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[tuple[str, list[str]]] = []
+        self.radios: list[dict] = []
+        self.forbidden: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tbody":
+            self.bodies.append((attrs.get("class", ""), []))
+        if tag == "tr" and "data-model" in attrs and self.bodies:
+            self.bodies[-1][1].append(attrs["data-model"])
+        if tag == "input":
+            self.radios.append(attrs)
+        if tag in ("script", "link", "img", "iframe") or "src" in attrs or ("href" in attrs and tag != "a"):
+            self.forbidden.append(tag)
+
+
+def test_cli_writes_json_contract_and_sortable_html(published, tmp_path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli", "leaderboard", "--repo-url", published["url"], "--ref", published["sha"],
+         "--cache-dir", str(tmp_path / "cache"), "--db-url", f"sqlite:///{tmp_path / 'no.db'}",
+         "--result-path", str(tmp_path / "lb.json"), "--output-dir", str(tmp_path / "html")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "o1-mini-2024-09-12" in result.stdout and "responses by gpt-4o-2024-05-13" in result.stdout
+    board = json.loads((tmp_path / "lb.json").read_text())
+    for entry in board["entries"]:
+        assert {"response_model", "judge_name", "judge_model", "origin", "run_id", "pairs", "overall_accuracy", "category_accuracy"} <= entry.keys()
+        assert {"accuracy", "ci_low", "ci_high"} <= entry["overall_accuracy"].keys()
+        assert set(CATS) <= entry["category_accuracy"].keys()
+    html = (tmp_path / "html" / "leaderboard.html").read_text()
+    parser = _Tables()
+    parser.feed(html)
+    assert parser.forbidden == []
+    assert len(parser.radios) == 2 * (1 + len(CATS) + 2)  # two groups, one radio per sort key
+    gpt = [e for e in board["entries"] if e["response_model"] == "gpt-4o-2024-05-13"]
+    bodies = dict(parser.bodies[: 1 + len(CATS) + 2])  # the first group's bodies
+    assert bodies["by-k0"] == [e["judge_model"] for e in gpt]  # overall ranking
+    for index, cat in enumerate(CATS, 1):
+        by_cat = sorted(gpt, key=lambda e: -(e["category_accuracy"][cat]["accuracy"] or -1))
+        assert [e["category_accuracy"][cat]["accuracy"] for e in by_cat] == sorted(
+            [e["category_accuracy"][cat]["accuracy"] for e in gpt], reverse=True)
+        got = [next(e for e in gpt if e["judge_model"] == m)["category_accuracy"][cat]["accuracy"] for m in bodies[f"by-k{index}"]]
+        assert got == sorted(got, reverse=True), cat
+    assert html.count('class="wh"') > 0 and 'class="ci"' in html  # interval whiskers
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "judgebench_flows.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_bad_inputs_exit_2_with_one_line(published, tmp_path) -> None:
+    bare = tmp_path / "bare"
+    sha = make_repo(bare)  # the shared copy: no outputs/
+    bad = tmp_path / "bad"
+    bad_sha = make_repo(bad, {"outputs/dataset=judgebench,response_model=m,judge_name=j,judge_model=x.jsonl": '{"pair_id": "p"}\nnot json\n'})
+    cases = [
+        (["leaderboard", "--repo-url", f"file://{bare}", "--ref", sha], "no outputs/ directory"),
+        (["leaderboard", "--repo-url", f"file://{bad}", "--ref", bad_sha], "judge_model=x.jsonl line 1: missing field"),
+        (["rescore", str(tmp_path / "missing.jsonl"), "--judge-type", "arena_hard"], "file not found"),
+        (["rescore", str(tmp_path / "x.jsonl"), "--judge-type", "nonsense"], "unknown judge type 'nonsense'"),
+    ]
+    (tmp_path / "x.jsonl").write_text("{}\n")
+    reward = tmp_path / "reward.jsonl"
+    reward.write_text(jsonl(published["files"][output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")][:5]))
+    cases.append((["rescore", str(reward), "--judge-type", "arena_hard"], "no judge answers to re-parse"))
+    for args, message in cases:
+        result = run_cli(*args, "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path) if args[0] == "leaderboard" else run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+# ---------------------------------------------------------------- rescore
+
+# (answer text, JudgeBench's recorded decision, ours): JudgeBench takes the one distinct [[...]] label
+# of the joined answers (A>>B -> A>B) and None otherwise; ours also maps A>>B and A>B together, ignores
+# labels inside <think> blocks and rejects labels that are not verdicts.
+RESCORE_CASES = [
+    ("\nMy final verdict is [[A>>B]]", "A>B", "A>B"),
+    ("\nno label here\nMy final verdict is [[B>A]]", "B>A", "B>A"),  # follow-up turn joined
+    ("\nI think [[A>>B]]. So: [[A>B]]", None, "A>B"),  # two spellings of one verdict
+    ("\n<think>maybe [[A>B]]</think>My final verdict is [[B>A]]", None, "B>A"),
+    ("\nMy final verdict is [[A<B]]", "A<B", None),
+    ("\nVerdict: [[A=B]]", "A=B", "A=B"),
+    ("\n[[A>B]] but really [[B>A]]", None, None),
+]
+
+
+def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> None:
+    from judgebench_flows.rescore import rescore_file
+
+    pairs = _sample(gpt4o_pairs, 40, 9)
+    rng = random.Random(10)
+    rows, expected_changes, ours_rows = [], [], []
+    for pair in pairs:
+        judgments, ours_judgments = [], []
+        for order in range(2):
+            text, recorded, ours = rng.choice(RESCORE_CASES)
+            judgments.append({"judgment": {"judge_model": "o1-mini", "prompt": "", "response": text}, "decision": recorded})
+            ours_judgments.append({"decision": ours})
+            if recorded != ours:
+                expected_changes.append((pair["pair_id"], order))
+        rows.append({**pair, "judge_name": "arena_hard", "judgments": judgments})
+        ours_rows.append({**pair, "judgments": ours_judgments})
+    rows[5]["judgments"][1] = None  # a failed call stays failed
+    ours_rows[5]["judgments"][1] = None
+    expected_changes = [c for c in expected_changes if c != (rows[5]["pair_id"], 1)]
+    path = tmp_path / output_name(GPT4O_FILE, "arena_hard", "o1-mini").split("/")[-1]
+    path.write_text(jsonl(rows))
+
+    result = rescore_file(path, "arena_hard", output=tmp_path / "rescored.jsonl")
+    assert [(c["pair_id"], c["order"]) for c in result["changes"]] == expected_changes
+    assert result["changed"] == len(expected_changes) > 0
+    assert result["changed_pairs"] == list(dict.fromkeys(p for p, _ in expected_changes))
+    assert result["failed"] == 1 and result["reparsed"] == 79
+    assert result["recorded"]["overall_accuracy"]["accuracy"] == pytest.approx(round(official_accuracy(rows), 6))
+    assert result["rescored"]["overall_accuracy"]["accuracy"] == pytest.approx(round(official_accuracy(ours_rows), 6))
+    for cat in CATS:
+        want = official_accuracy(ours_rows, cat)
+        got = result["rescored"]["category_accuracy"][cat]["accuracy"]
+        assert (got is None) if want is None else got == pytest.approx(round(want, 6)), cat
+    rewritten = load_jsonl(tmp_path / "rescored.jsonl")
+    assert [[None if j is None else j["decision"] for j in r["judgments"]] for r in rewritten] == [
+        [None if j is None else j["decision"] for j in r["judgments"]] for r in ours_rows]
+
+    cli = run_cli("rescore", str(path), "--judge-type", "arena_hard", "--result-path", str(tmp_path / "rescore.json"), cwd=tmp_path)
+    assert cli.returncode == 0, cli.stderr
+    assert re.search(rf"{len(expected_changes)} decisions differ from the recorded ones", cli.stdout)
+    assert json.loads((tmp_path / "rescore.json").read_text())["changed"] == len(expected_changes)
+
+
+def test_nightly_summary_section_lists_tonights_runs(published, tmp_path) -> None:
+    from flows.leaderboard_flow import nightly_leaderboard_section
+    from judgebench_flows import db
+    from judgebench_flows.config import build_config
+
+    db_url = f"sqlite:///{tmp_path / 'nightly.db'}"
+    save_run(db.open_database(db_url), "tonight999", "cfg-n", GPT4O_FILE, published["gpt4o"], datetime.now(timezone.utc), seed=7)
+    config = build_config(model="my-judge", repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"),
+                          db_url=db_url, output_dir=str(tmp_path / "nightly" / "cell"))
+    section = asyncio.run(nightly_leaderboard_section([config], ["tonight999"]))
+    assert "## Leaderboard" in section and "o1-mini-2024-09-12" in section
+    assert re.search(r"\| \*\*arena_hard\*\* \| \*\*my-judge\*\* \| ours, run tonight9", section)
+    assert (tmp_path / "nightly" / "leaderboard.html").is_file()
+    broken = build_config(model="m", repo_url=str(tmp_path / "nowhere"), db_url=db_url, output_dir=str(tmp_path / "x" / "cell"))
+    assert "not available" in asyncio.run(nightly_leaderboard_section([broken], []))
+
+
+@pytest.mark.slow
+def test_leaderboard_as_flow_writes_an_artifact(published, tmp_path, run_cli) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.leaderboard_flow import LEADERBOARD_ARTIFACT_KEY
+
+    result = run_cli("leaderboard", "--flow", "--repo-url", published["url"], "--ref", published["sha"],
+                     "--db-url", f"sqlite:///{tmp_path / 'none.db'}", "--result-path", str(tmp_path / "lb.json"),
+                     "--output-dir", str(tmp_path / "html"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "html" / "leaderboard.html").is_file() and not (tmp_path / "none.db").exists()
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[LEADERBOARD_ARTIFACT_KEY])))
+    assert artifacts and "| 1 | arena_hard | o1-mini-2024-09-12 | published | 90 |" in artifacts[-1].data
+
+
+def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:
+    """Our runs' JSONL carries status per judgment: a re-parsed invalid answer becomes ok, a failed call stays failed."""
+    from judgebench_flows.rescore import rescore_file
+
+    pair = gpt4o_pairs[0]
+    row = {**pair, "judge_name": "skywork_critic", "judgments": [
+        {"judgment": {"judge_model": "m", "prompt": "", "response": "**[[A]]**"}, "decision": None, "status": "invalid", "error": "no verdict", "order": 0},
+        {"judgment": {"judge_model": "m", "prompt": "", "response": ""}, "decision": None, "status": "failed", "error": "timeout", "order": 1},
+    ]}
+    path = tmp_path / "ours.jsonl"
+    path.write_text(jsonl([row]))
+    result = rescore_file(path, "skywork_critic", output=tmp_path / "out.jsonl")
+    assert result["changes"] == [{"pair_id": pair["pair_id"], "order": 0, "source": pair["source"], "label": pair["label"], "recorded": None, "ours": "A>B"}]
+    assert result["failed"] == 1 and result["reparsed"] == 1
+    rewritten = load_jsonl(tmp_path / "out.jsonl")[0]["judgments"]
+    assert (rewritten[0]["decision"], rewritten[0]["status"]) == ("A>B", "ok") and rewritten[1]["status"] == "failed"

@@ -1,0 +1,50 @@
+"""Prefect's background workers stay off the terminal; logs they could not ship land in PREFECT_HOME.
+
+A real Prefect log worker sends a real batch to an API address where nothing listens (a server that went
+away): Prefect alone prints `--- Error logging to API ---` and drops the logs; with the CLI's routing the
+terminal stays clean and the logs are in `judgebench-background.log`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = textwrap.dedent("""
+    import logging, sys
+    from prefect.logging.handlers import APILogWorker
+    if sys.argv[1] == "routed":
+        from judgebench_flows.quiet import route_background_output
+        route_background_output()
+    APILogWorker.instance().send({"name": "prefect.flow_runs", "level": 40, "message": "shard 3 failed: kept",
+                                  "timestamp": "2026-01-01T00:00:00Z", "flow_run_id": None, "task_run_id": None})
+    APILogWorker.drain_all()
+    logging.getLogger("EventsWorker").warning("Still processing items: 3 items remaining...")
+""")
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / mode), "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
+           "PREFECT_CLIENT_MAX_RETRIES": "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    return subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_background_noise_goes_to_a_file_in_prefect_home(tmp_path):
+    plain = run(tmp_path, "plain")
+    assert "Error logging to API" in plain.stderr, "the scenario no longer makes Prefect's noise: " + plain.stderr[-2000:]
+    routed = run(tmp_path, "routed")
+    assert routed.returncode == 0, routed.stderr[-2000:]
+    assert routed.stderr == "" and routed.stdout == ""
+    log = (tmp_path / "routed" / "judgebench-background.log").read_text()
+    assert "shard 3 failed: kept" in log, "a log that could not be shipped was dropped"
+    assert "Still processing items" in log

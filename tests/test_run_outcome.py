@@ -1,0 +1,87 @@
+"""Progress counts judgments done out of judgments planned; unexpected errors exit 3 with one line."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from judgebench_flows import cli
+from judgebench_flows.console import JudgmentCounter
+from judgebench_flows.judging import Runtime, add_progress_hook, clear_progress_hooks, judge_pairs, settle_progress
+from judgebench_flows.llm import ChatCaller, RetryPolicy
+from judgebench_flows.records import Pair
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from judges import get_judge
+
+PAIRS = [Pair(pair_id=f"p{i}", source="mmlu-pro-math", question=f"{i}+{i}?", response_A=str(2 * i), response_B="x", label="A>B")
+         for i in range(5)]
+
+
+def test_counter_counts_each_judgment_once_across_retries_and_cached_shards() -> None:
+    shown: list[int] = []
+    counter = JudgmentCounter(shown.append)
+    for _ in range(10):  # shard 0: 10 judgments, some failed
+        counter.advance(0, 1, 10)
+    for _ in range(10):  # ...and its retry judges them all again
+        counter.advance(0, 1, 10)
+    assert counter.done == 10
+    counter.settle(0, 10)
+    counter.advance(0, 1, 10)  # a late tick after the shard settled changes nothing
+    counter.settle(1, 10)  # shard 1 served whole from Prefect's cache: no tick at all
+    assert counter.done == 20 and shown[-1] == 20
+
+
+def test_judging_ticks_per_shard_and_a_failed_shard_retried_stays_within_its_plan() -> None:
+    shown: list[int] = []
+    counter = JudgmentCounter(shown.append)
+    add_progress_hook(counter.advance, counter.settle)
+    try:
+        with FakeOpenAIServer("I cannot decide", fail_first=1, fail_kind="500") as server:
+
+            async def go():
+                caller = ChatCaller(base_url=server.base_url, model="m", api_key="sk-test",
+                                    retry=RetryPolicy(max_retries=0, initial_wait=0.01, max_wait=0.01))
+                runtime = Runtime(get_judge("vanilla"), caller)
+                try:
+                    first = await judge_pairs(PAIRS, runtime, (0, 1), shard_index=3)  # every call fails (500)
+                    again = await judge_pairs(PAIRS, runtime, (0, 1), shard_index=3)  # the shard's retry
+                    return first, again
+                finally:
+                    await caller.aclose()
+
+            first, again = asyncio.run(go())
+        assert {r.status for r in first} == {"failed"} and {r.status for r in again} == {"invalid"}
+        assert counter.done == 10, "a retried shard's judgments are not counted twice"
+        settle_progress(3, len(again))
+        settle_progress(4, 10)  # a cached shard
+        assert counter.done == 20
+    finally:
+        clear_progress_hooks()
+
+
+def test_unexpected_error_exits_3_with_one_line_and_the_traceback_in_a_log(monkeypatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setenv("JUDGEBENCH_CACHE_DIR", str(tmp_path))
+
+    def broken(args):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(cli, "command_history", broken)
+    assert cli.main(["history"]) == cli.EXIT_BUG == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("unexpected error: KeyError: 'surprise'") and "Traceback" not in err
+    assert "Traceback" in (tmp_path / "last-error.log").read_text()
+
+
+def test_run_failed_is_exit_4_and_documented() -> None:
+    assert cli.EXIT_RUN_FAILED == 4 and "4 the run measured too little" in cli.__doc__
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "`4`" in readme and "--max-failed-fraction" in readme
+
+
+@pytest.mark.parametrize("option, value", [("--reasoning-effort", "extreme"), ("--request-style", "magic")])
+def test_request_options_are_checked_before_anything_runs(option: str, value: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "--model", "m", option, value])
+    assert exit_.value.code == 2 and option in capsys.readouterr().err

@@ -101,7 +101,7 @@ def main() -> None:
     try:
         url, sha = make_repo(workdir)
         pairs_file = workdir / "JudgeBench" / "data" / GPT4O_FILE
-        judgebench = [sys.executable, "-m", "judgebench_flows.cli", "run", "--judge-type", "arena_hard", "--model", "bench",
+        judgebench = [sys.executable, "-m", "judgebench_flows.cli.main", "run", "--judge-type", "arena_hard", "--model", "bench",
                       "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE, "--base-url", base_url,
                       "--concurrency", str(args.concurrency), "--cache-dir", str(workdir / "clones"), "--no-progress"]
 
@@ -160,7 +160,7 @@ def small_runs(args: argparse.Namespace) -> None:
         small.write_text("".join(full.read_text().splitlines(keepends=True)[: args.small]))
 
         def ours(pairs: Path, run: Path, *extra: str) -> float:
-            return timed([sys.executable, "-m", "judgebench_flows.cli", "run", "--model", "bench", "--data-path", str(pairs),
+            return timed([sys.executable, "-m", "judgebench_flows.cli.main", "run", "--model", "bench", "--data-path", str(pairs),
                           "--base-url", base_url, "--concurrency", str(args.concurrency), "--no-progress",
                           "--result-path", str(run / "results.json"), "--output-dir", str(run / "out"),
                           "--db-url", f"sqlite:///{run}/results.db", *extra],

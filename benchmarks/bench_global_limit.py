@@ -29,7 +29,7 @@ from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
 
 def caller(base_url: str, concurrency: int, global_limit: str | None):
-    from judgebench_flows.llm import ChatCaller
+    from judgebench_flows.calls.llm import ChatCaller
 
     return ChatCaller(base_url=base_url, model="judge", api_key="sk-bench", concurrency=concurrency, global_limit=global_limit)
 
@@ -94,7 +94,7 @@ def main() -> None:
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    from judgebench_flows.global_limits import ensure_limit
+    from judgebench_flows.calls.global_limits import ensure_limit
 
     prefect = contextlib.nullcontext() if args.api_url else prefect_test_harness(server_startup_timeout=120)
     with prefect, FakeOpenAIServer("[[A>B]]") as server:

@@ -70,7 +70,7 @@ def make_synthetic(path: Path, n_pairs: int, seed: int = 0) -> None:
 
 
 def run_flow(config) -> tuple[dict, float, float]:
-    from flows.judgebench_flow import judgebench_flow
+    from judgebench_flows.flows.judgebench_flow import judgebench_flow
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     results = asyncio.run(judgebench_flow(config))
@@ -146,7 +146,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="jb-bench-"))
     # Shard results of an earlier benchmark (same synthetic data, same judge) must not answer this one.
     os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(workdir / "prefect-results")
-    from judgebench_flows.config import RunConfig
+    from judgebench_flows.core.config import RunConfig
 
     server = start_server(args.latency, args.port)
     base_url = f"http://127.0.0.1:{args.port}/v1"

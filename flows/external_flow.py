@@ -19,11 +19,11 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from judges.external.config import ExternalJudgeConfig
-from judges.external.run import finish, preflight, shards
-from judges.external.scoring import RowResult
-from judges.external.summary import to_markdown
-from tasks.external import score_shard
+from judgebench_flows.judges.external.config import ExternalJudgeConfig
+from judgebench_flows.judges.external.run import finish, preflight, shards
+from judgebench_flows.judges.external.scoring import RowResult
+from judgebench_flows.judges.external.summary import to_markdown
+from judgebench_flows.tasks.external import score_shard
 
 ARTIFACT_KEY = "external-judge-summary"
 

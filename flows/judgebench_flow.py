@@ -28,24 +28,24 @@ from prefect.context import get_run_context
 from prefect.states import State
 from prefect.utilities.annotations import quote
 
-from judgebench_flows import db
-from judgebench_flows.artifact_keys import configuration_slug
-from judgebench_flows.config import RunConfig
-from judgebench_flows.dataset import data_file_in
-from judgebench_flows.errors import RunFailed, UserError
-from judgebench_flows.global_limits import ensure_limits
-from judgebench_flows.judging import (
+from judgebench_flows.data import db
+from judgebench_flows.core.artifact_keys import configuration_slug
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.data.dataset import data_file_in
+from judgebench_flows.core.errors import RunFailed, UserError
+from judgebench_flows.calls.global_limits import ensure_limits
+from judgebench_flows.judging.shards import (
     JudgeSpec, Shard, announce_total, build_judge, close_runtimes, judge_spec, make_shards, request_report_of, settle_progress, with_prompts,
 )
-from judgebench_flows.metrics import Tally, pair_scores
-from judgebench_flows.llm import CallStats
-from judgebench_flows.records import JudgmentRecord
-from judgebench_flows.secrets import install_log_redaction
-from judgebench_flows.results import build_results, correctness_of, jsonl_rows, regression_check, write_jsonl
-from tasks.fetch import fetch_dataset
-from tasks.judge import ShardIncomplete, shard_task
-from tasks.load import index_dataset
-from tasks.publish import judgment_rows, publish_results
+from judgebench_flows.scoring.metrics import Tally, pair_scores
+from judgebench_flows.calls.llm import CallStats
+from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.core.secrets import install_log_redaction
+from judgebench_flows.scoring.results import build_results, correctness_of, jsonl_rows, regression_check, write_jsonl
+from judgebench_flows.tasks.fetch import fetch_dataset
+from judgebench_flows.tasks.judge import ShardIncomplete, shard_task
+from judgebench_flows.tasks.load import index_dataset
+from judgebench_flows.tasks.publish import judgment_rows, publish_results
 
 
 def output_judge_name(config: RunConfig) -> str:

@@ -1,6 +1,6 @@
 """The leaderboard as a Prefect flow (an artifact in the UI), and the section the nightly summary embeds.
 
-The scoring itself is `judgebench_flows.leaderboard` (plain Python): `judgebench leaderboard` runs it
+The scoring itself is `judgebench_flows.scoring.leaderboard` (plain Python): `judgebench leaderboard` runs it
 directly, because booting a temporary Prefect server would take longer than scoring every published file.
 This flow wraps the same call for deployments and for `judgebench leaderboard --flow`.
 """
@@ -15,9 +15,9 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
-from judgebench_flows.config import DEFAULT_DB_URL
-from judgebench_flows.dataset import DEFAULT_REF, DEFAULT_REPO_URL, public_url
-from judgebench_flows.leaderboard import LeaderboardSettings, build_leaderboard, markdown, write_outputs
+from judgebench_flows.core.config import DEFAULT_DB_URL
+from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL, public_url
+from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, markdown, write_outputs
 
 LEADERBOARD_ARTIFACT_KEY = "judgebench-leaderboard"
 

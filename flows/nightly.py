@@ -25,11 +25,11 @@ from prefect.artifacts import acreate_markdown_artifact
 from prefect.states import State
 from pydantic import BaseModel
 
-from flows.judgebench_flow import judgebench_flow, measured_too_little
-from judgebench_flows.artifact_keys import NIGHTLY_KEY, configuration_slug
-from judgebench_flows.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
-from judgebench_flows.dataset import DEFAULT_REF, DEFAULT_REPO_URL
-from judgebench_flows.matrix import MatrixEntry, cell_name, load_matrix
+from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
+from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
+from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
+from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
+from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
 
@@ -159,7 +159,7 @@ async def nightly_benchmarks(
         log("%s: %s, accuracy %s%s", entry.name, outcome.status, _pct(outcome.accuracy), f" ({outcome.message})" if outcome.message else "")
         outcomes.append(outcome)
 
-    from flows.leaderboard_flow import nightly_leaderboard_section  # the leaderboard with tonight's rows (never raises)
+    from judgebench_flows.flows.leaderboard_flow import nightly_leaderboard_section  # the leaderboard with tonight's rows (never raises)
 
     leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
@@ -247,7 +247,7 @@ def _flow_run_link(flow_run_id: str | None) -> str:
 
 def adhoc_markdown(outcome: CellOutcome, results: dict[str, Any] | None, subflow_id: str | None) -> str:
     """The ad-hoc run's own page: the results summary of the judging subflow, and where everything is."""
-    from tasks.publish import summary_markdown as run_summary
+    from judgebench_flows.tasks.publish import summary_markdown as run_summary
 
     head = [f"**Status: {outcome.status}**" + (f": {outcome.message}" if outcome.message else ""), ""]
     body = [run_summary(results)] if results and results.get("run") else ["No results were published (the run stopped before judging finished)."]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from judgebench_flows.errors import UserError
-from judges.builtin import BUILTIN_JUDGES, PromptJudge
-from judges.custom import CustomJudge, ParseFailed
-from judges.prompts import TemplateSet
-from judges.reward import REWARD_JUDGE_TYPE, RewardJudge
-from judges.tokenized import TOKENIZED_JUDGES, TokenizedJudge, build_tokenized_judge
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.builtin import BUILTIN_JUDGES, PromptJudge
+from judgebench_flows.judges.custom import CustomJudge, ParseFailed
+from judgebench_flows.judges.prompts import TemplateSet
+from judgebench_flows.judges.reward import REWARD_JUDGE_TYPE, RewardJudge
+from judgebench_flows.judges.tokenized import TOKENIZED_JUDGES, TokenizedJudge, build_tokenized_judge
 
 JUDGE_TYPES: tuple[str, ...] = (*BUILTIN_JUDGES, *TOKENIZED_JUDGES, REWARD_JUDGE_TYPE, "custom", "external")
 
@@ -36,7 +36,7 @@ def get_judge(
     if judge_type == "external":
         if not external_judge_path:
             raise UserError("--judge-type external needs --external-judge-path FILE.py")
-        from judges.external.pairwise import ExternalPairwiseJudge
+        from judgebench_flows.judges.external.pairwise import ExternalPairwiseJudge
 
         return ExternalPairwiseJudge(external_judge_path, external_judge_function, external_judge_config)
     if judge_type == "custom":

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from judges import parsing
-from judges.prompts import TemplateSet
+from judgebench_flows.judges import parsing
+from judgebench_flows.judges.prompts import TemplateSet
 
 Messages = list[dict[str, str]]
 VariablesFn = Callable[[str, str, str], dict[str, str]]

@@ -14,9 +14,9 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.errors import UserError
-from judgebench_flows.records import DECISIONS
-from judges.files import ImportFailed, import_file, one_line
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.records import DECISIONS
+from judgebench_flows.judges.files import ImportFailed, import_file, one_line
 
 
 class ParseFailed(Exception):

@@ -12,27 +12,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from judges.custom import ParseFailed
-from judges.parsing import strip_reasoning
-
-
-@dataclass
-class Completion:
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached: bool = False
-    key: str = ""
-    # Why the answer ended ("stop", "length", ...) and the tokens a reasoning model spent thinking.
-    finish_reason: str | None = None
-    reasoning_tokens: int = 0
-
-
-class CallFailed(Exception):
-    """A call that produced no answer after its retries, or one the endpoint rejected for this request."""
-
-
-Complete = Callable[[list[dict[str, str]], dict[str, Any]], Awaitable[Completion]]
+from judgebench_flows.core.completion import CallFailed, Complete, Completion
+from judgebench_flows.judges.custom import ParseFailed
+from judgebench_flows.judges.parsing import strip_reasoning
 
 
 class Judge(Protocol):

@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from judgebench_flows.errors import UserError
+from judgebench_flows.core.errors import UserError
 
 
 def _environment(loader: jinja2.BaseLoader) -> ImmutableSandboxedEnvironment:
@@ -57,7 +57,7 @@ class TemplateSet:
         loaders: list[jinja2.BaseLoader] = []
         if self.directory is not None:
             loaders.append(_ContainedLoader(str(self.directory)))
-        loaders.append(jinja2.FileSystemLoader(str(resources.files("templates") / "prompts")))
+        loaders.append(jinja2.FileSystemLoader(str(resources.files("judgebench_flows.templates") / "prompts")))
         self._env = _environment(jinja2.ChoiceLoader(loaders))
         self._sources: dict[str, str] = {}
         self._compiled: dict[str, jinja2.Template] = {}

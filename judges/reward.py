@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from judges.procedure import CallFailed, Complete, Completion, Outcome
+from judgebench_flows.judges.procedure import CallFailed, Complete, Completion, Outcome
 
 REWARD_JUDGE_TYPE = "reward_model"
 Messages = list[dict[str, str]]
@@ -68,7 +68,7 @@ class RewardJudge:
         import dataclasses
         import os
 
-        from judges.reward_local import local_reward_model, require_torch
+        from judgebench_flows.calls.local_reward import local_reward_model, require_torch
 
         require_torch()
         local_reward_model(model, os.environ.get("JUDGEBENCH_REWARD_DEVICE") or None)

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from judgebench_flows.errors import UserError
-from judges import parsing
-from judges.builtin import Messages, PromptJudge
-from judges.prompts import TemplateSet
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges import parsing
+from judgebench_flows.judges.builtin import Messages, PromptJudge
+from judgebench_flows.judges.prompts import TemplateSet
 
 CONTEXT_LIMIT = 2048
 # Special-token strings PandaLM's reference strips from the responses it is shown.

@@ -16,9 +16,9 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from judgebench_flows.errors import UserError
-from judges.external.run import judge_shard
-from judges.external.scoring import RowResult
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.external.run import judge_shard
+from judgebench_flows.judges.external.scoring import RowResult
 
 
 def retry_unless_user_error(task: Any, task_run: Any, state: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Prefect task: clone the benchmark repository at a pinned ref (see judgebench_flows.dataset)."""
+"""Prefect task: clone the benchmark repository at a pinned ref (see judgebench_flows.data.dataset)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 from prefect import task
 
-from judgebench_flows.dataset import Checkout, fetch_repository
-from judgebench_flows.errors import UserError
+from judgebench_flows.data.dataset import Checkout, fetch_repository
+from judgebench_flows.core.errors import UserError
 
 
 async def _network_hiccup(task, task_run, state) -> bool:

@@ -13,9 +13,9 @@ from datetime import timedelta
 
 from prefect import get_run_logger, task
 
-from judgebench_flows.errors import UserError
-from judgebench_flows.judging import JudgeSpec, Shard, judge_pairs, runtime_for, shard_cache_key_of
-from judgebench_flows.records import JudgmentRecord
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judging.shards import JudgeSpec, Shard, judge_pairs, runtime_for, shard_cache_key_of
+from judgebench_flows.core.records import JudgmentRecord
 
 
 class ShardIncomplete(Exception):

@@ -10,7 +10,7 @@ import asyncio
 
 from prefect import get_run_logger, task
 
-from judgebench_flows.loading import PairIndex, select_pairs
+from judgebench_flows.data.loading import PairIndex, select_pairs
 
 
 @task(name="index-pairs")

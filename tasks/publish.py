@@ -17,15 +17,17 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from judgebench_flows import artifact_keys, db
-from judgebench_flows.records import JudgmentRecord
-from judgebench_flows.results import write_json
+from judgebench_flows.core import artifact_keys
+
+from judgebench_flows.data import db
+from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.scoring.results import write_json
 
 
 def output_file_name(data_file: str, judge_name: str, model: str) -> str:
     """JudgeBench's own naming: <dataset>,judge_name=<judge>,judge_model=<model>.jsonl; shortened to a
     readable prefix plus a hash when a long model name would make it too long for the filesystem."""
-    from judgebench_flows.outputs import short_name
+    from judgebench_flows.data.outputs import short_name
 
     stem = Path(data_file).name.removesuffix(".jsonl")
     return short_name(f"{stem},judge_name={judge_name},judge_model={model.replace('/', '_')}", ".jsonl")
@@ -132,7 +134,7 @@ def publish_results(
     engine = db.open_database(db_url)
     db.save_metrics(engine, metric_rows(run_id, results))
     if write_report:
-        from judgebench_flows.report import write_report as render
+        from judgebench_flows.scoring.report import write_report as render
 
         history = [
             {"run_id": r.run_id, "started": r.started.isoformat(), "accuracy": r.overall_accuracy, "ci_low": r.ci_low, "ci_high": r.ci_high}

@@ -138,7 +138,7 @@ def run_cli(tmp_path, prefect_server) -> Callable[..., subprocess.CompletedProce
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         full_env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
         return subprocess.run(
-            [sys.executable, "-m", "judgebench_flows.cli", *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-m", "judgebench_flows.cli.main", *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout
         )
 
     return run

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.errors import UserError
-from judges import CustomJudge, ParseFailed, get_judge
-from judges.builtin import ARENA_HARD_FOLLOW_UP
-from judges.procedure import CallFailed, Completion, Outcome, judge_one_order
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges import CustomJudge, ParseFailed, get_judge
+from judgebench_flows.judges.builtin import ARENA_HARD_FOLLOW_UP
+from judgebench_flows.judges.procedure import CallFailed, Completion, Outcome, judge_one_order
 
 GOOD = '''
 PROMPT = "Q: {q}\\nA: {a}\\nB: {b}\\nAnswer A or B."

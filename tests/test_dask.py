@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.global_limits import limit_names
+from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, load_jsonl, shown_pair
 

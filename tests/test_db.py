@@ -17,9 +17,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import sqlalchemy as sa
 
-from judgebench_flows import db
-from judgebench_flows.records import JudgmentRecord
-from tasks.publish import judgment_rows, metric_rows
+from judgebench_flows.data import db
+from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.tasks.publish import judgment_rows, metric_rows
 
 PG_ADMIN_URL = os.environ.get("JUDGEBENCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from judgebench_flows import db
-from judgebench_flows.errors import UserError
-from judgebench_flows.matrix import cell_name, load_matrix, parse_matrix
+from judgebench_flows.data import db
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.deployments.matrix import cell_name, load_matrix, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def _wait_final(flow_run_id, timeout: float = 120):
 @pytest.mark.slow
 def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
     """`prefect deploy --all` with the project file, then `prefect deployment ls` lists both deployments."""
-    from deployments.deploy import ensure_work_pool
+    from judgebench_flows.deployments.deploy import ensure_work_pool
 
     ensure_work_pool(POOL)
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
@@ -119,7 +119,7 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
-    from deployments.deploy import deploy_all
+    from judgebench_flows.deployments.deploy import deploy_all
 
     assert len(deploy_all(ROOT, POOL)) == 2
     nightly = _read_deployment("nightly-benchmarks/nightly")
@@ -167,7 +167,7 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(prefect_server, j
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
-    from flows.nightly import NIGHTLY_ARTIFACT_KEY, nightly_benchmarks
+    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY, nightly_benchmarks
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     url, sha = judgebench_repo

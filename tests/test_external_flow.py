@@ -16,10 +16,10 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
 
-from flows.external_flow import ARTIFACT_KEY, run_external
-from judgebench_flows.errors import UserError
-from judges.external.config import external_config_from_options
-from tasks.external import score_shard
+from judgebench_flows.flows.external_flow import ARTIFACT_KEY, run_external
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.external.config import external_config_from_options
+from judgebench_flows.tasks.external import score_shard
 
 pytestmark = pytest.mark.slow
 

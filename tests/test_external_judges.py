@@ -7,10 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from judges.external import exact_match, numeric_tolerance, pairwise_exact
-from judges.external.loader import load_judge
-from judges.external.scoring import InvalidJudgeOutput, RowResult, check_decision, check_score, score_rows
-from judges.external.summary import bin_index, summarize
+from judgebench_flows.judges.external import exact_match, numeric_tolerance, pairwise_exact
+from judgebench_flows.judges.external.loader import load_judge
+from judgebench_flows.judges.external.scoring import InvalidJudgeOutput, RowResult, check_decision, check_score, score_rows
+from judgebench_flows.judges.external.summary import bin_index, summarize
 
 COLUMNS = {"model_output_column": "response", "reference_column": "ground_truth"}
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from judgebench_flows.errors import UserError
-from judges.external.config import ExternalJudgeConfig, external_config_from_options, judge_config
-from judges.external.data import check_columns, read_data, with_results, write_scored
-from judges.external.loader import judge_form, load_judge
-from judges.external.run import preflight, shards
-from judges.external.scoring import RowResult
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.external.config import ExternalJudgeConfig, external_config_from_options, judge_config
+from judgebench_flows.judges.external.data import check_columns, read_data, with_results, write_scored
+from judgebench_flows.judges.external.loader import judge_form, load_judge
+from judgebench_flows.judges.external.run import preflight, shards
+from judgebench_flows.judges.external.scoring import RowResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "external"
 FLAKY = str(FIXTURES / "flaky_judge.py")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.dataset import Checkout, check_repo_url, data_file_in, fetch_repository, public_url
-from judgebench_flows.errors import UserError
-from judgebench_flows.loading import load_pairs
+from judgebench_flows.data.dataset import Checkout, check_repo_url, data_file_in, fetch_repository, public_url
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.loading import load_pairs
 from tests.conftest import GPT4O_FILE, git, make_repo
 
 
@@ -345,6 +345,6 @@ def test_the_clone_task_retries_passing_failures_only(failure, retried):
 
     from prefect.states import Failed
 
-    from tasks.fetch import _network_hiccup
+    from judgebench_flows.tasks.fetch import _network_hiccup
 
     assert asyncio.run(_network_hiccup(None, None, Failed(data=failure))) is retried

@@ -60,7 +60,7 @@ def test_long_model_name_gets_a_short_safe_file_name(run_cli, tmp_path: Path) ->
     (jsonl,) = (tmp_path / "results" / "run").glob("*.jsonl")
     assert len(jsonl.name.encode()) <= 255
     assert jsonl.name.startswith("pairs,judge_name=arena_hard,judge_model=org_mmm")
-    from tasks.publish import output_file_name
+    from judgebench_flows.tasks.publish import output_file_name
 
     assert output_file_name("pairs.jsonl", "arena_hard", model + "x") != jsonl.name  # the hash tells them apart
 
@@ -142,8 +142,8 @@ def test_credentials_in_urls_reach_no_store(run_cli, tmp_path: Path, judgebench_
 def test_credential_free_url_resolves_from_the_environment(monkeypatch) -> None:
     """A deployment's worker: the parameter holds the URL without its password, the worker's environment
     the full one; the database is opened with the full URL, the configuration never holds it."""
-    from judgebench_flows import credentials
-    from judgebench_flows.config import build_config
+    from judgebench_flows.core import credentials
+    from judgebench_flows.core.config import build_config
 
     full = "postgresql+psycopg://judge:s3cret-Worker-pw@db.example.invalid:5432/judgebench"
     monkeypatch.setenv("JUDGEBENCH_DB_URL", full)
@@ -157,8 +157,8 @@ def test_credential_free_url_resolves_from_the_environment(monkeypatch) -> None:
 
 
 def test_template_symlink_out_of_the_checkout_is_refused(tmp_path: Path) -> None:
-    from judgebench_flows.errors import UserError
-    from judges import get_judge
+    from judgebench_flows.core.errors import UserError
+    from judgebench_flows.judges import get_judge
 
     outside = tmp_path / "secret.txt"
     outside.write_text("root:x:0:0:SECRET-LINE\n")
@@ -177,8 +177,8 @@ def test_template_symlink_out_of_the_checkout_is_refused(tmp_path: Path) -> None
 
 
 def test_custom_judge_file_linking_out_is_refused(tmp_path: Path) -> None:
-    from judgebench_flows.errors import UserError
-    from judges import get_judge
+    from judgebench_flows.core.errors import UserError
+    from judgebench_flows.judges import get_judge
 
     real = tmp_path / "elsewhere" / "judge.py"
     real.parent.mkdir()
@@ -222,7 +222,7 @@ def test_two_identical_runs_at_once_each_count_what_they_sent(tmp_path: Path) ->
     what the two runs say they paid adds up to what the endpoint answered."""
     data = pairs_file(tmp_path / "pairs.jsonl", 10, tag="together ")
     with FakeOpenAIServer(VERDICT, latency=1.0) as server:
-        args = [sys.executable, "-m", "judgebench_flows.cli", *base_args(server, tmp_path, "--data-path", str(data), "--concurrency", "32")]
+        args = [sys.executable, "-m", "judgebench_flows.cli.main", *base_args(server, tmp_path, "--data-path", str(data), "--concurrency", "32")]
         # As a user runs them: no Prefect server, each run starts its own temporary one; shard results
         # go to the one result storage both read (the shard cache).
         env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
@@ -259,8 +259,8 @@ def test_paid_calls_count_answers_only_attempts_and_errors_beside(run_cli, tmp_p
 
 
 def test_tally_does_not_count_a_failed_call_as_paid() -> None:
-    from judgebench_flows.metrics import Tally
-    from judgebench_flows.records import JudgmentRecord
+    from judgebench_flows.scoring.metrics import Tally
+    from judgebench_flows.core.records import JudgmentRecord
 
     common = {"source": "s", "category": "s", "label": "A>B", "judge_model": "m"}
     records = [
@@ -275,7 +275,7 @@ def test_tally_does_not_count_a_failed_call_as_paid() -> None:
 
 
 def test_non_utf8_row_is_skipped_and_named(tmp_path: Path) -> None:
-    from judgebench_flows.loading import index_pairs
+    from judgebench_flows.data.loading import index_pairs
 
     path = tmp_path / "pairs.jsonl"
     rows = [json.dumps(pair(i)).encode() for i in range(3)]
@@ -317,7 +317,7 @@ def test_killed_run_is_marked_crashed_and_compare_warns(run_cli, tmp_path: Path,
         assert done.returncode == 0, done.stderr
         finished_id = results_of(tmp_path)["run"]["run_id"]
         server.configure(latency=60.0)
-        args = [sys.executable, "-m", "judgebench_flows.cli", *base_args(server, tmp_path, "--data-path", str(data), "--no-cache")]
+        args = [sys.executable, "-m", "judgebench_flows.cli.main", *base_args(server, tmp_path, "--data-path", str(data), "--no-cache")]
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
         victim = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -347,8 +347,7 @@ def test_killed_run_is_marked_crashed_and_compare_warns(run_cli, tmp_path: Path,
 def test_a_live_running_run_is_not_marked_crashed(tmp_path: Path) -> None:
     import socket
 
-    from judgebench_flows import db
-
+    from judgebench_flows.data import db
     engine = db.open_database(f"sqlite:///{tmp_path}/runs.db")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -360,8 +359,8 @@ def test_a_live_running_run_is_not_marked_crashed(tmp_path: Path) -> None:
 
 
 def test_compare_warns_when_runs_differ() -> None:
-    from judgebench_flows.compare import comparison_warnings
-    from judgebench_flows.db import RunRow
+    from judgebench_flows.scoring.compare import comparison_warnings
+    from judgebench_flows.data.db import RunRow
 
     a = RunRow(run_id="a" * 8, config_key="k", judge_type="arena_hard", model="m1", status="completed", config_json='{"single_game": false}')
     b = RunRow(run_id="b" * 8, config_key="k", judge_type="arena_hard", model="m2", status="completed", config_json='{"single_game": true}')
@@ -374,8 +373,8 @@ def test_compare_warns_when_runs_differ() -> None:
 
 
 def test_local_repository_refs(tmp_path: Path) -> None:
-    from judgebench_flows.dataset import fetch_repository
-    from judgebench_flows.errors import UserError
+    from judgebench_flows.data.dataset import fetch_repository
+    from judgebench_flows.core.errors import UserError
 
     source = tmp_path / "source"
     first = make_repo(source, {"data/x.jsonl": json.dumps(pair(0)) + "\n"}, copy_shared=False)

@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from judgebench_flows.config import RunConfig
+from judgebench_flows.core.config import RunConfig
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer, request_key
-from judgebench_flows.head_start import LOOP_SWITCH_INTERVAL, judge_with_head_start
-from judgebench_flows.prefect_server import PrefectStart, start_prefect
+from judgebench_flows.cli.head_start import LOOP_SWITCH_INTERVAL, judge_with_head_start
+from judgebench_flows.cli.prefect_server import PrefectStart, start_prefect
 from tests.conftest import GPT4O_FILE, SHARED, VERDICTS, oracle_responder, requires_shared
 
 PAIRS = 40

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.compare import compare_runs
+from judgebench_flows.scoring.compare import compare_runs
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import VERDICTS
 

@@ -136,8 +136,7 @@ def save_run(engine, run_id: str, config_key: str, data_file: str, pairs: list[d
              seed: int = 0, model: str = "my-judge") -> list[dict]:
     """A finished run in the results database, as the flow records one; returns its verdicts as rows
     in the outputs shape, for the plain metric."""
-    from judgebench_flows import db
-
+    from judgebench_flows.data import db
     rng = random.Random(seed)
     db.save_run(engine, run_id=run_id, config_key=config_key, judge_type="arena_hard", model=model, data_file=data_file,
                 status=status, started=started, finished=started + timedelta(minutes=5), n_pairs=len(pairs),
@@ -179,7 +178,7 @@ def assert_matches_official(entry: dict, rows: list[dict]) -> None:
 
 
 def test_published_numbers_equal_judgebench_metric(published, tmp_path) -> None:
-    from judgebench_flows.leaderboard import LeaderboardSettings, build_leaderboard
+    from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard
 
     board = build_leaderboard(LeaderboardSettings(repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"),
                                                   db_url=f"sqlite:///{tmp_path / 'none.db'}"))
@@ -214,8 +213,8 @@ def results_db(request, tmp_path) -> str:
 
 
 def test_our_latest_finished_run_per_configuration_is_listed(published, tmp_path, results_db) -> None:
-    from judgebench_flows import db
-    from judgebench_flows.leaderboard import LeaderboardSettings, build_leaderboard
+    from judgebench_flows.data import db
+    from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard
 
     db_path = tmp_path / "results.db"
     engine = db.open_database(results_db)
@@ -262,7 +261,7 @@ class _Tables(HTMLParser):
 
 def test_cli_writes_json_contract_and_sortable_html(published, tmp_path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "judgebench_flows.cli", "leaderboard", "--repo-url", published["url"], "--ref", published["sha"],
+        [sys.executable, "-m", "judgebench_flows.cli.main", "leaderboard", "--repo-url", published["url"], "--ref", published["sha"],
          "--cache-dir", str(tmp_path / "cache"), "--db-url", f"sqlite:///{tmp_path / 'no.db'}",
          "--result-path", str(tmp_path / "lb.json"), "--output-dir", str(tmp_path / "html")],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
@@ -292,7 +291,7 @@ def test_cli_writes_json_contract_and_sortable_html(published, tmp_path) -> None
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "judgebench_flows.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "judgebench_flows.cli.main", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def test_bad_inputs_exit_2_with_one_line(published, tmp_path) -> None:
@@ -334,7 +333,7 @@ RESCORE_CASES = [
 
 
 def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> None:
-    from judgebench_flows.rescore import rescore_file
+    from judgebench_flows.judging.rescore import rescore_file
 
     pairs = _sample(gpt4o_pairs, 40, 9)
     rng = random.Random(10)
@@ -377,9 +376,9 @@ def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> 
 
 
 def test_nightly_summary_section_lists_tonights_runs(published, tmp_path) -> None:
-    from flows.leaderboard_flow import nightly_leaderboard_section
-    from judgebench_flows import db
-    from judgebench_flows.config import build_config
+    from judgebench_flows.flows.leaderboard_flow import nightly_leaderboard_section
+    from judgebench_flows.data import db
+    from judgebench_flows.core.config import build_config
 
     db_url = f"sqlite:///{tmp_path / 'nightly.db'}"
     save_run(db.open_database(db_url), "tonight999", "cfg-n", GPT4O_FILE, published["gpt4o"], datetime.now(timezone.utc), seed=7)
@@ -398,7 +397,7 @@ def test_leaderboard_as_flow_writes_an_artifact(published, tmp_path, run_cli) ->
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from flows.leaderboard_flow import LEADERBOARD_ARTIFACT_KEY
+    from judgebench_flows.flows.leaderboard_flow import LEADERBOARD_ARTIFACT_KEY
 
     result = run_cli("leaderboard", "--flow", "--repo-url", published["url"], "--ref", published["sha"],
                      "--db-url", f"sqlite:///{tmp_path / 'none.db'}", "--result-path", str(tmp_path / "lb.json"),
@@ -412,7 +411,7 @@ def test_leaderboard_as_flow_writes_an_artifact(published, tmp_path, run_cli) ->
 
 def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:
     """Our runs' JSONL carries status per judgment: a re-parsed invalid answer becomes ok, a failed call stays failed."""
-    from judgebench_flows.rescore import rescore_file
+    from judgebench_flows.judging.rescore import rescore_file
 
     pair = gpt4o_pairs[0]
     row = {**pair, "judge_name": "skywork_critic", "judgments": [

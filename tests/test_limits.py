@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.errors import UserError
-from judgebench_flows.global_limits import GlobalLimitError, ensure_limit, ensure_limits, limit_names
-from judgebench_flows.llm import AdaptiveLimit, ChatCaller, RetryPolicy
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.calls.global_limits import GlobalLimitError, ensure_limit, ensure_limits, limit_names
+from judgebench_flows.calls.llm import AdaptiveLimit, ChatCaller, RetryPolicy
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows import db
-from judgebench_flows.errors import FatalEndpointError
-from judgebench_flows.judging import Runtime, judge_pair
-from judgebench_flows.llm import ChatCaller, RetryPolicy
-from judgebench_flows.records import Pair
+from judgebench_flows.data import db
+from judgebench_flows.core.errors import FatalEndpointError
+from judgebench_flows.judging.shards import Runtime, judge_pair
+from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.core.records import Pair
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from judges import get_judge
-from judges.procedure import CallFailed
+from judgebench_flows.judges import get_judge
+from judgebench_flows.judges.procedure import CallFailed
 
 SERVER_KEY = "sk-server-side-key-0123456789"
 CALLER_KEY = "sk-caller-side-key-9876543210"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.errors import UserError
-from judgebench_flows.loading import load_pairs, sample_pairs, shuffle_responses
-from judgebench_flows.records import Pair
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.loading import load_pairs, sample_pairs, shuffle_responses
+from judgebench_flows.core.records import Pair
 from tests.conftest import GPT4O_FILE, SHARED, requires_shared
 
 

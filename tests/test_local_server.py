@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.local_server import Slot, alive, cpu_ticks, server_key, start_timeout
+from judgebench_flows.cli.local_server import Slot, alive, cpu_ticks, server_key, start_timeout
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 

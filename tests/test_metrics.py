@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from judgebench_flows.metrics import Tally, pair_scores
-from judgebench_flows.records import JudgmentRecord, category_of, flip
-from judgebench_flows.results import build_results
+from judgebench_flows.scoring.metrics import Tally, pair_scores
+from judgebench_flows.core.records import JudgmentRecord, category_of, flip
+from judgebench_flows.scoring.results import build_results
 
 SOURCES = ["mmlu-pro-law", "livebench-math", "livebench-reasoning", "livecodebench", "other-source"]
 

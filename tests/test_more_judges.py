@@ -11,11 +11,11 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from judgebench_flows.errors import UserError
-from judges import BUILTIN_JUDGES, JUDGE_TYPES, TOKENIZED_JUDGES, get_judge
-from judges.parsing import judge_lm_scores, parse_compass_judger, parse_judge_lm, parse_panda_lm
-from judges.prompts import TemplateSet
-from judges.tokenized import build_tokenized_judge, load_tokenizer
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges import BUILTIN_JUDGES, JUDGE_TYPES, TOKENIZED_JUDGES, get_judge
+from judgebench_flows.judges.parsing import judge_lm_scores, parse_compass_judger, parse_judge_lm, parse_panda_lm
+from judgebench_flows.judges.prompts import TemplateSet
+from judgebench_flows.judges.tokenized import build_tokenized_judge, load_tokenizer
 
 from tests.conftest import SHARED, requires_shared
 
@@ -248,8 +248,8 @@ def test_an_unloadable_tokenizer_is_one_line(tmp_path: Path) -> None:
 @requires_shared
 def test_completions_judges_go_through_the_completions_api(fake_server) -> None:
     """judge_lm over HTTP: POST /v1/completions with the raw prompt and JudgeLM's sampling; verdict parsed."""
-    from judgebench_flows.llm import ChatCaller
-    from judges.procedure import judge_one_order
+    from judgebench_flows.calls.llm import ChatCaller
+    from judgebench_flows.judges.procedure import judge_one_order
 
     seen: list[dict] = []
 
@@ -273,7 +273,7 @@ def test_completions_judges_go_through_the_completions_api(fake_server) -> None:
     assert "messages" not in body and body["prompt"] == judge.format("q", "a", "b")[0]["content"]
     assert body["temperature"] == 0.0 and body["max_tokens"] == 16
     # The same messages sent to chat would be another request: different cache keys.
-    from judgebench_flows.llm import request_key
+    from judgebench_flows.calls.llm import request_key
 
     assert key != request_key(fake_server.base_url, "judgelm-7b", judge.format("q", "a", "b"), judge.sampling)
 

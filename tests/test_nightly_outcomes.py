@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from judgebench_flows import db
-from judgebench_flows.artifact_keys import configuration_slug
-from judgebench_flows.config import RunConfig, build_config
-from judgebench_flows.errors import UserError
-from judgebench_flows.matrix import cell_name, parse_matrix
+from judgebench_flows.data import db
+from judgebench_flows.core.artifact_keys import configuration_slug
+from judgebench_flows.core.config import RunConfig, build_config
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.deployments.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
 OTHER_KEY = "sk-other-endpoint-key-7d1c0b9e"
@@ -103,7 +103,7 @@ def test_each_model_has_its_endpoint_and_key_source():
 
 
 def _night(matrix_path):
-    from flows.nightly import nightly_benchmarks
+    from judgebench_flows.flows.nightly import nightly_benchmarks
 
     return asyncio.run(nightly_benchmarks.with_options(retries=0)(str(matrix_path), return_state=True))
 
@@ -112,7 +112,7 @@ def _summary(state) -> str:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
-    from flows.nightly import NIGHTLY_ARTIFACT_KEY
+    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
@@ -179,7 +179,7 @@ def test_adhoc_run_shows_results_and_links_on_its_own_page(prefect_server, judge
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId
 
-    from flows.nightly import judgebench_adhoc
+    from judgebench_flows.flows.nightly import judgebench_adhoc
 
     monkeypatch.setenv("ADHOC_KEY", CANARY_KEY)
     url, sha = judgebench_repo
@@ -216,8 +216,8 @@ def test_key_sources_are_read_by_name(prefect_server, monkeypatch):
     block that does not exist is one clear line, not a call made with no key."""
     from prefect.blocks.system import Secret
 
-    from judgebench_flows.api_keys import read_api_key
-    from judgebench_flows.secrets import redact
+    from judgebench_flows.core.api_keys import read_api_key
+    from judgebench_flows.core.secrets import redact
 
     Secret(value=OTHER_KEY).save("judge-b-key", overwrite=True)
     assert read_api_key(None, "judge-b-key") == OTHER_KEY and redact(f"x {OTHER_KEY} y") == "x *** y"

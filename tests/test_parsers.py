@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from judgebench_flows.records import CATEGORIES, category_of, flip
-from judges.parsing import (
+from judgebench_flows.core.records import CATEGORIES, category_of, flip
+from judgebench_flows.judges.parsing import (
     parse_arena_hard,
     parse_auto_j,
     parse_prometheus_2,

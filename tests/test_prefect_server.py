@@ -41,7 +41,7 @@ def run_command(server: FakeOpenAIServer, tmp_path: Path, samples: int) -> tuple
     env.update(OPENAI_API_KEY=CANARY_KEY, PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                JUDGEBENCH_SERVER_KEEPALIVE="0")  # the server stops with its run (kept servers: test_server_start.py)
     command = [
-        sys.executable, "-m", "judgebench_flows.cli", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
+        sys.executable, "-m", "judgebench_flows.cli.main", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
         "--max-samples", str(samples), "--model", "judge", "--base-url", server.base_url, "--no-progress",
         "--db-url", f"sqlite:///{tmp_path / 'results.db'}", "--result-path", str(tmp_path / "results.json"),
         "--output-dir", str(tmp_path / "run"), "--no-report", "--concurrency", "4",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.errors import UserError
-from judges import BUILTIN_JUDGES, JUDGE_TYPES, get_judge
-from judges.builtin import ARENA_HARD_FOLLOW_UP, PROMETHEUS_RUBRIC, PROMETHEUS_SYSTEM
-from judges.prompts import TemplateSet
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges import BUILTIN_JUDGES, JUDGE_TYPES, get_judge
+from judgebench_flows.judges.builtin import ARENA_HARD_FOLLOW_UP, PROMETHEUS_RUBRIC, PROMETHEUS_SYSTEM
+from judgebench_flows.judges.prompts import TemplateSet
 
 from tests.conftest import SHARED, requires_shared
 

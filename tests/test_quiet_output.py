@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     import logging, sys
     from prefect.logging.handlers import APILogWorker
     if sys.argv[1] == "routed":
-        from judgebench_flows.quiet import route_background_output
+        from judgebench_flows.cli.quiet import route_background_output
         route_background_output()
     APILogWorker.instance().send({"name": "prefect.flow_runs", "level": 40, "message": "shard 3 failed: kept",
                                   "timestamp": "2026-01-01T00:00:00Z", "flow_run_id": None, "task_run_id": None})

@@ -29,7 +29,7 @@ def readme_command(repo: tuple[str, str], server: FakeOpenAIServer, tmp_path: Pa
 
 
 def arena_system() -> str:
-    from judges.prompts import TemplateSet
+    from judgebench_flows.judges.prompts import TemplateSet
 
     return TemplateSet(SHARED / "utils" / "templates").render("arena_hard_judge_system")
 

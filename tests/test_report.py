@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.records import CATEGORIES, JudgmentRecord
-from judgebench_flows.report import PROMPT_PREVIEW_CHARS, render_report, write_report
+from judgebench_flows.core.records import CATEGORIES, JudgmentRecord
+from judgebench_flows.scoring.report import PROMPT_PREVIEW_CHARS, render_report, write_report
 
 SOURCES = ("mmlu-pro-law", "mmlu-pro-math", "livebench-reasoning", "livebench-math", "livecodebench")
 HOSTILE = 'Both are fine & <script>alert(1)</script> so [[A>B]] <img src=x onerror="alert(2)">'

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.errors import RunFailed
-from judgebench_flows.llm import ChatCaller, RetryPolicy, request_key
-from judgebench_flows.request_rules import O1, REASONING, STANDARD, fold_system, rule_for, shape
+from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.calls.llm import ChatCaller, RetryPolicy, request_key
+from judgebench_flows.calls.request_rules import O1, REASONING, STANDARD, fold_system, rule_for, shape
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer, openai_rejection
-from judges import get_judge
-from judges.procedure import CallFailed, judge_one_order
+from judgebench_flows.judges import get_judge
+from judgebench_flows.judges.procedure import CallFailed, judge_one_order
 
 SYSTEM = "  Please act as an impartial judge.\n"
 USER = "<|User Prompt|>\nWhat is 2+2?\n<|The Start of Assistant A's Answer|>4"

@@ -53,7 +53,7 @@ def cli_env(**extra: str) -> dict[str, str]:
 def run_args(repo: tuple[str, str], server: FakeOpenAIServer, workdir: Path, *extra: str, samples: int = SAMPLES) -> list[str]:
     url, sha = repo
     return [
-        sys.executable, "-m", "judgebench_flows.cli", "run", "--model", MODEL,
+        sys.executable, "-m", "judgebench_flows.cli.main", "run", "--model", MODEL,
         "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE, "--base-url", server.base_url,
         "--max-samples", str(samples), "--db-url", f"sqlite:///{workdir}/judgebench.db",
         "--no-progress", "--no-report", *FAST_RETRIES, *extra,

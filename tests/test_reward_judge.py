@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.llm import ChatCaller
-from judgebench_flows.other_apis import answer_of, pooled_score, server_root
+from judgebench_flows.calls.llm import ChatCaller
+from judgebench_flows.calls.other_apis import answer_of, pooled_score, server_root
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from judges import get_judge
-from judges.reward import RewardJudge, judge_by_scores
+from judgebench_flows.judges import get_judge
+from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
 
 from tests.conftest import GPT4O_FILE, load_jsonl
 
@@ -94,7 +94,7 @@ def test_identical_responses_cost_one_call(fake_server: FakeOpenAIServer) -> Non
 def test_a_failed_scoring_call_fails_the_pair_and_is_never_a_verdict(fake_server: FakeOpenAIServer) -> None:
     fake_server.set_responder(scores_by_text({"a": 1.0, "b": 2.0}))
     fake_server.configure(fail_first=10, fail_kind="500")
-    from judgebench_flows.llm import RetryPolicy
+    from judgebench_flows.calls.llm import RetryPolicy
 
     results = run_pair(fake_server, "q", "a", "b", caller_kwargs={"retry": RetryPolicy(max_retries=1, initial_wait=0.01, max_wait=0.02)})
     assert [o.status for o, _ in results] == ["failed", "failed"] and all(s is None for _, s in results)

@@ -57,7 +57,7 @@ def direct_score(path: Path, question: str, response: str) -> float:
 
 
 def test_local_model_scores_as_judgebench_does(tiny_reward_model: Path) -> None:
-    from judges.reward_local import LocalRewardModel
+    from judgebench_flows.calls.local_reward import LocalRewardModel
 
     scorer = LocalRewardModel(str(tiny_reward_model), "cpu")
     assert scorer.family == "skywork"
@@ -66,7 +66,7 @@ def test_local_model_scores_as_judgebench_does(tiny_reward_model: Path) -> None:
 
 
 def test_families_are_told_apart() -> None:
-    from judges.reward_local import family_of
+    from judgebench_flows.calls.local_reward import family_of
 
     assert family_of("internlm/internlm2-20b-reward") == "internlm2"
     assert family_of("Ray2333/GRM-Gemma-2B-rewardmodel-ft") == "grm"
@@ -75,8 +75,8 @@ def test_families_are_told_apart() -> None:
 
 
 def test_a_model_that_cannot_load_is_one_line(tmp_path: Path) -> None:
-    from judgebench_flows.errors import UserError
-    from judges.reward_local import LocalRewardModel
+    from judgebench_flows.core.errors import UserError
+    from judgebench_flows.calls.local_reward import LocalRewardModel
 
     with pytest.raises(UserError, match="cannot load reward model") as err:
         LocalRewardModel(str(tmp_path / "missing"), "cpu")
@@ -85,9 +85,9 @@ def test_a_model_that_cannot_load_is_one_line(tmp_path: Path) -> None:
 
 def test_whole_path_through_the_caller_with_the_call_cache(tiny_reward_model: Path, tmp_path: Path) -> None:
     """The local backend is an API of the same caller: scores cached by request, reused on a re-run."""
-    from judgebench_flows import db
-    from judgebench_flows.llm import ChatCaller
-    from judges.reward import RewardJudge, judge_by_scores
+    from judgebench_flows.data import db
+    from judgebench_flows.calls.llm import ChatCaller
+    from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
 
     judge = RewardJudge().local(str(tiny_reward_model))
     assert judge.api == "transformers"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows import cli
-from judgebench_flows.console import JudgmentCounter
-from judgebench_flows.judging import Runtime, add_progress_hook, clear_progress_hooks, judge_pairs, settle_progress
-from judgebench_flows.llm import ChatCaller, RetryPolicy
-from judgebench_flows.records import Pair
+from judgebench_flows.cli import main as cli
+from judgebench_flows.cli.console import JudgmentCounter
+from judgebench_flows.judging.shards import Runtime, add_progress_hook, clear_progress_hooks, judge_pairs, settle_progress
+from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.core.records import Pair
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from judges import get_judge
+from judgebench_flows.judges import get_judge
 
 PAIRS = [Pair(pair_id=f"p{i}", source="mmlu-pro-math", question=f"{i}+{i}?", response_A=str(2 * i), response_B="x", label="A>B")
          for i in range(5)]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.local_server import DEFAULT_KEEPALIVE, alive
+from judgebench_flows.cli.local_server import DEFAULT_KEEPALIVE, alive
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED, requires_shared
 from tests.test_prefect_server import gone_within, processes_with
@@ -51,7 +51,7 @@ def judgebench(server: FakeOpenAIServer, where: Path, samples: int = 2, keepaliv
                PREFECT_SERVER_ANALYTICS_ENABLED="false", **(extra_env or {}))
     env["JUDGEBENCH_SERVER_KEEPALIVE"] = str(keepalive)  # conftest makes 0 the suite's default
     run = where / f"run-{time.monotonic_ns()}"
-    command = [sys.executable, "-m", "judgebench_flows.cli", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
+    command = [sys.executable, "-m", "judgebench_flows.cli.main", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
                "--max-samples", str(samples), "--model", "judge", "--base-url", server.base_url, "--no-progress",
                "--db-url", f"sqlite:///{run}.db", "--result-path", f"{run}.json", "--output-dir", str(run), "--no-report", *extra]
     return subprocess.run(command, env=env, cwd=where, capture_output=True, text=True, timeout=timeout)
@@ -132,7 +132,7 @@ def test_a_killed_run_releases_its_kept_server(tmp_path):
         env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
         env.update(PREFECT_HOME=str(home), OPENAI_API_KEY=CANARY_KEY, PREFECT_SERVER_ANALYTICS_ENABLED="false",
                    JUDGEBENCH_SERVER_KEEPALIVE="3")
-        command = [sys.executable, "-m", "judgebench_flows.cli", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
+        command = [sys.executable, "-m", "judgebench_flows.cli.main", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
                    "--max-samples", "200", "--model", "judge", "--base-url", server.base_url, "--no-progress",
                    "--db-url", f"sqlite:///{tmp_path / 'r.db'}", "--no-report", "--concurrency", "4",
                    "--result-path", str(tmp_path / "r.json"), "--output-dir", str(tmp_path / "run")]

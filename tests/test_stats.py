@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from judgebench_flows.errors import UserError
-from judgebench_flows.stats import DeltaResult, bootstrap_accuracy_ci, paired_bootstrap_delta
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.scoring.stats import DeltaResult, bootstrap_accuracy_ci, paired_bootstrap_delta
 
 
 def correctness(n: int = 350, accuracy: float = 0.7, seed: int = 42) -> dict[str, float]:

@@ -14,19 +14,19 @@ tasks/external.py and flows/external_flow.py put these steps on Prefect.
 
 from typing import Any
 
-from judges.external.config import ExternalJudgeConfig, external_config_from_options, judge_config
-from judges.external.loader import load_judge
+from judgebench_flows.judges.external.config import ExternalJudgeConfig, external_config_from_options, judge_config
+from judgebench_flows.judges.external.loader import load_judge
 
 
 def __getattr__(name: str) -> Any:
     """`preflight` and `ExternalRunResult` load pandas: imported on first use, so the pairwise judges,
     which import this package, do not make every run load pandas before its first call."""
     if name == "preflight":
-        from judges.external.run import preflight
+        from judgebench_flows.judges.external.run import preflight
 
         return preflight
     if name == "ExternalRunResult":
-        from judges.external.summary import ExternalRunResult
+        from judgebench_flows.judges.external.summary import ExternalRunResult
 
         return ExternalRunResult
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from judgebench_flows.errors import UserError
+from judgebench_flows.core.errors import UserError
 
 # The option names that say which column holds what; the judge's config gets them too (see judge_config).
 COLUMN_OPTIONS: tuple[str, ...] = ("model_input_column", "model_output_column", "reference_column", "qid_column")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from judgebench_flows.errors import UserError
-from judges.external.config import COLUMN_OPTIONS, ExternalJudgeConfig
-from judges.external.scoring import RowResult
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.external.config import COLUMN_OPTIONS, ExternalJudgeConfig
+from judgebench_flows.judges.external.scoring import RowResult
 
 RESULT_COLUMNS: tuple[str, ...] = ("evaluation_text", "score", "status", "error")
 FORMATS: tuple[str, ...] = (".csv", ".jsonl", ".parquet")

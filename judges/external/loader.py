@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from judgebench_flows.errors import UserError
-from judges.files import ImportFailed, import_file
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.files import ImportFailed, import_file
 
 JudgeForm = Literal["row", "table"]
 JudgeFn = Callable[..., Any]

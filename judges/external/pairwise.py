@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.errors import UserError
-from judges.external.loader import load_judge
-from judges.external.scoring import InvalidJudgeOutput, check_decision
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.external.loader import load_judge
+from judgebench_flows.judges.external.scoring import InvalidJudgeOutput, check_decision
 
 
 class ExternalPairwiseJudge:

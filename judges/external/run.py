@@ -16,11 +16,11 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from judges.external.config import ExternalJudgeConfig, judge_config
-from judges.external.data import check_columns, read_data, with_results, write_scored
-from judges.external.loader import JudgeFn, JudgeForm, load_judge
-from judges.external.scoring import RowResult, score_rows
-from judges.external.summary import ExternalRunResult, summarize
+from judgebench_flows.judges.external.config import ExternalJudgeConfig, judge_config
+from judgebench_flows.judges.external.data import check_columns, read_data, with_results, write_scored
+from judgebench_flows.judges.external.loader import JudgeFn, JudgeForm, load_judge
+from judgebench_flows.judges.external.scoring import RowResult, score_rows
+from judgebench_flows.judges.external.summary import ExternalRunResult, summarize
 
 
 class Prepared(BaseModel):

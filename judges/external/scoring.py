@@ -17,8 +17,8 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel
 
-from judgebench_flows.records import DECISIONS
-from judges.external.loader import JudgeFn, JudgeForm
+from judgebench_flows.core.records import DECISIONS
+from judgebench_flows.judges.external.loader import JudgeFn, JudgeForm
 
 RowStatus = Literal["scored", "na", "error"]
 

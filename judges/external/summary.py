@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from judges.external.scoring import RowResult
+from judgebench_flows.judges.external.scoring import RowResult
 
 BINS = 10
 # Exact value counts are listed when there are at most this many distinct scores (e.g. 0/1 judges).

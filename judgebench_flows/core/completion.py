@@ -1,0 +1,29 @@
+"""What one model call gives back, and how it fails: the vocabulary shared by model clients and judges.
+
+It sits in the core so that the model-call layer and the judges both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    key: str = ""
+    # Why the answer ended ("stop", "length", ...) and the tokens a reasoning model spent thinking.
+    finish_reason: str | None = None
+    reasoning_tokens: int = 0
+
+
+class CallFailed(Exception):
+    """A call that produced no answer after its retries, or one the endpoint rejected for this request."""
+
+
+Complete = Callable[[list[dict[str, str]], dict[str, Any]], Awaitable[Completion]]

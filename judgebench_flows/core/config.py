@@ -1,0 +1,216 @@
+"""The configuration of one JudgeBench run, validated once at the boundary.
+
+It is also the flow's parameter, so Prefect stores it with the flow run: it must never hold a secret.
+The API key is read from the environment at call time and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
+from judgebench_flows.core.credentials import public_url
+from judgebench_flows.core.errors import UserError
+
+DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
+DEFAULT_DB_URL = "sqlite:///results/judgebench.db"
+# Options that name where a secret lives: an error never echoes their value (it may be a key pasted by mistake).
+SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    judge_type: str = "arena_hard"
+    judge_template: str | None = None
+    model: str = Field(min_length=1)
+    repo_url: str = DEFAULT_REPO_URL
+    ref: str | None = DEFAULT_REF
+    data_file: str = DEFAULT_DATA_FILE
+    data_path: str | None = None
+    templates_dir: str | None = None
+    base_url: str | None = None
+    # Where the endpoint's key is read, by NAME only (this model is stored by Prefect): an environment
+    # variable (default OPENAI_API_KEY) or a Prefect Secret block. Never the key itself.
+    api_key_env: str | None = None
+    api_key_secret: str | None = None
+    concurrency: int = Field(default=16, ge=1, le=4096)
+    rpm: float | None = Field(default=None, gt=0)
+    shard_size: int = Field(default=50, ge=1)
+    result_path: str = "results/judgebench.json"
+    output_dir: str = "results/run"
+    db_url: str = DEFAULT_DB_URL
+    max_samples: int | None = Field(default=None, ge=1)
+    single_game: bool = False
+    shuffle_responses: bool = False
+    seed: int = Field(default=42, ge=0)  # numpy's bootstrap refuses a negative seed: say so before paying
+    request_timeout: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=6, ge=0, le=50)
+    retry_initial_wait: float = Field(default=1.0, ge=0)
+    retry_max_wait: float = Field(default=60.0, ge=0)
+    shard_retries: int = Field(default=2, ge=0)
+    cache: Literal["use", "off", "refresh"] = "use"
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1)
+    # Reasoning models (request_rules): effort passed through, a request style forced for endpoints the
+    # model table does not know, parameters never sent.
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    request_style: Literal["auto", "standard", "o1", "reasoning"] = "auto"
+    drop_params: list[str] = Field(default_factory=list)
+    # A run with more failed or invalid judgments than this share ends Failed (exit 4), not as a measurement.
+    max_failed_fraction: float = Field(default=0.05, ge=0, le=1)
+    cache_dir: str | None = None
+    task_runner: Literal["thread", "dask"] = "thread"
+    dask_address: str | None = None
+    # None: a Prefect global limit only with --task-runner dask (the in-process semaphore is faster).
+    global_limit: bool | None = None
+    adaptive_concurrency: bool = False
+    bootstrap_resamples: int = Field(default=2000, ge=0)
+    regression_min_drop: float = Field(default=0.0, ge=0)
+    report: bool = True
+    # reward_model only: score through the endpoint's Pooling API, or with transformers in this process.
+    reward_backend: Literal["pooling", "transformers"] = "pooling"
+    external_judge_path: str | None = None
+    external_judge_function: str = "evaluate"
+    external_judge_config: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        from judgebench_flows.core.credentials import stash
+
+        return stash(value.rstrip("/")) if value else value  # user:password@ stays in this process only
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env_name(cls, value: str | None) -> str | None:
+        from judgebench_flows.core.api_keys import check_env_name
+
+        return check_env_name(value)
+
+    @field_validator("api_key_secret")
+    @classmethod
+    def _key_block_name(cls, value: str | None) -> str | None:
+        from judgebench_flows.core.api_keys import check_block_name
+
+        return check_block_name(value)
+
+    @field_validator("repo_url", "db_url")
+    @classmethod
+    def _no_credentials(cls, value: str) -> str:
+        """This model is the flow's parameter (stored by Prefect) and is copied into every output: a
+        password or token in a URL is kept in this process only (`credentials.stash`)."""
+        from judgebench_flows.core.credentials import stash
+
+        return stash(value.strip())
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        if self.task_runner == "dask" and not self.dask_address:
+            raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
+        if self.api_key_env and self.api_key_secret:
+            raise ValueError("give the key's source once: api_key_env or api_key_secret, not both")
+        return self
+
+    @property
+    def uses_global_limit(self) -> bool:
+        """Whether calls also take slots of a Prefect global concurrency limit shared by all workers."""
+        return self.needs_endpoint and (self.global_limit if self.global_limit is not None else self.task_runner == "dask")
+
+    @property
+    def shuffle_seed(self) -> int | None:
+        """The seed that swaps A and B per pair, or None when responses keep their file order."""
+        return self.seed if self.shuffle_responses else None
+
+    @property
+    def needs_endpoint(self) -> bool:
+        return self.judge_type != "external" and not (self.judge_type == "reward_model" and self.reward_backend == "transformers")
+
+    def resolved_base_url(self) -> str:
+        if not self.needs_endpoint:
+            return "local:"
+        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+        if not url:
+            raise UserError("no endpoint: pass --base-url or set OPENAI_BASE_URL (or BASE_URL)")
+        from judgebench_flows.core.credentials import stash
+
+        return stash(url.rstrip("/"))  # what runs, results and Prefect see: never a user:password@
+
+    def sampling_overrides(self) -> dict[str, float | int | str]:
+        overrides: dict[str, float | int | str] = {}
+        if self.temperature is not None:
+            overrides["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            overrides["max_tokens"] = self.max_tokens
+        if self.reasoning_effort is not None:
+            overrides["reasoning_effort"] = self.reasoning_effort
+        return overrides
+
+    def identity(self, commit: str | None = None, judge_fingerprint: str | None = None) -> dict[str, object]:
+        """What makes two runs comparable: everything that changes the answer (not paths or speed).
+
+        The judge, model, endpoint (without credentials; two servers of "the same" model are different
+        judges), data file and the commit actually judged, protocol, prompts and sampling. The flow
+        passes the commit it cloned and the judge's fingerprint (a digest of the prompts it renders,
+        system text, sampling and follow-up); without them the ref and the options stand in.
+        """
+        return {
+            "judge_type": self.judge_template or self.judge_type,
+            "external": self.external_judge_path and (self.external_judge_path, self.external_judge_function, self.external_judge_config),
+            "model": self.model,
+            "endpoint": self.endpoint_identity(),
+            "data": self.data_path or f"{public_url(self.repo_url)}#{self.data_file}",
+            "commit": None if self.data_path else (commit or self.ref),
+            "single_game": self.single_game,
+            "shuffle": self.shuffle_responses and self.seed,
+            "max_samples": self.max_samples and (self.max_samples, self.seed),
+            "sampling": self.sampling_overrides(),
+            "prompts": judge_fingerprint and hashlib.sha256(judge_fingerprint.encode()).hexdigest()[:16],
+            "templates_dir": None if judge_fingerprint else self.templates_dir,
+            "request": [self.reasoning_effort, self.request_style, sorted(self.drop_params)],
+        }
+
+    def endpoint_identity(self) -> str | None:
+        """The endpoint as it identifies a judge: scheme, host, port and path, never credentials."""
+        if not self.needs_endpoint:
+            return None
+        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+        if not url:
+            return None
+        parts = urlsplit(url.strip().rstrip("/"))
+        host = (parts.hostname or "").lower() + (f":{parts.port}" if parts.port else "")
+        return f"{parts.scheme.lower()}://{host}{parts.path}"
+
+    def config_key(self, commit: str | None = None, judge_fingerprint: str | None = None) -> str:
+        """Key of a configuration's history: a run is compared only with earlier runs of the same key.
+        Keys from before the endpoint, commit and prompts were part of it stay readable in the history,
+        they just never match a new run's key (a new chain starts)."""
+        identity = self.identity(commit, judge_fingerprint)
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def public_dict(self) -> dict[str, object]:
+        data = self.model_dump()
+        data["repo_url"] = public_url(self.repo_url)
+        return data
+
+
+def build_config(**options: object) -> RunConfig:
+    """RunConfig from CLI/deployment options, turning validation errors into one line naming the option."""
+    try:
+        return RunConfig(**{k: v for k, v in options.items() if v is not None})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = ".".join(str(p) for p in error["loc"])
+        option = f"--{name.replace('_', '-')}" if name else "configuration"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "is not a known option"
+        raise UserError(f"{option}: {message}" + (f" (got {error['input']!r})" if "input" in error and error["type"] != "extra_forbidden" and not isinstance(error["input"], dict) and name not in SECRET_NAME_FIELDS else "")) from None

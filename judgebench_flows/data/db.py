@@ -1,0 +1,414 @@
+"""The results database: run history, judgments, metrics and the call cache, through SQLModel.
+
+SQLite by default, PostgreSQL in production; the same code path serves both. Every write is an upsert on
+a natural key, so a retried publish or a resumed run never duplicates rows, and concurrent shards may
+write at once (SQLite in WAL mode with a busy timeout; PostgreSQL natively). The schema is created on
+first use and upgraded by adding missing columns and indexes, which is safe for existing data. Datetimes
+are stored and returned as aware UTC on both backends.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlmodel import Field, Session, SQLModel, UniqueConstraint, select
+
+from judgebench_flows.core.credentials import resolve as resolve_credentials
+from judgebench_flows.core.errors import UserError
+
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _as_utc(value: Any) -> Any:
+    """Datetime columns are SQLModel's UTCDateTime, which refuses naive values: a naive datetime from a
+    caller is taken to be UTC (as `utcnow()` and the flow produce), an aware one is converted."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)
+    return value
+
+
+class RunRow(SQLModel, table=True):
+    __tablename__ = "runs"
+
+    run_id: str = Field(primary_key=True)
+    config_key: str = Field(index=True)
+    judge_type: str
+    model: str
+    repo_url: str | None = None
+    commit: str | None = None
+    data_file: str | None = None
+    flow_run_id: str | None = None
+    status: str = "running"  # running, completed, regressed, failed, crashed
+    # Where a running run lives, so a run whose process died (kill -9, power loss) can be marked crashed.
+    host: str | None = None
+    pid: int | None = None
+    message: str | None = None
+    started: datetime = Field(default_factory=utcnow)
+    finished: datetime | None = None
+    n_pairs: int | None = None
+    overall_accuracy: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    config_json: str = "{}"
+    results_json: str | None = None
+
+
+class JudgmentRow(SQLModel, table=True):
+    __tablename__ = "judgments"
+    __table_args__ = (UniqueConstraint("run_id", "pair_id", "order_index", name="uq_judgment"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True)
+    pair_id: str
+    order_index: int
+    source: str
+    category: str
+    label: str
+    status: str
+    decision: str = ""
+    decision_for_pair: str = ""
+    response: str = ""
+    error: str | None = None
+    latency_s: float = 0.0
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class MetricRow(SQLModel, table=True):
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("run_id", "scope", "name", name="uq_metric"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True)
+    scope: str  # overall, category, source
+    name: str
+    accuracy: float
+    correct_count: int
+    valid_samples: int
+    total_samples: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class CallCacheRow(SQLModel, table=True):
+    __tablename__ = "call_cache"
+
+    key: str = Field(primary_key=True, max_length=64)
+    model: str
+    response: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    created: datetime = Field(default_factory=utcnow)
+
+
+class SchemaMeta(SQLModel, table=True):
+    __tablename__ = "judgebench_schema"
+
+    id: int = Field(default=1, primary_key=True)
+    version: int = SCHEMA_VERSION
+
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable URL>"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+TABLES = [RunRow.__table__, JudgmentRow.__table__, MetricRow.__table__, CallCacheRow.__table__, SchemaMeta.__table__]  # type: ignore[attr-defined]
+WRITE_ATTEMPTS = 8
+
+
+def _with_retries(write: Callable[[], None]) -> None:
+    """Run a write, retrying with jittered backoff when the database says "try again".
+
+    SQLite answers "database is locked" when its busy timeout runs out under many writers, and PostgreSQL
+    may abort one of two transactions that lock the same rows (deadlock, serialization failure). Both
+    are transient, and every write here is an idempotent upsert or update, so running it again is safe.
+    """
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            write()
+            return
+        except OperationalError:
+            if attempt == WRITE_ATTEMPTS - 1:
+                raise
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+
+
+def _add_column_sql(engine: Engine, table: sa.Table, column: sa.Column) -> str:
+    """ALTER TABLE ... ADD COLUMN for a column newer code defines; a scalar Python default becomes the
+    column's DEFAULT so existing rows get that value instead of NULL (e.g. counters read as 0)."""
+    quote = engine.dialect.identifier_preparer.quote
+    sql = f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {column.type.compile(dialect=engine.dialect)}"
+    default = column.default
+    if default is not None and getattr(default, "is_scalar", False) and default.arg is not None:
+        literal = sa.literal(default.arg, type_=column.type).compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+        sql += f" DEFAULT {literal}"
+    return sql
+
+
+def _upgrade_once(engine: Engine) -> None:
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":  # serialize concurrent upgrades of one database
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('judgebench_schema'))"))
+        SQLModel.metadata.create_all(connection, tables=TABLES)
+        inspector = sa.inspect(connection)
+        for table in TABLES:
+            existing = {column["name"] for column in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in existing:
+                    connection.execute(sa.text(_add_column_sql(engine, table, column)))
+            indexes = {index["name"] for index in inspector.get_indexes(table.name)}
+            for index in table.indexes:
+                if index.name not in indexes:
+                    index.create(connection)
+        if connection.execute(sa.select(SchemaMeta.__table__)).first() is None:
+            connection.execute(sa.insert(SchemaMeta.__table__).values(id=1, version=SCHEMA_VERSION))
+
+
+def _upgrade_schema(engine: Engine) -> None:
+    """Create missing tables, then add columns that newer versions of these models define.
+
+    Only adds, never drops or rewrites, so an old database keeps its rows. Several processes may open a
+    new database at once (shards, a nightly matrix): PostgreSQL serializes them with an advisory lock;
+    on SQLite the loser of a race ("table already exists", "duplicate column") simply looks again.
+    """
+    for attempt in range(5):
+        try:
+            _upgrade_once(engine)
+            return
+        except DBAPIError:
+            if attempt == 4:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
+def open_database(url: str) -> Engine:
+    """An engine for `url` with the schema in place; one per URL per process."""
+    with _engines_lock:
+        if url in _engines:
+            return _engines[url]
+        try:
+            parsed = make_url(resolve_credentials(url))
+        except ArgumentError:
+            raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+        try:
+            if parsed.get_backend_name() == "sqlite":
+                if parsed.database and parsed.database != ":memory:":
+                    Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                engine = sa.create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+                sa.event.listen(engine, "connect", _sqlite_pragmas)
+            else:
+                engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            _upgrade_schema(engine)
+        except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}") from None
+        _engines[url] = engine
+        return engine
+
+
+def open_existing(url: str) -> Engine | None:
+    """For commands that only read (history, compare, report): never creates a database, a directory or
+    a table. A database that is not there is an error; one without judgebench's tables gives None (no
+    runs yet). An existing judgebench database gets the columns newer code reads, as `open_database`."""
+    try:
+        parsed = make_url(resolve_credentials(url))
+    except ArgumentError:
+        raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or "").expanduser()
+        if not parsed.database or parsed.database == ":memory:" or not path.is_file():
+            raise UserError(f"--db-url {safe_url(url)}: no database at '{parsed.database or ''}'")
+    with _engines_lock:
+        engine = _engines.get(url)
+    if engine is not None:
+        return engine
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            probe = sa.create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30}, poolclass=sa.pool.NullPool)
+        else:
+            probe = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
+        with probe.connect() as connection:
+            present = sa.inspect(connection).has_table(RunRow.__tablename__)
+        probe.dispose()
+    except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}") from None
+    return open_database(url) if present else None
+
+
+def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """Insert or update `rows` on their natural key in one statement per batch.
+
+    Rows are de-duplicated on the key (last one wins: PostgreSQL refuses to update one row twice in a
+    statement) and sorted by it, so concurrent writers lock overlapping rows in the same order.
+    """
+    if not rows:
+        return
+    unique = {tuple(row[k] for k in keys): {k: _as_utc(v) for k, v in row.items()} for row in rows}
+    rows = [unique[key] for key in sorted(unique, key=lambda key: tuple(str(part) for part in key))]
+    table = model.__table__  # type: ignore[attr-defined]
+    dialect = engine.dialect.name
+    if dialect == "postgresql":
+        insert = postgresql.insert(table)
+    elif dialect == "sqlite":
+        insert = sqlite.insert(table)
+    else:  # other databases: merge row by row
+
+        def merge() -> None:
+            with Session(engine) as session:
+                for row in rows:
+                    session.merge(model(**row))
+                session.commit()
+
+        _with_retries(merge)
+        return
+    columns = {name for row in rows for name in row}
+    updates = {c.name: insert.excluded[c.name] for c in table.columns if c.name in columns and c.name not in keys and c.name != "id"}
+    statement = insert.on_conflict_do_update(index_elements=keys, set_=updates) if updates else insert.on_conflict_do_nothing(index_elements=keys)
+
+    def write() -> None:
+        with engine.begin() as connection:
+            connection.execute(statement, rows)
+
+    _with_retries(write)
+
+
+def save_run(engine: Engine, **fields: Any) -> None:
+    _upsert(engine, RunRow, [fields], ["run_id"])
+
+
+def update_run(engine: Engine, run_id: str, **fields: Any) -> None:
+    values = {k: _as_utc(v) for k, v in fields.items()}
+
+    def write() -> None:
+        with engine.begin() as connection:
+            connection.execute(sa.update(RunRow.__table__).where(RunRow.__table__.c.run_id == run_id).values(**values))
+
+    _with_retries(write)
+
+
+def save_judgments(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
+    _upsert(engine, JudgmentRow, list(rows), ["run_id", "pair_id", "order_index"])
+
+
+def save_metrics(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
+    _upsert(engine, MetricRow, list(rows), ["run_id", "scope", "name"])
+
+
+def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
+    found: dict[str, CallCacheRow] = {}
+    with Session(engine) as session:
+        for start in range(0, len(keys), 500):
+            for row in session.exec(select(CallCacheRow).where(CallCacheRow.key.in_(keys[start : start + 500]))):  # type: ignore[attr-defined]
+                found[row.key] = row
+    return found
+
+
+def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
+    _upsert(engine, CallCacheRow, rows, ["key"])
+
+
+def list_runs(engine: Engine, limit: int = 50, config_key: str | None = None, statuses: Iterable[str] | None = None) -> list[RunRow]:
+    """Newest first; optionally only one configuration's runs and only runs in the given statuses."""
+    with Session(engine) as session:
+        query = select(RunRow).order_by(RunRow.started.desc()).limit(limit)  # type: ignore[attr-defined]
+        if config_key:
+            query = query.where(RunRow.config_key == config_key)
+        if statuses is not None:
+            query = query.where(RunRow.status.in_(list(statuses)))  # type: ignore[attr-defined]
+        return list(session.exec(query))
+
+
+def get_run(engine: Engine, run_id: str) -> RunRow | None:
+    with Session(engine) as session:
+        run = session.get(RunRow, run_id)
+        if run is None:  # allow a unique prefix, as people copy short ids from `history`
+            matches = list(session.exec(select(RunRow).where(RunRow.run_id.startswith(run_id, autoescape=True)).limit(2)))  # type: ignore[attr-defined]
+            run = matches[0] if len(matches) == 1 else None
+        return run
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: alive, another user's
+        return False
+    return False
+
+
+def mark_crashed(engine: Engine) -> list[str]:
+    """Runs still 'running' whose process on this host is gone (killed, machine restarted) become
+    'crashed'; returns their ids. A run on another host, or without a recorded process, is left alone:
+    its process cannot be checked from here, and a live run must never be declared dead."""
+    host = socket.gethostname()
+    with Session(engine) as session:
+        running = list(session.exec(select(RunRow).where(RunRow.status == "running", RunRow.host == host)))
+    crashed = [run.run_id for run in running if run.pid is not None and _process_gone(run.pid)]
+    for run_id in crashed:
+        def write(run_id: str = run_id) -> None:
+            with engine.begin() as connection:
+                table = RunRow.__table__  # type: ignore[attr-defined]
+                connection.execute(
+                    sa.update(table).where(table.c.run_id == run_id, table.c.status == "running")
+                    .values(status="crashed", message="its process ended without finishing the run (killed or crashed)")
+                )
+
+        _with_retries(write)
+    return crashed
+
+
+def run_judgments(engine: Engine, run_id: str) -> list[JudgmentRow]:
+    with Session(engine) as session:
+        return list(session.exec(select(JudgmentRow).where(JudgmentRow.run_id == run_id)))
+
+
+def run_verdicts(engine: Engine, run_id: str) -> list[Any]:
+    """A run's verdicts without their answers: what the metric reads (`metrics.Verdict`), a few dozen
+    bytes per judgment where whole rows would carry every raw answer."""
+    columns = (
+        JudgmentRow.pair_id, JudgmentRow.order_index.label("order"), JudgmentRow.source, JudgmentRow.category,  # type: ignore[attr-defined]
+        JudgmentRow.label, JudgmentRow.status, JudgmentRow.decision_for_pair,
+    )
+    with Session(engine) as session:
+        return list(session.execute(sa.select(*columns).where(JudgmentRow.run_id == run_id)))  # type: ignore[call-overload]
+
+
+def run_metrics(engine: Engine, run_id: str) -> list[MetricRow]:
+    with Session(engine) as session:
+        return list(session.exec(select(MetricRow).where(MetricRow.run_id == run_id)))

@@ -1,0 +1,68 @@
+"""Output paths checked before the first call, and output file names the filesystem always accepts.
+
+A run writes its results only after every call is paid for; an output directory that is a file, a result
+path under a file or a name too long for the filesystem must therefore be found before it starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from judgebench_flows.core.errors import UserError
+
+# Most filesystems allow 255 bytes per name; leave room for the temporary prefix/suffix of atomic writes.
+MAX_NAME_BYTES = 200
+
+
+def short_name(name: str, suffix: str = "") -> str:
+    """`name + suffix`, or when that is too long for a file name, a readable prefix of `name` plus a hash
+    of all of it (two long names that share the prefix still get different files)."""
+    if len((name + suffix).encode()) <= MAX_NAME_BYTES:
+        return name + suffix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    room = MAX_NAME_BYTES - len(suffix.encode()) - len(digest) - 1
+    prefix = name.encode()[:room].decode("utf-8", errors="ignore")
+    return f"{prefix}-{digest}{suffix}"
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def _probe_writable(option: str, directory: Path, shown: str) -> None:
+    """Create and remove a file in `directory`: permission bits alone do not tell (root, read-only mounts)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".judgebench-probe-", dir=directory)
+    except OSError as exc:
+        raise UserError(f"{option}: cannot write to '{shown}' ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_directory(option: str, path: str) -> None:
+    """`path` is, or can be made, a writable directory: nothing on the way to it is a file."""
+    target = Path(path).expanduser()
+    existing = _nearest_existing(target)
+    if not existing.is_dir():
+        what = "is a file" if existing == target else f"is under '{existing}', which is a file"
+        raise UserError(f"{option}: '{path}' {what}, not a directory")
+    _probe_writable(option, existing, path)
+
+
+def check_file(option: str, path: str) -> None:
+    """`path` can be written as a file: not a directory, and its directory can be made and written."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise UserError(f"{option}: '{path}' is a directory, not a file")
+    if not target.name or len(target.name.encode()) > 255:
+        raise UserError(f"{option}: '{path}' is not a usable file name")
+    check_directory(option, str(target.parent))
+
+
+__all__ = ["MAX_NAME_BYTES", "check_directory", "check_file", "short_name"]

@@ -1,0 +1,160 @@
+"""Re-parse the raw answers of a recorded outputs file with our parser, without calling any model.
+
+A judge's accuracy depends on its parser as much as on its model: the same answer read by two parsers
+can give two verdicts. Every outputs file (JudgeBench's `outputs/` or one of our runs) keeps each
+judgment's raw text in `judgment.response`, so re-parsing it shows exactly which decisions our parser
+reads differently from the recorded ones, and what the metric becomes, for free. Arena-Hard's follow-up
+turn is already in that text (both answers joined), as our judge parses it.
+
+Judgments whose call failed (null, or status "failed") have no answer to read and stay failed. A file
+whose judgments carry no text at all (a reward model's scores) cannot be re-parsed: that is bad input.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.scoring.published import VALID_DECISIONS, iter_rows, score_verdicts, verdicts_of_line
+from judgebench_flows.judges.custom import ParseFailed
+
+
+def judge_for(judge_type: str, judge_template: str | None = None, templates_dir: str | None = None) -> Any:
+    """Our judge of that type, for its parser (prompts are not rendered, so any template set will do)."""
+    from judgebench_flows.judges import get_judge
+
+    if judge_type == "external" and not judge_template:
+        raise UserError("--judge-type external has no parser to re-run: rescore needs an LLM judge type or --judge-template")
+    judge = get_judge(judge_type, templates_dir, judge_template)
+    if not callable(getattr(judge, "parse", None)):
+        raise UserError(f"--judge-type {judge_type} has no text parser to re-run (it scores, it does not write a verdict)")
+    return judge
+
+
+def _recorded(judgment: dict[str, Any]) -> str:
+    decision = judgment.get("decision")
+    return decision.strip() if isinstance(decision, str) else ""
+
+
+def rescore_file(
+    path: str | Path,
+    judge_type: str,
+    *,
+    judge_template: str | None = None,
+    templates_dir: str | None = None,
+    seed: int = 42,
+    resamples: int = 2000,
+    output: str | Path | None = None,
+) -> dict[str, Any]:
+    """Recorded vs re-parsed decisions and metrics of one outputs file; optionally write the re-parsed file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"rescore: file not found: {path}")
+    judge = judge_for(judge_type, judge_template, templates_dir)
+    recorded_verdicts: list[Any] = []
+    ours_verdicts: list[Any] = []
+    changes: list[dict[str, Any]] = []
+    rewritten: list[dict[str, Any]] = []
+    counts = {"judgments": 0, "reparsed": 0, "failed": 0, "no_text": 0}
+    file_judges: set[str] = set()
+    seen: dict[str, int] = {}
+    for number, row in iter_rows(path):
+        try:
+            pair_id = str(row["pair_id"])
+            key = pair_id if pair_id not in seen else f"{pair_id}#{seen[pair_id] + 1}"
+            seen[pair_id] = seen.get(pair_id, 0) + 1
+            recorded_verdicts.extend(verdicts_of_line(row, key))
+            new_row = copy.deepcopy(row)
+            for order, judgment in enumerate(new_row["judgments"]):
+                counts["judgments"] += 1
+                if judgment is None or judgment.get("status") == "failed":
+                    counts["failed"] += 1
+                    continue
+                text = (judgment.get("judgment") or {}).get("response")
+                if not isinstance(text, str) or not text.strip():
+                    counts["no_text"] += 1
+                    continue
+                try:
+                    ours = judge.parse(text) or ""
+                except ParseFailed:
+                    ours = ""
+                counts["reparsed"] += 1
+                recorded = _recorded(judgment)
+                if ours != recorded:
+                    changes.append({"pair_id": pair_id, "order": order, "source": row.get("source"), "label": row.get("label"),
+                                    "recorded": recorded or None, "ours": ours or None})
+                judgment["decision"] = ours or None
+                if "status" in judgment:
+                    judgment["status"] = "ok" if ours in VALID_DECISIONS else "invalid"
+            ours_verdicts.extend(verdicts_of_line(new_row, key))
+        except KeyError as exc:
+            raise UserError(f"{path.name} line {number}: missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise UserError(f"{path.name} line {number}: {exc}") from None
+        file_judges.add(str(row.get("judge_name") or ""))
+        rewritten.append(new_row)
+    if not rewritten:
+        raise UserError(f"{path.name}: no judged pairs in the file")
+    if not counts["reparsed"]:
+        raise UserError(f"{path.name}: no judge answers to re-parse (every judgment.response is empty or failed; a reward model's scores cannot be re-parsed)")
+    changed_pairs = list(dict.fromkeys(c["pair_id"] for c in changes))
+    result = {
+        "file": str(path),
+        "judge_type": judge_template or judge_type,
+        "judge_name_in_file": sorted(j for j in file_judges if j),
+        "pairs": len(rewritten),
+        **counts,
+        "changed": len(changes),
+        "changed_pairs": changed_pairs,
+        "changes": changes,
+        "recorded": score_verdicts(recorded_verdicts, seed=seed, resamples=resamples),
+        "rescored": score_verdicts(ours_verdicts, seed=seed, resamples=resamples),
+    }
+    if output:
+        from judgebench_flows.scoring.results import write_jsonl
+
+        result["output"] = str(write_jsonl(output, rewritten))
+    return result
+
+
+def print_rescore(result: dict[str, Any], limit: int = 50) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from judgebench_flows.core.records import CATEGORIES
+
+    import sys
+
+    console = Console(width=None if sys.stdout.isatty() else 200, soft_wrap=True)
+    console.print(f"{result['file']}: {result['pairs']} pairs, {result['judgments']} judgments; re-parsed {result['reparsed']} "
+                  f"with our {result['judge_type']} parser ({result['failed']} failed calls kept, {result['no_text']} without text)")
+    if result["judge_name_in_file"] and result["judge_type"] not in result["judge_name_in_file"]:
+        console.print(f"[yellow]note: the file was judged by {', '.join(result['judge_name_in_file'])}[/]")
+    console.print(f"[bold]{result['changed']} decisions differ from the recorded ones, in {len(result['changed_pairs'])} pairs[/]")
+
+    def pct(acc: dict[str, Any]) -> str:
+        value = acc.get("accuracy")
+        return "-" if value is None else f"{100 * value:.2f}%"
+
+    table = Table(title="accuracy: recorded decisions vs re-parsed")
+    for column in ("slice", "recorded", "re-parsed", "pairs"):
+        table.add_column(column, justify="left" if column == "slice" else "right")
+    table.add_row("overall", pct(result["recorded"]["overall_accuracy"]), pct(result["rescored"]["overall_accuracy"]), str(result["pairs"]))
+    for category in CATEGORIES:
+        rec, ours = result["recorded"]["category_accuracy"].get(category) or {}, result["rescored"]["category_accuracy"].get(category) or {}
+        table.add_row(category, pct(rec), pct(ours), str(rec.get("total_samples", 0)))
+    console.print(table)
+    if result["changes"]:
+        changes = Table(title=f"changed decisions (first {min(limit, len(result['changes']))} of {len(result['changes'])})")
+        for column in ("pair_id", "order", "source", "label", "recorded", "ours"):
+            changes.add_column(column)
+        for c in result["changes"][:limit]:
+            changes.add_row(c["pair_id"], str(c["order"]), str(c["source"] or ""), str(c["label"] or ""), str(c["recorded"] or "none"), str(c["ours"] or "none"))
+        console.print(changes)
+    if result.get("output"):
+        console.print(f"re-parsed file: {result['output']}")
+
+
+__all__ = ["rescore_file", "print_rescore", "judge_for"]

@@ -1,0 +1,323 @@
+"""The leaderboard: JudgeBench's published judges and this project's runs, scored alike, in one table.
+
+Published entries come from the checkout's `outputs/` files (see `published`); ours are the latest
+finished run of each configuration in the results database. Both are scored by the same metric and the
+same seeded bootstrap from their recorded verdicts, so a row's position reflects the judge, not how its
+number was computed. Nothing here needs an API key, an endpoint or Prefect: it is the first command a
+new user can run and see real numbers.
+
+The database is only read. A SQLite file that does not exist means "no runs yet", and it is not created;
+an existing one is opened read-only, so the leaderboard never upgrades or locks a database that a
+nightly run may be writing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote as url_quote
+
+from pydantic import BaseModel
+
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.scoring.published import data_file_parts, outputs_files, read_outputs_file, score_verdicts
+from judgebench_flows.core.records import CATEGORIES
+
+HTML_NAME = "leaderboard.html"
+# A finished measurement: a run that regressed still measured its judge (that is how it was found to drop).
+FINISHED = ("completed", "regressed")
+
+
+class RunVerdict(BaseModel):
+    """A stored judgment as the metric reads it (`metrics.Verdict`)."""
+
+    pair_id: str
+    order: int
+    source: str
+    category: str
+    label: str
+    status: str
+    decision_for_pair: str
+
+
+def _sqlite_path(url: Any) -> Path | None:
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
+def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[dict[str, Any]], str | None]:
+    """Our latest finished run of each configuration, scored; and a note when there are none to read.
+
+    Read-only: a SQLite database that does not exist is not created (the note says so), and an existing
+    one is opened with `mode=ro`. Tables that are missing mean no runs, not an error.
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    try:
+        url = make_url(db_url)
+    except ArgumentError:
+        raise UserError(f"--db-url '{db_url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+    shown = url.render_as_string(hide_password=True)
+    try:
+        if url.get_backend_name() == "sqlite":
+            path = _sqlite_path(url)
+            if path is None:
+                return [], f"{shown} holds no saved runs"
+            if not path.is_file():
+                return [], f"no results database at {path}: no runs of ours yet"
+            engine = sa.create_engine(f"sqlite:///file:{url_quote(str(path.resolve()))}?mode=ro&uri=true")
+        else:
+            engine = sa.create_engine(url)
+        try:
+            with engine.connect() as connection:
+                tables = set(sa.inspect(connection).get_table_names())
+                if not {"runs", "judgments"} <= tables:
+                    return [], f"{shown} has no runs table: no runs of ours yet"
+                return _latest_runs(connection, seed=seed, resamples=resamples), None
+        finally:
+            engine.dispose()
+    except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise UserError(f"--db-url {shown}: cannot read the database: {reason}") from None
+
+
+def _utc(value: Any) -> str | None:
+    """A stored time as UTC ISO text: PostgreSQL returns it in the session's zone, SQLite as naive UTC
+    (or text, read without the ORM's column types)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if not isinstance(value, datetime):
+        return None
+    return (value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)).isoformat()
+
+
+def _latest_runs(connection: Any, *, seed: int, resamples: int) -> list[dict[str, Any]]:
+    import sqlalchemy as sa
+
+    runs = sa.table(
+        "runs", sa.column("run_id"), sa.column("config_key"), sa.column("judge_type"), sa.column("model"),
+        sa.column("data_file"), sa.column("status"), sa.column("started"), sa.column("finished"), sa.column("results_json"),
+    )
+    judgments = sa.table(
+        "judgments", sa.column("run_id"), sa.column("pair_id"), sa.column("order_index"), sa.column("source"),
+        sa.column("category"), sa.column("label"), sa.column("status"), sa.column("decision_for_pair"),
+    )
+    rows = connection.execute(
+        sa.select(runs).where(runs.c.status.in_(FINISHED)).order_by(runs.c.started.desc(), runs.c.run_id.desc())
+    ).mappings().all()
+    latest: dict[str, Any] = {}
+    for row in rows:
+        latest.setdefault(row["config_key"], row)
+    entries = []
+    for row in latest.values():
+        verdicts = [
+            RunVerdict(pair_id=v.pair_id, order=v.order_index, source=v.source, category=v.category, label=v.label,
+                       status=v.status, decision_for_pair=v.decision_for_pair or "")
+            for v in connection.execute(sa.select(judgments).where(judgments.c.run_id == row["run_id"]))
+        ]
+        if not verdicts:
+            continue  # e.g. a CLEAR-style external run: no JudgeBench pairs to place in this table
+        results = json.loads(row["results_json"]) if row["results_json"] else {}
+        dataset, response_model = data_file_parts(row["data_file"])
+        when = row["finished"] or row["started"]
+        entry = {
+            "response_model": response_model or row["data_file"] or "unknown",
+            "dataset": dataset,
+            "judge_name": row["judge_type"],
+            "judge_model": row["model"],
+            "origin": "run",
+            "run_id": row["run_id"],
+            "status": row["status"],
+            "date": _utc(when),
+            "mode": (results.get("run") or {}).get("mode") or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
+            "data_file": row["data_file"],
+        }
+        entry.update(score_verdicts(verdicts, seed=seed, resamples=resamples))
+        entries.append(entry)
+    return entries
+
+
+def published_entries(checkout_path: Path, *, seed: int, resamples: int, required: bool = True) -> list[dict[str, Any]]:
+    """One scored entry per outputs/ file of the checkout; `required=False` makes a missing outputs/ empty."""
+    try:
+        files = outputs_files(checkout_path)
+    except UserError:
+        if required:
+            raise
+        return []
+    entries = []
+    for path in files:
+        scored = read_outputs_file(path)
+        entry = {
+            "response_model": scored.response_model,
+            "dataset": scored.dataset,
+            "judge_name": scored.judge_name,
+            "judge_model": scored.judge_model,
+            "origin": "published",
+            "run_id": None,
+            "file": path.name,
+            "mode": scored.mode,
+            "duplicate_lines": scored.duplicate_lines,
+        }
+        entry.update(score_verdicts(scored.verdicts, seed=seed, resamples=resamples))
+        entries.append(entry)
+    return entries
+
+
+def _accuracy(entry: Mapping[str, Any]) -> float:
+    value = (entry.get("overall_accuracy") or {}).get("accuracy")
+    return value if isinstance(value, (int, float)) and not math.isnan(value) else -1.0
+
+
+def group_key(entry: Mapping[str, Any]) -> str:
+    """Entries are ranked among judges of the same response pairs: JudgeBench's GPT-4o and Claude sets differ."""
+    return entry["response_model"] if entry.get("dataset") in (None, "judgebench") else f"{entry['dataset']}/{entry['response_model']}"
+
+
+def rank(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries grouped by response-model dataset (largest group first), best overall accuracy first, with
+    their rank in the group (ties share a rank)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        groups.setdefault(group_key(entry), []).append(entry)
+    ordered: list[dict[str, Any]] = []
+    for key in sorted(groups, key=lambda k: (-len(groups[k]), k)):
+        members = sorted(groups[key], key=lambda e: (-_accuracy(e), e["origin"] != "published", e["judge_name"], e["judge_model"]))
+        previous, position = None, 0
+        for index, entry in enumerate(members, 1):
+            if _accuracy(entry) != previous:
+                position, previous = index, _accuracy(entry)
+            entry["rank"] = position
+            entry["group"] = key
+        ordered.extend(members)
+    return ordered
+
+
+class LeaderboardSettings(BaseModel):
+    """What a leaderboard is built from; no secrets (the repo URL is stored without credentials)."""
+
+    repo_url: str
+    ref: str | None
+    cache_dir: str | None = None
+    db_url: str
+    seed: int = 42
+    bootstrap_resamples: int = 2000
+    require_published: bool = True
+
+
+def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
+    """Fetch the checkout, score its outputs/ files and our runs; the leaderboard JSON document."""
+    from judgebench_flows.data.dataset import fetch_repository
+
+    checkout = fetch_repository(settings.repo_url, settings.ref, settings.cache_dir)
+    entries = published_entries(checkout.path, seed=settings.seed, resamples=settings.bootstrap_resamples, required=settings.require_published)
+    ours, note = read_runs(settings.db_url, seed=settings.seed, resamples=settings.bootstrap_resamples)
+    from sqlalchemy.engine import make_url
+
+    return {
+        "generated": datetime.now(timezone.utc).isoformat(),
+        "dataset": {"repo_url": checkout.repo_url, "commit": checkout.commit},
+        "db_url": make_url(settings.db_url).render_as_string(hide_password=True),
+        "notes": [note] if note else [],
+        "seed": settings.seed,
+        "bootstrap_resamples": settings.bootstrap_resamples,
+        "categories": list(CATEGORIES),
+        "entries": rank([*entries, *ours]),
+    }
+
+
+def _pct(value: Any) -> str:
+    return "-" if not isinstance(value, (int, float)) or math.isnan(value) else f"{100 * value:.2f}"
+
+
+def _interval(acc: Mapping[str, Any]) -> str:
+    low, high = acc.get("ci_low"), acc.get("ci_high")
+    return f"{_pct(low)}-{_pct(high)}" if low is not None and high is not None else ""
+
+
+def who(entry: Mapping[str, Any]) -> str:
+    """How a row is labelled: published rows by file, ours with run id and date."""
+    if entry["origin"] == "run":
+        return f"ours, run {str(entry['run_id'])[:8]} {str(entry.get('date') or '')[:10]}".rstrip()
+    return "published"
+
+
+def groups_of(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.get("group") or group_key(entry), []).append(entry)
+    return grouped
+
+
+def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
+    """Markdown tables per response-model dataset (for Prefect artifacts); rows of `highlight` run ids in bold."""
+    marked = set(highlight)
+    lines = [f"JudgeBench {board['dataset']['repo_url']} at {str(board['dataset']['commit'])[:12]}; accuracy in %, 95% bootstrap interval."]
+    for note in board.get("notes") or []:
+        lines += ["", f"_{note}_"]
+    for group, members in groups_of(board["entries"]).items():
+        lines += ["", f"### Responses by {group}", "", "| # | judge | model | origin | pairs | overall | 95% CI | " + " | ".join(CATEGORIES) + " |",
+                  "|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES)]
+        for e in members:
+            bold = "**" if e.get("run_id") in marked else ""
+            cats = " | ".join(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES)
+            lines.append(
+                f"| {e['rank']} | {bold}{e['judge_name']}{bold} | {bold}{e['judge_model']}{bold} | {who(e)} | {e['pairs']} | "
+                f"{bold}{_pct(e['overall_accuracy']['accuracy'])}{bold} | {_interval(e['overall_accuracy'])} | {cats} |"
+            )
+    return "\n".join(lines)
+
+
+def print_leaderboard(board: Mapping[str, Any]) -> None:
+    """One rich table per response-model dataset."""
+    from rich.console import Console
+    from rich.table import Table
+
+    import sys
+
+    console = Console(width=None if sys.stdout.isatty() else 200)  # piped output keeps whole model names
+    console.print(f"JudgeBench {board['dataset']['repo_url']} @ {str(board['dataset']['commit'])[:12]}: "
+                  f"accuracy in % (JudgeBench's metric), 95% bootstrap interval", soft_wrap=True)
+    for note in board.get("notes") or []:
+        console.print(f"[dim]{note}[/]", soft_wrap=True)
+    short = {"mmlu-pro": "mmlu-pro", "livebench-reasoning": "reasoning", "livebench-math": "math", "livecodebench": "code"}
+    for group, members in groups_of(board["entries"]).items():
+        table = Table(title=f"responses by {group}")
+        for column in ("#", "judge", "model", "origin", "pairs", "overall", "95% CI", *(short.get(c, c) for c in CATEGORIES)):
+            text = column in ("judge", "model", "origin")
+            table.add_column(column, justify="left" if text else "right", no_wrap=column in ("model", "overall"))
+        for e in members:
+            style = "bold" if e["origin"] == "run" else None
+            table.add_row(
+                str(e["rank"]), e["judge_name"], e["judge_model"], who(e), str(e["pairs"]), _pct(e["overall_accuracy"]["accuracy"]),
+                _interval(e["overall_accuracy"]), *(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES),
+                style=style,
+            )
+        console.print(table)
+
+
+def write_outputs(board: Mapping[str, Any], result_path: str | Path, output_dir: str | Path) -> dict[str, str]:
+    """The JSON document and the HTML page; returns their paths."""
+    from judgebench_flows.scoring.leaderboard_report import render_leaderboard
+    from judgebench_flows.scoring.results import write_atomic, write_json
+
+    json_path = write_json(result_path, dict(board))
+    html_path = write_atomic(Path(output_dir) / HTML_NAME, render_leaderboard(board))
+    return {"results": str(json_path), "html": str(html_path)}
+
+
+__all__ = [
+    "LeaderboardSettings", "build_leaderboard", "markdown", "print_leaderboard", "published_entries", "rank",
+    "read_runs", "write_outputs",
+]

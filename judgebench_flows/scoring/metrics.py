@@ -1,0 +1,180 @@
+"""JudgeBench's official metric, sliced overall, by category and by source, plus consistency.
+
+For each pair: +1 for each verdict (the swapped order's mapped back to the pair) that equals the label,
+-1 for each that equals the opposite label, 0 for ties and invalid ones; the pair is correct when the sum
+is positive. A judge that always answers "A>B" therefore scores 0 in two-order mode. Accuracy divides by
+all pairs judged (as JudgeBench does), so an invalid verdict costs accuracy rather than vanishing.
+
+A run feeds its judgments to a `Tally` shard by shard and lets them go: the tally keeps one small
+`PairScore` per pair and counters for the rest, so a run of 100,000 pairs holds a few MB here, not every
+judgment with its answer.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, flip
+
+
+class Verdict(Protocol):
+    """What the metric reads of a judgment: a `JudgmentRecord`, or a database row with these fields."""
+
+    pair_id: str
+    order: int
+    source: str
+    category: str
+    label: str
+    status: str
+    decision_for_pair: str
+
+
+@dataclass(frozen=True, slots=True)
+class PairScore:
+    source: str
+    category: str
+    score: int
+    valid: bool
+    orders: int
+    consistent: bool
+
+    @property
+    def correct(self) -> bool:
+        return self.score > 0
+
+
+def pair_scores(judgments: Iterable[Verdict]) -> dict[str, PairScore]:
+    """Per pair: its source, category, score sum, validity and whether its verdicts agree."""
+    by_pair: dict[str, list[Verdict]] = defaultdict(list)
+    for judgment in judgments:
+        by_pair[judgment.pair_id].append(judgment)
+    scores: dict[str, PairScore] = {}
+    for pair_id, records in by_pair.items():
+        records.sort(key=lambda r: r.order)
+        label = records[0].label
+        total = 0
+        for record in records:
+            if record.decision_for_pair == label:
+                total += 1
+            elif record.decision_for_pair == flip(label):
+                total -= 1
+        valid = all(r.status == "ok" for r in records)
+        scores[pair_id] = PairScore(
+            source=sys.intern(records[0].source),
+            category=sys.intern(records[0].category),
+            score=total,
+            valid=valid,
+            orders=len(records),
+            consistent=valid and len(records) == 2 and records[0].decision_for_pair == records[1].decision_for_pair,
+        )
+    return scores
+
+
+def accuracy_of(rows: list[PairScore]) -> Accuracy:
+    total = len(rows)
+    correct = sum(1 for r in rows if r.correct)
+    return Accuracy(
+        accuracy=round(correct / total, 6) if total else None,
+        correct_count=correct,
+        valid_samples=sum(1 for r in rows if r.valid),
+        total_samples=total,
+    )
+
+
+def slices(scores: dict[str, PairScore]) -> dict[str, dict[str, list[PairScore]]]:
+    """The pairs of each slice: overall, each category (the four JudgeBench ones always) and each source.
+
+    Pairs go in pair-id order, not the order shards happened to finish: the seeded bootstrap over a slice
+    must give the same interval in-process and on Dask, and on every re-run."""
+    rows = [scores[pair_id] for pair_id in sorted(scores)]
+    by_category: dict[str, list[PairScore]] = {c: [] for c in CATEGORIES}
+    by_source: dict[str, list[PairScore]] = defaultdict(list)
+    for row in rows:
+        by_category.setdefault(row.category, []).append(row)
+        by_source[row.source].append(row)
+    return {"overall": {"overall": rows}, "category": by_category, "source": {name: by_source[name] for name in sorted(by_source)}}
+
+
+def consistency(scores: dict[str, PairScore]) -> dict[str, Any]:
+    """Share of pairs whose two valid verdicts agree once the swapped one is mapped back."""
+    both = [r for r in scores.values() if r.orders == 2 and r.valid]
+    agreeing = sum(1 for r in both if r.consistent)
+    return {
+        "consistency": round(agreeing / len(both), 6) if both else None,
+        "consistent_pairs": agreeing,
+        "pairs_with_both_verdicts": len(both),
+    }
+
+
+class Tally:
+    """Everything results.json and the report need from a run's judgments, fed a shard at a time.
+
+    Keeps a `PairScore` per pair, counters for invalid/failed judgments and token usage, and a bounded
+    sample of judgments with their raw answers for the report: the first `report_limit` of any status,
+    then up to `problem_limit` more that failed or were unparseable (their number is always in the counts).
+    All judgments of a pair must arrive in the same `add` (a shard holds whole pairs).
+    """
+
+    def __init__(self, report_limit: int = 5000, problem_limit: int = 2000):
+        self.scores: dict[str, PairScore] = {}
+        self.invalid = 0
+        self.failed = 0
+        self.pairs_with_problems = 0
+        self.reasons: Counter[str] = Counter()
+        self.usage: Counter[str] = Counter()
+        self.report_sample: list[JudgmentRecord] = []
+        self._report_limit = report_limit
+        self._problem_limit = problem_limit
+
+    @classmethod
+    def of(cls, judgments: Iterable[JudgmentRecord], report_limit: int = 5000) -> Tally:
+        tally = cls(report_limit=report_limit)
+        tally.add(list(judgments))
+        return tally
+
+    def add(self, judgments: list[JudgmentRecord]) -> None:
+        self.scores.update(pair_scores(judgments))
+        problem_pairs = set()
+        for j in judgments:
+            self.usage["judgments"] += 1
+            self.usage["calls"] += j.calls
+            self.usage["cached_calls"] += j.cached_calls
+            # Paid means answered and not from a cache: a failed judgment's last call got no answer.
+            self.usage["paid_calls"] += max(0, j.calls - j.cached_calls - (j.status == "failed"))
+            self.usage["prompt_tokens"] += j.prompt_tokens
+            self.usage["completion_tokens"] += j.completion_tokens
+            self.usage["reasoning_tokens"] += j.reasoning_tokens
+            if j.status != "ok":
+                self.invalid += j.status == "invalid"
+                self.failed += j.status == "failed"
+                self.reasons[(j.error or j.status).split(" after ")[0][:80]] += 1
+                problem_pairs.add(j.pair_id)
+            self._sample(j)
+        self.pairs_with_problems += len(problem_pairs)
+
+    def _sample(self, judgment: JudgmentRecord) -> None:
+        limit = self._report_limit if judgment.status == "ok" else self._report_limit + self._problem_limit
+        if len(self.report_sample) < limit:
+            self.report_sample.append(judgment.model_copy(update={"prompt": ""}))
+
+    def invalid_counts(self, skipped_rows: int = 0) -> dict[str, Any]:
+        return {
+            "invalid_judgments": self.invalid,
+            "failed_judgments": self.failed,
+            "pairs_with_invalid": self.pairs_with_problems,
+            "skipped_rows": skipped_rows,
+            "reasons": dict(self.reasons.most_common()),
+        }
+
+    def usage_totals(self) -> dict[str, int]:
+        usage = {key: self.usage[key] for key in ("judgments", "calls", "cached_calls")}
+        # The run's flow replaces this with what its endpoint clients actually sent (calls made ahead
+        # included) when it has them; from records, for Dask and tools.
+        usage["paid_calls"] = self.usage["paid_calls"]
+        usage["failed_calls"] = self.failed
+        usage.update({key: self.usage[key] for key in ("prompt_tokens", "completion_tokens", "reasoning_tokens")})
+        return usage

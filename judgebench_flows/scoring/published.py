@@ -1,0 +1,232 @@
+"""Read judge outputs files in JudgeBench's `outputs/` record shape and score them with the official metric.
+
+JudgeBench publishes every judge it evaluated as `outputs/dataset=D,response_model=M,judge_name=J,
+judge_model=X.jsonl`: each line is a pair plus `judgments`, one per order (two orders, or one for a
+single-game judge), each `{"judgment": {...}, "decision": ...}` or `null` when the call failed. Our own
+runs write the same shape. Scoring them with the code that scores our runs (`metrics.pair_scores`) is
+what makes a published number and one of ours comparable, so this module only turns lines into the
+`metrics.Verdict` shape and never re-implements the metric.
+
+Decisions are taken as recorded: anything other than A>B / B>A / A=B (a null, or a label such as "A<B"
+that JudgeBench's parser let through) counts for neither side and makes the judgment invalid, exactly
+as JudgeBench's own `compute_final_metrics` scores it. Every line counts, as it does there: a pair id
+that appears twice is scored twice (its second line under a suffixed key).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from judgebench_flows.scoring import metrics
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.records import CATEGORIES, category_of, flip
+from judgebench_flows.scoring.results import _with_interval  # the same interval figures as results.json
+
+OUTPUT_NAME = re.compile(
+    r"^dataset=(?P<dataset>[^,]+),response_model=(?P<response_model>[^,]+)"
+    r",judge_name=(?P<judge_name>[^,]+),judge_model=(?P<judge_model>.+)\.jsonl$"
+)
+DATA_NAME = re.compile(r"^dataset=(?P<dataset>[^,]+),response_model=(?P<response_model>[^,]+?)(?:\.jsonl)?$")
+VALID_DECISIONS = ("A>B", "B>A", "A=B")
+
+
+@dataclass(frozen=True, slots=True)
+class FileVerdict:
+    """One recorded judgment as the metric reads it (`metrics.Verdict`)."""
+
+    pair_id: str
+    order: int
+    source: str
+    category: str
+    label: str
+    status: str
+    decision_for_pair: str
+
+
+@dataclass
+class OutputsFile:
+    """One outputs file: what its name and records say about it, and its verdicts."""
+
+    path: Path
+    dataset: str
+    response_model: str
+    judge_name: str
+    judge_model: str
+    verdicts: list[FileVerdict] = field(default_factory=list)
+    lines: int = 0
+    orders: set[int] = field(default_factory=set)
+    duplicate_lines: int = 0
+
+    @property
+    def mode(self) -> str:
+        return "single-game" if self.orders == {1} else "both-orders"
+
+
+def data_file_parts(data_file: str | None) -> tuple[str, str | None]:
+    """(dataset, response_model) of a JudgeBench data file name; (stem, None) for any other name."""
+    name = Path(data_file or "").name
+    match = DATA_NAME.match(name)
+    if match:
+        return match["dataset"], match["response_model"]
+    return name.removesuffix(".jsonl"), None
+
+
+def judge_model_id(file_part: str, recorded: str | None) -> str:
+    """The model id: JudgeBench writes `org/name` as `org_name` in file names, so the id recorded in the
+    judgments wins when it maps to the file's spelling; otherwise the first `_` is read back as `/`."""
+    if recorded and recorded.replace("/", "_") == file_part:
+        return recorded
+    if recorded and "_" not in file_part:
+        return file_part
+    return file_part.replace("_", "/", 1) if "_" in file_part else file_part
+
+
+def _status_of(judgment: Any) -> tuple[str, str]:
+    """(status, decision as shown) of one recorded judgment: failed (null), ok or invalid."""
+    if judgment is None:
+        return "failed", ""
+    if not isinstance(judgment, dict):
+        raise ValueError("a judgment is neither an object nor null")
+    recorded_status = judgment.get("status")
+    decision = judgment.get("decision")
+    decision = decision.strip() if isinstance(decision, str) else ""
+    if recorded_status == "failed":
+        return "failed", ""
+    if decision in VALID_DECISIONS:
+        return "ok", decision
+    # Kept as recorded: JudgeBench compares the raw string, so "A<B" matches neither label.
+    return "invalid", decision
+
+
+def verdicts_of_line(row: dict[str, Any], key: str) -> list[FileVerdict]:
+    """The verdicts of one outputs line; `key` is the pair's key in the metric (its id, or id#n)."""
+    label = row["label"]
+    if label not in ("A>B", "B>A"):
+        raise ValueError(f"label {label!r} is not A>B or B>A")
+    source = str(row["source"])
+    judgments = row["judgments"]
+    if not isinstance(judgments, list) or not 1 <= len(judgments) <= 2:
+        raise ValueError("'judgments' must be a list of one or two judgments")
+    verdicts = []
+    for order, judgment in enumerate(judgments):
+        status, decision = _status_of(judgment)
+        verdicts.append(FileVerdict(
+            pair_id=key, order=order, source=source, category=category_of(source), label=label, status=status,
+            decision_for_pair=flip(decision) if order == 1 else decision,
+        ))
+    return verdicts
+
+
+def iter_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for every non-blank line; a bad line is a UserError naming file and line."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with handle:
+        try:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"{path.name} line {number}: not JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise UserError(f"{path.name} line {number}: not a JSON object")
+                yield number, row
+        except UnicodeDecodeError:
+            raise UserError(f"cannot read {path}: not UTF-8 text") from None
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _recorded_judge_model(row: dict[str, Any]) -> str | None:
+    for judgment in row.get("judgments") or []:
+        if isinstance(judgment, dict) and isinstance(judgment.get("judgment"), dict):
+            model = judgment["judgment"].get("judge_model")
+            if isinstance(model, str) and model:
+                return model
+    return None
+
+
+def read_outputs_file(path: str | Path) -> OutputsFile:
+    """Every line of an outputs file as verdicts, with the judge and response model it records."""
+    path = Path(path)
+    named = OUTPUT_NAME.match(path.name)
+    seen: dict[str, int] = {}
+    verdicts: list[FileVerdict] = []
+    first: dict[str, Any] | None = None
+    recorded_model: str | None = None
+    lines = duplicates = 0
+    orders: set[int] = set()
+    for number, row in iter_rows(path):
+        try:
+            pair_id = str(row["pair_id"])
+            count = seen.get(pair_id, 0)
+            seen[pair_id] = count + 1
+            duplicates += count > 0
+            line_verdicts = verdicts_of_line(row, pair_id if count == 0 else f"{pair_id}#{count + 1}")
+        except KeyError as exc:
+            raise UserError(f"{path.name} line {number}: missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"{path.name} line {number}: {exc}") from None
+        first = first or row
+        recorded_model = recorded_model or _recorded_judge_model(row)
+        orders.add(len(line_verdicts))
+        verdicts.extend(line_verdicts)
+        lines += 1
+    if not lines:
+        raise UserError(f"{path.name}: no judged pairs in the file")
+    assert first is not None
+    if named:
+        dataset, response_model, judge_name = named["dataset"], named["response_model"], named["judge_name"]
+        judge_model = judge_model_id(named["judge_model"], recorded_model)
+    else:
+        dataset = "judgebench"
+        response_model = str(first.get("response_model") or path.stem)
+        judge_name = str(first.get("judge_name") or "unknown")
+        judge_model = recorded_model or "unknown"
+    return OutputsFile(path, dataset, response_model, judge_name, judge_model, verdicts, lines, orders, duplicates)
+
+
+def score_verdicts(verdicts: list[Any], *, seed: int, resamples: int) -> dict[str, Any]:
+    """Overall and per-category accuracy with bootstrap intervals, plus consistency and invalid counts,
+    computed exactly as a run's results.json computes them (same metric, same seeded bootstrap)."""
+    scores = metrics.pair_scores(verdicts)
+    parts = metrics.slices(scores)
+
+    def sliced(members: list[metrics.PairScore]) -> dict[str, Any]:
+        return _with_interval(metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, resamples)
+
+    categories = {name: sliced(members) for name, members in parts["category"].items()}
+    return {
+        "pairs": len(scores),
+        "overall_accuracy": sliced(parts["overall"]["overall"]),
+        "category_accuracy": {name: categories[name] for name in [*CATEGORIES, *sorted(set(categories) - set(CATEGORIES))]},
+        "consistency": metrics.consistency(scores),
+        "invalid_judgments": sum(1 for v in verdicts if v.status == "invalid"),
+        "failed_judgments": sum(1 for v in verdicts if v.status == "failed"),
+    }
+
+
+def outputs_files(checkout_path: Path) -> list[Path]:
+    """The outputs/*.jsonl files of a checkout, sorted; a missing or empty outputs/ is a UserError."""
+    outputs = checkout_path / "outputs"
+    if not outputs.is_dir():
+        raise UserError(f"no outputs/ directory in the checkout at {checkout_path} (use a JudgeBench ref that publishes outputs)")
+    files = sorted(p for p in outputs.glob("*.jsonl") if p.is_file())
+    if not files:
+        raise UserError(f"no .jsonl files in {outputs}")
+    return files
+
+
+__all__ = [
+    "FileVerdict", "OutputsFile", "data_file_parts", "judge_model_id", "iter_rows", "outputs_files",
+    "read_outputs_file", "score_verdicts", "verdicts_of_line",
+]

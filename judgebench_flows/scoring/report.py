@@ -1,0 +1,417 @@
+"""A single self-contained HTML report for one benchmark run: figures, charts, trend and every judgment.
+
+The report is meant to be mailed, attached to a Prefect artifact or opened from disk years later, so it
+carries no JavaScript and loads nothing external: charts are inline SVG whose geometry is computed here
+(the template only draws), and each judgment's raw output and prompt sit in `<details>` elements.
+
+Judge output and prompts are arbitrary text (they do contain `<script>` and `&`), so the template runs
+in a sandboxed Jinja2 environment with autoescape on, and links are only made from http(s) URLs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Template
+from jinja2.sandbox import SandboxedEnvironment
+from pydantic import BaseModel
+
+from judgebench_flows.core.records import CATEGORIES, JudgmentRecord, category_of, flip
+
+TEMPLATE_NAME = "report.html.jinja2"
+# Prompts repeat the pair's question and both responses (~10 KB each); showing them in full would make a
+# 1,240-judgment report tens of MB. The judge's raw response is always shown in full: it is the evidence.
+PROMPT_PREVIEW_CHARS = 4000
+
+# Bar chart geometry (SVG user units; the SVG scales to the page width).
+_BAR_WIDTH = 800
+_BAR_LABEL_RIGHT = 190  # labels end here (text-anchor: end)
+_BAR_X0 = 200  # 0 % on the axis
+_BAR_PLOT = 380  # width of 0..100 %
+_BAR_TOP = 26  # room for axis tick labels
+_BAR_ROW = 30
+# Trend chart geometry.
+_TREND_WIDTH = 800
+_TREND_HEIGHT = 240
+_TREND_LEFT, _TREND_RIGHT, _TREND_TOP, _TREND_BOTTOM = 56, 16, 20, 44
+_TREND_INSET = 44  # keeps the first and last points' date labels inside the SVG
+
+_STATUS_RANK = {"failed": 0, "invalid": 1, "ok": 2}
+
+
+@lru_cache(maxsize=1)
+def _template() -> Template:
+    """Compile the packaged template once per process (it is shipped as package data of `templates`)."""
+    source = files("judgebench_flows.templates").joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+    env = SandboxedEnvironment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(source)
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None for missing/NaN/non-numeric values (older runs lack many figures)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _pct(value: Any, digits: int = 1) -> str:
+    number = _num(value)
+    return "–" if number is None else f"{number * 100:.{digits}f}%"
+
+
+def _count(value: Any) -> str:
+    number = _num(value)
+    return "–" if number is None else f"{int(number):,}"
+
+
+def _signed_points(value: Any) -> str:
+    """A difference of accuracies in percentage points, always with its sign."""
+    number = _num(value)
+    return "–" if number is None else f"{number * 100:+.1f} pp"
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _fmt_time(value: Any) -> str:
+    parsed = _parse_time(value)
+    if parsed is None:
+        return str(value) if value else "–"
+    suffix = " UTC" if parsed.utcoffset() is not None and parsed.utcoffset().total_seconds() == 0 else ""
+    return parsed.strftime("%Y-%m-%d %H:%M") + suffix
+
+
+def _duration(started: Any, finished: Any) -> str:
+    start, end = _parse_time(started), _parse_time(finished)
+    if start is None or end is None or (start.tzinfo is None) != (end.tzinfo is None):
+        return "–"
+    seconds = int((end - start).total_seconds())
+    if seconds < 0:
+        return "–"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def _safe_url(value: Any) -> str | None:
+    """Only http(s) URLs become links: a `javascript:` URL would run on click even with escaping."""
+    if isinstance(value, str) and value.lower().startswith(("https://", "http://")):
+        return value
+    return None
+
+
+def _x(fraction: float) -> float:
+    return _BAR_X0 + max(0.0, min(1.0, fraction)) * _BAR_PLOT
+
+
+def _bar_chart(slices: Sequence[tuple[str, Mapping[str, Any], bool]]) -> dict[str, Any]:
+    """Geometry for a horizontal bar chart: one row per (label, accuracy dict, is_overall)."""
+    rows = []
+    for i, (label, acc, overall) in enumerate(slices):
+        y = _BAR_TOP + i * _BAR_ROW
+        accuracy = _num(acc.get("accuracy"))
+        low, high = _num(acc.get("ci_low")), _num(acc.get("ci_high"))
+        total, valid = _num(acc.get("total_samples")), _num(acc.get("valid_samples"))
+        n_text = f"n={_count(total)}"
+        if valid is not None and total is not None and valid != total:
+            n_text += f", {_count(valid)} valid"
+        interval = f" [{_pct(low)}–{_pct(high)}]" if low is not None and high is not None else ""
+        rows.append({
+            "label": label,
+            "overall": overall,
+            "y_text": f"{y + 19:.1f}",
+            "bar_y": f"{y + 7:.1f}",
+            "bar_w": f"{_x(accuracy) - _BAR_X0:.1f}" if accuracy is not None else None,
+            "whisker": None if low is None or high is None else {
+                "x1": f"{_x(low):.1f}", "x2": f"{_x(high):.1f}",
+                "y": f"{y + 15:.1f}", "y1": f"{y + 9:.1f}", "y2": f"{y + 21:.1f}",
+            },
+            "value": (_pct(accuracy) if accuracy is not None else "no data"),
+            "detail": f"{interval} {n_text}".strip(),
+            "title": f"{label}: {_pct(accuracy)}{interval}, {n_text}, correct {_count(acc.get('correct_count'))}",
+        })
+    height = _BAR_TOP + len(rows) * _BAR_ROW + 8
+    ticks = [{"x": f"{_x(t / 100):.1f}", "label": f"{t}%", "chance": t == 50} for t in (0, 25, 50, 75, 100)]
+    return {
+        "width": _BAR_WIDTH, "height": height, "rows": rows, "ticks": ticks,
+        "label_x": _BAR_LABEL_RIGHT, "x0": _BAR_X0, "value_x": _BAR_X0 + _BAR_PLOT + 12,
+        "axis_bottom": height - 4,
+    }
+
+
+def _ordered(slices: Mapping[str, Any], preferred: Sequence[str] = ()) -> list[str]:
+    """Known names in their canonical order first, then the rest alphabetically."""
+    names = [name for name in preferred if name in slices]
+    return names + sorted(name for name in slices if name not in names)
+
+
+def _source_sort_key(source: str) -> tuple[int, str]:
+    """Sources grouped under their category in canonical order (unknown categories last), then by name."""
+    category = category_of(source)
+    rank = CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES)
+    return rank, source
+
+
+def _trend_points(results: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Past runs plus this run (appended unless `history` already ends with it), oldest first."""
+    run = results.get("run") or {}
+    overall = results.get("overall_accuracy") or {}
+    points = [dict(h) for h in history]
+    current_id = run.get("run_id")
+    if not any(current_id is not None and p.get("run_id") == current_id for p in points):
+        points.append({
+            "run_id": current_id, "started": run.get("started"), "accuracy": overall.get("accuracy"),
+            "ci_low": overall.get("ci_low"), "ci_high": overall.get("ci_high"),
+        })
+    for p in points:
+        p["current"] = current_id is not None and p.get("run_id") == current_id
+    return [p for p in points if _num(p.get("accuracy")) is not None]
+
+
+def _trend_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Geometry for the accuracy-over-runs line chart with its interval band; None with no points."""
+    if not points:
+        return None
+    values = []
+    for p in points:
+        acc = _num(p["accuracy"])
+        low, high = _num(p.get("ci_low")), _num(p.get("ci_high"))
+        values.append((acc, acc if low is None else low, acc if high is None else high))
+    # Zoom the y axis to the data (whole 5 % steps, at least 20 points tall): run-to-run differences of a
+    # few points would be invisible on a fixed 0..100 % axis.
+    lo = math.floor(min(v[1] for v in values) * 20) / 20
+    hi = math.ceil(max(v[2] for v in values) * 20) / 20
+    while hi - lo < 0.2:
+        lo, hi = max(0.0, lo - 0.05), min(1.0, hi + 0.05)
+        if lo == 0.0 and hi == 1.0:
+            break
+    plot_w = _TREND_WIDTH - _TREND_LEFT - _TREND_RIGHT
+    plot_h = _TREND_HEIGHT - _TREND_TOP - _TREND_BOTTOM
+
+    def y(v: float) -> float:
+        return _TREND_TOP + (hi - v) / (hi - lo) * plot_h
+
+    n = len(values)
+
+    def x(i: int) -> float:
+        span = plot_w - 2 * _TREND_INSET
+        return _TREND_LEFT + _TREND_INSET + (span / 2 if n == 1 else i * span / (n - 1))
+
+    step = 0.05 if hi - lo <= 0.4 else 0.1
+    y_ticks = []
+    k = 0
+    while lo + k * step <= hi + 1e-9:
+        v = lo + k * step
+        y_ticks.append({"y": f"{y(v):.1f}", "label": f"{v * 100:.0f}%"})
+        k += 1
+    stride = max(1, math.ceil(n / 8))
+    out_points = []
+    for i, (p, (acc, low, high)) in enumerate(zip(points, values)):
+        # Every stride-th date plus the last, dropping one that would crowd the last label.
+        label_x = i == n - 1 or (i % stride == 0 and n - 1 - i >= stride)
+        out_points.append({
+            "x": f"{x(i):.1f}", "y": f"{y(acc):.1f}", "y_low": f"{y(low):.1f}", "y_high": f"{y(high):.1f}",
+            "current": p.get("current", False),
+            "value": _pct(acc),
+            "show_value": n <= 12 or i == n - 1,
+            "x_label": _fmt_time(p.get("started"))[:10] if label_x else None,
+            "title": f"run {p.get('run_id') or '?'} · {_fmt_time(p.get('started'))} · {_pct(acc)}"
+            + (f" [{_pct(low)}–{_pct(high)}]" if (low, high) != (acc, acc) else ""),
+        })
+    upper = " ".join(f"{x(i):.1f},{y(v[2]):.1f}" for i, v in enumerate(values))
+    lower = " ".join(f"{x(i):.1f},{y(v[1]):.1f}" for i, v in reversed(list(enumerate(values))))
+    return {
+        "width": _TREND_WIDTH, "height": _TREND_HEIGHT, "points": out_points, "y_ticks": y_ticks,
+        "left": _TREND_LEFT, "right": _TREND_WIDTH - _TREND_RIGHT,
+        "x_label_y": _TREND_HEIGHT - _TREND_BOTTOM + 18,
+        "band": f"{upper} {lower}" if n > 1 else None,
+        "line": " ".join(f"{p['x']},{p['y']}" for p in out_points) if n > 1 else None,
+    }
+
+
+def _as_dict(judgment: JudgmentRecord | Mapping[str, Any]) -> dict[str, Any]:
+    return judgment.model_dump() if isinstance(judgment, BaseModel) else dict(judgment)
+
+
+def _judgment_rows(judgments: Sequence[JudgmentRecord | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Display rows, failed then invalid then ok, otherwise in the given order (stable sort)."""
+    rows = []
+    for j in map(_as_dict, judgments):
+        order = j.get("order", 0)
+        decision = j.get("decision") or ""
+        for_pair = j.get("decision_for_pair") or (flip(decision) if order == 1 else decision)
+        label = j.get("label") or ""
+        status = j.get("status") or "ok"
+        prompt = j.get("prompt") or ""
+        latency = _num(j.get("latency_s"))
+        rows.append({
+            "pair_id": str(j.get("pair_id", "")),
+            "source": j.get("source") or "",
+            "order": order,
+            "label": label,
+            "decision": decision,
+            "decision_for_pair": for_pair,
+            "match": "" if not for_pair else ("✓" if for_pair == label else "✗"),
+            "status": status,
+            "latency": "–" if latency is None else f"{latency:.1f} s",
+            "response": j.get("response") or "",
+            "error": j.get("error"),
+            "judge_model": j.get("judge_model") or "",
+            "prompt": prompt[:PROMPT_PREVIEW_CHARS],
+            "prompt_chars": f"{len(prompt):,}",
+            "prompt_truncated": len(prompt) > PROMPT_PREVIEW_CHARS,
+        })
+    rows.sort(key=lambda r: _STATUS_RANK.get(r["status"], 0))
+    return rows
+
+
+def build_context(
+    results: Mapping[str, Any],
+    judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
+    history: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Everything the template shows, already formatted: keeps arithmetic and fallbacks out of Jinja."""
+    dataset = results.get("dataset") or {}
+    overall = results.get("overall_accuracy") or {}
+    categories = results.get("category_accuracy") or {}
+    sources = results.get("source_accuracy") or {}
+    consistency = results.get("consistency") or None
+    invalid = results.get("invalid") or {}
+    usage = results.get("usage") or None
+    regression = results.get("regression") or None
+    run = results.get("run") or {}
+
+    category_chart = _bar_chart(
+        [("overall", overall, True)] + [(name, categories[name], False) for name in _ordered(categories, CATEGORIES)]
+    )
+    # Sources grouped by their category, in the canonical category order.
+    source_names = sorted(sources, key=_source_sort_key)
+    source_chart = _bar_chart([(name, sources[name], False) for name in source_names]) if sources else None
+    points = _trend_points(results, history)
+    rows = _judgment_rows(judgments)
+    status_counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "invalid", "failed")}
+    commit = str(dataset.get("commit") or "")
+
+    regression_view = None
+    if regression:
+        regression_view = {
+            "regressed": bool(regression.get("regressed")),
+            "baseline_run_id": regression.get("baseline_run_id") or "?",
+            "delta": _signed_points(regression.get("delta")),
+            "interval": (
+                f"[{_signed_points(regression.get('ci_low'))}, {_signed_points(regression.get('ci_high'))}]"
+                if _num(regression.get("ci_low")) is not None and _num(regression.get("ci_high")) is not None
+                else ""
+            ),
+            "message": regression.get("message") or "",
+        }
+
+    return {
+        "title": " · ".join(
+            part for part in (results.get("judge_type"), results.get("model"), dataset.get("data_file")) if part
+        ) or "JudgeBench run",
+        "judge_type": results.get("judge_type") or "–",
+        "model": results.get("model") or "–",
+        "dataset": {
+            "repo_url": dataset.get("repo_url") or "",
+            "repo_link": _safe_url(dataset.get("repo_url")),
+            "commit": commit or "–",
+            "commit_short": commit[:12] or "–",
+            "data_file": dataset.get("data_file") or "–",
+            "n_pairs": _count(dataset.get("n_pairs")),
+            "skipped_rows": _count(dataset.get("skipped_rows")),
+        },
+        "overall": {
+            "accuracy": _pct(overall.get("accuracy")),
+            "interval": (
+                f"{_pct(overall.get('ci_low'))} – {_pct(overall.get('ci_high'))}"
+                if _num(overall.get("ci_low")) is not None and _num(overall.get("ci_high")) is not None
+                else None
+            ),
+            "correct": _count(overall.get("correct_count")),
+            "total": _count(overall.get("total_samples")),
+            "valid": _count(overall.get("valid_samples")),
+        },
+        "consistency": None if not consistency else {
+            "value": _pct(consistency.get("consistency")),
+            "consistent": _count(consistency.get("consistent_pairs")),
+            "both": _count(consistency.get("pairs_with_both_verdicts")),
+        },
+        "invalid": {
+            "invalid": _count(invalid.get("invalid_judgments", status_counts["invalid"] if rows else None)),
+            "failed": _count(invalid.get("failed_judgments", status_counts["failed"] if rows else None)),
+            "pairs": _count(invalid.get("pairs_with_invalid")),
+        },
+        "usage": None if not usage else {
+            "calls": _count(usage.get("calls")),
+            "cached_calls": _count(usage.get("cached_calls")),
+            "prompt_tokens": _count(usage.get("prompt_tokens")),
+            "completion_tokens": _count(usage.get("completion_tokens")),
+            "reasoning_tokens": _count(usage.get("reasoning_tokens")) if usage.get("reasoning_tokens") else None,
+        },
+        # Why the run is not a measurement, the top reasons judgments failed, and how requests were shaped.
+        "run_failure": run.get("failure"),
+        "problem_reasons": list((invalid.get("reasons") or {}).items())[:5],
+        "requests": run.get("requests"),
+        "regression": regression_view,
+        "run": {
+            "run_id": run.get("run_id") or "–",
+            "flow_run_id": run.get("flow_run_id") or "–",
+            "mode": run.get("mode") or "–",
+            "started": _fmt_time(run.get("started")),
+            "finished": _fmt_time(run.get("finished")),
+            "duration": _duration(run.get("started"), run.get("finished")),
+        },
+        "category_chart": category_chart,
+        "source_chart": source_chart,
+        "trend": _trend_chart(points),
+        "trend_runs": len(points),
+        "judgments": rows,
+        "judgments_total": (usage or {}).get("judgments"),
+        "status_counts": status_counts,
+        "prompt_preview_chars": f"{PROMPT_PREVIEW_CHARS:,}",
+    }
+
+
+def render_report(
+    results: Mapping[str, Any],
+    judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
+    history: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """The report as one HTML string.
+
+    `results` follows the results.json contract (optional parts such as intervals, consistency, usage
+    and regression may be missing); `history` lists past runs of the same configuration, oldest first,
+    as {run_id, started, accuracy, ci_low, ci_high}. This run is added to the trend unless `history`
+    already holds its run_id.
+    """
+    return _template().render(**build_context(results, judgments, history))
+
+
+def write_report(
+    path: str | Path,
+    results: Mapping[str, Any],
+    judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
+    history: Sequence[Mapping[str, Any]] = (),
+) -> Path:
+    """Render and write the report (UTF-8), creating parent directories; returns the path written."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_report(results, judgments, history), encoding="utf-8")
+    return target

@@ -1,0 +1,114 @@
+"""Assemble results.json (the published contract) and the JudgeBench-shaped JSONL from judgment records.
+
+Also the regression check: a run is compared with the previous successful run of the same configuration
+by a seeded paired bootstrap over the pairs both judged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from judgebench_flows.scoring import metrics, stats
+from judgebench_flows.core.records import Accuracy, JudgmentRecord, Pair
+
+
+def _with_interval(accuracy: Accuracy, correct: list[float], seed: int, resamples: int) -> dict[str, Any]:
+    data = accuracy.model_dump()
+    if resamples and correct:
+        low, high = stats.bootstrap_accuracy_ci(correct, seed=seed, n_resamples=resamples)
+        data["ci_low"], data["ci_high"] = round(float(low), 6), round(float(high), 6)
+    return data
+
+
+def build_results(
+    tally: metrics.Tally,
+    *,
+    header: dict[str, Any],
+    seed: int,
+    bootstrap_resamples: int,
+    skipped_rows: int = 0,
+) -> dict[str, Any]:
+    """results.json: the header fields, then accuracy (with 95% bootstrap intervals) and diagnostics."""
+    parts = metrics.slices(tally.scores)
+
+    def sliced(members: list[metrics.PairScore]) -> dict[str, Any]:
+        return _with_interval(metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, bootstrap_resamples)
+
+    results: dict[str, Any] = dict(header)
+    results["overall_accuracy"] = sliced(parts["overall"]["overall"])
+    results["category_accuracy"] = {name: sliced(members) for name, members in parts["category"].items()}
+    results["source_accuracy"] = {name: sliced(members) for name, members in parts["source"].items()}
+    results["consistency"] = metrics.consistency(tally.scores)
+    results["invalid"] = tally.invalid_counts(skipped_rows)
+    results["usage"] = tally.usage_totals()
+    return results
+
+
+def correctness_of(scores: dict[str, metrics.PairScore]) -> dict[str, float]:
+    """pair_id -> 1.0 if the pair was judged correctly, else 0.0 (what the regression bootstrap compares)."""
+    return {pair_id: 1.0 if s.correct else 0.0 for pair_id, s in scores.items()}
+
+
+def regression_check(
+    baseline: dict[str, float], candidate: dict[str, float], *, baseline_run_id: str, seed: int, resamples: int, min_drop: float
+) -> dict[str, Any]:
+    result = stats.paired_bootstrap_delta(baseline, candidate, seed=seed, n_resamples=max(resamples, 200), min_drop=min_drop)
+    data = result.model_dump()
+    data["baseline_run_id"] = baseline_run_id
+    if result.regressed:
+        data["message"] = (
+            f"accuracy dropped by {-result.delta:.1%} against run {baseline_run_id[:8]} "
+            f"(95% CI of the change {result.ci_low:+.1%} to {result.ci_high:+.1%} over {result.n_pairs} pairs): regression"
+        )
+    else:
+        data["message"] = f"change {result.delta:+.1%} against run {baseline_run_id[:8]} is within sampling noise"
+    return data
+
+
+def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: str) -> Iterable[dict[str, Any]]:
+    """JudgeBench's outputs/ record shape: the pair plus `judgments`, so its own scripts read our files."""
+    by_pair: dict[str, list[JudgmentRecord]] = {}
+    for judgment in judgments:
+        by_pair.setdefault(judgment.pair_id, []).append(judgment)
+    for pair in pairs:
+        records = sorted(by_pair.get(pair.pair_id, []), key=lambda r: r.order)
+        if not records:
+            continue
+        row = pair.model_dump(exclude={"swapped"} if not pair.swapped else set())
+        row["judge_name"] = judge_name
+        row["judgments"] = [
+            {
+                "judgment": {"judge_model": r.judge_model, "prompt": r.prompt, "response": r.response}
+                if r.scores is None else {"judge_model": r.judge_model, "scores": r.scores},
+                "decision": r.decision or None,
+                "status": r.status,
+                "error": r.error,
+                "order": r.order,
+            }
+            for r in records
+        ]
+        yield row
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write via a temporary file and rename, so readers never see half a file after a crash."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> Path:
+    return write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    return write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

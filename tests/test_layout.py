@@ -1,0 +1,124 @@
+"""The package's shape: one import name, and layers that only point down.
+
+core types -> data and storage -> model calls | scoring -> judges -> judging -> tasks -> flows and
+deployments -> CLI. A module may import its own layer and the layers below it, never one above: that is
+what lets a judge be tested without Prefect and a model client without judges.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "judgebench_flows"
+FOLDERS = ("judges", "tasks", "flows", "deployments", "templates")  # the design's top-level folders
+
+BELOW: dict[str, set[str]] = {
+    "core": set(),
+    "data": {"core"},
+    "calls": {"core", "data"},
+    "scoring": {"core", "data"},
+    "judges": {"core", "data", "calls"},
+    "judging": {"core", "data", "calls", "scoring", "judges"},
+    "tasks": {"core", "data", "calls", "scoring", "judges", "judging"},
+    "flows": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "deployments"},
+    "deployments": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "flows"},
+    "cli": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "flows", "deployments"},
+}
+
+
+def source_files() -> dict[str, Path]:
+    """Module name -> file, for every module installed under the one import name."""
+    modules: dict[str, Path] = {}
+    for path in (ROOT / PACKAGE).rglob("*.py"):
+        modules[".".join((PACKAGE, *path.relative_to(ROOT / PACKAGE).with_suffix("").parts))] = path
+    for folder in FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            modules[".".join((PACKAGE, *path.relative_to(ROOT).with_suffix("").parts))] = path
+    return {name.removesuffix(".__init__"): path for name, path in modules.items()}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in BELOW else None
+
+
+def imported_modules(path: Path, module: str) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: resolve against this module's package
+                base = module.split(".")[: -node.level] if not path.name == "__init__.py" else module.split(".")[: len(module.split(".")) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_every_module_sits_in_a_known_layer() -> None:
+    strays = [name for name in source_files() if name != PACKAGE and layer_of(name) is None
+              and name.split(".")[1] not in ("testing", "templates")]
+    assert not strays, f"modules outside every layer (add them to a layer package): {strays}"
+
+
+def test_no_import_points_to_a_higher_layer() -> None:
+    violations = []
+    for module, path in sorted(source_files().items()):
+        layer = layer_of(module)
+        if layer is None:
+            continue
+        for target in imported_modules(path, module):
+            if target.split(".")[0] in FOLDERS:
+                violations.append(f"{module} imports {target} by its folder name, not as {PACKAGE}.{target}")
+                continue
+            other = layer_of(target)
+            if other and other != layer and other not in BELOW[layer]:
+                violations.append(f"{module} ({layer}) imports {target} ({other})")
+    assert not violations, "\n".join(violations)
+
+
+def test_one_import_name_and_every_package_installed() -> None:
+    """pyproject's package list is the tree's: a new subpackage that is not listed would not be installed."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    assert {name.split(".")[0] for name in listed} == {PACKAGE}
+    on_disk = {name for name, path in source_files().items() if path.name == "__init__.py"}
+    on_disk.add(f"{PACKAGE}.templates")
+    assert on_disk == listed, f"pyproject packages differ from the tree: missing {on_disk - listed}, stale {listed - on_disk}"
+    assert config["package-dir"] == {f"{PACKAGE}.{folder}": folder for folder in FOLDERS}
+    for folder in FOLDERS:
+        assert (ROOT / folder).is_dir(), f"the design's top-level folder {folder}/ is gone"
+
+
+@pytest.mark.slow
+def test_built_wheel_adds_only_one_top_level_name(tmp_path: Path) -> None:
+    """What `pip install` puts into site-packages: build the wheel and list its top-level names."""
+    import subprocess
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+                   check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {PACKAGE}, f"site-packages would gain other top-level names: {sorted(top)}"
+    for expected in ("judgebench_flows/flows/nightly.py", "judgebench_flows/judges/builtin.py",
+                     "judgebench_flows/templates/report.html.jinja2", "judgebench_flows/deployments/nightly.yaml"):
+        assert expected in names
+
+
+@pytest.mark.parametrize("folder", ["judges", "tasks", "flows", "deployments", "templates"])
+def test_design_folders_import_under_the_package_name(folder: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"{PACKAGE}.{folder}")
+    assert Path(module.__file__ or next(iter(module.__path__))).resolve().is_relative_to(ROOT / folder)

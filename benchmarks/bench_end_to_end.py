@@ -173,6 +173,7 @@ def small_runs(args: argparse.Namespace) -> None:
                      "--concurrency_limit", str(args.concurrency), "--base-url", base_url, "--output", str(workdir / "ref.jsonl")]
         rows: dict[str, list[float]] = {"run_judge.py stand-in": [], "judgebench run, first run (boots the server)": [],
                                         "judgebench run, server kept by an earlier run": []}
+        load_at_start = os.getloadavg()[0]  # the machine is shared: figures mean little without it
         rows["judgebench run, first run (boots the server)"].append(ours(small, fresh()))
         for _ in range(args.repeat):
             rows["run_judge.py stand-in"].append(timed(reference, env, workdir))
@@ -180,7 +181,8 @@ def small_runs(args: argparse.Namespace) -> None:
         cached = fresh()
         ours(full, cached)
         rows["judgebench run, 350 pairs fully cached (re-run)"] = [ours(full, cached) for _ in range(args.repeat)]
-        print(f"{args.small} pairs, latency {args.latency} s, concurrency {args.concurrency}; wall time, median (all runs)")
+        print(f"{args.small} pairs, latency {args.latency} s, concurrency {args.concurrency}; wall time, median (all runs); "
+              f"load average at the start {load_at_start:.1f}, at the end {os.getloadavg()[0]:.1f}")
         for name, walls in rows.items():
             print(f"{name}\n    {statistics.median(walls):7.2f} s  ({', '.join(f'{w:.2f}' for w in walls)})")
         ratio = statistics.median(rows["judgebench run, server kept by an earlier run"]) / statistics.median(rows["run_judge.py stand-in"])

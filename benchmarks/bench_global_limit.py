@@ -73,7 +73,7 @@ def worker(base_url: str, calls: int, concurrency: int, global_limit: str, worke
             await asyncio.gather(*(chat._call([{"role": "user", "content": f"w{worker_id} {i}"}], {}) for i in range(calls)))
             finished = time.time()
             await chat.aclose()
-        return {"started": started, "finished": finished, **vars(chat._global.stats)}
+        return {"started": started, "finished": finished, **vars(chat.limits.global_slots.stats)}
 
     return asyncio.run(run())
 

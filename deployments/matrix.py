@@ -16,7 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from judgebench_flows.core.api_keys import check_block_name, check_env_name
-from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig
+from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
+from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
 
@@ -88,7 +89,7 @@ class NightlyMatrix(BaseModel):
     # Where every model's key is read unless the model names its own (OPENAI_API_KEY when neither does).
     api_key_env: str | None = None
     api_key_secret: str | None = None
-    concurrency: int = Field(default=16, ge=1, le=4096)
+    concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=4096)
     db_url: str = DEFAULT_DB_URL
     output_root: str = "results/nightly"
     max_samples: int | None = Field(default=None, ge=1)
@@ -131,8 +132,8 @@ class NightlyMatrix(BaseModel):
                 raise ValueError(f"'{key}' is set by the matrix itself, not under options")
             if key in cls.model_fields:
                 raise ValueError(f"'{key}' is a top-level setting of the matrix, not an option")
-            if key not in RunConfig.model_fields:
-                valid = sorted(set(RunConfig.model_fields) - MATRIX_FIELDS - set(cls.model_fields))
+            if key not in RunConfig.option_names():
+                valid = sorted(RunConfig.option_names() - MATRIX_FIELDS - set(cls.model_fields))
                 raise ValueError(f"unknown run option '{key}' (valid: {', '.join(valid)})")
         return options
 
@@ -186,7 +187,7 @@ def _run_config(options: dict[str, Any]) -> RunConfig:
         return RunConfig(**options)
     except ValidationError as exc:
         error = exc.errors()[0]
-        field = str(error["loc"][0]) if error["loc"] else ""
+        field = option_of(error["loc"][:2]).split(".")[0]
         key = {"judge_type": "judge_types", "model": "models", "data_file": "data_files"}.get(field, field)
         if key not in NightlyMatrix.model_fields:
             key = f"options.{field}"

@@ -28,8 +28,10 @@ from pydantic import BaseModel
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
+from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
+from judgebench_flows.scoring.formatting import percent as _pct
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
 
@@ -105,10 +107,6 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
     return CellOutcome(status=status, message=too_little or regression.get("message"), **_counts(results), **base)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}%"
-
-
 def _of(count: int | None, total: int | None) -> str:
     """`3 / 20`, or `-` when the cell never got as far as counting."""
     if count is None:
@@ -181,7 +179,7 @@ async def judgebench_adhoc(
     data_path: str | None = None,
     base_url: str | None = None,
     max_samples: int | None = None,
-    concurrency: int = 16,
+    concurrency: int = DEFAULT_CONCURRENCY,
     single_game: bool = False,
     db_url: str = DEFAULT_DB_URL,
     output_dir: str | None = None,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from judgebench_flows.judges import parsing
+from judgebench_flows.judges.procedure import PromptProcedure
 from judgebench_flows.judges.prompts import TemplateSet
 
 Messages = list[dict[str, str]]
@@ -27,8 +28,9 @@ ARENA_HARD_FOLLOW_UP = "continue your judgment and finish by outputting a final 
 
 
 @dataclass(frozen=True)
-class PromptJudge:
-    """A judge defined by templates and a parser; `format` and `parse` are the whole judge interface.
+class PromptJudge(PromptProcedure):
+    """A judge defined by templates and a parser; `format` and `parse` are all it adds to the prompt
+    procedure that makes it a `Judge`.
 
     `follow_up` is the extra user turn sent when an answer has no verdict label at all (Arena-Hard's
     second attempt); the judge's text over both turns is parsed together.

@@ -17,10 +17,7 @@ from typing import Any
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import DECISIONS
 from judgebench_flows.judges.files import ImportFailed, import_file, one_line
-
-
-class ParseFailed(Exception):
-    """The judge's parser could not read this answer; the judgment is invalid, the run goes on."""
+from judgebench_flows.judges.procedure import ParseFailed, PromptProcedure
 
 
 def _load_module(spec: str):
@@ -54,8 +51,9 @@ def _source_of(cls: type, path: Path) -> str:
     return "\0".join(f.read_text(encoding="utf-8", errors="replace") for f in sorted(files) if f.is_file())
 
 
-class CustomJudge:
-    """Wraps a user's judge object so every result it gives is checked before it is used."""
+class CustomJudge(PromptProcedure):
+    """Wraps a user's judge object so every result it gives is checked before it is used; the user's
+    `format`/`parse` class becomes a `Judge` through the same prompt procedure as the built-in judges."""
 
     def __init__(self, spec: str):
         if ":" not in spec:

@@ -1,30 +1,34 @@
-"""One judgment: format, call, parse, and the judge's own follow-up turn. No network, no Prefect.
+"""The judge protocol, and one prompted judgment: format, call, parse, the judge's own follow-up turn.
 
-The caller supplies `complete(messages, sampling) -> Completion`, so the same procedure runs against the
-real endpoint, a cache, or a test double. Transport problems are the caller's to retry; here a call either
-answers or raises `CallFailed`, and an answer that does not parse becomes "invalid", never a decision.
+Every judge the judging code runs (prompted, tokenized, custom, external pairwise, reward model) is a
+`Judge`: it decides the orders of one pair given a `ModelCall`, and says what its judgments open with so
+the call cache can be prefetched and calls made ahead. The judging code asks nothing else of it.
+
+A prompted judgment gets `complete(messages, sampling) -> Completion` from its caller, so the same
+procedure runs against the real endpoint, a cache, or a test double. Transport problems are the caller's
+to retry; here a call either answers or raises `CallFailed`, and an answer that does not parse becomes
+"invalid", never a decision. No network, no Prefect.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from judgebench_flows.core.completion import CallFailed, Complete, Completion
-from judgebench_flows.judges.custom import ParseFailed
 from judgebench_flows.judges.parsing import strip_reasoning
 
+if TYPE_CHECKING:
+    from judgebench_flows.core.records import Pair
 
-class Judge(Protocol):
-    name: str
-    sampling: dict[str, Any]
-    follow_up: str | None
+Messages = list[dict[str, str]]
 
-    def format(self, question: str, answer_A: str, answer_B: str) -> list[dict[str, str]]: ...
-    def parse(self, text: str) -> str: ...
-    def wants_follow_up(self, text: str) -> bool: ...
+
+class ParseFailed(Exception):
+    """The judge's parser could not read this answer; the judgment is invalid, the run goes on."""
 
 
 @dataclass
@@ -36,9 +40,87 @@ class Outcome:
     error: str | None = None
     completions: list[Completion] = field(default_factory=list)
     latency_s: float = 0.0
+    # A reward model's scores of [the first shown response, the second]; None for every other judge.
+    scores: list[float] | None = None
 
 
-def _parse(judge: Judge, text: str) -> tuple[str, str | None]:
+class ModelCall(Protocol):
+    """How a judge reaches its model: the run's endpoint caller (retries, limits, call cache) or a double."""
+
+    async def complete(self, messages: Messages, sampling: dict[str, Any]) -> Completion: ...
+
+    async def remember(self, completions: list[Completion]) -> None:
+        """Cache these answered calls: only those of judgments that reached a verdict."""
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """The one interface the judging code uses, whatever the kind of judge."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def api(self) -> str:
+        """The endpoint API its calls use: "chat", "completions", "pooling" or "transformers"."""
+
+    @property
+    def sampling(self) -> dict[str, Any]: ...
+
+    @property
+    def first_turn(self) -> Callable[[str, str, str], Messages] | None:
+        """`(question, answer_A, answer_B) -> messages`: the request one order's judgment opens with, known
+        before it runs (the call cache is prefetched and calls made ahead with it; its last user message is
+        the record's prompt). None when a judge has no such request: it calls no model (external pairwise),
+        or its calls are shared between orders (reward model)."""
+
+    def is_final(self, text: str) -> bool:
+        """Whether a first-turn answer made ahead is a whole valid judgment, so may be cached at once."""
+
+    def fingerprint(self) -> str:
+        """Everything that must change the cache keys of shard results when it changes."""
+
+    async def judge(self, pair: Pair, orders: tuple[int, ...], call: ModelCall) -> list[Outcome]:
+        """One outcome per order (0: A shown first, 1: B first). Caches through `call.remember` only the
+        answers of judgments that reached a verdict; a failed or unparseable call is never a decision."""
+
+
+class Prompted(Protocol):
+    """What `judge_one_order` needs: a judge that formats a prompt and parses the model's answer."""
+
+    sampling: dict[str, Any]
+    follow_up: str | None
+
+    def format(self, question: str, answer_A: str, answer_B: str) -> Messages: ...
+    def parse(self, text: str) -> str: ...
+    def wants_follow_up(self, text: str) -> bool: ...
+
+
+class PromptProcedure:
+    """The `Judge` protocol for any judge with `format`/`parse`/`wants_follow_up` (built-in, tokenized and
+    custom judges): each order is one `judge_one_order`, its answers cached when it gives a verdict."""
+
+    api = "chat"
+
+    def first_turn(self: Any, question: str, answer_A: str, answer_B: str) -> Messages:
+        return self.format(question, answer_A, answer_B)
+
+    def is_final(self: Any, text: str) -> bool:
+        return is_final_verdict(self, text)
+
+    async def judge(self: Any, pair: Pair, orders: tuple[int, ...], call: ModelCall) -> list[Outcome]:
+        return await asyncio.gather(*(_judge_and_remember(self, pair, order, call) for order in orders))
+
+
+async def _judge_and_remember(judge: Prompted, pair: Pair, order: int, call: ModelCall) -> Outcome:
+    a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+    outcome = await judge_one_order(judge, pair.question, a, b, call.complete)
+    if outcome.status == "ok":
+        await call.remember(outcome.completions)
+    return outcome
+
+
+def _parse(judge: Prompted, text: str) -> tuple[str, str | None]:
     """The verdict of the answer text alone: a `<think>` scratchpad is reasoning, not the answer."""
     try:
         return judge.parse(strip_reasoning(text)), None
@@ -46,13 +128,13 @@ def _parse(judge: Judge, text: str) -> tuple[str, str | None]:
         return "", str(exc)
 
 
-def is_final_verdict(judge: Judge, text: str) -> bool:
+def is_final_verdict(judge: Prompted, text: str) -> bool:
     """Whether a first answer is already its judgment's whole answer, and a valid verdict: no follow-up
     turn wanted and it parses. Only such an answer may be cached before its judgment is recorded."""
     return not judge.wants_follow_up(text) and bool(_parse(judge, text)[0])
 
 
-async def judge_one_order(judge: Judge, question: str, answer_A: str, answer_B: str, complete: Complete) -> Outcome:
+async def judge_one_order(judge: Prompted, question: str, answer_A: str, answer_B: str, complete: Complete) -> Outcome:
     """Judge A against B once; the texts of a follow-up turn are joined and parsed together."""
     started = time.perf_counter()
     messages = judge.format(question, answer_A, answer_B)

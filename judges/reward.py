@@ -6,7 +6,8 @@ JudgeBench's reward judges (InternLM2-Reward, GRM, Skywork-Reward) score the con
 `judgment.scores = [score of the first shown response, score of the second]`.
 
 A response's score does not depend on the order it is shown in, so a pair's two orders share the same two
-scoring calls: a both-orders run costs two calls per pair, not four. Each scoring call is an ordinary call
+scoring calls: a both-orders run costs two calls per pair, not four (`RewardJudge.judge`, the `Judge`
+protocol, decides a pair's orders together). Each scoring call is an ordinary call
 of the run's endpoint caller (api "pooling": vLLM's Pooling API), so it has the same retries, limits, call
 cache and resume as a chat call; its cached "answer" is the score written as text.
 """
@@ -18,9 +19,12 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from judgebench_flows.judges.procedure import CallFailed, Complete, Completion, Outcome
+from judgebench_flows.judges.procedure import CallFailed, Complete, Completion, ModelCall, Outcome
+
+if TYPE_CHECKING:
+    from judgebench_flows.core.records import Pair
 
 REWARD_JUDGE_TYPE = "reward_model"
 Messages = list[dict[str, str]]
@@ -47,16 +51,17 @@ def decide(score_first: float, score_second: float) -> str:
 
 @dataclass(frozen=True)
 class RewardJudge:
-    """The reward-model judge. `format` gives the conversation of the first shown response, so the
-    flow's request keys (cache prefetch, calls made ahead) over both orders are exactly the two scoring
-    requests of a pair."""
+    """The reward-model judge. `format` gives the conversation of the first shown response.
+
+    `first_turn` is None: a pair's scoring calls are shared by its orders, so the flow neither prefetches
+    them from the call cache in one query nor makes them ahead; each is looked up when it is made."""
 
     model: str | None = None
     name: str = REWARD_JUDGE_TYPE
     api: str = "pooling"
     sampling: dict[str, Any] = field(default_factory=dict)
     follow_up: str | None = None
-    scores_alone: bool = True
+    first_turn = None  # a class attribute, not a field (see the docstring)
 
     @classmethod
     def for_model(cls, model: str | None) -> RewardJudge:
@@ -84,8 +89,20 @@ class RewardJudge:
     def wants_follow_up(self, text: str) -> bool:
         return False
 
+    def is_final(self, text: str) -> bool:
+        return False  # a score alone is no verdict
+
     def fingerprint(self) -> str:
         return "|".join([self.name, self.api, "user=question,assistant=response", "A>B iff score(A)>score(B)"])
+
+    async def judge(self, pair: Pair, orders: tuple[int, ...], call: ModelCall) -> list[Outcome]:
+        """Every order from the same two scores; the scoring answers are cached only when the pair was
+        decided in every order."""
+        results = await judge_by_scores(self, pair.question, pair.response_A, pair.response_B, orders, call.complete)
+        outcomes = [outcome for outcome, _ in results]
+        if all(outcome.status == "ok" for outcome in outcomes):
+            await call.remember([c for outcome in outcomes for c in outcome.completions])
+        return outcomes
 
 
 async def judge_by_scores(
@@ -124,5 +141,5 @@ async def judge_by_scores(
             results.append((Outcome("invalid", "", question, json.dumps(raw), error, mine, elapsed), None))
             continue
         pair_scores = [scores[0], scores[1]]
-        results.append((Outcome("ok", decide(*pair_scores), question, json.dumps(pair_scores), None, mine, elapsed), pair_scores))
+        results.append((Outcome("ok", decide(*pair_scores), question, json.dumps(pair_scores), None, mine, elapsed, pair_scores), pair_scores))
     return results

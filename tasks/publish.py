@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from judgebench_flows.core import artifact_keys
 
 from judgebench_flows.data import db
 from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.results import write_json
 
 
@@ -33,28 +35,7 @@ def output_file_name(data_file: str, judge_name: str, model: str) -> str:
     return short_name(f"{stem},judge_name={judge_name},judge_model={model.replace('/', '_')}", ".jsonl")
 
 
-def judgment_rows(run_id: str, judgments: list[JudgmentRecord]) -> list[dict[str, Any]]:
-    return [
-        {
-            "run_id": run_id,
-            "pair_id": j.pair_id,
-            "order_index": j.order,
-            "source": j.source,
-            "category": j.category,
-            "label": j.label,
-            "status": j.status,
-            "decision": j.decision,
-            "decision_for_pair": j.decision_for_pair,
-            "response": j.response,
-            "error": j.error,
-            "latency_s": j.latency_s,
-            "calls": j.calls,
-            "cached_calls": j.cached_calls,
-            "prompt_tokens": j.prompt_tokens,
-            "completion_tokens": j.completion_tokens,
-        }
-        for j in judgments
-    ]
+judgment_rows = db.judgment_rows  # the one record -> row mapping lives beside the table
 
 
 def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -64,8 +45,7 @@ def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.2f}%"
+_pct = partial(percent, missing="n/a")
 
 
 def summary_markdown(results: dict[str, Any]) -> str:

@@ -142,3 +142,11 @@ def run_cli(tmp_path, prefect_server) -> Callable[..., subprocess.CompletedProce
         )
 
     return run
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that needs a Prefect server runs whole flows: it belongs to the full suite, not the quick
+    loop (`pytest -m "not slow"`), whether or not its author remembered the mark."""
+    for item in items:
+        if "prefect_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

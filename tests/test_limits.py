@@ -38,19 +38,18 @@ def test_limit_names_are_stable_per_endpoint_and_model_and_reveal_neither():
 def test_adaptive_limit_halves_once_per_burst_never_below_one_and_grows_back():
     async def go() -> None:
         limit = AdaptiveLimit(8)
-        held = [limit.slot() for _ in range(8)]
-        epochs = [await slot.__aenter__() for slot in held]
+        epochs = [await limit.acquire() for _ in range(8)]
         for epoch in epochs:  # eight 429s to calls sent under the same limit: one cut
             limit.rate_limited(epoch)
         assert limit.limit == 4
-        for slot in held:
-            await slot.__aexit__(None, None, None)
-        async with limit.slot() as epoch:
-            limit.rate_limited(epoch)
+        for _ in epochs:
+            limit.release()
+        limit.rate_limited(await limit.acquire())
+        limit.release()
         assert limit.limit == 2
         for _ in range(3):
-            async with limit.slot() as epoch:
-                limit.rate_limited(epoch)
+            limit.rate_limited(await limit.acquire())
+            limit.release()
         assert limit.limit == limit.lowest == 1
         for _ in range(1 + 2):  # one success at limit 1, then two at limit 2
             limit.succeeded()
@@ -70,7 +69,7 @@ def test_adaptive_concurrency_backs_off_on_429_and_loses_nothing():
 
         chat = asyncio.run(go())
     assert server.answered == 16 and server.status_counts[429] == 16
-    assert chat._adaptive is not None and chat._adaptive.lowest < 8
+    assert chat.limits.adaptive is not None and chat.limits.adaptive.lowest < 8
     assert chat.stats.failed == 0
 
 
@@ -88,7 +87,7 @@ def test_global_limit_bounds_calls_from_several_event_loops(prefect_server):
                 chat = caller(server, concurrency=4, global_limit=name)
                 await asyncio.gather(*(chat.complete(messages(f"{tag} {i}"), {}) for i in range(30)))
                 await chat.aclose()
-                stats.append(chat._global.stats)  # type: ignore[union-attr]
+                stats.append(chat.limits.global_slots.stats)  # type: ignore[union-attr]
 
             asyncio.run(go())
 

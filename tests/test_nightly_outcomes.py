@@ -93,7 +93,7 @@ def test_each_model_has_its_endpoint_and_key_source():
         "models": ["gpt-4o-mini", {"model": "qwen", "base_url": "http://gpu-host:8000/v1", "api_key_env": "VLLM_KEY"},
                    {"model": "qwen", "label": "qwen-b", "base_url": "http://gpu-2:8000/v1"}],
     }, "m.yaml")
-    got = {e.name: (e.config.model, e.config.base_url, e.config.api_key_env, e.config.api_key_secret) for e in matrix.entries()}
+    got = {e.name: (e.config.model, e.config.endpoint.base_url, e.config.endpoint.api_key_env, e.config.endpoint.api_key_secret) for e in matrix.entries()}
     assert got == {
         cell_name("vanilla", "gpt-4o-mini", GPT4O_FILE): ("gpt-4o-mini", "https://api.openai.com/v1", None, "openai-key"),
         cell_name("vanilla", "qwen", GPT4O_FILE): ("qwen", "http://gpu-host:8000/v1", "VLLM_KEY", None),

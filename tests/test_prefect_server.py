@@ -18,7 +18,10 @@ import pytest
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED, requires_shared
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds server processes through /proc (Linux)")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds server processes through /proc (Linux)"),
+    pytest.mark.slow,  # starts real Prefect servers
+]
 
 
 def processes_with(prefect_home: Path) -> list[int]:

@@ -14,6 +14,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs a real Prefect log worker against a dead API
+
 SCRIPT = textwrap.dedent("""
     import logging, sys
     from prefect.logging.handlers import APILogWorker

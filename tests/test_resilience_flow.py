@@ -28,6 +28,8 @@ import pytest
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, load_jsonl, oracle_responder
 
+pytestmark = pytest.mark.slow  # every test here runs `judgebench run` end to end
+
 SAMPLES = 60
 CALLS = 2 * SAMPLES  # both orders, one call each (every answer carries a verdict label)
 MODEL = "judge-model"
@@ -323,7 +325,7 @@ async def flow_run_parameters(flow_run_id: str) -> tuple[dict, list[dict]]:
     return ours.parameters, [run.parameters for run in every]
 
 
-def test_the_api_key_is_written_nowhere(judgebench_repo, gpt4o_pairs, tmp_path) -> None:
+def test_the_api_key_is_written_nowhere(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path) -> None:
     canary = CANARY_KEY.encode()
     home = tmp_path / "prefect-home"
     env = cli_env(PREFECT_HOME=str(home), JUDGEBENCH_CACHE_DIR=str(tmp_path / "clones"))

@@ -31,8 +31,6 @@ import hashlib
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -134,15 +132,6 @@ class GlobalSlots:
         self._poller: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._api_context: contextvars.Context | None = None
-
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one slot of the global limit for the body (one HTTP attempt)."""
-        lease = await self.take()
-        try:
-            yield
-        finally:
-            await self.give_back(lease)
 
     async def take(self) -> _Lease:
         """Wait for a slot: a lease passed on by a finished attempt of this loop, or a new one."""

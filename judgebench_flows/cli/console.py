@@ -14,13 +14,10 @@ from rich.table import Table
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.cli.prefect_server import PrefectStart
+from judgebench_flows.scoring.formatting import percent as _pct
 
 err = Console(stderr=True)
 out = Console()
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}%"
 
 
 def run_with_progress(config: RunConfig, prefect: PrefectStart, show_progress: bool = True,

@@ -54,7 +54,7 @@ def not_in_shard_cache(shards: list[Shard], spec: JudgeSpec, config: RunConfig, 
     """Shards whose result Prefect will not serve from its cache: calls made ahead for a cached shard would
     be paid for nothing (its calls may be missing from this run's call cache, e.g. a new database). A
     result file counts as cached even if expired: that only forgoes the head start for its shard."""
-    if config.cache != "use":
+    if config.endpoint.cache != "use":
         yield from shards
         return
     if prefect.result_storage is None:  # results in a storage block: no cheap way to tell, make no call ahead
@@ -82,7 +82,7 @@ async def _judge_with_head_start(config: RunConfig, prefect: PrefectStart, with_
     ahead = None
     if plan is not None:
         spec, shards = plan
-        ahead = asyncio.create_task(call_ahead(spec, not_in_shard_cache(shards, spec, config, settings), HEAD_START_ROUNDS * config.concurrency))
+        ahead = asyncio.create_task(call_ahead(spec, not_in_shard_cache(shards, spec, config, settings), HEAD_START_ROUNDS * config.endpoint.concurrency))
     try:
         await asyncio.to_thread(prefect.wait_ready)
         await asyncio.to_thread(with_prefect)

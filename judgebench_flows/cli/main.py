@@ -16,7 +16,6 @@ import atexit
 import json
 import logging
 import os
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -129,13 +128,12 @@ RUN_OPTIONS = (
 
 def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
     """A TCP connect to the endpoint, so an unreachable one fails in a second rather than after retries."""
-    parts = urlsplit(base_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise UserError(f"cannot reach the endpoint {parts.scheme}://{parts.hostname}:{port}: {exc.strerror or exc}") from None
+    from judgebench_flows.core.net import connect_error, host_port
+
+    problem = connect_error(base_url, timeout=timeout)
+    if problem is not None:
+        host, port = host_port(base_url)
+        raise UserError(f"cannot reach the endpoint {urlsplit(base_url).scheme}://{host}:{port}: {problem}")
 
 
 def _quiet_prefect(verbose: bool) -> None:
@@ -222,8 +220,8 @@ def preflight(config) -> None:
     db.open_database(config.db_url)
     if config.needs_endpoint:
         check_endpoint_reachable(config.resolved_base_url())
-        if config.api_key_env and not os.environ.get(config.api_key_env):
-            raise UserError(f"--api-key-env: the variable ${config.api_key_env} is not set")
+        if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
+            raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
 
 
 def _warm_clone(config) -> None:
@@ -252,7 +250,9 @@ def command_run(args: argparse.Namespace) -> int:
         options["model"] = options.get("model") or "external"
         options["external_judge_path"] = args.external_judge_path
         options["external_judge_function"] = args.external_judge_function
-        options["external_judge_config"] = _json_object(args.external_judge_config)
+        from judgebench_flows.judges.external.config import parse_judge_config_json
+
+        options["external_judge_config"] = parse_judge_config_json(args.external_judge_config) if args.external_judge_config else {}
     if not options.get("model"):
         raise UserError("--model is required (the judge model name the endpoint serves)")
     config = build_config(**options)
@@ -278,18 +278,6 @@ def _holds_judgebench_pairs(data_path: str | None) -> bool:
                     return False
                 return isinstance(first, dict) and {"pair_id", "response_A", "response_B", "label"} <= first.keys()
     return False
-
-
-def _json_object(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"Invalid JSON in --external-judge-config: {exc.msg} at column {exc.colno}") from None
-    if not isinstance(value, dict):
-        raise UserError("--external-judge-config must be a JSON object")
-    return value
 
 
 def _run_external(args: argparse.Namespace, prefect: PrefectStart) -> int:

@@ -133,6 +133,15 @@ def start_prefect() -> PrefectStart:
     """Start the helper (it reads settings while this process starts up); see the module docstring."""
     if "prefect" in sys.modules:  # already imported (a test, a notebook): its settings are fixed, read them here
         return PrefectStart(None, _read_settings()[0])
+    from judgebench_flows.cli import fast_attach
+
+    told = fast_attach.attach(os.getpid())  # a kept server for unchanged settings: no helper, no Prefect import
+    if told is not None:
+        os.environ["PREFECT_API_URL"] = told["api_url"]
+        return PrefectStart(None, PrefectSettings(
+            told["api_url"], Path(told["result_storage"]) if told["result_storage"] else None, told["startup_timeout"],
+            told["server_pid"], shared=True,
+        ))
     helper = subprocess.Popen(
         [sys.executable, "-m", "judgebench_flows.cli.prefect_server", str(os.getpid())],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
@@ -161,6 +170,9 @@ def _die_with(parent: int) -> None:
 
 
 def _helper(parent: int) -> None:
+    from judgebench_flows.cli import fast_attach
+
+    fingerprint = fast_attach.fingerprint()  # before Prefect is imported, as the run takes it
     try:
         settings, wants_server = _read_settings()
     except Exception:  # invalid settings: the run falls back to Prefect, which reports them properly
@@ -195,6 +207,7 @@ def _helper(parent: int) -> None:
         "--log-level", "error", "--lifespan", "on",
     ]
     if keep:  # kept for the next runs: attach to a running one, or start it and watch over it
+        fast_attach.remember(fingerprint, told, home, local_server.server_key(home, env, prefect.__version__))
         local_server.attach_or_start(home, parent, env, argv, port, prefect.__version__, told,
                                      local_server.start_timeout(settings.startup_timeout))
         return

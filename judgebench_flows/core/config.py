@@ -12,10 +12,11 @@ import os
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.credentials import public_url
+from judgebench_flows.core.endpoint import ENDPOINT_OPTIONS, EndpointSettings
 from judgebench_flows.core.errors import UserError
 
 DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
@@ -35,13 +36,9 @@ class RunConfig(BaseModel):
     data_file: str = DEFAULT_DATA_FILE
     data_path: str | None = None
     templates_dir: str | None = None
-    base_url: str | None = None
-    # Where the endpoint's key is read, by NAME only (this model is stored by Prefect): an environment
-    # variable (default OPENAI_API_KEY) or a Prefect Secret block. Never the key itself.
-    api_key_env: str | None = None
-    api_key_secret: str | None = None
-    concurrency: int = Field(default=16, ge=1, le=4096)
-    rpm: float | None = Field(default=None, gt=0)
+    # The endpoint and how it is called (core.endpoint), given as flat options (--base-url,
+    # --concurrency, ...): the flat names stay the CLI's and the deployments' contract, and a dump is flat.
+    endpoint: EndpointSettings = Field(default_factory=EndpointSettings)
     shard_size: int = Field(default=50, ge=1)
     result_path: str = "results/judgebench.json"
     output_dir: str = "results/run"
@@ -50,19 +47,9 @@ class RunConfig(BaseModel):
     single_game: bool = False
     shuffle_responses: bool = False
     seed: int = Field(default=42, ge=0)  # numpy's bootstrap refuses a negative seed: say so before paying
-    request_timeout: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=6, ge=0, le=50)
-    retry_initial_wait: float = Field(default=1.0, ge=0)
-    retry_max_wait: float = Field(default=60.0, ge=0)
     shard_retries: int = Field(default=2, ge=0)
-    cache: Literal["use", "off", "refresh"] = "use"
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
-    # Reasoning models (request_rules): effort passed through, a request style forced for endpoints the
-    # model table does not know, parameters never sent.
-    reasoning_effort: Literal["low", "medium", "high"] | None = None
-    request_style: Literal["auto", "standard", "o1", "reasoning"] = "auto"
-    drop_params: list[str] = Field(default_factory=list)
     # A run with more failed or invalid judgments than this share ends Failed (exit 4), not as a measurement.
     max_failed_fraction: float = Field(default=0.05, ge=0, le=1)
     cache_dir: str | None = None
@@ -70,7 +57,6 @@ class RunConfig(BaseModel):
     dask_address: str | None = None
     # None: a Prefect global limit only with --task-runner dask (the in-process semaphore is faster).
     global_limit: bool | None = None
-    adaptive_concurrency: bool = False
     bootstrap_resamples: int = Field(default=2000, ge=0)
     regression_min_drop: float = Field(default=0.0, ge=0)
     report: bool = True
@@ -80,28 +66,40 @@ class RunConfig(BaseModel):
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("base_url")
+    @model_validator(mode="before")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        from judgebench_flows.core.credentials import stash
+    def _nest_endpoint(cls, data: Any) -> Any:
+        """Flat endpoint options (as the CLI, deployments and stored parameters give them) into `endpoint`."""
+        if not isinstance(data, dict) or not ENDPOINT_OPTIONS & data.keys():
+            return data
+        data = dict(data)
+        nested = data.get("endpoint") or {}
+        nested = nested.model_dump() if isinstance(nested, EndpointSettings) else dict(nested)
+        nested.update({name: data.pop(name) for name in ENDPOINT_OPTIONS & data.keys()})
+        data["endpoint"] = nested
+        return data
 
-        return stash(value.rstrip("/")) if value else value  # user:password@ stays in this process only
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: Any) -> dict[str, Any]:
+        """Dumped flat, as before the endpoint was nested: results.json's `config`, the stored run
+        configuration and Prefect's parameters keep their shape, and validate back."""
+        data = handler(self)
+        data.update(data.pop("endpoint", None) or {})
+        return data
 
-    @field_validator("api_key_env")
     @classmethod
-    def _key_env_name(cls, value: str | None) -> str | None:
-        from judgebench_flows.core.api_keys import check_env_name
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        """The schema Prefect shows and checks parameters against is flat too, like the dump."""
+        schema = handler(core_schema)
+        target = handler.resolve_ref_schema(schema)
+        properties = {k: v for k, v in target.get("properties", {}).items() if k != "endpoint"}
+        target["properties"] = {**properties, **EndpointSettings.model_json_schema()["properties"]}
+        return schema
 
-        return check_env_name(value)
-
-    @field_validator("api_key_secret")
     @classmethod
-    def _key_block_name(cls, value: str | None) -> str | None:
-        from judgebench_flows.core.api_keys import check_block_name
-
-        return check_block_name(value)
+    def option_names(cls) -> set[str]:
+        """Every flat option a run takes (CLI flags, deployment `options`)."""
+        return (set(cls.model_fields) - {"endpoint"}) | ENDPOINT_OPTIONS
 
     @field_validator("repo_url", "db_url")
     @classmethod
@@ -116,8 +114,6 @@ class RunConfig(BaseModel):
     def _consistent(self) -> RunConfig:
         if self.task_runner == "dask" and not self.dask_address:
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
-        if self.api_key_env and self.api_key_secret:
-            raise ValueError("give the key's source once: api_key_env or api_key_secret, not both")
         return self
 
     @property
@@ -137,7 +133,7 @@ class RunConfig(BaseModel):
     def resolved_base_url(self) -> str:
         if not self.needs_endpoint:
             return "local:"
-        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+        url = self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
         if not url:
             raise UserError("no endpoint: pass --base-url or set OPENAI_BASE_URL (or BASE_URL)")
         from judgebench_flows.core.credentials import stash
@@ -150,8 +146,8 @@ class RunConfig(BaseModel):
             overrides["temperature"] = self.temperature
         if self.max_tokens is not None:
             overrides["max_tokens"] = self.max_tokens
-        if self.reasoning_effort is not None:
-            overrides["reasoning_effort"] = self.reasoning_effort
+        if self.endpoint.reasoning_effort is not None:
+            overrides["reasoning_effort"] = self.endpoint.reasoning_effort
         return overrides
 
     def identity(self, commit: str | None = None, judge_fingerprint: str | None = None) -> dict[str, object]:
@@ -175,14 +171,14 @@ class RunConfig(BaseModel):
             "sampling": self.sampling_overrides(),
             "prompts": judge_fingerprint and hashlib.sha256(judge_fingerprint.encode()).hexdigest()[:16],
             "templates_dir": None if judge_fingerprint else self.templates_dir,
-            "request": [self.reasoning_effort, self.request_style, sorted(self.drop_params)],
+            "request": [self.endpoint.reasoning_effort, self.endpoint.request_style, sorted(self.endpoint.drop_params)],
         }
 
     def endpoint_identity(self) -> str | None:
         """The endpoint as it identifies a judge: scheme, host, port and path, never credentials."""
         if not self.needs_endpoint:
             return None
-        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+        url = self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
         if not url:
             return None
         parts = urlsplit(url.strip().rstrip("/"))
@@ -202,13 +198,19 @@ class RunConfig(BaseModel):
         return data
 
 
+def option_of(loc: tuple[int | str, ...]) -> str:
+    """The flat option a validation error's location names (an endpoint setting is given flat)."""
+    loc = loc[1:] if loc[:1] == ("endpoint",) else loc
+    return ".".join(str(p) for p in loc)
+
+
 def build_config(**options: object) -> RunConfig:
     """RunConfig from CLI/deployment options, turning validation errors into one line naming the option."""
     try:
         return RunConfig(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as exc:
         error = exc.errors()[0]
-        name = ".".join(str(p) for p in error["loc"])
+        name = option_of(error["loc"])
         option = f"--{name.replace('_', '-')}" if name else "configuration"
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":

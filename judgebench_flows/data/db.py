@@ -9,6 +9,7 @@ are stored and returned as aware UTC on both backends.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import socket
@@ -27,6 +28,7 @@ from sqlmodel import Field, Session, SQLModel, UniqueConstraint, select
 
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.records import JudgmentRecord
 
 SCHEMA_VERSION = 1
 
@@ -321,8 +323,52 @@ def update_run(engine: Engine, run_id: str, **fields: Any) -> None:
     _with_retries(write)
 
 
+def start_run(engine: Engine, run_id: str, **fields: Any) -> None:
+    """Record a run as "running" from its start, with where its process lives (`mark_crashed` checks it),
+    so a run that dies is still visible in the history."""
+    save_run(engine, run_id=run_id, status="running", host=socket.gethostname(), pid=os.getpid(), **fields)
+
+
+def finish_run(engine: Engine, run_id: str, *, status: str, finished: datetime, overall: dict[str, Any], message: str | None,
+               results_json: str) -> None:
+    """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy."""
+    update_run(engine, run_id, status=status, finished=finished, overall_accuracy=overall["accuracy"],
+               ci_low=overall.get("ci_low"), ci_high=overall.get("ci_high"), message=message, results_json=results_json)
+
+
+def fail_run(engine: Engine, run_id: str, error: BaseException) -> None:
+    """A run that ended with an error: a user error's own line (it names the input), else only the
+    exception's type (an unexpected message may carry anything)."""
+    message = str(error)[:500] if isinstance(error, UserError) else type(error).__name__
+    update_run(engine, run_id, status="failed", finished=utcnow(), message=message)
+
+
 def save_judgments(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
     _upsert(engine, JudgmentRow, list(rows), ["run_id", "pair_id", "order_index"])
+
+
+# The one mapping between a judgment record and its row: every field the two share is stored under its
+# own name (`order` is the column `order_index`: ORDER is an SQL keyword), so a field added to both needs
+# nothing more. Prompts, scores and the judge model stay in the JSONL, not in the database.
+_COLUMN_OF = {"order": "order_index"}
+
+
+@functools.cache
+def _stored_fields() -> tuple[tuple[str, str], ...]:
+    columns = set(JudgmentRow.model_fields)
+    return tuple((name, _COLUMN_OF.get(name, name)) for name in JudgmentRecord.model_fields if _COLUMN_OF.get(name, name) in columns)
+
+
+def judgment_rows(run_id: str, records: Iterable[JudgmentRecord]) -> list[dict[str, Any]]:
+    """The rows `save_judgments` writes for these records."""
+    fields = _stored_fields()
+    return [{"run_id": run_id, **{column: getattr(record, name) for name, column in fields}} for record in records]
+
+
+def judgment_records(rows: Iterable[JudgmentRow]) -> list[JudgmentRecord]:
+    """Records read back from rows (what the database keeps of them: no prompt, scores or judge model)."""
+    fields = _stored_fields()
+    return [JudgmentRecord(judge_model="", **{name: getattr(row, column) for name, column in fields}) for row in rows]
 
 
 def save_metrics(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:

@@ -11,27 +11,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from judgebench_flows.data import db
 from judgebench_flows.core.api_keys import read_api_key
 from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.core.credentials import resolve as resolve_credentials
-from judgebench_flows.calls.llm import CallStats, CacheMode, ChatCaller, RetryPolicy
+from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.request_rules import RequestRule, request_report, rule_for
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
-from judgebench_flows.judges import CustomJudge, PromptJudge, RewardJudge, get_judge
-from judgebench_flows.judges.procedure import Outcome, is_final_verdict, judge_one_order
-
-if TYPE_CHECKING:  # imported for real only by a run that uses it: it loads pandas
-    from judgebench_flows.judges.external.pairwise import ExternalPairwiseJudge
+from judgebench_flows.judges import get_judge
+from judgebench_flows.judges.procedure import Judge, Outcome
 
 ProgressHook = Callable[[int, int, int], None]
 """(shard index, judgments just done, judgments the shard plans): counted once per judgment of a shard,
@@ -79,38 +76,31 @@ class JudgeSpec(BaseModel):
     judge_template: str | None = None
     templates_dir: str | None = None
     model: str
-    base_url: str
-    # Where this endpoint's key is read (names only: a spec travels to Dask workers and into Prefect).
-    api_key_env: str | None = None
-    api_key_secret: str | None = None
+    # The run's endpoint settings, whole, with `base_url` resolved (None when no endpoint is called).
+    # Names of where the key is, never the key: a spec travels to Dask workers and into Prefect.
+    endpoint: EndpointSettings
     sampling_overrides: dict[str, Any] = {}
     orders: tuple[int, ...] = (0, 1)
-    concurrency: int = 16
-    rpm: float | None = None
-    request_timeout: float = 120.0
-    max_retries: int = 6
-    retry_initial_wait: float = 1.0
-    retry_max_wait: float = 60.0
     db_url: str | None = None
-    cache: CacheMode = "use"
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, Any] = {}
     # Names of the Prefect global limits shared by all workers (see global_limits); None: in-process only.
     global_limit: str | None = None
     global_rate_limit: str | None = None
-    adaptive_concurrency: bool = False
     reward_backend: str = "pooling"
-    # How requests are shaped for the model (request_rules): a forced style and parameters never sent.
-    request_style: str = "auto"
-    drop_params: tuple[str, ...] = ()
     # Filled by the flow from the built judge: changes whenever prompts, sampling or parser source change.
     judge_fingerprint: str = ""
 
+    @property
+    def base_url(self) -> str:
+        return self.endpoint.base_url or "local:"
+
     def cache_identity(self) -> str:
         parts = [self.judge_fingerprint, self.model, self.base_url, repr(sorted(self.sampling_overrides.items())), repr(self.orders)]
-        if self.request_style != "auto" or self.drop_params:  # only then: earlier shard keys stay valid
-            parts.append(repr((self.request_style, sorted(self.drop_params))))
+        request_style, drop_params = self.endpoint.request_style, self.endpoint.drop_params
+        if request_style != "auto" or drop_params:  # only then: earlier shard keys stay valid
+            parts.append(repr((request_style, sorted(drop_params))))
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -138,25 +128,17 @@ class Shard(BaseModel):
         return h.hexdigest()
 
 
-def build_judge(spec: JudgeSpec) -> PromptJudge | CustomJudge | ExternalPairwiseJudge:
-    judge = get_judge(
+def build_judge(spec: JudgeSpec) -> Judge:
+    return get_judge(
         spec.judge_type, spec.templates_dir, spec.judge_template,
         spec.external_judge_path, spec.external_judge_function, spec.external_judge_config, model=spec.model,
+        sampling_overrides=spec.sampling_overrides, reward_backend=spec.reward_backend,
     )
-    if spec.sampling_overrides:
-        sampling = {**judge.sampling, **spec.sampling_overrides}
-        if isinstance(judge, PromptJudge):
-            judge = dataclasses.replace(judge, sampling=sampling)
-        elif isinstance(judge, CustomJudge):
-            judge.sampling = sampling
-    if isinstance(judge, RewardJudge) and spec.reward_backend != "pooling":
-        judge = judge.local(spec.model)
-    return judge
 
 
 @dataclasses.dataclass
 class Runtime:
-    judge: PromptJudge | CustomJudge | ExternalPairwiseJudge
+    judge: Judge
     caller: ChatCaller
 
 
@@ -170,29 +152,24 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
     key = spec.model_dump_json()
     runtime = per_loop.get(key)
     if runtime is None:
-        caller = ChatCaller(
-            base_url=resolve_credentials(spec.base_url),  # the spec carries the URL without user:password@
+        settings = spec.endpoint
+        caller = ChatCaller.from_settings(
+            settings.model_copy(update={"base_url": resolve_credentials(spec.base_url)}),  # the spec's URL has no user:password@
             model=spec.model,
-            api_key=read_api_key(spec.api_key_env, spec.api_key_secret),
-            concurrency=spec.concurrency,
-            request_timeout=spec.request_timeout,
-            retry=RetryPolicy(spec.max_retries, spec.retry_initial_wait, spec.retry_max_wait),
-            rpm=spec.rpm,
-            engine=db.open_database(spec.db_url) if spec.db_url and spec.cache != "off" else None,
-            cache_mode=spec.cache,
+            api_key=read_api_key(settings.api_key_env, settings.api_key_secret),
+            engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
             global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
-            adaptive=spec.adaptive_concurrency,
             request_rule=request_rule_of(spec),
         )
         runtime = Runtime(build_judge(spec), caller)
-        caller.api = getattr(runtime.judge, "api", "chat")  # judge_lm/panda_lm: completions; reward_model: pooling
+        caller.api = runtime.judge.api  # judge_lm/panda_lm: completions; reward_model: pooling
         per_loop[key] = runtime
     return runtime
 
 
 def request_rule_of(spec: JudgeSpec) -> RequestRule:
-    return rule_for(spec.model, spec.request_style, spec.drop_params)
+    return rule_for(spec.model, spec.endpoint.request_style, tuple(spec.endpoint.drop_params))
 
 
 def request_report_of(spec: JudgeSpec) -> dict[str, Any]:
@@ -231,19 +208,8 @@ def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRec
         prompt_tokens=sum(c.prompt_tokens for c in outcome.completions),
         completion_tokens=sum(c.completion_tokens for c in outcome.completions),
         reasoning_tokens=sum(c.reasoning_tokens for c in outcome.completions),
+        scores=outcome.scores,
     )
-
-
-def _decides_locally(judge: object) -> bool:
-    """An external pairwise judge: decides in this process, no endpoint call."""
-    return getattr(judge, "local", False)
-
-
-def _decide_locally(judge: ExternalPairwiseJudge, pair: Pair, a: str, b: str) -> Outcome:
-    started = time.perf_counter()
-    text, decision, error = judge.decide(pair.model_dump(), a, b)
-    status = "ok" if decision else "invalid"
-    return Outcome(status, decision, "", text, error or (None if decision else "no decision"), [], time.perf_counter() - started)
 
 
 def _no_progress(judgments: int) -> None:
@@ -252,78 +218,59 @@ def _no_progress(judgments: int) -> None:
 
 async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1),
                      tick: Callable[[int], None] = _no_progress) -> list[JudgmentRecord]:
-    """Both orders concurrently; only judgments that reached a verdict are remembered in the cache."""
-    judge, caller = runtime.judge, runtime.caller
-    if getattr(judge, "scores_alone", False):  # a reward model: both orders from the same two scores
-        return await _judge_by_scores(pair, runtime, orders, tick)
-
-    async def one(order: int) -> JudgmentRecord:
-        a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
-        if _decides_locally(judge):
-            outcome = _decide_locally(judge, pair, a, b)
-        else:
-            outcome = await judge_one_order(judge, pair.question, a, b, caller.complete)
-            if outcome.status == "ok":
-                await caller.remember(outcome.completions)
-        tick(1)
-        return _record(pair, order, outcome, caller.model)
-
-    return list(await asyncio.gather(*(one(order) for order in orders)))
+    """The judge decides the pair's orders (concurrently, or from shared calls) and caches what it may;
+    the records count its calls."""
+    caller = runtime.caller
+    outcomes = await runtime.judge.judge(pair, orders, caller)
+    tick(len(outcomes))
+    return [_record(pair, order, outcome, caller.model) for order, outcome in zip(orders, outcomes)]
 
 
-async def _judge_by_scores(pair: Pair, runtime: Runtime, orders: tuple[int, ...], tick: Callable[[int], None]) -> list[JudgmentRecord]:
-    """Each response scored once, every order decided from those scores (judges.reward); the scoring
-    answers are cached only when the pair was decided."""
-    from judgebench_flows.judges.reward import judge_by_scores
-
-    results = await judge_by_scores(runtime.judge, pair.question, pair.response_A, pair.response_B, orders, runtime.caller.complete)  # type: ignore[arg-type]
-    if all(outcome.status == "ok" for outcome, _ in results):
-        await runtime.caller.remember([c for outcome, _ in results for c in outcome.completions])
-    tick(len(results))
-    return [_record(pair, order, outcome, runtime.caller.model).model_copy(update={"scores": scores})
-            for order, (outcome, scores) in zip(orders, results)]
-
-
-def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge) -> list[JudgmentRecord]:
+def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge: Judge) -> list[JudgmentRecord]:
     """Fill in each record's prompt (the last user message of its first turn), rendered again from the
-    pair: deterministic, cheaper than carrying ~10 KB per judgment through Prefect's results."""
-    if _decides_locally(judge):
+    pair: deterministic, cheaper than carrying ~10 KB per judgment through Prefect's results. A judge
+    without a first turn keeps the prompt its outcome gave (none, or a reward model's question)."""
+    first_turn = judge.first_turn
+    if first_turn is None:
         return records
     by_id = {pair.pair_id: pair for pair in pairs}
     filled = []
     for record in records:
         pair = by_id[record.pair_id]
         a, b = (pair.response_A, pair.response_B) if record.order == 0 else (pair.response_B, pair.response_A)
-        messages = judge.format(pair.question, a, b)
+        messages = first_turn(pair.question, a, b)
         prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         filled.append(record.model_copy(update={"prompt": prompt}))
     return filled
 
 
-def first_turns(pairs: Iterable[Pair], judge, orders: tuple[int, ...]) -> Iterator[list[dict[str, str]]]:
-    """The first-turn messages of every judgment of these pairs, in the order the flow judges them."""
+def first_turns(pairs: Iterable[Pair], judge: Judge, orders: tuple[int, ...]) -> Iterator[list[dict[str, str]]]:
+    """The first-turn messages of every judgment of these pairs, in the order the flow judges them (none
+    for a judge without first turns)."""
+    first_turn = judge.first_turn
+    if first_turn is None:
+        return
     for pair in pairs:
         for order in orders:
             a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
-            yield judge.format(pair.question, a, b)
+            yield first_turn(pair.question, a, b)
 
 
 def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> list[str]:
     """The cache keys of every first-turn request in these pairs, for one prefetch query."""
-    if _decides_locally(runtime.judge):
-        return []
-    return [runtime.caller.key(messages, runtime.judge.sampling) for messages in first_turns(pairs, runtime.judge, orders)]
+    key, sampling = runtime.caller.key, runtime.judge.sampling
+    return [key(messages, sampling) for messages in first_turns(pairs, runtime.judge, orders)]
 
 
 async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -> int:
     """Start the first calls of these shards now, in this event loop, before the flow's tasks ask for them
-    (`ChatCaller.call_ahead`). Judges that make no endpoint calls have nothing to start."""
+    (`ChatCaller.call_ahead`). A judge without first turns has nothing to start: no shard is read."""
     runtime = runtime_for(spec)
     judge = runtime.judge
-    if _decides_locally(judge):
+    if judge.first_turn is None:
         return 0
     requests = (messages for shard in shards for messages in first_turns(shard.load(), judge, spec.orders))
-    return await runtime.caller.call_ahead(requests, judge.sampling, max_calls, keep=lambda text: is_final_verdict(judge, text))
+    return await runtime.caller.call_ahead(requests, judge.sampling, max_calls, keep=judge.is_final)
 
 
 async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1),
@@ -350,36 +297,30 @@ def make_shards(index: PairIndex, shard_size: int, shuffle_seed: int | None = No
     ]
 
 
+def _endpoint_url(config: RunConfig) -> str | None:
+    """The URL calls go to (resolved from the environment if not given); None for a judge without one."""
+    url = config.resolved_base_url()
+    return None if url == "local:" else url
+
+
 def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
     spec = JudgeSpec(
         judge_type=config.judge_type,
         judge_template=config.judge_template,
         templates_dir=templates_dir,
         model=config.model,
-        base_url=config.resolved_base_url(),
-        api_key_env=config.api_key_env,
-        api_key_secret=config.api_key_secret,
+        endpoint=config.endpoint.model_copy(update={"base_url": _endpoint_url(config)}),
         sampling_overrides=config.sampling_overrides(),
         orders=(0,) if config.single_game else (0, 1),
-        concurrency=config.concurrency,
-        rpm=config.rpm,
-        request_timeout=config.request_timeout,
-        max_retries=config.max_retries,
-        retry_initial_wait=config.retry_initial_wait,
-        retry_max_wait=config.retry_max_wait,
         db_url=config.db_url,
-        cache=config.cache,
         external_judge_path=config.external_judge_path,
         external_judge_function=config.external_judge_function,
         external_judge_config=config.external_judge_config,
-        adaptive_concurrency=config.adaptive_concurrency,
         reward_backend=config.reward_backend,
-        request_style=config.request_style,
-        drop_params=tuple(config.drop_params),
     )
     if config.uses_global_limit:
         concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)
-        spec = spec.model_copy(update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.rpm else None})
+        spec = spec.model_copy(update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None})
     return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
 
 

@@ -16,15 +16,7 @@ from judgebench_flows.scoring.results import correctness_of
 
 
 def records_of(engine: Engine, run_id: str) -> list[JudgmentRecord]:
-    return [
-        JudgmentRecord(
-            pair_id=row.pair_id, order=row.order_index, source=row.source, category=row.category, label=row.label,  # type: ignore[arg-type]
-            status=row.status, decision=row.decision, decision_for_pair=row.decision_for_pair, judge_model="",  # type: ignore[arg-type]
-            response=row.response, error=row.error, latency_s=row.latency_s, calls=row.calls, cached_calls=row.cached_calls,
-            prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens,
-        )
-        for row in db.run_judgments(engine, run_id)
-    ]
+    return db.judgment_records(db.run_judgments(engine, run_id))
 
 
 def _verdicts_by_pair(records: list[JudgmentRecord]) -> dict[str, str]:

@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote as url_quote
@@ -26,6 +27,7 @@ from pydantic import BaseModel
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.scoring.published import data_file_parts, outputs_files, read_outputs_file, score_verdicts
 from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.scoring.formatting import percent
 
 HTML_NAME = "leaderboard.html"
 # A finished measurement: a run that regressed still measured its judge (that is how it was found to drop).
@@ -237,8 +239,7 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
     }
 
 
-def _pct(value: Any) -> str:
-    return "-" if not isinstance(value, (int, float)) or math.isnan(value) else f"{100 * value:.2f}"
+_pct = partial(percent, sign="")
 
 
 def _interval(acc: Mapping[str, Any]) -> str:

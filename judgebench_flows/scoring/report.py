@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
 from judgebench_flows.core.records import CATEGORIES, JudgmentRecord, category_of, flip
+from judgebench_flows.scoring.formatting import finite, percent
 
 TEMPLATE_NAME = "report.html.jinja2"
 # Prompts repeat the pair's question and both responses (~10 KB each); showing them in full would make a
@@ -53,20 +54,10 @@ def _template() -> Template:
     return env.from_string(source)
 
 
-def _num(value: Any) -> float | None:
-    """A finite float, or None for missing/NaN/non-numeric values (older runs lack many figures)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+_num = finite
 
 
-def _pct(value: Any, digits: int = 1) -> str:
-    number = _num(value)
-    return "–" if number is None else f"{number * 100:.{digits}f}%"
+_pct = partial(percent, digits=1, missing="–")
 
 
 def _count(value: Any) -> str:

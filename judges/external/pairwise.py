@@ -10,18 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges.external.loader import load_judge
 from judgebench_flows.judges.external.scoring import InvalidJudgeOutput, check_decision
+from judgebench_flows.judges.procedure import ModelCall, Outcome
+
+if TYPE_CHECKING:
+    from judgebench_flows.core.records import Pair
 
 
 class ExternalPairwiseJudge:
-    """Decides a pair locally: `local = True` tells the flow not to call an endpoint."""
+    """Decides a pair in this process: a `Judge` that ignores its model call and has no first turn."""
 
-    local = True
+    api = "chat"  # the run's caller is never used
+    first_turn = None
     follow_up = None
 
     def __init__(self, path: str, function: str = "evaluate", config: dict[str, Any] | None = None):
@@ -45,6 +51,19 @@ class ExternalPairwiseJudge:
         except Exception as exc:  # the user's judge: its error belongs to this one judgment
             return "", "", f"{type(exc).__name__}: {exc}"
         return text, decision, None
+
+    def is_final(self, text: str) -> bool:
+        return False
+
+    async def judge(self, pair: Pair, orders: tuple[int, ...], call: ModelCall) -> list[Outcome]:
+        outcomes = []
+        for order in orders:
+            a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+            started = time.perf_counter()
+            text, decision, error = self.decide(pair.model_dump(), a, b)
+            status = "ok" if decision else "invalid"
+            outcomes.append(Outcome(status, decision, "", text, error or (None if decision else "no decision"), [], time.perf_counter() - started))
+        return outcomes
 
     def fingerprint(self) -> str:
         source = self.path.read_bytes() if self.path.is_file() else b""

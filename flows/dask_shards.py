@@ -1,0 +1,174 @@
+"""Shards on a Dask cluster (`--task-runner dask --dask-address ...`): submitted as Prefect task runs a
+bounded number at a time, after checking that every worker can see the files and reach the Prefect API.
+
+Workers rebuild the judge from the spec and read their shard from the data file themselves, so every path
+they get is made absolute here; the limit shared across workers is the Prefect global concurrency limit
+named in the spec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from prefect.states import State
+
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.net import connect_error
+from judgebench_flows.flows.shard_runs import ShardDone, shard_records, shards_in_flight
+from judgebench_flows.judging.shards import JudgeSpec, Shard
+from judgebench_flows.tasks.judge import shard_task
+
+
+def judge_on_dask(
+    shards: list[Shard], spec: JudgeSpec, config: RunConfig,
+    on_shard_done: ShardDone,
+) -> None:
+    """Shards as Prefect task runs on the Dask cluster at `--dask-address`, a bounded number at a time,
+    each handed to `on_shard_done` as soon as it finishes (as in-process). Runs in a thread of the flow:
+    the Dask runner is synchronous.
+
+    Workers rebuild the judge from the spec and read their shard from the data file themselves, so every
+    path they get is absolute and checked on every worker before the first shard is sent. Each shard
+    task runs in its own event loop on its worker, with its own endpoint client: the shared limit across
+    shards and workers is the Prefect global concurrency limit named in the spec.
+    """
+    from distributed import as_completed
+
+    spec, shards = _for_workers(spec, shards)
+    task = shard_task(config.endpoint.cache, config.shard_retries)
+    with _dask_runner(config.dask_address or "") as runner:
+        _check_workers(runner.client, config.dask_address or "", _paths_workers_need(spec, shards))
+        in_flight = max(shards_in_flight(config), 2 * sum(runner.client.nthreads().values()))
+        pending = iter(shards)
+        submitted: dict[Any, Shard] = {}
+
+        def submit_next() -> Any | None:
+            shard = next(pending, None)
+            if shard is None:
+                return None
+            # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
+            future = runner.submit(task, parameters={"shard": shard, "spec": spec}).wrapped_future
+            submitted[future] = shard
+            return future
+
+        first = [f for f in (submit_next() for _ in range(in_flight)) if f is not None]
+        finished = as_completed(first, loop=runner.client.loop)
+        for future in finished:
+            shard = submitted.pop(future)
+            records = asyncio.run(shard_records(_final_state(future)))
+            on_shard_done(shard, records)
+            following = submit_next()
+            if following is not None:
+                finished.add(following)
+
+
+def _final_state(future: Any) -> State:
+    """The task run's final state, as the worker returned it (a crashed worker raises here)."""
+    outcome = future.result()
+    if not isinstance(outcome, State):
+        raise RuntimeError(f"a Dask worker returned {type(outcome).__name__} instead of the shard's final state")
+    return outcome
+
+
+def _dask_runner(address: str):
+    """The Prefect Dask task runner, refusing early what cannot work: no Prefect server that workers
+    can reach (a temporary one lives and dies with this process), or no scheduler at the address."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect_dask import DaskTaskRunner
+
+    if not PREFECT_API_URL.value():
+        raise UserError(
+            "--task-runner dask needs a Prefect server that the workers can reach: start one "
+            "(`prefect server start`) and set PREFECT_API_URL here and on the workers"
+        )
+    problem = connect_error(address if "://" in address else f"tcp://{address}", default_port=8786)
+    if problem is not None:
+        raise UserError(f"--dask-address {address}: no Dask scheduler answers there ({problem})") from None
+    return DaskTaskRunner(address=address)
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+def _absolute_sqlite_url(url: str | None) -> str | None:
+    """A relative SQLite path would name another file in each worker's working directory."""
+    from sqlalchemy.engine import make_url
+
+    if not url:
+        return url
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:" or os.path.isabs(parsed.database):
+        return url
+    return parsed.set(database=_absolute(parsed.database)).render_as_string(hide_password=False)
+
+
+def _for_workers(spec: JudgeSpec, shards: list[Shard]) -> tuple[JudgeSpec, list[Shard]]:
+    """Every local path in the spec and the shards made absolute (as this machine sees them)."""
+    template = spec.judge_template
+    if template and ":" in template and template.rsplit(":", 1)[0].endswith(".py"):
+        file, cls = template.rsplit(":", 1)
+        template = f"{_absolute(file)}:{cls}"
+    spec = spec.model_copy(update={
+        "templates_dir": _absolute(spec.templates_dir) if spec.templates_dir else None,
+        "judge_template": template,
+        "external_judge_path": _absolute(spec.external_judge_path) if spec.external_judge_path else None,
+        "db_url": _absolute_sqlite_url(spec.db_url),
+    })
+    return spec, [shard.model_copy(update={"path": _absolute(shard.path)}) for shard in shards]
+
+
+def _paths_workers_need(spec: JudgeSpec, shards: list[Shard]) -> list[str]:
+    """Files and directories each worker opens: data, templates, judge files, the SQLite directory."""
+    from sqlalchemy.engine import make_url
+
+    paths = {shard.path for shard in shards}
+    paths |= {p for p in (spec.templates_dir, spec.external_judge_path) if p}
+    if spec.judge_template and spec.judge_template.rsplit(":", 1)[0].endswith(".py"):
+        paths.add(spec.judge_template.rsplit(":", 1)[0])
+    if spec.db_url and spec.endpoint.cache != "off":
+        parsed = make_url(spec.db_url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+            paths.add(str(Path(parsed.database).parent))
+    return sorted(paths)
+
+
+def _worker_problems(paths: list[str], api_url: str) -> list[str]:
+    """Run on each worker: what it cannot see or reach. Prefect sends the run's settings with each task,
+    so a worker calls the API at the URL this process uses, and opens the same paths."""
+    problems = [f"cannot see {path}" for path in paths if not os.path.exists(path)]
+    if connect_error(api_url) is not None:
+        api = urlsplit(api_url)
+        problems.append(f"cannot reach the Prefect API at {api.scheme}://{api.hostname}:{api.port}")
+    return problems
+
+
+def _check_workers(client: Any, address: str, paths: list[str]) -> None:
+    """At least one worker, able to import this project, see every path and reach the Prefect API,
+    before any shard is sent: otherwise each shard would fail (and retry) on its own."""
+    from prefect.settings import PREFECT_API_URL
+
+    try:
+        client.wait_for_workers(1, timeout=60)
+    except TimeoutError:
+        raise UserError(f"--dask-address {address}: no Dask worker joined the scheduler within 60 s") from None
+    try:
+        problems = client.run(_worker_problems, paths, PREFECT_API_URL.value())
+    except Exception as exc:
+        raise UserError(
+            f"the Dask workers cannot run judgebench-flows code ({type(exc).__name__}: {exc}); "
+            "install this project in the workers' environment"
+        ) from None
+    troubled = {worker: found for worker, found in problems.items() if found}
+    if troubled:
+        worker, found = next(iter(troubled.items()))
+        raise UserError(
+            f"Dask worker {worker} (and {len(troubled) - 1} more): {'; '.join(found[:3])}. Workers need the dataset, "
+            "templates and SQLite database at the same paths (same machine or a shared filesystem) and a "
+            "PREFECT_API_URL that works from every machine (not localhost)"
+        )

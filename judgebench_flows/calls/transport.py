@@ -1,0 +1,101 @@
+"""The wire: openai clients that post one request to the endpoint, and the reading of its answer.
+
+No retries, limits or cache here (`retry`, `limits`, `cache`); one attempt in, one response body or
+the SDK's exception out.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import ssl
+from typing import Any
+
+import httpx
+import openai
+
+from judgebench_flows.calls.other_apis import OTHER_APIS, answer_of, other_api_post
+from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.secrets import redact
+
+CONNECTIONS_PER_CLIENT = 8
+
+
+class BadAnswerBody(Exception):
+    """A 200 whose body is not a JSON object: a broken answer, retried like a 5xx."""
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for every endpoint client of this process. httpx builds a new one per client by
+    default, loading the CA bundle each time: 30-60 ms per client, several clients per run (and per shard
+    on Dask), all before the first call."""
+    return httpx.create_ssl_context()
+
+
+def completion_from(response: Any) -> Completion:
+    """The answer text and token counts of a chat-completions response body.
+
+    We post the body through the SDK's own `post` (auth, errors and connection handling stay the SDK's)
+    and read the JSON ourselves: the SDK's request transform and response models cost about 1 ms of CPU
+    per call, a third of our whole overhead, for nothing we use. A body without a message is an empty
+    answer, which the judge's parser then reports as invalid.
+    """
+    if not isinstance(response, dict):
+        raise BadAnswerBody()
+    choices = response.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    # The answer only: a reasoning model's `reasoning_content` (vLLM, DeepSeek) is never the verdict.
+    text = message.get("content") if isinstance(message.get("content"), str) else ""
+    text = redact(text or "")  # an API key echoed back must not reach the cache, the database or a report
+    usage = response.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    return Completion(
+        text or "", int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+        finish_reason=choice.get("finish_reason"),
+        reasoning_tokens=int((details.get("reasoning_tokens") if isinstance(details, dict) else 0) or 0),
+    )
+
+
+class Transport:
+    """Several openai clients for one endpoint, used in turn.
+
+    Several clients, each with its own small connection pool: httpx scans its whole pool on every
+    request and response, so one pool of C connections costs O(C) CPU per call (see the README's
+    benchmark notes); with `CONNECTIONS_PER_CLIENT` per client that stays flat.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
+        self.base_url = base_url
+        self.model = model
+        self.clients = [
+            openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=request_timeout,
+                               http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()))
+            for _ in range(max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT)))
+        ]
+        self._next_client = itertools.cycle(self.clients)
+
+    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """One attempt: the response body as parsed JSON (a 200 that is not JSON: `BadAnswerBody`)."""
+        try:
+            if api in OTHER_APIS:
+                return await other_api_post(next(self._next_client), api, self.base_url, self.model, messages, sampling)
+            return await next(self._next_client).post(
+                "/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling})
+        except json.JSONDecodeError as exc:
+            raise BadAnswerBody() from exc
+
+    @staticmethod
+    def answer(api: str, response: Any) -> Completion:
+        """The `Completion` in a response body of `api` (not a usable body: `BadAnswerBody`)."""
+        try:
+            return completion_from(response) if api == "chat" else answer_of(api, response)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise BadAnswerBody() from exc
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.close()

@@ -1,0 +1,113 @@
+"""The layers `ChatCaller` is composed of (calls/transport, retry, limits, cache, caller) and the small
+shared helpers that replaced duplicates (scoring.formatting.percent, core.net.connect_error).
+
+The request a caller sends and the key it caches under are pinned here: splitting the caller must not
+change a byte of either, or every existing call cache would miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from judgebench_flows.calls import llm
+from judgebench_flows.calls.cache import request_key
+from judgebench_flows.calls.caller import ChatCaller
+from judgebench_flows.calls.limits import CallLimits
+from judgebench_flows.calls.retry import RetryPolicy, fatal_error, retryable
+from judgebench_flows.calls.transport import BadAnswerBody, Transport
+from judgebench_flows.core.errors import FatalEndpointError
+from judgebench_flows.core.net import connect_error
+from judgebench_flows.scoring.formatting import percent
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+
+
+def test_request_key_is_pinned() -> None:
+    # Computed with the caller before it was split; a change here invalidates every stored call cache.
+    key = request_key("http://h/v1/", "m", [{"role": "user", "content": "hé"}], {"temperature": 0})
+    assert key == "9448c718d30a0b781579bca0bf7d64858795c2faa4266f9f4a61af58bf98e936"
+
+
+def test_sent_body_and_key_are_the_request_as_shaped() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def record(body: dict) -> str:
+        bodies.append(body)
+        return "My final verdict is [[A>B]]"
+
+    messages = [{"role": "system", "content": "judge"}, {"role": "user", "content": "which?"}]
+    with FakeOpenAIServer(record) as server:
+        base_url = server.base_url
+
+        async def go() -> Any:
+            caller = ChatCaller(base_url=server.base_url, model="judge-model", api_key="sk-test", retry=RetryPolicy(max_retries=0))
+            try:
+                return await caller.complete(messages, {"temperature": 0.0, "max_tokens": 64}), caller
+            finally:
+                await caller.aclose()
+
+        completion, caller = asyncio.run(go())
+    assert list(bodies[0].items()) == [("model", "judge-model"), ("messages", messages), ("temperature", 0.0), ("max_tokens", 64)]
+    assert completion.key == request_key(base_url, "judge-model", messages, {"temperature": 0.0, "max_tokens": 64})
+    assert (caller.stats.calls, caller.stats.answered, caller.stats.attempts, caller.stats.retries) == (1, 1, 1, 0)
+
+
+def test_answer_reading_turns_unusable_bodies_into_a_retryable_failure() -> None:
+    for api, body in (("chat", ["not", "an", "object"]), ("completions", "text"), ("pooling", {"data": []})):
+        with pytest.raises(BadAnswerBody):
+            Transport.answer(api, body)
+        assert retryable(BadAnswerBody())
+    answer = Transport.answer("chat", {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}})
+    assert (answer.text, answer.prompt_tokens, answer.finish_reason) == ("ok", 3, "stop")
+
+
+def test_fatal_errors_name_the_endpoint_and_never_the_key() -> None:
+    response = httpx.Response(401, request=httpx.Request("POST", "http://h/v1/chat/completions"))
+    error = fatal_error(openai.AuthenticationError("bad key sk-abc", response=response, body=None), "http://h/v1", "m")
+    assert isinstance(error, FatalEndpointError) and "rejected the API key" in str(error) and "sk-abc" not in str(error)
+
+
+def test_default_limits_are_the_semaphore_alone() -> None:
+    async def go() -> tuple[int, int]:
+        limits = CallLimits(concurrency=2, request_timeout=5.0)
+        peak = in_flight = 0
+
+        async def send(delay: float) -> float:
+            nonlocal peak, in_flight
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(delay)
+            in_flight -= 1
+            return delay
+
+        results = await asyncio.gather(*(limits.run(send, 0.01) for _ in range(6)))
+        assert limits.adaptive is None and limits.global_slots is None and limits.pacer is None
+        return len(results), peak
+
+    assert asyncio.run(go()) == (6, 2)
+
+
+def test_old_import_path_still_names_everything() -> None:
+    for name in ("ChatCaller", "CallStats", "RetryPolicy", "AdaptiveLimit", "request_key", "CacheMode"):
+        assert getattr(llm, name) is not None
+
+
+def test_percent_is_one_rule_with_each_place_choosing_its_marks() -> None:
+    assert percent(0.81234) == "81.23%"
+    assert percent(None) == percent(float("nan")) == percent("x") == "-"
+    assert percent(0.5, digits=1, missing="–") == "50.0%" and percent(None, missing="n/a") == "n/a"
+    assert percent(0.5, sign="") == "50.00"
+
+
+def test_connect_error_says_why_and_none_when_listening() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert connect_error(f"http://127.0.0.1:{port}/v1", timeout=5) is None
+    assert connect_error(f"http://127.0.0.1:{port}/v1", timeout=5)  # closed now: a reason

@@ -65,8 +65,12 @@ def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
 
 def start_prefect_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/api"
     for _ in range(600):
         try:
@@ -83,7 +87,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--reference-python", action="append", help="interpreter for the run_judge.py stand-in (repeatable)")
+    parser.add_argument(
+        "--reference-python", action="append", help="interpreter for the run_judge.py stand-in (repeatable)"
+    )
     parser.add_argument("--small", type=int, help="small-run mode: judge the first N pairs (see above)")
     args = parser.parse_args()
     if args.small:
@@ -94,30 +100,87 @@ def main() -> None:
     port = free_port()
     endpoint = start_server(args.latency, port)
     base_url = f"http://127.0.0.1:{port}/v1"
-    env = {**os.environ, "OPENAI_API_KEY": "bench-key", "PREFECT_HOME": str(workdir / "prefect-home"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "JUDGEBENCH_SERVER_KEEPALIVE": "0"}  # each run boots its own
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "bench-key",
+        "PREFECT_HOME": str(workdir / "prefect-home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "JUDGEBENCH_SERVER_KEEPALIVE": "0",
+    }  # each run boots its own
     env.pop("PREFECT_API_URL", None)
     prefect_server = None
     try:
         url, sha = make_repo(workdir)
         pairs_file = workdir / "JudgeBench" / "data" / GPT4O_FILE
-        judgebench = [sys.executable, "-m", "judgebench_flows.cli.main", "run", "--judge-type", "arena_hard", "--model", "bench",
-                      "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE, "--base-url", base_url,
-                      "--concurrency", str(args.concurrency), "--cache-dir", str(workdir / "clones"), "--no-progress"]
+        judgebench = [
+            sys.executable,
+            "-m",
+            "judgebench_flows.cli.main",
+            "run",
+            "--judge-type",
+            "arena_hard",
+            "--model",
+            "bench",
+            "--repo-url",
+            url,
+            "--ref",
+            sha,
+            "--data-file",
+            GPT4O_FILE,
+            "--base-url",
+            base_url,
+            "--concurrency",
+            str(args.concurrency),
+            "--cache-dir",
+            str(workdir / "clones"),
+            "--no-progress",
+        ]
 
         def ours(name: str, extra_env: dict[str, str]) -> float:
             run = workdir / f"{name}-{time.monotonic_ns()}"
-            return timed(judgebench + ["--result-path", str(run / "results.json"), "--output-dir", str(run / "out"),
-                                       "--db-url", f"sqlite:///{run}/results.db"],
-                         {**env, **extra_env, "PREFECT_LOCAL_STORAGE_PATH": str(run / "prefect-results")}, workdir)
+            return timed(
+                judgebench
+                + [
+                    "--result-path",
+                    str(run / "results.json"),
+                    "--output-dir",
+                    str(run / "out"),
+                    "--db-url",
+                    f"sqlite:///{run}/results.db",
+                ],
+                {**env, **extra_env, "PREFECT_LOCAL_STORAGE_PATH": str(run / "prefect-results")},
+                workdir,
+            )
 
         # Warm-up: the clone cache and Prefect's own database (created and migrated on first use).
-        timed(judgebench + ["--max-samples", "2", "--result-path", str(workdir / "w.json"), "--output-dir", str(workdir / "w"),
-                            "--db-url", f"sqlite:///{workdir}/w.db"], env, workdir)
+        timed(
+            judgebench
+            + [
+                "--max-samples",
+                "2",
+                "--result-path",
+                str(workdir / "w.json"),
+                "--output-dir",
+                str(workdir / "w"),
+                "--db-url",
+                f"sqlite:///{workdir}/w.db",
+            ],
+            env,
+            workdir,
+        )
         references = {
-            f"run_judge.py stand-in ({python})": [python, str(HERE / "reference_run_judge.py"), "--pairs", str(pairs_file),
-                                                 "--concurrency_limit", str(args.concurrency), "--base-url", base_url,
-                                                 "--output", str(workdir / "ref.jsonl")]
+            f"run_judge.py stand-in ({python})": [
+                python,
+                str(HERE / "reference_run_judge.py"),
+                "--pairs",
+                str(pairs_file),
+                "--concurrency_limit",
+                str(args.concurrency),
+                "--base-url",
+                base_url,
+                "--output",
+                str(workdir / "ref.jsonl"),
+            ]
             for python in args.reference_python or [sys.executable]
         }
         rows: dict[str, list[float]] = {name: [] for name in references}
@@ -132,7 +195,9 @@ def main() -> None:
             rows["judgebench run, Prefect server running"].append(ours("running", {"PREFECT_API_URL": api_url}))
 
         bound = 700 * args.latency / args.concurrency
-        print(f"700 calls, latency {args.latency} s, concurrency {args.concurrency}: judging alone takes at least {bound:.1f} s")
+        print(
+            f"700 calls, latency {args.latency} s, concurrency {args.concurrency}: judging alone takes at least {bound:.1f} s"
+        )
         print("wall time, median of runs (all runs)")
         for name, walls in rows.items():
             print(f"{name}\n    {statistics.median(walls):7.2f} s  ({', '.join(f'{w:.2f}' for w in walls)})")
@@ -151,8 +216,13 @@ def small_runs(args: argparse.Namespace) -> None:
     port = free_port()
     endpoint = start_server(args.latency, port)
     base_url = f"http://127.0.0.1:{port}/v1"
-    env = {**os.environ, "OPENAI_API_KEY": "bench-key", "PREFECT_HOME": str(workdir / "prefect-home"),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "JUDGEBENCH_SERVER_KEEPALIVE": "600"}
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "bench-key",
+        "PREFECT_HOME": str(workdir / "prefect-home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "JUDGEBENCH_SERVER_KEEPALIVE": "600",
+    }
     env.pop("PREFECT_API_URL", None)
     try:
         full = HERE.parent.parent / "shared" / "judgebench" / "data" / GPT4O_FILE
@@ -160,19 +230,53 @@ def small_runs(args: argparse.Namespace) -> None:
         small.write_text("".join(full.read_text().splitlines(keepends=True)[: args.small]))
 
         def ours(pairs: Path, run: Path, *extra: str) -> float:
-            return timed([sys.executable, "-m", "judgebench_flows.cli.main", "run", "--model", "bench", "--data-path", str(pairs),
-                          "--base-url", base_url, "--concurrency", str(args.concurrency), "--no-progress",
-                          "--result-path", str(run / "results.json"), "--output-dir", str(run / "out"),
-                          "--db-url", f"sqlite:///{run}/results.db", *extra],
-                         {**env, "PREFECT_LOCAL_STORAGE_PATH": str(run / "prefect-results")}, workdir)
+            return timed(
+                [
+                    sys.executable,
+                    "-m",
+                    "judgebench_flows.cli.main",
+                    "run",
+                    "--model",
+                    "bench",
+                    "--data-path",
+                    str(pairs),
+                    "--base-url",
+                    base_url,
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--no-progress",
+                    "--result-path",
+                    str(run / "results.json"),
+                    "--output-dir",
+                    str(run / "out"),
+                    "--db-url",
+                    f"sqlite:///{run}/results.db",
+                    *extra,
+                ],
+                {**env, "PREFECT_LOCAL_STORAGE_PATH": str(run / "prefect-results")},
+                workdir,
+            )
 
         def fresh() -> Path:
             return workdir / f"run-{time.monotonic_ns()}"
 
-        reference = [(args.reference_python or [sys.executable])[0], str(HERE / "reference_run_judge.py"), "--pairs", str(small),
-                     "--concurrency_limit", str(args.concurrency), "--base-url", base_url, "--output", str(workdir / "ref.jsonl")]
-        rows: dict[str, list[float]] = {"run_judge.py stand-in": [], "judgebench run, first run (boots the server)": [],
-                                        "judgebench run, server kept by an earlier run": []}
+        reference = [
+            (args.reference_python or [sys.executable])[0],
+            str(HERE / "reference_run_judge.py"),
+            "--pairs",
+            str(small),
+            "--concurrency_limit",
+            str(args.concurrency),
+            "--base-url",
+            base_url,
+            "--output",
+            str(workdir / "ref.jsonl"),
+        ]
+        rows: dict[str, list[float]] = {
+            "run_judge.py stand-in": [],
+            "judgebench run, first run (boots the server)": [],
+            "judgebench run, server kept by an earlier run": [],
+        }
         load_at_start = os.getloadavg()[0]  # the machine is shared: figures mean little without it
         rows["judgebench run, first run (boots the server)"].append(ours(small, fresh()))
         for _ in range(args.repeat):
@@ -181,11 +285,15 @@ def small_runs(args: argparse.Namespace) -> None:
         cached = fresh()
         ours(full, cached)
         rows["judgebench run, 350 pairs fully cached (re-run)"] = [ours(full, cached) for _ in range(args.repeat)]
-        print(f"{args.small} pairs, latency {args.latency} s, concurrency {args.concurrency}; wall time, median (all runs); "
-              f"load average at the start {load_at_start:.1f}, at the end {os.getloadavg()[0]:.1f}")
+        print(
+            f"{args.small} pairs, latency {args.latency} s, concurrency {args.concurrency}; wall time, median (all runs); "
+            f"load average at the start {load_at_start:.1f}, at the end {os.getloadavg()[0]:.1f}"
+        )
         for name, walls in rows.items():
             print(f"{name}\n    {statistics.median(walls):7.2f} s  ({', '.join(f'{w:.2f}' for w in walls)})")
-        ratio = statistics.median(rows["judgebench run, server kept by an earlier run"]) / statistics.median(rows["run_judge.py stand-in"])
+        ratio = statistics.median(rows["judgebench run, server kept by an earlier run"]) / statistics.median(
+            rows["run_judge.py stand-in"]
+        )
         print(f"ratio, kept server / stand-in: {ratio:.2f}")
     finally:
         record_dir = workdir / "prefect-home" / "judgebench-server"

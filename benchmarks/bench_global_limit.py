@@ -31,7 +31,9 @@ from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 def caller(base_url: str, concurrency: int, global_limit: str | None):
     from judgebench_flows.calls.llm import ChatCaller
 
-    return ChatCaller(base_url=base_url, model="judge", api_key="sk-bench", concurrency=concurrency, global_limit=global_limit)
+    return ChatCaller(
+        base_url=base_url, model="judge", api_key="sk-bench", concurrency=concurrency, global_limit=global_limit
+    )
 
 
 async def sequential(base_url: str, calls: int, global_limit: str | None) -> float:
@@ -70,7 +72,9 @@ def worker(base_url: str, calls: int, concurrency: int, global_limit: str, worke
             await chat._call([{"role": "user", "content": f"w{worker_id} warm"}], {})
             barrier.wait()
             started = time.time()
-            await asyncio.gather(*(chat._call([{"role": "user", "content": f"w{worker_id} {i}"}], {}) for i in range(calls)))
+            await asyncio.gather(
+                *(chat._call([{"role": "user", "content": f"w{worker_id} {i}"}], {}) for i in range(calls))
+            )
             finished = time.time()
             await chat.aclose()
         return {"started": started, "finished": finished, **vars(chat.limits.global_slots.stats)}
@@ -102,24 +106,35 @@ def main() -> None:
         asyncio.run(ensure_limit("bench-sequential", 1))
         local = asyncio.run(sequential(server.base_url, args.calls, None))
         shared = asyncio.run(sequential(server.base_url, args.calls, "bench-sequential"))
-        print(f"sequential, zero latency: {1000 * local:.2f} ms/call local, {1000 * shared:.2f} ms/call with the global limit "
-              f"(+{1000 * (shared - local):.1f} ms)")
+        print(
+            f"sequential, zero latency: {1000 * local:.2f} ms/call local, {1000 * shared:.2f} ms/call with the global limit "
+            f"(+{1000 * (shared - local):.1f} ms)"
+        )
 
         asyncio.run(ensure_limit("bench-shared", args.concurrency))
         server.configure(latency=args.latency)
         server.reset_counters()
         per_worker = args.calls // args.workers
         context = multiprocessing.get_context("spawn")
-        with context.Pool(args.workers, initializer=init_worker, initargs=(context.Manager().Barrier(args.workers), api_url)) as pool:
-            stats = pool.starmap(worker, [(server.base_url, per_worker, args.concurrency, "bench-shared", w) for w in range(args.workers)])
+        with context.Pool(
+            args.workers, initializer=init_worker, initargs=(context.Manager().Barrier(args.workers), api_url)
+        ) as pool:
+            stats = pool.starmap(
+                worker,
+                [(server.base_url, per_worker, args.concurrency, "bench-shared", w) for w in range(args.workers)],
+            )
         elapsed = max(s["finished"] for s in stats) - min(s["started"] for s in stats)
         total = per_worker * args.workers
         bound = total * args.latency / args.concurrency
-        print(f"{args.workers} workers x {per_worker} calls, latency {args.latency}s, global limit {args.concurrency}: "
-              f"{elapsed:.2f}s (bound {bound:.2f}s: {100 * bound / elapsed:.0f}% of it); peak in flight {server.max_in_flight}")
+        print(
+            f"{args.workers} workers x {per_worker} calls, latency {args.latency}s, global limit {args.concurrency}: "
+            f"{elapsed:.2f}s (bound {bound:.2f}s: {100 * bound / elapsed:.0f}% of it); peak in flight {server.max_in_flight}"
+        )
         taken = [s["acquired"] for s in stats]
-        print(f"leases from the server: {sum(taken)} for {total} calls (the rest passed on inside a worker); "
-              f"denied polls {sum(s['denied'] for s in stats)}; median per worker {statistics.median(taken)}")
+        print(
+            f"leases from the server: {sum(taken)} for {total} calls (the rest passed on inside a worker); "
+            f"denied polls {sum(s['denied'] for s in stats)}; median per worker {statistics.median(taken)}"
+        )
 
 
 if __name__ == "__main__":

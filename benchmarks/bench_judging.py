@@ -37,9 +37,19 @@ GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 
 def start_server(latency: float, port: int) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-m", "judgebench_flows.testing.fake_openai", "--port", str(port), "--latency", str(latency),
-         "--answer", "My final verdict is [[A>B]]"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "judgebench_flows.testing.fake_openai",
+            "--port",
+            str(port),
+            "--latency",
+            str(latency),
+            "--answer",
+            "My final verdict is [[A>B]]",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout is not None
     process.stdout.readline()  # prints its base URL once it listens
@@ -49,10 +59,18 @@ def start_server(latency: float, port: int) -> subprocess.Popen:
 def make_repo(workdir: Path) -> tuple[str, str]:
     repo = workdir / "JudgeBench"
     shutil.copytree(SHARED, repo)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@b",
+    }
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "data"]):
         subprocess.run(["git", *args], cwd=repo, env=env, check=True)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
     return f"file://{repo}", sha
 
 
@@ -62,11 +80,19 @@ def make_synthetic(path: Path, n_pairs: int, seed: int = 0) -> None:
     sources = ["mmlu-pro-law", "livebench-math", "livebench-reasoning", "livecodebench"]
     with path.open("w") as handle:
         for i in range(n_pairs):
-            handle.write(json.dumps({
-                "pair_id": f"synthetic-{i}", "source": sources[i % 4], "question": f"Question {i}: what is {i} + {i}?",
-                "response_A": f"The answer is {2 * i}.", "response_B": f"The answer is {2 * i + 1}.",
-                "label": rng.choice(["A>B", "B>A"]),
-            }) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "pair_id": f"synthetic-{i}",
+                        "source": sources[i % 4],
+                        "question": f"Question {i}: what is {i} + {i}?",
+                        "response_A": f"The answer is {2 * i}.",
+                        "response_B": f"The answer is {2 * i + 1}.",
+                        "label": rng.choice(["A>B", "B>A"]),
+                    }
+                )
+                + "\n"
+            )
 
 
 def run_flow(config) -> tuple[dict, float, float]:
@@ -79,11 +105,16 @@ def run_flow(config) -> tuple[dict, float, float]:
 
 def both_orders(pair: dict) -> list[str]:
     """What a judge is asked about a pair, in each order, without a judge's template."""
-    return [f"{pair['question']}\n{a}\n{b}" for a, b in ((pair["response_A"], pair["response_B"]), (pair["response_B"], pair["response_A"]))]
+    return [
+        f"{pair['question']}\n{a}\n{b}"
+        for a, b in ((pair["response_A"], pair["response_B"]), (pair["response_B"], pair["response_A"]))
+    ]
 
 
 async def ask(client, content: str) -> None:
-    await client.chat.completions.create(model="bench", temperature=0, max_tokens=4096, messages=[{"role": "user", "content": content}])
+    await client.chat.completions.create(
+        model="bench", temperature=0, max_tokens=4096, messages=[{"role": "user", "content": content}]
+    )
 
 
 async def reference_loop(base_url: str, data_path: str, concurrency: int) -> float:
@@ -115,7 +146,9 @@ async def openai_alone(base_url: str, data_path: str, concurrency: int, calls: i
     import openai
 
     with open(data_path) as handle:
-        contents = [content for line in itertools.islice(handle, calls) for content in both_orders(json.loads(line))][:calls]
+        contents = [content for line in itertools.islice(handle, calls) for content in both_orders(json.loads(line))][
+            :calls
+        ]
     client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0)
     semaphore = asyncio.Semaphore(concurrency)
 
@@ -152,9 +185,16 @@ def main() -> None:
     base_url = f"http://127.0.0.1:{args.port}/v1"
     try:
         common = dict(
-            model="bench-judge", base_url=base_url, concurrency=args.concurrency, shard_size=args.shard_size,
-            result_path=str(workdir / "results.json"), output_dir=str(workdir / "run"),
-            db_url=f"sqlite:///{workdir}/bench.db", cache_dir=str(workdir / "cache"), report=False, bootstrap_resamples=200,
+            model="bench-judge",
+            base_url=base_url,
+            concurrency=args.concurrency,
+            shard_size=args.shard_size,
+            result_path=str(workdir / "results.json"),
+            output_dir=str(workdir / "run"),
+            db_url=f"sqlite:///{workdir}/bench.db",
+            cache_dir=str(workdir / "cache"),
+            report=False,
+            bootstrap_resamples=200,
         )
         if args.synthetic:
             data_path = workdir / "synthetic.jsonl"
@@ -174,16 +214,22 @@ def main() -> None:
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         if results["usage"]["cached_calls"]:
             print(f"warning: {results['usage']['cached_calls']} of {calls} calls were answered from a cache")
-        print(f"pairs {results['dataset']['n_pairs']}, calls {calls}, latency {args.latency}s, concurrency {args.concurrency}")
+        print(
+            f"pairs {results['dataset']['n_pairs']}, calls {calls}, latency {args.latency}s, concurrency {args.concurrency}"
+        )
         print(f"end-to-end wall time      {wall:8.2f} s   (phases: {json.dumps(timings)})")
         print(f"judging phase             {judge_s:8.2f} s   {calls / judge_s:8.1f} calls/s")
         if args.latency:
             ideal = calls / bound
-            print(f"bound C/L                 {bound:8.1f} calls/s -> ideal judging {ideal:.2f} s; share of bound {ideal / judge_s:6.1%}")
+            print(
+                f"bound C/L                 {bound:8.1f} calls/s -> ideal judging {ideal:.2f} s; share of bound {ideal / judge_s:6.1%}"
+            )
         print(f"our CPU per judgment      {1000 * cpu / judgments:8.3f} ms  (whole run, this process)")
         client_cpu = asyncio.run(openai_alone(base_url, str(data_path), args.concurrency, min(calls, 20_000)))
         judging_cpu = timings.get("judge_cpu_ms_per_judgment", 1000 * cpu / judgments) / 1000
-        print(f"openai client alone       {1000 * client_cpu:8.3f} ms  CPU per call, same endpoint, concurrency and pairs")
+        print(
+            f"openai client alone       {1000 * client_cpu:8.3f} ms  CPU per call, same endpoint, concurrency and pairs"
+        )
         print(f"ours beyond the client    {1000 * (judging_cpu - client_cpu):8.3f} ms  CPU per judgment, judging phase")
         print(f"peak memory               {peak_mb:8.1f} MiB")
 

@@ -42,6 +42,7 @@ def import_like_run_judge() -> list[str]:
             missing.append(module)
     return missing
 
+
 VERDICT = re.compile(r"\[\[([AB][<>=]+[AB])\]\]")
 
 
@@ -60,10 +61,18 @@ async def judge_pairs(pairs: list[dict], client: openai.AsyncOpenAI, model: str,
     async def judge(question: str, a: str, b: str) -> dict | None:
         prompt = f"<|User Prompt|>\n{question}\n\n<|The Start of Assistant A's Answer|>\n{a}\n<|The End of Assistant A's Answer|>\n\n<|The Start of Assistant B's Answer|>\n{b}\n<|The End of Assistant B's Answer|>"
         try:
-            response = await client.chat.completions.create(model=model, temperature=0, max_tokens=4096, messages=[
-                {"role": "system", "content": "Please act as an impartial judge. Output your final verdict as [[A>B]] or [[B>A]]."},
-                {"role": "user", "content": prompt},
-            ])
+            response = await client.chat.completions.create(
+                model=model,
+                temperature=0,
+                max_tokens=4096,
+                messages=[
+                    {
+                        "role": "system",
+                        "content": "Please act as an impartial judge. Output your final verdict as [[A>B]] or [[B>A]].",
+                    },
+                    {"role": "user", "content": prompt},
+                ],
+            )
         except Exception as exc:
             print(f"failed: {exc}")
             return None
@@ -89,7 +98,10 @@ def accuracy(pairs: list[dict]) -> float:
     correct = 0
     for pair in pairs:
         first, second = pair["judgments"]
-        decisions = [first and first["decision"], flip.get(second and second["decision"], second and second["decision"])]
+        decisions = [
+            first and first["decision"],
+            flip.get(second and second["decision"], second and second["decision"]),
+        ]
         score = sum(1 if d == pair["label"] else -1 if d == flip[pair["label"]] else 0 for d in decisions)
         correct += score > 0
     return correct / len(pairs)

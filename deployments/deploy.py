@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 from uuid import UUID
 
 from prefect import deploy, flow
@@ -31,6 +33,17 @@ NIGHTLY_TIMEZONE = "UTC"
 NIGHTLY_ENTRYPOINT = "flows/nightly.py:nightly_benchmarks"
 ADHOC_ENTRYPOINT = "flows/nightly.py:judgebench_adhoc"
 
+_T = TypeVar("_T")
+
+
+def _synchronously(value: _T | Coroutine[Any, Any, _T]) -> _T:
+    """The value of a Prefect call that is sync or async depending on its caller: called outside an event
+    loop (as here) it is the value itself, though its type also allows a coroutine."""
+    if isinstance(value, Coroutine):
+        value.close()
+        raise TypeError("a Prefect call returned a coroutine: deploy from outside an event loop")
+    return value
+
 
 def ensure_work_pool(name: str = WORK_POOL) -> None:
     """Create the `process` work pool with Prefect's default job template, unless it exists."""
@@ -41,7 +54,9 @@ def ensure_work_pool(name: str = WORK_POOL) -> None:
             pool = client.read_work_pool(name)
         except ObjectNotFound:
             client.create_work_pool(
-                WorkPoolCreate(name=name, type="process", base_job_template=ProcessWorker.get_default_base_job_template()),
+                WorkPoolCreate(
+                    name=name, type="process", base_job_template=ProcessWorker.get_default_base_job_template()
+                ),
             )
             print(f"created work pool '{name}' (process)")
             return
@@ -50,28 +65,35 @@ def ensure_work_pool(name: str = WORK_POOL) -> None:
 
 
 def nightly_deployment(
-    project_dir: Path = PROJECT_DIR, matrix_path: str = "deployments/nightly.yaml", cron: str = NIGHTLY_CRON, name: str = "nightly",
+    project_dir: Path = PROJECT_DIR,
+    matrix_path: str = "deployments/nightly.yaml",
+    cron: str = NIGHTLY_CRON,
+    name: str = "nightly",
 ) -> RunnerDeployment:
     """The nightly matrix deployment; `cron` and `name` make a copy on another schedule (e.g. every minute, to check a worker end to end)."""
-    nightly = flow.from_source(source=str(project_dir), entrypoint=NIGHTLY_ENTRYPOINT)
-    return nightly.to_deployment(
-        name=name,
-        description="Every judge x model x data file of the matrix; fails if any configuration failed or regressed.",
-        schedules=[Cron(cron, timezone=NIGHTLY_TIMEZONE)],
-        parameters={"matrix_path": matrix_path},
-        concurrency_limit=1,  # a late night must not overlap the next one on the same endpoint
-        work_queue_name="nightly",
-        tags=["judgebench", "nightly"],
+    nightly = _synchronously(flow.from_source(source=str(project_dir), entrypoint=NIGHTLY_ENTRYPOINT))
+    return _synchronously(
+        nightly.to_deployment(
+            name=name,
+            description="Every judge x model x data file of the matrix; fails if any configuration failed or regressed.",
+            schedules=[Cron(cron, timezone=NIGHTLY_TIMEZONE)],
+            parameters={"matrix_path": matrix_path},
+            concurrency_limit=1,  # a late night must not overlap the next one on the same endpoint
+            work_queue_name="nightly",
+            tags=["judgebench", "nightly"],
+        )
     )
 
 
 def adhoc_deployment(project_dir: Path = PROJECT_DIR) -> RunnerDeployment:
-    adhoc = flow.from_source(source=str(project_dir), entrypoint=ADHOC_ENTRYPOINT)
-    return adhoc.to_deployment(
-        name="adhoc",
-        description="One JudgeBench configuration on demand: --param model=... [--param judge_type=...]",
-        work_queue_name="adhoc",
-        tags=["judgebench", "adhoc"],
+    adhoc = _synchronously(flow.from_source(source=str(project_dir), entrypoint=ADHOC_ENTRYPOINT))
+    return _synchronously(
+        adhoc.to_deployment(
+            name="adhoc",
+            description="One JudgeBench configuration on demand: --param model=... [--param judge_type=...]",
+            work_queue_name="adhoc",
+            tags=["judgebench", "adhoc"],
+        )
     )
 
 
@@ -83,13 +105,26 @@ def deploy_all(project_dir: Path = PROJECT_DIR, work_pool: str = WORK_POOL, only
         deployments.append(nightly_deployment(project_dir))
     if only in (None, "adhoc"):
         deployments.append(adhoc_deployment(project_dir))
-    return deploy(*deployments, work_pool_name=work_pool, build=False, push=False, print_next_steps_message=False, ignore_warnings=True)
+    return _synchronously(
+        deploy(
+            *deployments,
+            work_pool_name=work_pool,
+            build=False,
+            push=False,
+            print_next_steps_message=False,
+            ignore_warnings=True,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Register the JudgeBench deployments on the Prefect API in PREFECT_API_URL.")
+    parser = argparse.ArgumentParser(
+        description="Register the JudgeBench deployments on the Prefect API in PREFECT_API_URL."
+    )
     parser.add_argument("--work-pool", default=WORK_POOL)
-    parser.add_argument("--project-dir", type=Path, default=PROJECT_DIR, help="where workers find this project (default: this checkout)")
+    parser.add_argument(
+        "--project-dir", type=Path, default=PROJECT_DIR, help="where workers find this project (default: this checkout)"
+    )
     parser.add_argument("--only", choices=["nightly", "adhoc"], help="register just one of the two")
     args = parser.parse_args(argv)
     ids = deploy_all(args.project_dir.resolve(), args.work_pool, args.only)

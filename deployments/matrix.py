@@ -18,11 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from judgebench_flows.core.api_keys import check_block_name, check_env_name
 from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
-from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 
 # Set per configuration by the matrix itself; everything else in RunConfig may go under `options`.
-MATRIX_FIELDS = frozenset({"judge_type", "model", "data_file", "result_path", "output_dir", "api_key_env", "api_key_secret"})
+MATRIX_FIELDS = frozenset(
+    {"judge_type", "model", "data_file", "result_path", "output_dir", "api_key_env", "api_key_secret"}
+)
 
 
 class ModelSpec(BaseModel):
@@ -168,7 +170,6 @@ class NightlyMatrix(BaseModel):
                     entries.append(MatrixEntry(name=name, config=config))
         return entries
 
-
     @property
     def model_specs(self) -> list[ModelSpec]:
         return self.models
@@ -213,10 +214,20 @@ def parse_matrix(data: Any, source: str = "matrix") -> NightlyMatrix:
         matrix = NightlyMatrix.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
-        error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a misspelt key explains the rest
+        error = next(
+            (e for e in errors if e["type"] == "extra_forbidden"), errors[0]
+        )  # a misspelt key explains the rest
         key = ".".join(str(part) for part in error["loc"]) or "matrix"
-        fields = ModelSpec.model_fields if error["loc"][:1] == ("models",) and len(error["loc"]) > 2 else NightlyMatrix.model_fields
-        message = "unknown key (valid: " + ", ".join(fields) + ")" if error["type"] == "extra_forbidden" else error["msg"].removeprefix("Value error, ")
+        fields = (
+            ModelSpec.model_fields
+            if error["loc"][:1] == ("models",) and len(error["loc"]) > 2
+            else NightlyMatrix.model_fields
+        )
+        message = (
+            "unknown key (valid: " + ", ".join(fields) + ")"
+            if error["type"] == "extra_forbidden"
+            else error["msg"].removeprefix("Value error, ")
+        )
         raise UserError(f"{source}: {key}: {message}") from None
     _check_judge_types(matrix, source)
     try:
@@ -232,7 +243,9 @@ def _check_judge_types(matrix: NightlyMatrix, source: str) -> None:
     needs = {"custom": "judge_template", "external": "external_judge_path"}
     for judge_type in matrix.judge_types:
         if judge_type not in JUDGE_TYPES:
-            raise UserError(f"{source}: judge_types: unknown judge type '{judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
+            raise UserError(
+                f"{source}: judge_types: unknown judge type '{judge_type}' (valid: {', '.join(JUDGE_TYPES)})"
+            )
         if judge_type in needs and not matrix.options.get(needs[judge_type]):
             raise UserError(f"{source}: judge_types: '{judge_type}' needs options.{needs[judge_type]}")
 

@@ -25,7 +25,9 @@ from judgebench_flows.tasks.judge import shard_task
 
 
 def judge_on_dask(
-    shards: list[Shard], spec: JudgeSpec, config: RunConfig,
+    shards: list[Shard],
+    spec: JudgeSpec,
+    config: RunConfig,
     on_shard_done: ShardDone,
 ) -> None:
     """Shards as Prefect task runs on the Dask cluster at `--dask-address`, a bounded number at a time,
@@ -103,7 +105,12 @@ def _absolute_sqlite_url(url: str | None) -> str | None:
     if not url:
         return url
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:" or os.path.isabs(parsed.database):
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or not parsed.database
+        or parsed.database == ":memory:"
+        or os.path.isabs(parsed.database)
+    ):
         return url
     return parsed.set(database=_absolute(parsed.database)).render_as_string(hide_password=False)
 
@@ -114,12 +121,14 @@ def _for_workers(spec: JudgeSpec, shards: list[Shard]) -> tuple[JudgeSpec, list[
     if template and ":" in template and template.rsplit(":", 1)[0].endswith(".py"):
         file, cls = template.rsplit(":", 1)
         template = f"{_absolute(file)}:{cls}"
-    spec = spec.model_copy(update={
-        "templates_dir": _absolute(spec.templates_dir) if spec.templates_dir else None,
-        "judge_template": template,
-        "external_judge_path": _absolute(spec.external_judge_path) if spec.external_judge_path else None,
-        "db_url": _absolute_sqlite_url(spec.db_url),
-    })
+    spec = spec.model_copy(
+        update={
+            "templates_dir": _absolute(spec.templates_dir) if spec.templates_dir else None,
+            "judge_template": template,
+            "external_judge_path": _absolute(spec.external_judge_path) if spec.external_judge_path else None,
+            "db_url": _absolute_sqlite_url(spec.db_url),
+        }
+    )
     return spec, [shard.model_copy(update={"path": _absolute(shard.path)}) for shard in shards]
 
 

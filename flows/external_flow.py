@@ -11,13 +11,13 @@ window rather than relying on the task runner's size, so the limit holds however
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from judgebench_flows.judges.external.config import ExternalJudgeConfig
 from judgebench_flows.judges.external.run import finish, preflight, shards
@@ -28,7 +28,13 @@ from judgebench_flows.tasks.external import score_shard
 ARTIFACT_KEY = "external-judge-summary"
 
 
-@flow(name="external-judge", task_runner=ThreadPoolTaskRunner(max_workers=8))
+def _thread_pool(max_workers: int) -> TaskRunner[PrefectFuture[Any]]:
+    """Prefect's thread pool as the task runner type `flow` takes: `TaskRunner` is invariant in its future
+    type, so Prefect's own runner needs this cast (Prefect casts its default the same way)."""
+    return cast("TaskRunner[PrefectFuture[Any]]", ThreadPoolTaskRunner(max_workers=max_workers))
+
+
+@flow(name="external-judge", task_runner=_thread_pool(8))
 def external_judge_flow(config: ExternalJudgeConfig) -> dict[str, Any]:
     """Score every row of config.data_path; write outputs and a summary; return the summary as a dict."""
     logger = get_run_logger()
@@ -36,8 +42,13 @@ def external_judge_flow(config: ExternalJudgeConfig) -> dict[str, Any]:
     pieces = shards(prepared.frame, config.shard_size)
     logger.info(
         "Judging %d rows in %d shards of up to %d with %s:%s (%s form), %d at a time",
-        len(prepared.frame), len(pieces), config.shard_size, config.external_judge_path,
-        config.external_judge_function, prepared.form, config.max_workers,
+        len(prepared.frame),
+        len(pieces),
+        config.shard_size,
+        config.external_judge_path,
+        config.external_judge_function,
+        prepared.form,
+        config.max_workers,
     )
     futures: list[PrefectFuture[list[RowResult]]] = []
     in_flight: set[PrefectFuture[list[RowResult]]] = set()
@@ -59,7 +70,12 @@ def external_judge_flow(config: ExternalJudgeConfig) -> dict[str, Any]:
     )
     logger.info(
         "Scored %d, NA %d, errors %d of %d; mean score %s; summary in %s",
-        summary.scored, summary.na, summary.errors, summary.total, summary.mean_score, summary.result_path,
+        summary.scored,
+        summary.na,
+        summary.errors,
+        summary.total,
+        summary.mean_score,
+        summary.result_path,
     )
     return summary.model_dump(mode="json")
 
@@ -70,5 +86,4 @@ def run_external(config: ExternalJudgeConfig) -> dict[str, Any]:
     Raises UserError (before any Prefect start-up) for anything wrong with the input or config.
     """
     preflight(config)
-    runner = ThreadPoolTaskRunner(max_workers=config.max_workers)
-    return external_judge_flow.with_options(task_runner=runner)(config)
+    return external_judge_flow.with_options(task_runner=_thread_pool(config.max_workers))(config)

@@ -37,11 +37,19 @@ from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.shards import (
-    JudgeSpec, Shard, announce_total, build_judge, judge_spec, make_shards, request_report_of, settle_progress, with_prompts,
+    JudgeSpec,
+    Shard,
+    announce_total,
+    build_judge,
+    judge_spec,
+    make_shards,
+    request_report_of,
+    settle_progress,
+    with_prompts,
 )
 from judgebench_flows.scoring.metrics import Tally, pair_scores
 from judgebench_flows.scoring.results import correctness_of, jsonl_rows, regression_check, write_jsonl
-from judgebench_flows.scoring.run_results import DatasetInfo, RunHeader, RunInfo, RunResults, Timings
+from judgebench_flows.scoring.run_results import DatasetInfo, RunHeader, RunInfo, RunResults, SkippedRow, Timings
 from judgebench_flows.tasks.fetch import fetch_dataset
 from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
@@ -62,8 +70,10 @@ def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> 
     if not judgments or bad / judgments <= max_failed_fraction:
         return None
     reasons = "; ".join(f"{reason} ({count})" for reason, count in list(results["invalid"]["reasons"].items())[:3])
-    return (f"{bad} of {judgments} judgments failed or were invalid ({bad / judgments:.1%}, more than "
-            f"--max-failed-fraction {max_failed_fraction:g}): {reasons}")
+    return (
+        f"{bad} of {judgments} judgments failed or were invalid ({bad / judgments:.1%}, more than "
+        f"--max-failed-fraction {max_failed_fraction:g}): {reasons}"
+    )
 
 
 def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
@@ -92,8 +102,13 @@ async def fetch(config: RunConfig) -> Source:
         return Source(config.data_path, Path(config.data_path).name, config.templates_dir)
     checkout = await fetch_dataset(config.repo_url, config.ref, config.cache_dir)
     get_run_logger().info("dataset %s at commit %s", checkout.repo_url, checkout.commit)
-    return Source(str(data_file_in(checkout, config.data_file)), config.data_file,
-                  config.templates_dir or str(checkout.templates_dir), checkout.repo_url, checkout.commit)
+    return Source(
+        str(data_file_in(checkout, config.data_file)),
+        config.data_file,
+        config.templates_dir or str(checkout.templates_dir),
+        checkout.repo_url,
+        checkout.commit,
+    )
 
 
 def run_header(config: RunConfig, source: Source, index: PairIndex) -> RunHeader:
@@ -102,8 +117,12 @@ def run_header(config: RunConfig, source: Source, index: PairIndex) -> RunHeader
         model=config.model,
         judge_type=config.judge_template or external or config.judge_type,
         dataset=DatasetInfo(
-            repo_url=source.repo_url, commit=source.commit, data_file=source.data_file, n_pairs=len(index.offsets),
-            skipped_rows=len(index.skipped), skipped=[{"line": s.line, "reason": s.reason} for s in index.skipped[:50]],
+            repo_url=source.repo_url,
+            commit=source.commit,
+            data_file=source.data_file,
+            n_pairs=len(index.offsets),
+            skipped_rows=len(index.skipped),
+            skipped=[SkippedRow(line=s.line, reason=s.reason) for s in index.skipped[:50]],
         ),
     )
 
@@ -119,7 +138,10 @@ class ShardSink:
 
     def __call__(self, shard: Shard, records: list[JudgmentRecord]) -> None:
         pairs = shard.load()
-        write_jsonl(self.parts_dir / f"shard-{shard.index:06d}.jsonl", jsonl_rows(pairs, with_prompts(pairs, records, self.judge), self.judge_name))
+        write_jsonl(
+            self.parts_dir / f"shard-{shard.index:06d}.jsonl",
+            jsonl_rows(pairs, with_prompts(pairs, records, self.judge), self.judge_name),
+        )
         db.save_judgments(self.engine, db.judgment_rows(self.run_id, records))
         self.tally.add(records)
         settle_progress(shard.index, len(records))
@@ -128,16 +150,28 @@ class ShardSink:
         return sorted(self.parts_dir.glob("shard-*.jsonl"))
 
 
-def regression_against_baseline(engine: Engine, config: RunConfig, config_key: str, run_id: str, tally: Tally) -> dict[str, Any] | None:
+def regression_against_baseline(
+    engine: Engine, config: RunConfig, config_key: str, run_id: str, tally: Tally
+) -> dict[str, Any] | None:
     """This run against the latest finished run of the same configuration (None without one)."""
-    previous = [r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=("completed", "regressed")) if r.run_id != run_id]
+    previous = [
+        r
+        for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=("completed", "regressed"))
+        if r.run_id != run_id
+    ]
     if not previous or not config.bootstrap_resamples:
         return None
     baseline = pair_scores(db.run_verdicts(engine, previous[0].run_id))
     if not baseline:
         return None
-    return regression_check(correctness_of(baseline), correctness_of(tally.scores), baseline_run_id=previous[0].run_id,
-                            seed=config.seed, resamples=config.bootstrap_resamples, min_drop=config.regression_min_drop)
+    return regression_check(
+        correctness_of(baseline),
+        correctness_of(tally.scores),
+        baseline_run_id=previous[0].run_id,
+        seed=config.seed,
+        resamples=config.bootstrap_resamples,
+        min_drop=config.regression_min_drop,
+    )
 
 
 class Stopwatch:
@@ -170,15 +204,29 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     db.start_run(
-        engine, run_id, config_key=config_key, judge_type=header.judge_type, model=config.model, repo_url=source.repo_url or config.data_path,
-        commit=source.commit, data_file=source.data_file, flow_run_id=flow_run_id, started=clock.started, n_pairs=header.dataset.n_pairs,
+        engine,
+        run_id,
+        config_key=config_key,
+        judge_type=header.judge_type,
+        model=config.model,
+        repo_url=source.repo_url or config.data_path,
+        commit=source.commit,
+        data_file=source.data_file,
+        flow_run_id=flow_run_id,
+        started=clock.started,
+        n_pairs=header.dataset.n_pairs,
         config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
     )
     judge_name = output_judge_name(config)
     sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, judge_name)
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
-        logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), "single game" if config.single_game else "both orders")
+        logger.info(
+            "judging %d pairs in %d shards (%s)",
+            header.dataset.n_pairs,
+            len(shards),
+            "single game" if config.single_game else "both orders",
+        )
         load_s = clock.lap()
         cpu_before = time.process_time()
         await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
@@ -188,32 +236,61 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
 
         finished = datetime.now(timezone.utc)
         results = RunResults.aggregate(
-            sink.tally, header, seed=config.seed, bootstrap_resamples=config.bootstrap_resamples, usage=usage_of_calls(sent),
+            sink.tally,
+            header,
+            seed=config.seed,
+            bootstrap_resamples=config.bootstrap_resamples,
+            usage=usage_of_calls(sent),
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=RunInfo(
-                run_id=run_id, config_key=config_key, started=clock.started.isoformat(), finished=finished.isoformat(),
-                duration_s=round((finished - clock.started).total_seconds(), 3), flow_run_id=flow_run_id,
-                mode="single-game" if config.single_game else "both-orders", shuffle_responses=config.shuffle_responses, seed=config.seed,
+                run_id=run_id,
+                config_key=config_key,
+                started=clock.started.isoformat(),
+                finished=finished.isoformat(),
+                duration_s=round((finished - clock.started).total_seconds(), 3),
+                flow_run_id=flow_run_id,
+                mode="single-game" if config.single_game else "both-orders",
+                shuffle_responses=config.shuffle_responses,
+                seed=config.seed,
                 requests=request_report_of(spec) if config.needs_endpoint else None,
-                timings=Timings(fetch_s=fetch_s, load_s=load_s, judge_s=judge_s, judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3)),
+                timings=Timings(
+                    fetch_s=fetch_s,
+                    load_s=load_s,
+                    judge_s=judge_s,
+                    judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3),
+                ),
             ),
         )
         too_little = measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
-        results.outputs = publish_results(  # quote(): Prefect would otherwise walk every record of the sample
-            run_id, quote(results.as_json()), quote(sink.tally.report_sample), quote(sink.parts()),
-            result_path=config.result_path, output_dir=config.output_dir, db_url=config.db_url,
-            judge_name=judge_name, data_file=source.data_file, write_report=config.report,
+        # quote(): Prefect would otherwise walk every record of the sample. Prefect's typed Task.__call__
+        # overloads take the parameters' own types only, not their quote() wrappers.
+        results.outputs = publish_results(  # type: ignore[call-overload]
+            run_id,
+            quote(results.as_json()),
+            quote(sink.tally.report_sample),
+            quote(sink.parts()),
+            result_path=config.result_path,
+            output_dir=config.output_dir,
+            db_url=config.db_url,
+            judge_name=judge_name,
+            data_file=source.data_file,
+            write_report=config.report,
             artifact_slug=configuration_slug(header.judge_type, config.model, spec.base_url, source.data_file),
         )
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()
         db.finish_run(
-            engine, run_id, status="failed" if too_little else "regressed" if results.regressed else "completed", finished=finished,
-            overall=results.overall_accuracy, message=too_little or (results.regression or {}).get("message"), results_json=json.dumps(final, default=str),
+            engine,
+            run_id,
+            status="failed" if too_little else "regressed" if results.regressed else "completed",
+            finished=finished,
+            overall=results.overall_accuracy,
+            message=too_little or (results.regression or {}).get("message"),
+            results_json=json.dumps(final, default=str),
         )
         if results.regressed:
             logger.warning(results.regression["message"])  # type: ignore[index]

@@ -34,12 +34,19 @@ async def leaderboard_flow(
     bootstrap_resamples: int = 2000,
 ) -> dict[str, Any]:
     """Score the checkout's published outputs and our latest runs; JSON, HTML and a markdown artifact."""
-    settings = LeaderboardSettings(repo_url=repo_url, ref=ref, cache_dir=cache_dir, db_url=db_url, seed=seed,
-                                   bootstrap_resamples=bootstrap_resamples)
+    settings = LeaderboardSettings(
+        repo_url=repo_url,
+        ref=ref,
+        cache_dir=cache_dir,
+        db_url=db_url,
+        seed=seed,
+        bootstrap_resamples=bootstrap_resamples,
+    )
     board = await asyncio.to_thread(build_leaderboard, settings)
     board["outputs"] = await asyncio.to_thread(write_outputs, board, result_path, output_dir)
     await acreate_markdown_artifact(
-        markdown(board) + f"\n\nHTML: `{board['outputs']['html']}`", key=LEADERBOARD_ARTIFACT_KEY,
+        markdown(board) + f"\n\nHTML: `{board['outputs']['html']}`",
+        key=LEADERBOARD_ARTIFACT_KEY,
         description=f"JudgeBench leaderboard: {len(board['entries'])} judges",
     )
     get_run_logger().info("leaderboard of %d judges: %s", len(board["entries"]), board["outputs"]["html"])
@@ -57,13 +64,23 @@ async def nightly_leaderboard_section(configs: Sequence[Any], run_ids: Sequence[
         return ""
     config = configs[0]
     try:
-        settings = LeaderboardSettings(repo_url=config.repo_url, ref=config.ref, cache_dir=config.cache_dir, db_url=config.db_url,
-                                       seed=config.seed, require_published=False)
+        settings = LeaderboardSettings(
+            repo_url=config.repo_url,
+            ref=config.ref,
+            cache_dir=config.cache_dir,
+            db_url=config.db_url,
+            seed=config.seed,
+            require_published=False,
+        )
         board = await asyncio.to_thread(build_leaderboard, settings)
         folder = Path(config.output_dir).parent
         outputs = await asyncio.to_thread(write_outputs, board, folder / "leaderboard.json", folder)
     except Exception as exc:  # noqa: BLE001 - reported in the summary instead
-        reason = str(exc).replace(config.repo_url, public_url(config.repo_url)).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        reason = (
+            str(exc).replace(config.repo_url, public_url(config.repo_url)).splitlines()[0][:300]
+            if str(exc)
+            else type(exc).__name__
+        )
         return f"\n\n## Leaderboard\n\nnot available: {reason}"
     tonight = [r for r in run_ids if r]
     return f"\n\n## Leaderboard (tonight's runs in bold)\n\n{markdown(board, highlight=tonight)}\n\nHTML: `{outputs['html']}`"

@@ -25,12 +25,12 @@ from prefect.artifacts import acreate_markdown_artifact
 from prefect.states import State
 from pydantic import BaseModel
 
-from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
+from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.scoring.formatting import percent as _pct
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
@@ -96,14 +96,20 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
     base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": flow_run_id}
     if not state.is_completed():
         error = await state.aresult(raise_on_failure=False)
-        reason = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else (state.message or state.name)
+        reason = (
+            f"{type(error).__name__}: {error}"
+            if isinstance(error, BaseException)
+            else (state.message or state.name or state.type.value)
+        )
         published = _published_results(entry, flow_run_id)
         counts = _counts(published) if published else {}
         return CellOutcome(status="failed", message=reason[:500], **counts, **base)
     results: dict[str, Any] = await state.aresult()
     regression = results.get("regression") or {}
     too_little = measured_too_little(results, entry.config.max_failed_fraction)
-    status: Literal["completed", "regressed", "failed"] = "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
+    status: Literal["completed", "regressed", "failed"] = (
+        "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
+    )
     return CellOutcome(status=status, message=too_little or regression.get("message"), **_counts(results), **base)
 
 
@@ -130,7 +136,9 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         status = o.status if o.status == "completed" else f"**{o.status.upper()}**"
         note = (o.message or "").replace("|", "\\|").replace("\n", " ")
         failed, invalid = (_of(o.failed_judgments, o.judgments), _of(o.invalid_judgments, o.judgments))
-        lines.append(f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {(o.run_id or '')[:8]} | {note} |")
+        lines.append(
+            f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {(o.run_id or '')[:8]} | {note} |"
+        )
     return "\n".join(lines)
 
 
@@ -154,18 +162,31 @@ async def nightly_benchmarks(
         state = await subflow(entry.config, return_state=True)
         outcome = await outcome_of(entry, state)
         log = logger.info if outcome.status == "completed" else logger.error
-        log("%s: %s, accuracy %s%s", entry.name, outcome.status, _pct(outcome.accuracy), f" ({outcome.message})" if outcome.message else "")
+        log(
+            "%s: %s, accuracy %s%s",
+            entry.name,
+            outcome.status,
+            _pct(outcome.accuracy),
+            f" ({outcome.message})" if outcome.message else "",
+        )
         outcomes.append(outcome)
 
-    from judgebench_flows.flows.leaderboard_flow import nightly_leaderboard_section  # the leaderboard with tonight's rows (never raises)
+    from judgebench_flows.flows.leaderboard_flow import (
+        nightly_leaderboard_section,  # the leaderboard with tonight's rows (never raises)
+    )
 
     leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
-        summary_markdown(outcomes) + leaderboard, key=NIGHTLY_ARTIFACT_KEY, description=f"JudgeBench nightly: {len(outcomes)} configurations"
+        summary_markdown(outcomes) + leaderboard,
+        key=NIGHTLY_ARTIFACT_KEY,
+        description=f"JudgeBench nightly: {len(outcomes)} configurations",
     )
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
-        raise BenchmarkFailed(f"{len(bad)} of {len(outcomes)} configurations need a look: " + ", ".join(f"{o.name} ({o.status})" for o in bad))
+        raise BenchmarkFailed(
+            f"{len(bad)} of {len(outcomes)} configurations need a look: "
+            + ", ".join(f"{o.name} ({o.status})" for o in bad)
+        )
     return [o.model_dump() for o in outcomes]
 
 
@@ -197,9 +218,21 @@ async def judgebench_adhoc(
     logger = get_run_logger()
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}"
     config = build_config(
-        judge_type=judge_type, model=model, data_file=data_file, repo_url=repo_url, ref=ref, data_path=data_path,
-        base_url=base_url, max_samples=max_samples, concurrency=concurrency, single_game=single_game, db_url=db_url,
-        result_path=f"{folder}/results.json", output_dir=folder, api_key_env=api_key_env, api_key_secret=api_key_secret,
+        judge_type=judge_type,
+        model=model,
+        data_file=data_file,
+        repo_url=repo_url,
+        ref=ref,
+        data_path=data_path,
+        base_url=base_url,
+        max_samples=max_samples,
+        concurrency=concurrency,
+        single_game=single_game,
+        db_url=db_url,
+        result_path=f"{folder}/results.json",
+        output_dir=folder,
+        api_key_env=api_key_env,
+        api_key_secret=api_key_secret,
     )
     state = await judgebench_flow.with_options(flow_run_name=Path(folder).name)(config, return_state=True)
     subflow_id = str(state.state_details.flow_run_id or "") or None
@@ -209,8 +242,14 @@ async def judgebench_adhoc(
     log = logger.info if outcome.status == "completed" else logger.error
     log(
         "%s: %s, accuracy %s (95%% CI %s - %s), %s pairs, failed judgments %s, invalid judgments %s%s",
-        entry.name, outcome.status, _pct(outcome.accuracy), _pct(outcome.ci_low), _pct(outcome.ci_high), outcome.n_pairs if outcome.n_pairs is not None else "-",
-        _of(outcome.failed_judgments, outcome.judgments), _of(outcome.invalid_judgments, outcome.judgments),
+        entry.name,
+        outcome.status,
+        _pct(outcome.accuracy),
+        _pct(outcome.ci_low),
+        _pct(outcome.ci_high),
+        outcome.n_pairs if outcome.n_pairs is not None else "-",
+        _of(outcome.failed_judgments, outcome.judgments),
+        _of(outcome.invalid_judgments, outcome.judgments),
         f" ({outcome.message})" if outcome.message else "",
     )
     if results:
@@ -248,9 +287,19 @@ def adhoc_markdown(outcome: CellOutcome, results: dict[str, Any] | None, subflow
     from judgebench_flows.tasks.publish import summary_markdown as run_summary
 
     head = [f"**Status: {outcome.status}**" + (f": {outcome.message}" if outcome.message else ""), ""]
-    body = [run_summary(results)] if results and results.get("run") else ["No results were published (the run stopped before judging finished)."]
+    body = (
+        [run_summary(results)]
+        if results and results.get("run")
+        else ["No results were published (the run stopped before judging finished)."]
+    )
     outputs = (results or {}).get("outputs") or {}
-    links = ["", "## Where things are", "", f"- judging subflow run: {_flow_run_link(subflow_id)}", f"- results: `{outcome.result_path}`"]
+    links = [
+        "",
+        "## Where things are",
+        "",
+        f"- judging subflow run: {_flow_run_link(subflow_id)}",
+        f"- results: `{outcome.result_path}`",
+    ]
     links += [f"- {name}: `{path}`" for name, path in outputs.items() if name != "results"]
     if outcome.run_id:
         links.append(f"- history: `judgebench history` (run `{outcome.run_id}`), `judgebench report {outcome.run_id}`")

@@ -24,7 +24,9 @@ from judgebench_flows.tasks.judge import ShardIncomplete, shard_task
 ShardDone = Callable[[Shard, list[JudgmentRecord]], None]
 
 
-async def judge_shards(shards: list[Shard], spec: JudgeSpec, config: RunConfig, on_shard_done: ShardDone) -> CallStats | None:
+async def judge_shards(
+    shards: list[Shard], spec: JudgeSpec, config: RunConfig, on_shard_done: ShardDone
+) -> CallStats | None:
     """Judge every shard where the run says; returns what this process's endpoint clients sent, or None
     on Dask (the workers' clients send the calls: usage is then counted from the records)."""
     if config.task_runner == "dask":
@@ -59,7 +61,9 @@ def shards_in_flight(config: RunConfig) -> int:
 
 
 async def judge_in_process(
-    shards: list[Shard], spec: JudgeSpec, config: RunConfig,
+    shards: list[Shard],
+    spec: JudgeSpec,
+    config: RunConfig,
     on_shard_done: ShardDone,
 ) -> CallStats:
     """Judge every shard in this event loop; returns what the endpoint clients sent (`usage_of_calls`)."""

@@ -71,6 +71,15 @@ def _with_sampling(judge: PromptJudge, overrides: dict[str, Any] | None) -> Prom
 
 
 __all__ = [
-    "JUDGE_TYPES", "BUILTIN_JUDGES", "TOKENIZED_JUDGES", "CustomJudge", "Judge", "ParseFailed", "PromptJudge", "RewardJudge",
-    "TemplateSet", "TokenizedJudge", "get_judge",
+    "JUDGE_TYPES",
+    "BUILTIN_JUDGES",
+    "TOKENIZED_JUDGES",
+    "CustomJudge",
+    "Judge",
+    "ParseFailed",
+    "PromptJudge",
+    "RewardJudge",
+    "TemplateSet",
+    "TokenizedJudge",
+    "get_judge",
 ]

@@ -70,7 +70,13 @@ class PromptJudge(PromptProcedure):
     def fingerprint(self) -> str:
         """What must change the cache key when it changes: prompts, system text, sampling and follow-up."""
         return "|".join(
-            [self.name, self.templates.digest(self.template_names), self.system_text or "", repr(sorted(self.sampling.items())), self.follow_up or ""]
+            [
+                self.name,
+                self.templates.digest(self.template_names),
+                self.system_text or "",
+                repr(sorted(self.sampling.items())),
+                self.follow_up or "",
+            ]
         )
 
 

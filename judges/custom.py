@@ -62,11 +62,17 @@ class CustomJudge(PromptProcedure):
         class_name = spec.rsplit(":", 1)[1]
         cls = getattr(module, class_name, None)
         if cls is None:
-            available = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__)
-            raise UserError(f"--judge-template: class '{class_name}' not found in {path} (available: {', '.join(available) or 'none'})")
+            available = sorted(
+                n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__
+            )
+            raise UserError(
+                f"--judge-template: class '{class_name}' not found in {path} (available: {', '.join(available) or 'none'})"
+            )
         for method in ("format", "parse"):
             if not callable(getattr(cls, method, None)):
-                raise UserError(f"--judge-template: {class_name} has no {method}() method; a judge needs format() and parse()")
+                raise UserError(
+                    f"--judge-template: {class_name} has no {method}() method; a judge needs format() and parse()"
+                )
         try:
             self._judge = cls()
         except Exception as exc:
@@ -81,11 +87,18 @@ class CustomJudge(PromptProcedure):
         messages = self._judge.format(question, answer_A, answer_B)
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        ok = isinstance(messages, list) and messages and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
+        ok = (
+            isinstance(messages, list)
+            and messages
+            and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
         )
         if not ok:
-            raise UserError(f"{self.name}.format() must return a list of {{'role': ..., 'content': ...}} messages, got {type(messages).__name__}")
+            raise UserError(
+                f"{self.name}.format() must return a list of {{'role': ..., 'content': ...}} messages, got {type(messages).__name__}"
+            )
         return messages
 
     def parse(self, text: str) -> str:
@@ -96,11 +109,15 @@ class CustomJudge(PromptProcedure):
         if decision is None:
             return ""
         if decision not in DECISIONS:
-            raise UserError(f"{self.name}.parse returned {decision!r}; a decision must be one of 'A>B', 'B>A', 'A=B' or ''")
+            raise UserError(
+                f"{self.name}.parse returned {decision!r}; a decision must be one of 'A>B', 'B>A', 'A=B' or ''"
+            )
         return decision
 
     def wants_follow_up(self, text: str) -> bool:
         return False
 
     def fingerprint(self) -> str:
-        return "|".join([self.name, hashlib.sha256(self._source.encode()).hexdigest(), repr(sorted(self.sampling.items()))])
+        return "|".join(
+            [self.name, hashlib.sha256(self._source.encode()).hexdigest(), repr(sorted(self.sampling.items()))]
+        )

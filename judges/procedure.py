@@ -155,11 +155,17 @@ async def judge_one_order(judge: Prompted, question: str, answer_A: str, answer_
             reason = f"empty answer: the token limit was reached before the answer (finish_reason length){spent}"
             return Outcome("invalid", "", prompt, response, reason, completions, time.perf_counter() - started)
         if len(completions) == 1 and judge.wants_follow_up(response):
-            messages = [*messages, {"role": "assistant", "content": completion.text}, {"role": "user", "content": judge.follow_up or ""}]
+            messages = [
+                *messages,
+                {"role": "assistant", "content": completion.text},
+                {"role": "user", "content": judge.follow_up or ""},
+            ]
             continue
         break
     decision, parse_error = _parse(judge, response)
     elapsed = time.perf_counter() - started
     if decision:
         return Outcome("ok", decision, prompt, response, None, completions, elapsed)
-    return Outcome("invalid", "", prompt, response, parse_error or "no verdict found in the judge's answer", completions, elapsed)
+    return Outcome(
+        "invalid", "", prompt, response, parse_error or "no verdict found in the judge's answer", completions, elapsed
+    )

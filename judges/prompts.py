@@ -8,6 +8,7 @@ from a cloned repository, and a template must not be able to reach Python intern
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -36,11 +37,13 @@ class _ContainedLoader(jinja2.FileSystemLoader):
     checkout are held to the same rule (`dataset.data_file_in`).
     """
 
-    def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Callable[[], bool]]:
         source, filename, uptodate = super().get_source(environment, template)
         root = Path(self.searchpath[0]).resolve()
         if filename is None or root not in Path(filename).resolve().parents:
-            raise UserError(f"prompt template '{template}' in {self.searchpath[0]} links to a file outside that directory: refused")
+            raise UserError(
+                f"prompt template '{template}' in {self.searchpath[0]} links to a file outside that directory: refused"
+            )
         return source, filename, uptodate
 
 
@@ -81,7 +84,9 @@ class TemplateSet:
             self._compiled[name] = self._env.from_string(self.source(name))
             return self._compiled[name]
         except jinja2.TemplateSyntaxError as exc:
-            raise UserError(f"prompt template '{name}.jinja2' has a syntax error at line {exc.lineno}: {exc.message}") from None
+            raise UserError(
+                f"prompt template '{name}.jinja2' has a syntax error at line {exc.lineno}: {exc.message}"
+            ) from None
 
     def render(self, name: str, **variables: object) -> str:
         if not variables:  # a template without inputs (a system prompt) renders the same every time
@@ -97,7 +102,9 @@ class TemplateSet:
             raise UserError(f"prompt template '{name}.jinja2' uses an undefined variable: {exc.message}") from None
         except jinja2.exceptions.SecurityError as exc:
             raise UserError(f"prompt template '{name}.jinja2' tried an unsafe operation: {exc}") from None
-        except Exception as exc:  # the template is the checkout's code: the sandbox's range guard, 1/0, a missing include...
+        except (
+            Exception
+        ) as exc:  # the template is the checkout's code: the sandbox's range guard, 1/0, a missing include...
             raise UserError(f"prompt template '{name}.jinja2' failed to render: {type(exc).__name__}: {exc}") from None
 
     def digest(self, names: list[str]) -> str:

@@ -106,7 +106,12 @@ class RewardJudge:
 
 
 async def judge_by_scores(
-    judge: RewardJudge, question: str, response_A: str, response_B: str, orders: tuple[int, ...], complete: Complete,
+    judge: RewardJudge,
+    question: str,
+    response_A: str,
+    response_B: str,
+    orders: tuple[int, ...],
+    complete: Complete,
 ) -> list[tuple[Outcome, list[float] | None]]:
     """Both responses scored once (concurrently), then every order decided from the same two scores.
 
@@ -121,7 +126,7 @@ async def judge_by_scores(
     async def score(response: str) -> Completion:
         return await complete(conversation(question, response), judge.sampling)
 
-    calls = dict(zip(texts, await asyncio.gather(*(score(r) for r in texts), return_exceptions=True)))
+    calls = dict(zip(texts, await asyncio.gather(*(score(r) for r in texts), return_exceptions=True), strict=False))
     completions = [c for c in calls.values() if isinstance(c, Completion)]
     failure = next((c for c in calls.values() if isinstance(c, BaseException)), None)
     results: list[tuple[Outcome, list[float] | None]] = []
@@ -141,5 +146,12 @@ async def judge_by_scores(
             results.append((Outcome("invalid", "", question, json.dumps(raw), error, mine, elapsed), None))
             continue
         pair_scores = [scores[0], scores[1]]
-        results.append((Outcome("ok", decide(*pair_scores), question, json.dumps(pair_scores), None, mine, elapsed, pair_scores), pair_scores))
+        results.append(
+            (
+                Outcome(
+                    "ok", decide(*pair_scores), question, json.dumps(pair_scores), None, mine, elapsed, pair_scores
+                ),
+                pair_scores,
+            )
+        )
     return results

@@ -47,7 +47,9 @@ class _HFTokenizer:
         self.name = name
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(self._tokenizer(text, add_special_tokens=add_special_tokens, padding=False, truncation=False).input_ids)
+        return list(
+            self._tokenizer(text, add_special_tokens=add_special_tokens, padding=False, truncation=False).input_ids
+        )
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids)
@@ -70,7 +72,9 @@ def load_tokenizer(name: str) -> _HFTokenizer:
         return _HFTokenizer(AutoTokenizer.from_pretrained(name, use_fast=False), name)
     except Exception as exc:  # a missing directory, an unknown id, no network: one line, before any call
         detail = " ".join(str(exc).split())[:300]
-        raise UserError(f"cannot load the tokenizer of '{name}' ({type(exc).__name__}: {detail}); set JUDGEBENCH_TOKENIZER to its id or directory") from None
+        raise UserError(
+            f"cannot load the tokenizer of '{name}' ({type(exc).__name__}: {detail}); set JUDGEBENCH_TOKENIZER to its id or directory"
+        ) from None
 
 
 def tokenizer_name(model: str) -> str:
@@ -102,7 +106,9 @@ class TokenizedJudge(PromptJudge):
     def truncate(self, question: str, answer_A: str, answer_B: str) -> tuple[str, str]:
         """Both answers cut to the same token budget, as JudgeBench cuts them (slices kept as they are)."""
         if self.tokenizer is None:
-            raise UserError(f"--judge-type {self.name} needs the judge model's tokenizer (--model or JUDGEBENCH_TOKENIZER)")
+            raise UserError(
+                f"--judge-type {self.name} needs the judge model's tokenizer (--model or JUDGEBENCH_TOKENIZER)"
+            )
         budget = self._budget(question)
         out = []
         for answer in (answer_A, answer_B):
@@ -119,7 +125,9 @@ class TokenizedJudge(PromptJudge):
         return [{"role": "user", "content": prompt}]
 
     def fingerprint(self) -> str:
-        return "|".join([super().fingerprint(), self.api, self.tokenizer_id, str(self.max_new_tokens), self.truncation_side])
+        return "|".join(
+            [super().fingerprint(), self.api, self.tokenizer_id, str(self.max_new_tokens), self.truncation_side]
+        )
 
 
 def _pandalm_clean(text: str) -> str:
@@ -151,8 +159,13 @@ def _panda_lm(templates: TemplateSet, tokenizer: Tokenizer | None, tokenizer_id:
         parser=parsing.parse_panda_lm,
         # Beam search as PandaLM's reference decodes; vLLM reads these from the request body.
         sampling={
-            "temperature": 0, "top_p": 1, "max_tokens": 150,
-            "use_beam_search": True, "best_of": 4, "early_stopping": True, "repetition_penalty": 1.2,
+            "temperature": 0,
+            "top_p": 1,
+            "max_tokens": 150,
+            "use_beam_search": True,
+            "best_of": 4,
+            "early_stopping": True,
+            "repetition_penalty": 1.2,
         },
         tokenizer=tokenizer,
         tokenizer_id=tokenizer_id,
@@ -170,7 +183,9 @@ TOKENIZED_JUDGES: dict[str, Callable[[TemplateSet, Tokenizer | None, str], Token
 }
 
 
-def build_tokenized_judge(judge_type: str, templates: TemplateSet, model: str | None, tokenizer: Tokenizer | None = None) -> TokenizedJudge:
+def build_tokenized_judge(
+    judge_type: str, templates: TemplateSet, model: str | None, tokenizer: Tokenizer | None = None
+) -> TokenizedJudge:
     """The judge with its tokenizer: given, or loaded for `model`. Without either (a preflight check that
     knows no model yet) only the templates and the `transformers` install are checked."""
     tokenizer_id = getattr(tokenizer, "name", "") or ""

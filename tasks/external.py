@@ -48,6 +48,10 @@ def score_shard(
     statuses = [result.status for result in results]
     get_run_logger().info(
         "Shard %d: %d rows, %d scored, %d NA, %d errors",
-        shard_index, len(results), statuses.count("scored"), statuses.count("na"), statuses.count("error"),
+        shard_index,
+        len(results),
+        statuses.count("scored"),
+        statuses.count("na"),
+        statuses.count("error"),
     )
     return results

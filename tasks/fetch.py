@@ -6,8 +6,8 @@ import asyncio
 
 from prefect import task
 
-from judgebench_flows.data.dataset import Checkout, fetch_repository
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.dataset import Checkout, fetch_repository
 
 
 async def _network_hiccup(task, task_run, state) -> bool:

@@ -14,8 +14,8 @@ from datetime import timedelta
 from prefect import get_run_logger, task
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.judging.shards import JudgeSpec, Shard, judge_pairs, runtime_for, shard_cache_key_of
 from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.judging.shards import JudgeSpec, Shard, judge_pairs, runtime_for, shard_cache_key_of
 
 
 class ShardIncomplete(Exception):
@@ -68,11 +68,17 @@ async def judge_shard(shard: Shard, spec: JudgeSpec) -> list[JudgmentRecord]:
     runtime = runtime_for(spec)
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
-    records = [r.model_copy(update={"prompt": ""}) for r in await judge_pairs(shard.load(), runtime, spec.orders, shard.index)]
+    records = [
+        r.model_copy(update={"prompt": ""}) for r in await judge_pairs(shard.load(), runtime, spec.orders, shard.index)
+    ]
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(
         "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",
-        shard.index, len(records), sum(r.cached_calls for r in records), incomplete.failed, incomplete.invalid,
+        shard.index,
+        len(records),
+        sum(r.cached_calls for r in records),
+        incomplete.failed,
+        incomplete.invalid,
     )
     if incomplete.failed or incomplete.invalid:
         raise incomplete

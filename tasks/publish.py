@@ -19,9 +19,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows.core import artifact_keys
-
-from judgebench_flows.data import db
 from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.data import db
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.results import write_json
 
@@ -41,7 +40,11 @@ judgment_rows = db.judgment_rows  # the one record -> row mapping lives beside t
 def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [{"run_id": run_id, "scope": "overall", "name": "overall", **results["overall_accuracy"]}]
     for scope, key in (("category", "category_accuracy"), ("source", "source_accuracy")):
-        rows += [{"run_id": run_id, "scope": scope, "name": name, **acc} for name, acc in results[key].items() if acc["total_samples"]]
+        rows += [
+            {"run_id": run_id, "scope": scope, "name": name, **acc}
+            for name, acc in results[key].items()
+            if acc["total_samples"]
+        ]
     return rows
 
 
@@ -62,7 +65,9 @@ def summary_markdown(results: dict[str, Any]) -> str:
     rows = [("overall", overall)] + list(results["category_accuracy"].items())
     for name, acc in rows:
         ci = f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}" if acc.get("ci_low") is not None else ""
-        lines.append(f"| {name} | {_pct(acc['accuracy'])} | {ci} | {acc['correct_count']} | {acc['valid_samples']} | {acc['total_samples']} |")
+        lines.append(
+            f"| {name} | {_pct(acc['accuracy'])} | {ci} | {acc['correct_count']} | {acc['valid_samples']} | {acc['total_samples']} |"
+        )
     invalid = results["invalid"]
     lines += [
         "",
@@ -117,16 +122,36 @@ def publish_results(
         from judgebench_flows.scoring.report import write_report as render
 
         history = [
-            {"run_id": r.run_id, "started": r.started.isoformat(), "accuracy": r.overall_accuracy, "ci_low": r.ci_low, "ci_high": r.ci_high}
+            {
+                "run_id": r.run_id,
+                "started": r.started.isoformat(),
+                "accuracy": r.overall_accuracy,
+                "ci_low": r.ci_low,
+                "ci_high": r.ci_high,
+            }
             for r in reversed(db.list_runs(engine, limit=30, config_key=results["run"]["config_key"]))
             if r.overall_accuracy is not None and r.run_id != run_id
         ]
         overall = results["overall_accuracy"]
-        history.append({"run_id": run_id, "started": results["run"]["started"], "accuracy": overall["accuracy"], "ci_low": overall.get("ci_low"), "ci_high": overall.get("ci_high")})
+        history.append(
+            {
+                "run_id": run_id,
+                "started": results["run"]["started"],
+                "accuracy": overall["accuracy"],
+                "ci_low": overall.get("ci_low"),
+                "ci_high": overall.get("ci_high"),
+            }
+        )
         paths["report"] = str(render(out / "report.html", results, report_judgments, history))
     # One artifact series per configuration (artifact_keys): a shared key would show whichever ran last.
-    summary_key, table_key = (artifact_keys.summary_key(artifact_slug), artifact_keys.accuracy_key(artifact_slug)) if artifact_slug else ("judgebench-summary", "judgebench-accuracy")
+    summary_key, table_key = (
+        (artifact_keys.summary_key(artifact_slug), artifact_keys.accuracy_key(artifact_slug))
+        if artifact_slug
+        else ("judgebench-summary", "judgebench-accuracy")
+    )
     create_markdown_artifact(summary_markdown(results), key=summary_key, description=f"JudgeBench run {run_id}")
-    table = [{"slice": "overall", **results["overall_accuracy"]}] + [{"slice": k, **v} for k, v in results["category_accuracy"].items()]
+    table = [{"slice": "overall", **results["overall_accuracy"]}] + [
+        {"slice": k, **v} for k, v in results["category_accuracy"].items()
+    ]
     create_table_artifact(table, key=table_key, description=f"Accuracy of run {run_id}")
     return paths

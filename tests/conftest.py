@@ -29,10 +29,14 @@ os.environ.setdefault("JUDGEBENCH_SERVER_KEEPALIVE", "0")
 
 # A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
 VERDICTS: dict[str, Callable[[bool], str]] = {
-    "arena_hard": lambda first: f"After comparing both answers, my final verdict is {'[[A>>B]]' if first else '[[B>A]]'}.",
+    "arena_hard": lambda first: (
+        f"After comparing both answers, my final verdict is {'[[A>>B]]' if first else '[[B>A]]'}."
+    ),
     "vanilla": lambda first: "Output (a)" if first else "Output (b)",
     "auto_j": lambda first: f"Both are close. So, the final decision is {'Response 1' if first else 'Response 2'}.",
-    "prometheus_2": lambda first: f"Response {'A' if first else 'B'} is factually correct. [RESULT] {'A' if first else 'B'}",
+    "prometheus_2": lambda first: (
+        f"Response {'A' if first else 'B'} is factually correct. [RESULT] {'A' if first else 'B'}"
+    ),
     "skywork_critic": lambda first: "[[A]]" if first else "[[B]]",
 }
 
@@ -45,7 +49,13 @@ requires_shared = pytest.mark.skipif(not shared_data_available(), reason=f"Judge
 
 
 def git(*args: str, cwd: Path) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -136,9 +146,19 @@ def run_cli(tmp_path, prefect_server) -> Callable[..., subprocess.CompletedProce
     """Run `judgebench ...` as a user would, in a subprocess, against the session's Prefect server."""
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        full_env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
+        full_env = {
+            **os.environ,
+            "OPENAI_API_KEY": CANARY_KEY,
+            "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"),
+            **(env or {}),
+        }
         return subprocess.run(
-            [sys.executable, "-m", "judgebench_flows.cli.main", *args], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-m", "judgebench_flows.cli.main", *args],
+            cwd=tmp_path,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     return run

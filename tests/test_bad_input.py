@@ -23,8 +23,14 @@ VALID_TEMPLATE_NAMES = ("arena_hard", "vanilla", "auto_j", "prometheus_2", "skyw
 
 def pair(i: int, **fields: object) -> dict:
     return {
-        "pair_id": f"p{i}", "original_id": i, "source": "mmlu-pro-math", "question": f"What is {i}+{i}?",
-        "response_A": f"It is {2 * i}.", "response_B": f"It is {2 * i + 1}.", "label": "A>B", **fields,
+        "pair_id": f"p{i}",
+        "original_id": i,
+        "source": "mmlu-pro-math",
+        "question": f"What is {i}+{i}?",
+        "response_A": f"It is {2 * i}.",
+        "response_B": f"It is {2 * i + 1}.",
+        "label": "A>B",
+        **fields,
     }
 
 
@@ -54,8 +60,18 @@ def good_file(tmp_path: Path) -> Path:
 
 
 def base_args(server: FakeOpenAIServer, tmp_path: Path, *extra: str) -> list[str]:
-    return ["run", "--model", "judge-model", "--base-url", server.base_url, "--db-url", f"sqlite:///{tmp_path}/j.db",
-            "--no-progress", "--no-report", *extra]
+    return [
+        "run",
+        "--model",
+        "judge-model",
+        "--base-url",
+        server.base_url,
+        "--db-url",
+        f"sqlite:///{tmp_path}/j.db",
+        "--no-progress",
+        "--no-report",
+        *extra,
+    ]
 
 
 def assert_one_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
@@ -78,10 +94,10 @@ def assert_one_error(result: subprocess.CompletedProcess[str], *fragments: str) 
 def test_malformed_rows_are_skipped_named_and_counted(run_cli, server, tmp_path: Path) -> None:
     rows: list[object] = [
         pair(0),
-        '{"pair_id": "broken", "source": ',                    # line 2: not JSON
-        "[1, 2, 3]",                                           # line 3: not an object
+        '{"pair_id": "broken", "source": ',  # line 2: not JSON
+        "[1, 2, 3]",  # line 3: not an object
         {k: v for k, v in pair(3).items() if k != "question"},  # line 4: missing field
-        pair(4, label="A=B"),                                  # line 5: wrong label
+        pair(4, label="A=B"),  # line 5: wrong label
         pair(5),
     ]
     path = write_jsonl(tmp_path / "pairs.jsonl", rows)
@@ -102,7 +118,9 @@ def test_malformed_rows_are_skipped_named_and_counted(run_cli, server, tmp_path:
 
 def test_duplicate_pair_ids_stop_the_run_naming_the_id(run_cli, server, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "pairs.jsonl", [pair(0), pair(1), pair(2, pair_id="p1")])
-    assert_one_error(run_cli(*base_args(server, tmp_path, "--data-path", str(path))), "duplicate pair_id 'p1'", "line 3")
+    assert_one_error(
+        run_cli(*base_args(server, tmp_path, "--data-path", str(path))), "duplicate pair_id 'p1'", "line 3"
+    )
 
 
 def test_empty_file(run_cli, server, tmp_path: Path) -> None:
@@ -113,11 +131,15 @@ def test_empty_file(run_cli, server, tmp_path: Path) -> None:
 
 def test_file_with_only_bad_rows_names_the_first_problem(run_cli, server, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "pairs.jsonl", [pair(0, label="tie"), "not json"])
-    assert_one_error(run_cli(*base_args(server, tmp_path, "--data-path", str(path))), "no valid pairs", "line 1", "label")
+    assert_one_error(
+        run_cli(*base_args(server, tmp_path, "--data-path", str(path))), "no valid pairs", "line 1", "label"
+    )
 
 
 def test_missing_data_path(run_cli, server, tmp_path: Path) -> None:
-    assert_one_error(run_cli(*base_args(server, tmp_path, "--data-path", str(tmp_path / "nope.jsonl"))), "file not found")
+    assert_one_error(
+        run_cli(*base_args(server, tmp_path, "--data-path", str(tmp_path / "nope.jsonl"))), "file not found"
+    )
 
 
 # ----- the repository --------------------------------------------------------------------------------
@@ -131,14 +153,20 @@ def test_repository_that_does_not_exist(run_cli, server, tmp_path: Path) -> None
 
 def test_unknown_ref(run_cli, server, small_repo, tmp_path: Path) -> None:
     url, _ = small_repo
-    assert_one_error(run_cli(*base_args(server, tmp_path, "--repo-url", url, "--ref", "no-such-branch", "--data-file", "small.jsonl")),
-                     "ref 'no-such-branch' not found")
+    assert_one_error(
+        run_cli(
+            *base_args(server, tmp_path, "--repo-url", url, "--ref", "no-such-branch", "--data-file", "small.jsonl")
+        ),
+        "ref 'no-such-branch' not found",
+    )
 
 
 def test_missing_data_file_in_the_checkout(run_cli, server, small_repo, tmp_path: Path) -> None:
     url, sha = small_repo
-    line = assert_one_error(run_cli(*base_args(server, tmp_path, "--repo-url", url, "--ref", sha, "--data-file", "nope.jsonl")),
-                            "data file 'nope.jsonl' not found")
+    line = assert_one_error(
+        run_cli(*base_args(server, tmp_path, "--repo-url", url, "--ref", sha, "--data-file", "nope.jsonl")),
+        "data file 'nope.jsonl' not found",
+    )
     assert "small.jsonl" in line, "the error should list the files that are there"
 
 
@@ -162,8 +190,10 @@ def test_unreachable_endpoint(run_cli, server, good_file: Path, tmp_path: Path) 
 
 
 def test_unknown_judge_type_lists_the_valid_ones(run_cli, server, good_file: Path, tmp_path: Path) -> None:
-    line = assert_one_error(run_cli(*base_args(server, tmp_path, "--data-path", str(good_file), "--judge-type", "gpt_judge")),
-                            "unknown judge type 'gpt_judge'")
+    line = assert_one_error(
+        run_cli(*base_args(server, tmp_path, "--data-path", str(good_file), "--judge-type", "gpt_judge")),
+        "unknown judge type 'gpt_judge'",
+    )
     for name in VALID_TEMPLATE_NAMES:
         assert name in line
 
@@ -174,11 +204,14 @@ def test_template_with_a_syntax_error(run_cli, server, good_file: Path, tmp_path
     templates = tmp_path / "templates"
     shutil.copytree(SHARED / "utils" / "templates", templates)
     (templates / "arena_hard_judge_prompt.jinja2").write_text("{{ prompt }\n{% if answer_a %}\n")
-    assert_one_error(run_cli(*base_args(server, tmp_path, "--data-path", str(good_file), "--templates-dir", str(templates))),
-                     "arena_hard_judge_prompt.jinja2", "syntax error")
+    assert_one_error(
+        run_cli(*base_args(server, tmp_path, "--data-path", str(good_file), "--templates-dir", str(templates))),
+        "arena_hard_judge_prompt.jinja2",
+        "syntax error",
+    )
 
 
-CUSTOM_JUDGES = '''
+CUSTOM_JUDGES = """
 class WrongDecision:
     def format(self, question, answer_A, answer_B):
         return [{"role": "user", "content": f"{question}\\n[A] {answer_A}\\n[B] {answer_B}"}]
@@ -193,18 +226,36 @@ class RaisingParser:
 
     def parse(self, text):
         raise ValueError("no idea what " + text[:12] + " means")
-'''
+"""
 
 
-def test_custom_judge_returning_an_unknown_decision_stops_the_run(run_cli, server, good_file: Path, tmp_path: Path) -> None:
+def test_custom_judge_returning_an_unknown_decision_stops_the_run(
+    run_cli, server, good_file: Path, tmp_path: Path
+) -> None:
     (tmp_path / "judges_mine.py").write_text(CUSTOM_JUDGES)
-    args = base_args(server, tmp_path, "--data-path", str(good_file), "--judge-template", f"{tmp_path / 'judges_mine.py'}:WrongDecision")
+    args = base_args(
+        server,
+        tmp_path,
+        "--data-path",
+        str(good_file),
+        "--judge-template",
+        f"{tmp_path / 'judges_mine.py'}:WrongDecision",
+    )
     assert_one_error(run_cli(*args), "custom:WrongDecision.parse returned 'A wins'")
 
 
-def test_custom_judge_whose_parse_raises_makes_judgments_invalid(run_cli, server, good_file: Path, tmp_path: Path) -> None:
+def test_custom_judge_whose_parse_raises_makes_judgments_invalid(
+    run_cli, server, good_file: Path, tmp_path: Path
+) -> None:
     (tmp_path / "judges_mine.py").write_text(CUSTOM_JUDGES)
-    args = base_args(server, tmp_path, "--data-path", str(good_file), "--judge-template", f"{tmp_path / 'judges_mine.py'}:RaisingParser")
+    args = base_args(
+        server,
+        tmp_path,
+        "--data-path",
+        str(good_file),
+        "--judge-template",
+        f"{tmp_path / 'judges_mine.py'}:RaisingParser",
+    )
     result = run_cli(*args)
     assert result.returncode == 4, result.stderr  # every verdict invalid: the run measured nothing
     assert "run failed: 6 of 6 judgments failed or were invalid" in result.stderr
@@ -216,8 +267,12 @@ def test_custom_judge_whose_parse_raises_makes_judgments_invalid(run_cli, server
     rows = [json.loads(line) for line in next((tmp_path / "results" / "run").glob("*.jsonl")).read_text().splitlines()]
     judgments = [j for row in rows for j in row["judgments"]]
     assert len(judgments) == 6
-    assert all(j["decision"] is None and j["status"] == "invalid" and j["judgment"]["response"] == "My final verdict is [[A>B]]"
-               for j in judgments)
+    assert all(
+        j["decision"] is None
+        and j["status"] == "invalid"
+        and j["judgment"]["response"] == "My final verdict is [[A>B]]"
+        for j in judgments
+    )
 
 
 # ----- options ---------------------------------------------------------------------------------------
@@ -225,10 +280,16 @@ def test_custom_judge_whose_parse_raises_makes_judgments_invalid(run_cli, server
 
 @pytest.mark.parametrize(
     ("option", "value", "fragment"),
-    [("--concurrency", "0", "--concurrency"), ("--max-samples", "0", "--max-samples"), ("--request-timeout", "-1", "--request-timeout")],
+    [
+        ("--concurrency", "0", "--concurrency"),
+        ("--max-samples", "0", "--max-samples"),
+        ("--request-timeout", "-1", "--request-timeout"),
+    ],
 )
 def test_bad_numbers(run_cli, server, good_file: Path, tmp_path: Path, option: str, value: str, fragment: str) -> None:
-    assert_one_error(run_cli(*base_args(server, tmp_path, "--data-path", str(good_file), option, value)), fragment, value)
+    assert_one_error(
+        run_cli(*base_args(server, tmp_path, "--data-path", str(good_file), option, value)), fragment, value
+    )
 
 
 def test_model_is_required(run_cli, server, good_file: Path, tmp_path: Path) -> None:

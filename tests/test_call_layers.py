@@ -45,14 +45,21 @@ def test_sent_body_and_key_are_the_request_as_shaped() -> None:
         base_url = server.base_url
 
         async def go() -> Any:
-            caller = ChatCaller(base_url=server.base_url, model="judge-model", api_key="sk-test", retry=RetryPolicy(max_retries=0))
+            caller = ChatCaller(
+                base_url=server.base_url, model="judge-model", api_key="sk-test", retry=RetryPolicy(max_retries=0)
+            )
             try:
                 return await caller.complete(messages, {"temperature": 0.0, "max_tokens": 64}), caller
             finally:
                 await caller.aclose()
 
         completion, caller = asyncio.run(go())
-    assert list(bodies[0].items()) == [("model", "judge-model"), ("messages", messages), ("temperature", 0.0), ("max_tokens", 64)]
+    assert list(bodies[0].items()) == [
+        ("model", "judge-model"),
+        ("messages", messages),
+        ("temperature", 0.0),
+        ("max_tokens", 64),
+    ]
     assert completion.key == request_key(base_url, "judge-model", messages, {"temperature": 0.0, "max_tokens": 64})
     assert (caller.stats.calls, caller.stats.answered, caller.stats.attempts, caller.stats.retries) == (1, 1, 1, 0)
 
@@ -62,7 +69,9 @@ def test_answer_reading_turns_unusable_bodies_into_a_retryable_failure() -> None
         with pytest.raises(BadAnswerBody):
             Transport.answer(api, body)
         assert retryable(BadAnswerBody())
-    answer = Transport.answer("chat", {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}})
+    answer = Transport.answer(
+        "chat", {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}
+    )
     assert (answer.text, answer.prompt_tokens, answer.finish_reason) == ("ok", 3, "stop")
 
 

@@ -15,7 +15,7 @@ from judgebench_flows.judges import CustomJudge, ParseFailed, get_judge
 from judgebench_flows.judges.builtin import ARENA_HARD_FOLLOW_UP
 from judgebench_flows.judges.procedure import CallFailed, Completion, Outcome, judge_one_order
 
-GOOD = '''
+GOOD = """
 PROMPT = "Q: {q}\\nA: {a}\\nB: {b}\\nAnswer A or B."
 
 
@@ -32,7 +32,7 @@ class Judge:
 
 class Helper:
     pass
-'''
+"""
 
 
 def write(tmp_path: Path, body: str, name: str = "my_judge.py") -> Path:
@@ -41,7 +41,9 @@ def write(tmp_path: Path, body: str, name: str = "my_judge.py") -> Path:
     return path
 
 
-def judge_with(tmp_path: Path, format_body: str = "return 'prompt'", parse_body: str = "return 'A>B'", name: str = "j.py") -> CustomJudge:
+def judge_with(
+    tmp_path: Path, format_body: str = "return 'prompt'", parse_body: str = "return 'A>B'", name: str = "j.py"
+) -> CustomJudge:
     path = write(
         tmp_path,
         f"""
@@ -69,7 +71,10 @@ def one_line_user_error(excinfo: pytest.ExceptionInfo[UserError]) -> str:
 def test_load_by_path(tmp_path: Path) -> None:
     judge = CustomJudge(f"{write(tmp_path, GOOD)}:Judge")
     assert judge.name == "custom:Judge"
-    assert judge.format("q", "a", "b") == [{"role": "system", "content": "be fair"}, {"role": "user", "content": "Q: q\nA: a\nB: b\nAnswer A or B."}]
+    assert judge.format("q", "a", "b") == [
+        {"role": "system", "content": "be fair"},
+        {"role": "user", "content": "Q: q\nA: a\nB: b\nAnswer A or B."},
+    ]
     assert judge.parse(" B ") == "B>A"
     assert judge.sampling == {"temperature": 0.3, "max_tokens": 16}
     assert judge.follow_up is None and not judge.wants_follow_up("anything")
@@ -113,8 +118,14 @@ def test_loading_errors(tmp_path: Path, spec: str, expected: str) -> None:
     [
         ("class Judge:\n    def parse(self, text):\n        return ''\n", r"Judge has no format\(\) method"),
         ("class Judge:\n    def format(self, q, a, b):\n        return 'x'\n", r"Judge has no parse\(\) method"),
-        ("class Judge:\n    format = 'not callable'\n    def parse(self, text):\n        return ''\n", r"Judge has no format\(\) method"),
-        ("import no_such_dependency_xyz\n", r"importing .*my_judge\.py failed: ModuleNotFoundError: No module named 'no_such_dependency_xyz'"),
+        (
+            "class Judge:\n    format = 'not callable'\n    def parse(self, text):\n        return ''\n",
+            r"Judge has no format\(\) method",
+        ),
+        (
+            "import no_such_dependency_xyz\n",
+            r"importing .*my_judge\.py failed: ModuleNotFoundError: No module named 'no_such_dependency_xyz'",
+        ),
         ("def broken(:\n    pass\n", r"importing .*my_judge\.py failed: SyntaxError"),
         ("raise RuntimeError('boom\\nsecond line')\n", r"importing .*my_judge\.py failed: RuntimeError: boom"),
         (
@@ -179,7 +190,9 @@ def test_format_with_wrong_shape_is_a_user_error(tmp_path: Path, returned: str) 
     one_line_user_error(err)
 
 
-@pytest.mark.parametrize(("returned", "decision"), [("'A>B'", "A>B"), ("'B>A'", "B>A"), ("'A=B'", "A=B"), ("''", ""), ("None", "")])
+@pytest.mark.parametrize(
+    ("returned", "decision"), [("'A>B'", "A>B"), ("'B>A'", "B>A"), ("'A=B'", "A=B"), ("''", ""), ("None", "")]
+)
 def test_parse_allowed_decisions(tmp_path: Path, returned: str, decision: str) -> None:
     assert judge_with(tmp_path, parse_body=f"return {returned}").parse("text") == decision
 
@@ -241,7 +254,11 @@ def test_arena_hard_without_a_label_sends_exactly_one_follow_up() -> None:
     outcome = run(get_judge("arena_hard"), script)
     assert len(script.requests) == 2
     original, follow_up = script.requests[0][0], script.requests[1][0]
-    assert follow_up == [*original, {"role": "assistant", "content": first}, {"role": "user", "content": ARENA_HARD_FOLLOW_UP}]
+    assert follow_up == [
+        *original,
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": ARENA_HARD_FOLLOW_UP},
+    ]
     assert ARENA_HARD_FOLLOW_UP.startswith("continue your judgment")
     assert outcome.status == "ok" and outcome.decision == "A>B"
     assert outcome.response == f"{first}\nmy final verdict is [[A>B]]."

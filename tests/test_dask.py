@@ -80,13 +80,39 @@ def server(gpt4o_pairs) -> Iterator[FakeOpenAIServer]:
         yield fake
 
 
-def run_args(repo: tuple[str, str], server: FakeOpenAIServer, out: str, db: Path, shard_size: int, *extra: str) -> list[str]:
+def run_args(
+    repo: tuple[str, str], server: FakeOpenAIServer, out: str, db: Path, shard_size: int, *extra: str
+) -> list[str]:
     url, sha = repo
     return [
-        "run", "--judge-type", "arena_hard", "--model", MODEL, "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE,
-        "--base-url", server.base_url, "--concurrency", str(CONCURRENCY), "--shard-size", str(shard_size),
-        "--max-samples", str(SAMPLES), "--result-path", f"{out}.json", "--output-dir", out, "--db-url", f"sqlite:///{db}",
-        "--no-progress", "--no-report", *extra,
+        "run",
+        "--judge-type",
+        "arena_hard",
+        "--model",
+        MODEL,
+        "--repo-url",
+        url,
+        "--ref",
+        sha,
+        "--data-file",
+        GPT4O_FILE,
+        "--base-url",
+        server.base_url,
+        "--concurrency",
+        str(CONCURRENCY),
+        "--shard-size",
+        str(shard_size),
+        "--max-samples",
+        str(SAMPLES),
+        "--result-path",
+        f"{out}.json",
+        "--output-dir",
+        out,
+        "--db-url",
+        f"sqlite:///{db}",
+        "--no-progress",
+        "--no-report",
+        *extra,
     ]
 
 
@@ -107,7 +133,9 @@ def shard_runs_on_workers(cluster) -> Callable[[], list[dict]]:
 
     def ran() -> list[dict]:
         try:
-            return [t for t in client.get_task_stream(start=since) if any(s["action"] == "compute" for s in t["startstops"])]
+            return [
+                t for t in client.get_task_stream(start=since) if any(s["action"] == "compute" for s in t["startstops"])
+            ]
         finally:
             client.close()
 
@@ -144,8 +172,19 @@ def test_dask_matches_in_process_holds_the_limit_across_workers_and_shares_the_c
     # shard size (so Prefect's shard cache, shared by all, does not answer for it).
     ran = shard_runs_on_workers(cluster)
     server.reset_counters()
-    on_dask = run_cli(*run_args(judgebench_repo, server, "dask", tmp_path / "dask.db", 15,
-                                "--task-runner", "dask", "--dask-address", cluster.scheduler_address))
+    on_dask = run_cli(
+        *run_args(
+            judgebench_repo,
+            server,
+            "dask",
+            tmp_path / "dask.db",
+            15,
+            "--task-runner",
+            "dask",
+            "--dask-address",
+            cluster.scheduler_address,
+        )
+    )
     assert on_dask.returncode == 0, on_dask.stderr[-3000:]
     dask_results, dask_decisions = outputs(tmp_path, "dask")
 
@@ -170,8 +209,19 @@ def test_dask_matches_in_process_holds_the_limit_across_workers_and_shares_the_c
 
     # Again on Dask with the same database but new shards: every answer comes from the shared call cache.
     server.reset_counters()
-    again = run_cli(*run_args(judgebench_repo, server, "again", tmp_path / "dask.db", 7,
-                              "--task-runner", "dask", "--dask-address", cluster.scheduler_address))
+    again = run_cli(
+        *run_args(
+            judgebench_repo,
+            server,
+            "again",
+            tmp_path / "dask.db",
+            7,
+            "--task-runner",
+            "dask",
+            "--dask-address",
+            cluster.scheduler_address,
+        )
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     again_results, again_decisions = outputs(tmp_path, "again")
     assert server.requests == 0
@@ -180,14 +230,29 @@ def test_dask_matches_in_process_holds_the_limit_across_workers_and_shares_the_c
     assert again_results["usage"]["cached_calls"] == 2 * SAMPLES
 
 
-def test_incomplete_shards_on_dask_still_give_back_their_records(run_cli, judgebench_repo, gpt4o_pairs, server, cluster, tmp_path):
+def test_incomplete_shards_on_dask_still_give_back_their_records(
+    run_cli, judgebench_repo, gpt4o_pairs, server, cluster, tmp_path
+):
     """Unparseable verdicts make shards raise ShardIncomplete on the workers; the exception, with its
     records, crosses Dask and Prefect back to the flow, which reports them instead of losing them."""
     server.set_responder(responder(gpt4o_pairs, unparseable_subset=True))
     try:
-        result = run_cli(*run_args(judgebench_repo, server, "partial", tmp_path / "partial.db", 10, "--no-cache",
-                                   "--task-runner", "dask", "--dask-address", cluster.scheduler_address,
-                                   "--max-failed-fraction", "1"))
+        result = run_cli(
+            *run_args(
+                judgebench_repo,
+                server,
+                "partial",
+                tmp_path / "partial.db",
+                10,
+                "--no-cache",
+                "--task-runner",
+                "dask",
+                "--dask-address",
+                cluster.scheduler_address,
+                "--max-failed-fraction",
+                "1",
+            )
+        )
     finally:
         server.set_responder(responder(gpt4o_pairs))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -212,8 +277,19 @@ def test_no_scheduler_at_the_address_is_one_line(run_cli, judgebench_repo, serve
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = run_cli(*run_args(judgebench_repo, server, "nowhere", tmp_path / "nowhere.db", 10,
-                               "--task-runner", "dask", "--dask-address", f"tcp://127.0.0.1:{port}"))
+    result = run_cli(
+        *run_args(
+            judgebench_repo,
+            server,
+            "nowhere",
+            tmp_path / "nowhere.db",
+            10,
+            "--task-runner",
+            "dask",
+            "--dask-address",
+            f"tcp://127.0.0.1:{port}",
+        )
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"--dask-address tcp://127.0.0.1:{port}: no Dask scheduler answers there" in result.stderr
     assert "Traceback" not in result.stderr

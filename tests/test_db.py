@@ -17,8 +17,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import sqlalchemy as sa
 
-from judgebench_flows.data import db
 from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.data import db
 from judgebench_flows.tasks.publish import judgment_rows, metric_rows
 
 PG_ADMIN_URL = os.environ.get("JUDGEBENCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -37,11 +37,17 @@ def postgresql_url() -> Iterator[str]:
     try:
         admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
     except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL server reachable at {PG_ADMIN_URL} ({str(exc).strip().splitlines()[0]}); start one to run this variant")
+        pytest.skip(
+            f"no PostgreSQL server reachable at {PG_ADMIN_URL} ({str(exc).strip().splitlines()[0]}); start one to run this variant"
+        )
     with admin:
         admin.execute(f'CREATE DATABASE "{name}"')
         admin.execute(f"ALTER DATABASE \"{name}\" SET timezone TO 'America/New_York'")
-    url = sa.make_url(PG_ADMIN_URL).set(drivername="postgresql+psycopg", database=name).render_as_string(hide_password=False)
+    url = (
+        sa.make_url(PG_ADMIN_URL)
+        .set(drivername="postgresql+psycopg", database=name)
+        .render_as_string(hide_password=False)
+    )
     try:
         yield url
     finally:
@@ -60,9 +66,20 @@ def db_url(request) -> str:
 def _judgments(run_id: str, n: int, prefix: str = "p") -> list[dict]:
     records = [
         JudgmentRecord(
-            pair_id=f"{prefix}{i // 2}", order=i % 2, source="mmlu-pro-law", category="mmlu-pro", label="A>B", status="ok",
-            decision="A>B" if i % 2 == 0 else "B>A", decision_for_pair="A>B", judge_model="m", response=f"verdict {i}",
-            latency_s=0.5, calls=1, prompt_tokens=100, completion_tokens=7,
+            pair_id=f"{prefix}{i // 2}",
+            order=i % 2,
+            source="mmlu-pro-law",
+            category="mmlu-pro",
+            label="A>B",
+            status="ok",
+            decision="A>B" if i % 2 == 0 else "B>A",
+            decision_for_pair="A>B",
+            judge_model="m",
+            response=f"verdict {i}",
+            latency_s=0.5,
+            calls=1,
+            prompt_tokens=100,
+            completion_tokens=7,
         )
         for i in range(n)
     ]
@@ -75,8 +92,20 @@ def _results() -> dict:
 
 
 def _run(run_id: str, started: datetime, config_key: str = "k1", **extra) -> dict:
-    return dict(run_id=run_id, config_key=config_key, judge_type="arena_hard", model="m", commit="abc", data_file="d.jsonl",
-                flow_run_id=str(uuid.uuid4()), status="running", started=started, n_pairs=2, config_json="{}", **extra)
+    return dict(
+        run_id=run_id,
+        config_key=config_key,
+        judge_type="arena_hard",
+        model="m",
+        commit="abc",
+        data_file="d.jsonl",
+        flow_run_id=str(uuid.uuid4()),
+        status="running",
+        started=started,
+        n_pairs=2,
+        config_json="{}",
+        **extra,
+    )
 
 
 def _count(engine: sa.Engine, table: str) -> int:
@@ -89,9 +118,27 @@ def test_schema_created_on_first_use(db_url):
     inspector = sa.inspect(engine)
     assert {"runs", "judgments", "metrics", "call_cache", "judgebench_schema"} <= set(inspector.get_table_names())
     columns = {c["name"] for c in inspector.get_columns("runs")}
-    assert {"config_key", "config_json", "commit", "flow_run_id", "started", "finished", "status", "overall_accuracy"} <= columns
+    assert {
+        "config_key",
+        "config_json",
+        "commit",
+        "flow_run_id",
+        "started",
+        "finished",
+        "status",
+        "overall_accuracy",
+    } <= columns
     columns = {c["name"] for c in inspector.get_columns("judgments")}
-    assert {"pair_id", "order_index", "response", "decision", "decision_for_pair", "latency_s", "prompt_tokens", "completion_tokens"} <= columns
+    assert {
+        "pair_id",
+        "order_index",
+        "response",
+        "decision",
+        "decision_for_pair",
+        "latency_s",
+        "prompt_tokens",
+        "completion_tokens",
+    } <= columns
     assert {"scope", "name", "accuracy", "ci_low", "ci_high"} <= {c["name"] for c in inspector.get_columns("metrics")}
     assert db.open_database(db_url) is engine  # one engine per URL
 
@@ -100,45 +147,63 @@ def test_upgrade_adds_missing_columns_and_keeps_rows(db_url):
     """A database written by an older version (fewer columns) is upgraded in place on open."""
     old = sa.MetaData()
     sa.Table(
-        "runs", old,
-        sa.Column("run_id", sa.String, primary_key=True), sa.Column("config_key", sa.String, nullable=False),
-        sa.Column("judge_type", sa.String, nullable=False), sa.Column("model", sa.String, nullable=False),
-        sa.Column("status", sa.String, nullable=False), sa.Column("started", sa.DateTime, nullable=False),
+        "runs",
+        old,
+        sa.Column("run_id", sa.String, primary_key=True),
+        sa.Column("config_key", sa.String, nullable=False),
+        sa.Column("judge_type", sa.String, nullable=False),
+        sa.Column("model", sa.String, nullable=False),
+        sa.Column("status", sa.String, nullable=False),
+        sa.Column("started", sa.DateTime, nullable=False),
         sa.Column("config_json", sa.String, nullable=False),
     )
     sa.Table(
-        "judgments", old,
-        sa.Column("id", sa.Integer, primary_key=True), sa.Column("run_id", sa.String, nullable=False),
-        sa.Column("pair_id", sa.String, nullable=False), sa.Column("order_index", sa.Integer, nullable=False),
-        sa.Column("source", sa.String, nullable=False), sa.Column("category", sa.String, nullable=False),
-        sa.Column("label", sa.String, nullable=False), sa.Column("status", sa.String, nullable=False),
-        sa.Column("decision", sa.String, nullable=False), sa.Column("decision_for_pair", sa.String, nullable=False),
+        "judgments",
+        old,
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("run_id", sa.String, nullable=False),
+        sa.Column("pair_id", sa.String, nullable=False),
+        sa.Column("order_index", sa.Integer, nullable=False),
+        sa.Column("source", sa.String, nullable=False),
+        sa.Column("category", sa.String, nullable=False),
+        sa.Column("label", sa.String, nullable=False),
+        sa.Column("status", sa.String, nullable=False),
+        sa.Column("decision", sa.String, nullable=False),
+        sa.Column("decision_for_pair", sa.String, nullable=False),
         sa.UniqueConstraint("run_id", "pair_id", "order_index", name="uq_judgment"),
     )
     setup = sa.create_engine(db_url)
     old.create_all(setup)
     with setup.begin() as connection:
-        connection.execute(sa.text(
-            "INSERT INTO runs (run_id, config_key, judge_type, model, status, started, config_json) "
-            "VALUES ('oldrun', 'k0', 'vanilla', 'gpt-4', 'completed', '2024-01-02 03:04:05', '{}')"
-        ))
-        connection.execute(sa.text(
-            "INSERT INTO judgments (run_id, pair_id, order_index, source, category, label, status, decision, decision_for_pair) "
-            "VALUES ('oldrun', 'p0', 0, 'mmlu-pro-law', 'mmlu-pro', 'A>B', 'ok', 'A>B', 'A>B')"
-        ))
+        connection.execute(
+            sa.text(
+                "INSERT INTO runs (run_id, config_key, judge_type, model, status, started, config_json) "
+                "VALUES ('oldrun', 'k0', 'vanilla', 'gpt-4', 'completed', '2024-01-02 03:04:05', '{}')"
+            )
+        )
+        connection.execute(
+            sa.text(
+                "INSERT INTO judgments (run_id, pair_id, order_index, source, category, label, status, decision, decision_for_pair) "
+                "VALUES ('oldrun', 'p0', 0, 'mmlu-pro-law', 'mmlu-pro', 'A>B', 'ok', 'A>B', 'A>B')"
+            )
+        )
     setup.dispose()
 
     engine = db.open_database(db_url)
     runs_columns = {c["name"] for c in sa.inspect(engine).get_columns("runs")}
     assert {"results_json", "finished", "overall_accuracy", "flow_run_id", "commit"} <= runs_columns
-    assert {"latency_s", "cached_calls", "completion_tokens"} <= {c["name"] for c in sa.inspect(engine).get_columns("judgments")}
+    assert {"latency_s", "cached_calls", "completion_tokens"} <= {
+        c["name"] for c in sa.inspect(engine).get_columns("judgments")
+    }
     assert "ix_runs_config_key" in {i["name"] for i in sa.inspect(engine).get_indexes("runs")}
 
     old_run = db.get_run(engine, "oldrun")
     assert old_run is not None and old_run.model == "gpt-4" and old_run.status == "completed"
     assert old_run.started == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc) and old_run.results_json is None
     [old_judgment] = db.run_judgments(engine, "oldrun")
-    assert old_judgment.decision == "A>B" and old_judgment.cached_calls == 0 and old_judgment.latency_s == 0.0  # column defaults
+    assert (
+        old_judgment.decision == "A>B" and old_judgment.cached_calls == 0 and old_judgment.latency_s == 0.0
+    )  # column defaults
 
     db.save_judgments(engine, _judgments("oldrun", 4))  # upserts onto the old row and adds new ones
     assert _count(engine, "judgments") == 4 and _count(engine, "runs") == 1
@@ -155,13 +220,19 @@ def test_publish_twice_writes_each_row_once(db_url):
         if attempt:
             rows[0]["accuracy"] = 0.75
         db.save_metrics(engine, rows)
-        db.update_run(engine, "r1", status="completed", finished=started + timedelta(minutes=attempt + 1), overall_accuracy=0.5)
+        db.update_run(
+            engine, "r1", status="completed", finished=started + timedelta(minutes=attempt + 1), overall_accuracy=0.5
+        )
     assert (_count(engine, "runs"), _count(engine, "judgments"), _count(engine, "metrics")) == (1, 40, 3)
     overall = next(m for m in db.run_metrics(engine, "r1") if m.scope == "overall")
     assert overall.accuracy == 0.75
     run = db.get_run(engine, "r1")
     # read back as UTC whatever the session's time zone (the PostgreSQL database runs in New York time)
-    assert run.started == started and run.started.utcoffset() == timedelta(0) and run.finished == started + timedelta(minutes=2)
+    assert (
+        run.started == started
+        and run.started.utcoffset() == timedelta(0)
+        and run.finished == started + timedelta(minutes=2)
+    )
     db.update_run(engine, "r1", finished=datetime(2025, 3, 1, 8, 0))  # a naive value is taken as UTC
     assert db.get_run(engine, "r1").finished == datetime(2025, 3, 1, 8, 0, tzinfo=timezone.utc)
     assert run.status == "completed"
@@ -180,7 +251,10 @@ def test_concurrent_writers_all_land(db_url):
             db.save_judgments(engine, rows[start : start + 20])
             # half the keys are shared by all threads, as when two shards ask the same question
             keys = [f"{worker:02d}-{start}-{i}" for i in range(5)] + [f"shared-{start}-{i}" for i in range(5)]
-            db.cache_put_many(engine, [{"key": key, "model": "m", "response": f"answer {worker}", "created": db.utcnow()} for key in keys])
+            db.cache_put_many(
+                engine,
+                [{"key": key, "model": "m", "response": f"answer {worker}", "created": db.utcnow()} for key in keys],
+            )
             db.update_run(engine, "shared", n_pairs=worker)
         db.save_metrics(engine, metric_rows(f"run-{worker}", _results()))
 
@@ -206,7 +280,9 @@ def test_list_runs_get_run_and_judgments(db_url):
     assert [r.run_id for r in db.list_runs(engine, config_key="k1")] == ["bbbb3333", "aaaa2222", "aaaa1111"]
     db.update_run(engine, "aaaa1111", status="completed")
     db.update_run(engine, "bbbb3333", status="failed")
-    assert [r.run_id for r in db.list_runs(engine, config_key="k1", statuses=("completed", "regressed"))] == ["aaaa1111"]
+    assert [r.run_id for r in db.list_runs(engine, config_key="k1", statuses=("completed", "regressed"))] == [
+        "aaaa1111"
+    ]
     assert db.get_run(engine, "aaaa2222").run_id == "aaaa2222"
     assert db.get_run(engine, "bbbb").run_id == "bbbb3333"  # unique prefix, as copied from `history`
     assert db.get_run(engine, "aaaa") is None  # ambiguous

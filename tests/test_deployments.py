@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from judgebench_flows.data import db
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data import db
 from judgebench_flows.deployments.matrix import cell_name, load_matrix, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "judgebench-pool"
@@ -99,9 +99,23 @@ def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
 
     ensure_work_pool(POOL)
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
-    deployed = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    deployed = subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
-    listed = subprocess.run([sys.executable, "-m", "prefect", "deployment", "ls"], cwd=tmp_path, env={**env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(
+        [sys.executable, "-m", "prefect", "deployment", "ls"],
+        cwd=tmp_path,
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "nightly-benchmarks/nightly" in listed.stdout and "judgebench-adhoc/adhoc" in listed.stdout, listed.stdout
 
     nightly = _read_deployment("nightly-benchmarks/nightly")
@@ -132,17 +146,35 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
 
     url, sha = judgebench_repo
     out, db_url = tmp_path / "adhoc", f"sqlite:///{tmp_path}/history.db"
-    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), api_key=CANARY_KEY, models={"judge-x"}) as server:
+    with FakeOpenAIServer(
+        oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), api_key=CANARY_KEY, models={"judge-x"}
+    ) as server:
         flow_run = run_deployment(
             "judgebench-adhoc/adhoc",
-            parameters={"model": "judge-x", "judge_type": "vanilla", "repo_url": url, "ref": sha, "max_samples": 10,
-                        "base_url": server.base_url, "db_url": db_url, "output_dir": str(out)},
+            parameters={
+                "model": "judge-x",
+                "judge_type": "vanilla",
+                "repo_url": url,
+                "ref": sha,
+                "max_samples": 10,
+                "base_url": server.base_url,
+                "db_url": db_url,
+                "output_dir": str(out),
+            },
             timeout=0,
         )
         worker = subprocess.run(
             [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc", "--run-once"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=240,
-            env={**os.environ, "PREFECT_API_URL": prefect_server, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={
+                **os.environ,
+                "PREFECT_API_URL": prefect_server,
+                "OPENAI_API_KEY": CANARY_KEY,
+                "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"),
+            },
         )
         finished = _wait_final(flow_run.id)
         assert finished.state.is_completed(), f"{finished.state!r}\n{worker.stdout[-4000:]}\n{worker.stderr[-4000:]}"
@@ -153,7 +185,12 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
     assert results["dataset"]["commit"] == sha and results["model"] == "judge-x" and results["judge_type"] == "vanilla"
     assert (out / "report.html").is_file()
     [run] = db.list_runs(db.open_database(db_url))
-    assert (run.run_id, run.status, run.overall_accuracy, run.commit) == (results["run"]["run_id"], "completed", 1.0, sha)
+    assert (run.run_id, run.status, run.overall_accuracy, run.commit) == (
+        results["run"]["run_id"],
+        "completed",
+        1.0,
+        sha,
+    )
     with get_client(sync_client=True) as client:  # the DB row points at the judgebench subflow of this deployment run
         subflow = client.read_flow_run(run.flow_run_id)
         assert client.read_task_run(subflow.parent_task_run_id).flow_run_id == flow_run.id
@@ -161,7 +198,9 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
 
 
 @pytest.mark.slow
-def test_nightly_runs_every_configuration_and_fails_at_the_end(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch):
+def test_nightly_runs_every_configuration_and_fails_at_the_end(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
     """One configuration fails (unknown model): the other still runs, the summary lists both, the flow is
     Failed after its one retry, and the retry reused the finished configuration instead of running it again."""
     from prefect.client.orchestration import get_client
@@ -173,8 +212,16 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(prefect_server, j
     url, sha = judgebench_repo
     db_url = f"sqlite:///{tmp_path}/history.db"
     with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), models={"judge-a"}) as server:
-        matrix = _matrix(models=["judge-a", "judge-missing"], repo_url=url, ref=sha, base_url=server.base_url, db_url=db_url,
-                         output_root=str(tmp_path / "nightly"), max_samples=6, options={"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 200})
+        matrix = _matrix(
+            models=["judge-a", "judge-missing"],
+            repo_url=url,
+            ref=sha,
+            base_url=server.base_url,
+            db_url=db_url,
+            output_root=str(tmp_path / "nightly"),
+            max_samples=6,
+            options={"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 200},
+        )
         path = tmp_path / "matrix.yaml"
         path.write_text(yaml.safe_dump(matrix))
         state = asyncio.run(nightly_benchmarks.with_options(retry_delay_seconds=0)(str(path), return_state=True))
@@ -186,17 +233,28 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(prefect_server, j
     assert state.is_failed() and f"{bad} (failed)" in state.message and good not in state.message, seen
     assert answered == 12, seen  # judge-a's 6 pairs x 2 orders, asked once
     # the retry reused judge-a's finished subflow (no second run) and ran judge-missing again
-    assert sorted((r.model, r.status) for r in runs) == [("judge-a", "completed"), ("judge-missing", "failed"), ("judge-missing", "failed")], seen
+    assert sorted((r.model, r.status) for r in runs) == [
+        ("judge-a", "completed"),
+        ("judge-missing", "failed"),
+        ("judge-missing", "failed"),
+    ], seen
     results = json.loads((tmp_path / "nightly" / good / "results.json").read_text())
     assert results["overall_accuracy"]["accuracy"] == 1.0 and (tmp_path / "nightly" / good / "report.html").is_file()
 
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(state.state_details.flow_run_id).run_count == 2
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]), flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+            )
         )
     summary = artifacts[-1].data
-    assert f"| {good} | completed | 100.00%" in summary and f"| {bad} | **FAILED** |" in summary and "model 'judge-missing'" in summary
+    assert (
+        f"| {good} | completed | 100.00%" in summary
+        and f"| {bad} | **FAILED** |" in summary
+        and "model 'judge-missing'" in summary
+    )
     # the embedded leaderboard lists tonight's run in bold (this checkout publishes no outputs/)
     assert "## Leaderboard" in summary and "| **arena_hard** | **judge-a** |" in summary, summary
     assert (tmp_path / "nightly" / "leaderboard.html").is_file()

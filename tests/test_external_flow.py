@@ -16,8 +16,8 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
 
-from judgebench_flows.flows.external_flow import ARTIFACT_KEY, run_external
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.flows.external_flow import ARTIFACT_KEY, run_external
 from judgebench_flows.judges.external.config import external_config_from_options
 from judgebench_flows.tasks.external import score_shard
 
@@ -84,10 +84,21 @@ def test_output_rows_in_order_with_verdicts(run):
     out = Path(config.output_dir) / "data_scored.csv"
     assert summary["output_files"] == [str(out)]
     scored = pd.read_csv(out, keep_default_na=False, na_values=[""])
-    assert list(scored.columns) == ["id", "model_input", "response", "ground_truth", "evaluation_text", "score", "status", "error"]
+    assert list(scored.columns) == [
+        "id",
+        "model_input",
+        "response",
+        "ground_truth",
+        "evaluation_text",
+        "score",
+        "status",
+        "error",
+    ]
     assert scored["id"].tolist() == list(range(ROWS))
     assert scored["response"].tolist() == [f"answer {i}" for i in range(ROWS)]
-    for qid, status, score, error in zip(scored["id"], scored["status"], scored["score"], scored["error"].fillna("")):
+    for qid, status, score, error in zip(
+        scored["id"], scored["status"], scored["score"], scored["error"].fillna(""), strict=False
+    ):
         want_status, want_score, want_error = expected_outcome(qid)
         assert (status, error) == (want_status, want_error), qid
         assert (pd.isna(score) and want_score is None) or score == want_score, qid
@@ -133,7 +144,9 @@ def test_bad_input_fails_before_any_flow_run(run):
     with get_client(sync_client=True) as client:
         before = len(client.read_flow_runs())
     bad = config.model_copy(update={"reference_column": "gold"})
-    with pytest.raises(UserError, match=r"^Column 'gold' \(reference_column\) not found in .*data\.csv \(columns: id, "):
+    with pytest.raises(
+        UserError, match=r"^Column 'gold' \(reference_column\) not found in .*data\.csv \(columns: id, "
+    ):
         run_external(bad)
     with get_client(sync_client=True) as client:
         assert len(client.read_flow_runs()) == before
@@ -152,7 +165,9 @@ def _final_task_run(task_run_id: str):
         deadline = time.monotonic() + 15
         while True:
             task_run = client.read_task_run(task_run_id)
-            if (task_run.state_type is not None and task_run.state_type.value == "FAILED") or time.monotonic() > deadline:
+            if (
+                task_run.state_type is not None and task_run.state_type.value == "FAILED"
+            ) or time.monotonic() > deadline:
                 return task_run
             time.sleep(0.2)
 

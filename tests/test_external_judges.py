@@ -9,7 +9,13 @@ import pytest
 
 from judgebench_flows.judges.external import exact_match, numeric_tolerance, pairwise_exact
 from judgebench_flows.judges.external.loader import load_judge
-from judgebench_flows.judges.external.scoring import InvalidJudgeOutput, RowResult, check_decision, check_score, score_rows
+from judgebench_flows.judges.external.scoring import (
+    InvalidJudgeOutput,
+    RowResult,
+    check_decision,
+    check_score,
+    score_rows,
+)
 from judgebench_flows.judges.external.summary import bin_index, summarize
 
 COLUMNS = {"model_output_column": "response", "reference_column": "ground_truth"}
@@ -324,7 +330,10 @@ def test_score_rows_table_form():
 @pytest.mark.parametrize(
     "returned, error",
     [
-        (pd.DataFrame({"evaluation_text": ["a"], "score": [1.0]}), "InvalidJudgeOutput: table judge returned 1 rows for 2"),
+        (
+            pd.DataFrame({"evaluation_text": ["a"], "score": [1.0]}),
+            "InvalidJudgeOutput: table judge returned 1 rows for 2",
+        ),
         (pd.DataFrame({"score": [1.0, 1.0]}), "InvalidJudgeOutput: table judge result lacks column(s) evaluation_text"),
         ([1.0, 1.0], "InvalidJudgeOutput: table judge must return a DataFrame, got list"),
         (ZeroDivisionError("division by zero"), "ZeroDivisionError: division by zero"),
@@ -357,8 +366,14 @@ def test_summarize_counts_and_distribution():
         + [RowResult(status="error", error="ValueError: bad")]
     )
     summary = summarize(
-        results, list(range(100, 107)), judge_path="j.py", judge_function="evaluate", judge_form="row",
-        data_path="d.csv", output_files=["o.csv"], result_path="r.json",
+        results,
+        list(range(100, 107)),
+        judge_path="j.py",
+        judge_function="evaluate",
+        judge_form="row",
+        data_path="d.csv",
+        output_files=["o.csv"],
+        result_path="r.json",
     )
     assert (summary.total, summary.scored, summary.na, summary.errors) == (7, 4, 2, 1)
     assert summary.mean_score == 0.75
@@ -370,13 +385,28 @@ def test_summarize_counts_and_distribution():
 
 def test_summarize_many_distinct_values_and_nothing_scored():
     many = [RowResult(score=i / 100, status="scored") for i in range(50)]
-    assert summarize(
-        many, list(range(50)), judge_path="j", judge_function="f", judge_form="row", data_path="d",
-        output_files=[], result_path="r",
-    ).distribution.value_counts is None
+    assert (
+        summarize(
+            many,
+            list(range(50)),
+            judge_path="j",
+            judge_function="f",
+            judge_form="row",
+            data_path="d",
+            output_files=[],
+            result_path="r",
+        ).distribution.value_counts
+        is None
+    )
     empty = summarize(
-        [RowResult(status="na")], [1], judge_path="j", judge_function="f", judge_form="row", data_path="d",
-        output_files=[], result_path="r",
+        [RowResult(status="na")],
+        [1],
+        judge_path="j",
+        judge_function="f",
+        judge_form="row",
+        data_path="d",
+        output_files=[],
+        result_path="r",
     )
     assert empty.mean_score is None and empty.distribution.median is None
     assert math.fsum(b.count for b in empty.distribution.bins) == 0

@@ -51,7 +51,9 @@ def test_not_a_python_file(tmp_path):
 
 def test_function_not_found_lists_available():
     path = str(FIXTURES / "bad_signature.py")
-    assert user_error(load_judge, path, "score") == f"Function 'score' not found in {path} (available: evaluate, helper)"
+    assert (
+        user_error(load_judge, path, "score") == f"Function 'score' not found in {path} (available: evaluate, helper)"
+    )
 
 
 def test_too_few_parameters():
@@ -79,7 +81,10 @@ def test_syntax_error_is_one_line_naming_the_file(tmp_path):
 def test_runtime_error_at_import(tmp_path):
     path = tmp_path / "judge.py"
     path.write_text("raise RuntimeError('needs\\nMODEL_DIR set')\n")
-    assert user_error(load_judge, str(path)) == f"Error importing external judge file {path}: RuntimeError: needs MODEL_DIR set"
+    assert (
+        user_error(load_judge, str(path))
+        == f"Error importing external judge file {path}: RuntimeError: needs MODEL_DIR set"
+    )
 
 
 @pytest.mark.parametrize(
@@ -139,7 +144,12 @@ def test_yaml_then_cli_overrides(tmp_path):
     )
     config = external_config_from_options(
         path,
-        {"external_judge_path": "b.py", "max_workers": None, "shard_size": 20, "external_judge_config": '{"tolerance": 0.5}'},
+        {
+            "external_judge_path": "b.py",
+            "max_workers": None,
+            "shard_size": 20,
+            "external_judge_config": '{"tolerance": 0.5}',
+        },
     )
     assert config.external_judge_path == "b.py"  # CLI wins
     assert config.max_workers == 3  # None is "not given"
@@ -153,7 +163,10 @@ def test_yaml_then_cli_overrides(tmp_path):
 def test_cli_only_defaults():
     config = external_config_from_options(None, {"external_judge_path": "j.py", "data_path": "x.jsonl"})
     assert (config.model_input_column, config.model_output_column, config.reference_column, config.qid_column) == (
-        "model_input", "response", "ground_truth", "id",
+        "model_input",
+        "response",
+        "ground_truth",
+        "id",
     )
     assert (config.max_workers, config.shard_size, config.external_judge_config) == (8, 500, {})
 
@@ -173,7 +186,9 @@ def test_judge_config_merges_columns():
 
 
 def test_judge_config_refuses_clashing_key():
-    config = ExternalJudgeConfig(external_judge_path="j.py", data_path="d.csv", external_judge_config={"reference_column": "x"})
+    config = ExternalJudgeConfig(
+        external_judge_path="j.py", data_path="d.csv", external_judge_config={"reference_column": "x"}
+    )
     assert user_error(judge_config, config) == (
         "external_judge_config key 'reference_column' clashes with the option of the same name; set it as a top-level option"
     )
@@ -181,13 +196,22 @@ def test_judge_config_refuses_clashing_key():
 
 def test_invalid_json_on_cli():
     message = user_error(
-        external_config_from_options, None, {"external_judge_path": "j.py", "data_path": "d.csv", "external_judge_config": "{tolerance: 1}"}
+        external_config_from_options,
+        None,
+        {"external_judge_path": "j.py", "data_path": "d.csv", "external_judge_config": "{tolerance: 1}"},
     )
-    assert message == "Invalid JSON in --external-judge-config: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    assert (
+        message
+        == "Invalid JSON in --external-judge-config: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    )
 
 
 def test_json_that_is_not_an_object():
-    message = user_error(external_config_from_options, None, {"external_judge_path": "j.py", "data_path": "d.csv", "external_judge_config": "[1]"})
+    message = user_error(
+        external_config_from_options,
+        None,
+        {"external_judge_path": "j.py", "data_path": "d.csv", "external_judge_config": "[1]"},
+    )
     assert message == 'Invalid JSON in --external-judge-config: expected an object like {"tolerance": 0.01}, got list'
 
 
@@ -215,7 +239,10 @@ def test_yaml_problems(tmp_path):
     broken = write_yaml(tmp_path, "a: [1\n")
     assert user_error(external_config_from_options, broken, {}).startswith(f"Invalid YAML in {broken}: ")
     listing = write_yaml(tmp_path, "- 1\n- 2\n")
-    assert user_error(external_config_from_options, listing, {}) == f"Config file {listing} must contain a mapping of options, got list"
+    assert (
+        user_error(external_config_from_options, listing, {})
+        == f"Config file {listing} must contain a mapping of options, got list"
+    )
 
 
 def test_empty_judge_config_in_yaml(tmp_path):
@@ -303,11 +330,15 @@ def test_missing_column_message(tmp_path):
         "Column 'ground_truth' (reference_column) not found in data.csv (columns: id, model_input, response, gold)"
     )
     check_columns(frame, config.model_copy(update={"reference_column": "gold"}))
-    check_columns(frame[["id", "response"]], config.model_copy(update={"reference_column": None, "model_input_column": None}))
+    check_columns(
+        frame[["id", "response"]], config.model_copy(update={"reference_column": None, "model_input_column": None})
+    )
 
 
 def test_result_column_collision(tmp_path):
-    config = ExternalJudgeConfig(external_judge_path="j.py", data_path="data.csv", qid_column=None, model_input_column=None)
+    config = ExternalJudgeConfig(
+        external_judge_path="j.py", data_path="data.csv", qid_column=None, model_input_column=None
+    )
     frame = pd.DataFrame({"response": ["r"], "ground_truth": ["g"], "score": [3]})
     assert user_error(check_columns, frame, config) == (
         "Column 'score' in data.csv would be overwritten by the judge's output; rename it"
@@ -319,7 +350,11 @@ def test_parquet_input_writes_parquet_too(tmp_path):
     pd.DataFrame(ROWS).to_parquet(data)
     config = ExternalJudgeConfig(external_judge_path="j.py", data_path=str(data), output_dir=str(tmp_path / "out"))
     frame = read_data(str(data))
-    results = [RowResult(evaluation_text="t", score=1.0, status="scored"), RowResult(status="na"), RowResult(status="error", error="E: x")]
+    results = [
+        RowResult(evaluation_text="t", score=1.0, status="scored"),
+        RowResult(status="na"),
+        RowResult(status="error", error="E: x"),
+    ]
     written = write_scored(with_results(frame, results), config)
     assert written == [str(tmp_path / "out" / "data_scored.csv"), str(tmp_path / "out" / "data_scored.parquet")]
     back = pd.read_parquet(written[1])

@@ -28,9 +28,22 @@ def write_pairs(path: Path, gpt4o_pairs: list[dict]) -> None:
 def test_pairwise_external_judge_scores_judgebench_pairs_without_an_endpoint(run_cli, gpt4o_pairs, tmp_path):
     write_pairs(tmp_path / "pairs.jsonl", gpt4o_pairs)
     result = run_cli(
-        "run", "--judge-type", "external", "--external-judge-path", PAIRWISE, "--data-path", "pairs.jsonl",
-        "--result-path", "r.json", "--output-dir", "out", "--db-url", f"sqlite:///{tmp_path}/jb.db", "--no-progress",
-        "--max-failed-fraction", "0.2",  # 8 of 48 verdicts invalid (no reference): allowed here
+        "run",
+        "--judge-type",
+        "external",
+        "--external-judge-path",
+        PAIRWISE,
+        "--data-path",
+        "pairs.jsonl",
+        "--result-path",
+        "r.json",
+        "--output-dir",
+        "out",
+        "--db-url",
+        f"sqlite:///{tmp_path}/jb.db",
+        "--no-progress",
+        "--max-failed-fraction",
+        "0.2",  # 8 of 48 verdicts invalid (no reference): allowed here
     )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "r.json").read_text())

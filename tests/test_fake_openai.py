@@ -32,8 +32,9 @@ def body_of(text: str, model: str = MODEL) -> dict:
     return {"model": model, "messages": user(text)}
 
 
-def sync_client(server: FakeOpenAIServer, *, api_key: str = "test-key", timeout: float = 5.0,
-                max_retries: int = 0) -> openai.OpenAI:
+def sync_client(
+    server: FakeOpenAIServer, *, api_key: str = "test-key", timeout: float = 5.0, max_retries: int = 0
+) -> openai.OpenAI:
     return openai.OpenAI(api_key=api_key, base_url=server.base_url, max_retries=max_retries, timeout=timeout)
 
 
@@ -297,15 +298,15 @@ def test_keep_alive_unknown_paths_and_bad_json_over_one_connection(start_server)
         assert "error" in json.loads(response.read())
         first_socket = connection.sock
 
-        connection.request("POST", "/v1/chat/completions", body=b"{not json",
-                           headers={"Content-Type": "application/json"})
+        connection.request(
+            "POST", "/v1/chat/completions", body=b"{not json", headers={"Content-Type": "application/json"}
+        )
         response = connection.getresponse()
         assert response.status == 400
         response.read()
 
         payload = json.dumps(body_of("hello")).encode()
-        connection.request("POST", "/v1/chat/completions", body=payload,
-                           headers={"Content-Type": "application/json"})
+        connection.request("POST", "/v1/chat/completions", body=payload, headers={"Content-Type": "application/json"})
         response = connection.getresponse()
         assert response.status == 200
         assert json.loads(response.read())["object"] == "chat.completion"

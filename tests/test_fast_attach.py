@@ -44,8 +44,14 @@ def kept_server(tmp_path, monkeypatch):
     home = tmp_path / "home"
     slot = Slot(home, "slotkey")
     slot.dir.mkdir(parents=True)
-    slot.write({"api_url": f"http://127.0.0.1:{httpd.server_address[1]}/api", "server_pid": sleeper.pid,
-                "supervisor_pid": os.getpid(), "started": 0})
+    slot.write(
+        {
+            "api_url": f"http://127.0.0.1:{httpd.server_address[1]}/api",
+            "server_pid": sleeper.pid,
+            "supervisor_pid": os.getpid(),
+            "started": 0,
+        }
+    )
     told = {"api_url": "unused", "result_storage": str(tmp_path / "storage-1"), "startup_timeout": 20.0}
     fast_attach.remember(fast_attach.fingerprint(), told, home, "slotkey")
     yield slot, httpd

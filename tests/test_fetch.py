@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.data.dataset import Checkout, check_repo_url, data_file_in, fetch_repository, public_url
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.dataset import Checkout, check_repo_url, data_file_in, fetch_repository, public_url
 from judgebench_flows.data.loading import load_pairs
 from tests.conftest import GPT4O_FILE, git, make_repo
 
@@ -206,7 +206,13 @@ def test_check_repo_url_rejects_before_git_runs(url: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["https://github.com/ScalerLab/JudgeBench.git", "http://127.0.0.1:8080/x.git", "ssh://git@host/x.git", "git@github.com:org/repo.git", "git://host/x"],
+    [
+        "https://github.com/ScalerLab/JudgeBench.git",
+        "http://127.0.0.1:8080/x.git",
+        "ssh://git@host/x.git",
+        "git@github.com:org/repo.git",
+        "git://host/x",
+    ],
 )
 def test_check_repo_url_accepts_ordinary_urls(url: str) -> None:
     assert check_repo_url(url) == url
@@ -307,7 +313,18 @@ def test_missing_data_file_lists_the_available_ones(remote: Remote, cache: Path)
     assert remote.feature[:12] in message
 
 
-@pytest.mark.parametrize("name", ["../../etc/passwd", "../" * 12 + "etc/passwd", "/etc/passwd", "data/../../outside.jsonl", "escape.jsonl", "data", "."])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../etc/passwd",
+        "../" * 12 + "etc/passwd",
+        "/etc/passwd",
+        "data/../../outside.jsonl",
+        "escape.jsonl",
+        "data",
+        ".",
+    ],
+)
 def test_data_file_in_refuses_paths_outside_the_checkout(remote: Remote, cache: Path, name: str) -> None:
     checkout = fetch_repository(remote.url, "feature", cache)
     (checkout.path.parent / "outside.jsonl").write_text("{}\n")

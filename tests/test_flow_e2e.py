@@ -25,16 +25,37 @@ def oracle_server(gpt4o_pairs):
 def run_args(repo: tuple[str, str], server: FakeOpenAIServer, tmp_path: Path, *extra: str) -> list[str]:
     url, sha = repo
     return [
-        "run", "--judge-type", "arena_hard", "--model", "o1-mini-2024-09-12",
-        "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE,
-        "--base-url", server.base_url, "--concurrency", "32", "--shard-size", "50",
-        "--result-path", "results/judgebench.json", "--output-dir", "results/run",
-        "--db-url", f"sqlite:///{tmp_path}/judgebench.db", "--no-progress", *extra,
+        "run",
+        "--judge-type",
+        "arena_hard",
+        "--model",
+        "o1-mini-2024-09-12",
+        "--repo-url",
+        url,
+        "--ref",
+        sha,
+        "--data-file",
+        GPT4O_FILE,
+        "--base-url",
+        server.base_url,
+        "--concurrency",
+        "32",
+        "--shard-size",
+        "50",
+        "--result-path",
+        "results/judgebench.json",
+        "--output-dir",
+        "results/run",
+        "--db-url",
+        f"sqlite:///{tmp_path}/judgebench.db",
+        "--no-progress",
+        *extra,
     ]
 
 
 def official_accuracy(rows: list[dict]) -> float:
     """JudgeBench's own metric (utils/metrics.py), applied to our JSONL exactly as its scripts would."""
+
     def flip(d):
         return {"A>B": "B>A", "B>A": "A>B"}.get(d, d)
 
@@ -57,7 +78,12 @@ def test_full_gpt4o_run_writes_every_output_and_reruns_free(run_cli, judgebench_
     assert results["dataset"]["commit"] == judgebench_repo[1]
     assert results["dataset"]["n_pairs"] == 350 and results["dataset"]["data_file"] == GPT4O_FILE
     overall = results["overall_accuracy"]
-    assert (overall["accuracy"], overall["correct_count"], overall["valid_samples"], overall["total_samples"]) == (1.0, 350, 350, 350)
+    assert (overall["accuracy"], overall["correct_count"], overall["valid_samples"], overall["total_samples"]) == (
+        1.0,
+        350,
+        350,
+        350,
+    )
     assert {name: acc["total_samples"] for name, acc in results["category_accuracy"].items()} == CATEGORY_SIZES
     assert all(acc["accuracy"] == 1.0 for acc in results["category_accuracy"].values())
     assert results["source_accuracy"]["mmlu-pro-law"]["total_samples"] == 11
@@ -67,7 +93,11 @@ def test_full_gpt4o_run_writes_every_output_and_reruns_free(run_cli, judgebench_
     assert results["run"]["flow_run_id"] and results["run"]["started"] <= results["run"]["finished"]
 
     # The JudgeBench-shaped JSONL: its own metric code reads it and agrees.
-    jsonl = tmp_path / "results/run" / f"{GPT4O_FILE.removesuffix('.jsonl')},judge_name=arena_hard,judge_model=o1-mini-2024-09-12.jsonl"
+    jsonl = (
+        tmp_path
+        / "results/run"
+        / f"{GPT4O_FILE.removesuffix('.jsonl')},judge_name=arena_hard,judge_model=o1-mini-2024-09-12.jsonl"
+    )
     rows = load_jsonl(jsonl)
     assert len(rows) == 350 and all(len(r["judgments"]) == 2 for r in rows)
     first = rows[0]["judgments"][0]["judgment"]
@@ -92,7 +122,9 @@ def test_full_gpt4o_run_writes_every_output_and_reruns_free(run_cli, judgebench_
     assert rerun["regression"] is not None and rerun["regression"]["regressed"] is False
 
 
-def test_always_a_scores_zero_in_both_orders_and_label_share_in_single_game(run_cli, judgebench_repo, gpt4o_pairs, tmp_path):
+def test_always_a_scores_zero_in_both_orders_and_label_share_in_single_game(
+    run_cli, judgebench_repo, gpt4o_pairs, tmp_path
+):
     share_a = Counter(p["label"] for p in gpt4o_pairs)["A>B"] / len(gpt4o_pairs)
     with FakeOpenAIServer("My final verdict is [[A>B]]") as server:
         both = run_cli(*run_args(judgebench_repo, server, tmp_path))
@@ -115,13 +147,42 @@ def test_shuffle_is_seeded_and_keeps_an_oracle_perfect(run_cli, judgebench_repo,
         return [bool(r.get("swapped")) for r in rows]
 
     args = ("--shuffle-responses", "--seed", "7", "--max-samples", "80")
-    first = run_cli(*run_args(judgebench_repo, oracle_server, tmp_path, *args, "--output-dir", "a", "--result-path", "a.json"))
-    second = run_cli(*run_args(judgebench_repo, oracle_server, tmp_path, *args, "--output-dir", "b", "--result-path", "b.json", "--no-cache"))
+    first = run_cli(
+        *run_args(judgebench_repo, oracle_server, tmp_path, *args, "--output-dir", "a", "--result-path", "a.json")
+    )
+    second = run_cli(
+        *run_args(
+            judgebench_repo,
+            oracle_server,
+            tmp_path,
+            *args,
+            "--output-dir",
+            "b",
+            "--result-path",
+            "b.json",
+            "--no-cache",
+        )
+    )
     assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
     a, b = json.loads((tmp_path / "a.json").read_text()), json.loads((tmp_path / "b.json").read_text())
     assert a["overall_accuracy"]["accuracy"] == b["overall_accuracy"]["accuracy"] == 1.0
     assert swaps("a.json", "a") == swaps("b.json", "b")
     assert 20 < sum(swaps("a.json", "a")) < 60  # about half of 80 pairs swapped
-    other = run_cli(*run_args(judgebench_repo, oracle_server, tmp_path, "--shuffle-responses", "--seed", "8", "--max-samples", "80", "--output-dir", "c", "--result-path", "c.json"))
+    other = run_cli(
+        *run_args(
+            judgebench_repo,
+            oracle_server,
+            tmp_path,
+            "--shuffle-responses",
+            "--seed",
+            "8",
+            "--max-samples",
+            "80",
+            "--output-dir",
+            "c",
+            "--result-path",
+            "c.json",
+        )
+    )
     assert other.returncode == 0
     assert swaps("c.json", "c") != swaps("a.json", "a")

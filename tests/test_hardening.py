@@ -37,11 +37,14 @@ def results_of(tmp_path: Path, name: str = "results/judgebench.json") -> dict:
 # ----- 1. checks before paying -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    (["--seed", "-5"], "--seed"),
-    (["--output-dir", "blocker"], "--output-dir"),
-    (["--result-path", "blocker/sub/results.json"], "--result-path"),
-])
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--seed", "-5"], "--seed"),
+        (["--output-dir", "blocker"], "--output-dir"),
+        (["--result-path", "blocker/sub/results.json"], "--result-path"),
+    ],
+)
 def test_bad_options_refused_before_any_call(run_cli, tmp_path: Path, extra: list[str], fragment: str) -> None:
     (tmp_path / "blocker").write_text("a file where a directory is needed\n")
     data = pairs_file(tmp_path / "pairs.jsonl")
@@ -86,20 +89,37 @@ async def _prefect_record(flow_run_id: str) -> str:
     """Everything Prefect stored about a flow run that a secret could hide in: the run (its parameters),
     its task runs, its logs and its artifacts, as one text."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
 
     async with get_client() as client:
         flow_run = await client.read_flow_run(flow_run_id)
         task_runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
         logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
     assert flow_run.parameters["config"]["db_url"], "the flow's parameters were not read back"
-    return "\n".join([flow_run.model_dump_json(), *(t.model_dump_json() for t in task_runs),
-                      *(log.model_dump_json() for log in logs), *(a.model_dump_json() for a in artifacts)])
+    return "\n".join(
+        [
+            flow_run.model_dump_json(),
+            *(t.model_dump_json() for t in task_runs),
+            *(log.model_dump_json() for log in logs),
+            *(a.model_dump_json() for a in artifacts),
+        ]
+    )
 
 
 @pytest.mark.skipif(not shared_data_available(), reason=f"JudgeBench data not found at {SHARED}")
-@pytest.mark.skipif(not _postgres_reachable(), reason="PostgreSQL on 127.0.0.1:5432 (trust auth, database test) not reachable")
+@pytest.mark.skipif(
+    not _postgres_reachable(), reason="PostgreSQL on 127.0.0.1:5432 (trust auth, database test) not reachable"
+)
 def test_credentials_in_urls_reach_no_store(run_cli, tmp_path: Path, judgebench_repo) -> None:
     """A password in --db-url (PostgreSQL with trust auth ignores it) and a token in --repo-url (git's
     url.insteadOf maps that https URL to the local test repository): neither may be in Prefect's
@@ -111,8 +131,23 @@ def test_credentials_in_urls_reach_no_store(run_cli, tmp_path: Path, judgebench_
     db_url = f"postgresql+psycopg://postgres:{PG_PASSWORD}@127.0.0.1:5432/test"
     git_env = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{file_url}.insteadOf", "GIT_CONFIG_VALUE_0": repo_url}
     with FakeOpenAIServer(VERDICT) as server:
-        args = ["run", "--model", "judge-model", "--base-url", server.base_url, "--db-url", db_url, "--repo-url", repo_url,
-                "--ref", sha, "--max-samples", "2", "--no-progress", "--verbose"]
+        args = [
+            "run",
+            "--model",
+            "judge-model",
+            "--base-url",
+            server.base_url,
+            "--db-url",
+            db_url,
+            "--repo-url",
+            repo_url,
+            "--ref",
+            sha,
+            "--max-samples",
+            "2",
+            "--no-progress",
+            "--verbose",
+        ]
         result = run_cli(*args, env=git_env)
     assert result.returncode == 0, result.stderr
     results_text = (tmp_path / "results" / "judgebench.json").read_text()
@@ -150,7 +185,9 @@ def test_credential_free_url_resolves_from_the_environment(monkeypatch) -> None:
     config = build_config(model="m", db_url="postgresql+psycopg://judge@db.example.invalid:5432/judgebench")
     assert "s3cret" not in config.model_dump_json()
     assert credentials.resolve(config.db_url) == full
-    assert credentials.resolve("postgresql+psycopg://judge@other.example.invalid/judgebench").endswith("other.example.invalid/judgebench")
+    assert credentials.resolve("postgresql+psycopg://judge@other.example.invalid/judgebench").endswith(
+        "other.example.invalid/judgebench"
+    )
 
 
 # ----- 4. no local file sent through a template ---------------------------------------------------------
@@ -182,7 +219,9 @@ def test_custom_judge_file_linking_out_is_refused(tmp_path: Path) -> None:
 
     real = tmp_path / "elsewhere" / "judge.py"
     real.parent.mkdir()
-    real.write_text("class J:\n    def format(self, q, a, b):\n        return [{'role': 'user', 'content': q}]\n    def parse(self, t):\n        return ''\n")
+    real.write_text(
+        "class J:\n    def format(self, q, a, b):\n        return [{'role': 'user', 'content': q}]\n    def parse(self, t):\n        return ''\n"
+    )
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     (checkout / "judge.py").symlink_to(real)
@@ -195,7 +234,9 @@ def test_custom_judge_file_linking_out_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [["history"], ["compare", "aaaa", "bbbb"], ["report", "aaaa"]])
-def test_reading_a_missing_database_is_an_error_and_creates_nothing(run_cli, tmp_path: Path, command: list[str]) -> None:
+def test_reading_a_missing_database_is_an_error_and_creates_nothing(
+    run_cli, tmp_path: Path, command: list[str]
+) -> None:
     target = tmp_path / "missing" / "dir" / "x.db"
     result = run_cli(*command, "--db-url", f"sqlite:///{target}")
     assert_one_error(result, "no database")
@@ -222,15 +263,30 @@ def test_two_identical_runs_at_once_each_count_what_they_sent(tmp_path: Path) ->
     what the two runs say they paid adds up to what the endpoint answered."""
     data = pairs_file(tmp_path / "pairs.jsonl", 10, tag="together ")
     with FakeOpenAIServer(VERDICT, latency=1.0) as server:
-        args = [sys.executable, "-m", "judgebench_flows.cli.main", *base_args(server, tmp_path, "--data-path", str(data), "--concurrency", "32")]
+        args = [
+            sys.executable,
+            "-m",
+            "judgebench_flows.cli.main",
+            *base_args(server, tmp_path, "--data-path", str(data), "--concurrency", "32"),
+        ]
         # As a user runs them: no Prefect server, each run starts its own temporary one; shard results
         # go to the one result storage both read (the shard cache).
         env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
-        env.update(OPENAI_API_KEY=CANARY_KEY, JUDGEBENCH_CACHE_DIR=str(tmp_path / "cache"),
-                   PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "prefect-storage"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
+        env.update(
+            OPENAI_API_KEY=CANARY_KEY,
+            JUDGEBENCH_CACHE_DIR=str(tmp_path / "cache"),
+            PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "prefect-storage"),
+            PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300",
+        )
         first, second = (
-            subprocess.Popen([*args, "--result-path", f"{name}.json"], cwd=tmp_path, env={**env, "PREFECT_HOME": str(tmp_path / f"home-{name}")},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [*args, "--result-path", f"{name}.json"],
+                cwd=tmp_path,
+                env={**env, "PREFECT_HOME": str(tmp_path / f"home-{name}")},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for name in ("first", "second")
         )
         outputs = [process.communicate(timeout=300) for process in (first, second)]
@@ -240,7 +296,9 @@ def test_two_identical_runs_at_once_each_count_what_they_sent(tmp_path: Path) ->
     assert sum(u["paid_calls"] for u in usages) == answered, usages
     for usage in usages:
         assert usage["judgments"] == 20
-        assert usage["cached_calls"] + usage["paid_calls"] >= usage["calls"], usage  # every judgment's answer came from somewhere
+        assert usage["cached_calls"] + usage["paid_calls"] >= usage["calls"], (
+            usage
+        )  # every judgment's answer came from somewhere
     assert sum(u["attempts"] for u in usages) == requests, usages
     assert [u["errors"] for u in usages] == [0, 0]
 
@@ -250,7 +308,9 @@ def test_paid_calls_count_answers_only_attempts_and_errors_beside(run_cli, tmp_p
     errors. A call that never got an answer is not paid for."""
     data = pairs_file(tmp_path / "pairs.jsonl", 3, tag="retried ")
     with FakeOpenAIServer(VERDICT, fail_first=1, fail_kind="500") as server:
-        result = run_cli(*base_args(server, tmp_path, "--data-path", str(data), "--retry-initial-wait", "0", "--retry-max-wait", "0"))
+        result = run_cli(
+            *base_args(server, tmp_path, "--data-path", str(data), "--retry-initial-wait", "0", "--retry-max-wait", "0")
+        )
         assert result.returncode == 0, result.stderr
         requests = server.requests
     usage = results_of(tmp_path)["usage"]
@@ -259,8 +319,8 @@ def test_paid_calls_count_answers_only_attempts_and_errors_beside(run_cli, tmp_p
 
 
 def test_tally_does_not_count_a_failed_call_as_paid() -> None:
-    from judgebench_flows.scoring.metrics import Tally
     from judgebench_flows.core.records import JudgmentRecord
+    from judgebench_flows.scoring.metrics import Tally
 
     common = {"source": "s", "category": "s", "label": "A>B", "judge_model": "m"}
     records = [
@@ -317,7 +377,12 @@ def test_killed_run_is_marked_crashed_and_compare_warns(run_cli, tmp_path: Path,
         assert done.returncode == 0, done.stderr
         finished_id = results_of(tmp_path)["run"]["run_id"]
         server.configure(latency=60.0)
-        args = [sys.executable, "-m", "judgebench_flows.cli.main", *base_args(server, tmp_path, "--data-path", str(data), "--no-cache")]
+        args = [
+            sys.executable,
+            "-m",
+            "judgebench_flows.cli.main",
+            *base_args(server, tmp_path, "--data-path", str(data), "--no-cache"),
+        ]
         env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
         victim = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -348,22 +413,54 @@ def test_a_live_running_run_is_not_marked_crashed(tmp_path: Path) -> None:
     import socket
 
     from judgebench_flows.data import db
+
     engine = db.open_database(f"sqlite:///{tmp_path}/runs.db")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    for run_id, pid, host in (("alive", os.getpid(), socket.gethostname()), ("dead", gone.pid, socket.gethostname()),
-                              ("elsewhere", gone.pid, "another-host")):
-        db.save_run(engine, run_id=run_id, config_key="k", judge_type="j", model="m", status="running", host=host, pid=pid, config_json="{}")
+    for run_id, pid, host in (
+        ("alive", os.getpid(), socket.gethostname()),
+        ("dead", gone.pid, socket.gethostname()),
+        ("elsewhere", gone.pid, "another-host"),
+    ):
+        db.save_run(
+            engine,
+            run_id=run_id,
+            config_key="k",
+            judge_type="j",
+            model="m",
+            status="running",
+            host=host,
+            pid=pid,
+            config_json="{}",
+        )
     assert db.mark_crashed(engine) == ["dead"]
-    assert {r.run_id: r.status for r in db.list_runs(engine)} == {"alive": "running", "dead": "crashed", "elsewhere": "running"}
+    assert {r.run_id: r.status for r in db.list_runs(engine)} == {
+        "alive": "running",
+        "dead": "crashed",
+        "elsewhere": "running",
+    }
 
 
 def test_compare_warns_when_runs_differ() -> None:
-    from judgebench_flows.scoring.compare import comparison_warnings
     from judgebench_flows.data.db import RunRow
+    from judgebench_flows.scoring.compare import comparison_warnings
 
-    a = RunRow(run_id="a" * 8, config_key="k", judge_type="arena_hard", model="m1", status="completed", config_json='{"single_game": false}')
-    b = RunRow(run_id="b" * 8, config_key="k", judge_type="arena_hard", model="m2", status="completed", config_json='{"single_game": true}')
+    a = RunRow(
+        run_id="a" * 8,
+        config_key="k",
+        judge_type="arena_hard",
+        model="m1",
+        status="completed",
+        config_json='{"single_game": false}',
+    )
+    b = RunRow(
+        run_id="b" * 8,
+        config_key="k",
+        judge_type="arena_hard",
+        model="m2",
+        status="completed",
+        config_json='{"single_game": true}',
+    )
     (warning,) = comparison_warnings(a, b)
     assert "differ in model, protocol:" in warning
     assert comparison_warnings(a, a) == []
@@ -373,8 +470,8 @@ def test_compare_warns_when_runs_differ() -> None:
 
 
 def test_local_repository_refs(tmp_path: Path) -> None:
-    from judgebench_flows.data.dataset import fetch_repository
     from judgebench_flows.core.errors import UserError
+    from judgebench_flows.data.dataset import fetch_repository
 
     source = tmp_path / "source"
     first = make_repo(source, {"data/x.jsonl": json.dumps(pair(0)) + "\n"}, copy_shared=False)

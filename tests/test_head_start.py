@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from judgebench_flows.core.config import RunConfig
-from judgebench_flows.testing.fake_openai import FakeOpenAIServer, request_key
 from judgebench_flows.cli.head_start import LOOP_SWITCH_INTERVAL, judge_with_head_start
 from judgebench_flows.cli.prefect_server import PrefectStart, start_prefect
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer, request_key
 from tests.conftest import GPT4O_FILE, SHARED, VERDICTS, oracle_responder, requires_shared
 
 PAIRS = 40
@@ -23,9 +23,18 @@ PAIRS = 40
 
 def config_for(server: FakeOpenAIServer, tmp_path: Path, db: str = "results.db", **extra) -> RunConfig:
     return RunConfig(
-        data_path=str(SHARED / "data" / GPT4O_FILE), max_samples=PAIRS, model="judge", base_url=server.base_url,
-        concurrency=4, shard_size=10, db_url=f"sqlite:///{tmp_path / db}", result_path=str(tmp_path / "results.json"),
-        output_dir=str(tmp_path / "run"), report=False, bootstrap_resamples=0, **extra,
+        data_path=str(SHARED / "data" / GPT4O_FILE),
+        max_samples=PAIRS,
+        model="judge",
+        base_url=server.base_url,
+        concurrency=4,
+        shard_size=10,
+        db_url=f"sqlite:///{tmp_path / db}",
+        result_path=str(tmp_path / "results.json"),
+        output_dir=str(tmp_path / "run"),
+        report=False,
+        bootstrap_resamples=0,
+        **extra,
     )
 
 
@@ -62,7 +71,9 @@ def test_calls_made_ahead_are_taken_by_the_flow_not_repeated(prefect_server, gpt
         results = asyncio.run(judge_with_head_start(config_for(server, tmp_path), prefect))
         ahead = prefect.requests_before_flow
         assert 0 < ahead < 2 * PAIRS, "some calls were made before the flow started, not all"
-        assert prefect.switch_interval == LOOP_SWITCH_INTERVAL < default_switch, "the loop takes the interpreter back sooner"
+        assert prefect.switch_interval == LOOP_SWITCH_INTERVAL < default_switch, (
+            "the loop takes the interpreter back sooner"
+        )
         assert sys.getswitchinterval() == default_switch, "and the process's setting is restored afterwards"
         assert server.answered == server.requests == 2 * PAIRS
         assert set(server.answered_keys().values()) == {1}, "no request was sent twice"
@@ -124,7 +135,9 @@ def test_valid_answers_made_ahead_are_cached_at_once_unparseable_ones_are_not(pr
     with FakeOpenAIServer(responder, latency=0.05) as server:
         prefect = CacheAtFlowStart(server, 1.0, tmp_path / "results.db")
         # A quarter of the answers hold no verdict: allowed past the default --max-failed-fraction here.
-        results = asyncio.run(judge_with_head_start(config_for(server, tmp_path, max_retries=0, max_failed_fraction=1.0), prefect))
+        results = asyncio.run(
+            judge_with_head_start(config_for(server, tmp_path, max_retries=0, max_failed_fraction=1.0), prefect)
+        )
         assert set(server.answered_keys().values()) == {1}, "no request was sent twice"
     assert 0 < len(prefect.cached_before_flow) < 2 * PAIRS
     assert no_verdict not in prefect.cached_before_flow

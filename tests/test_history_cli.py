@@ -23,7 +23,12 @@ from judgebench_flows.scoring.compare import compare_runs
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import VERDICTS
 
-CATEGORY_SOURCES = {"mmlu-pro": "mmlu-pro-law", "livebench-reasoning": "livebench-reasoning", "livebench-math": "livebench-math", "livecodebench": "livecodebench"}
+CATEGORY_SOURCES = {
+    "mmlu-pro": "mmlu-pro-law",
+    "livebench-reasoning": "livebench-reasoning",
+    "livebench-math": "livebench-math",
+    "livecodebench": "livecodebench",
+}
 WRONG_FOR_B = {"pair-mmlu-pro-1", "pair-livebench-math-2", "pair-livebench-math-4"}
 
 
@@ -33,19 +38,28 @@ def _pairs() -> list[dict]:
     for category, source in CATEGORY_SOURCES.items():
         for i in range(6):
             pair_id = f"pair-{category}-{i}"
-            rows.append({
-                "pair_id": pair_id, "original_id": i, "source": source, "response_model": "gpt-4o-2024-05-13",
-                "question": f"Question {i} about {category}: which answer is right?",
-                "response_A": f"Answer A to {pair_id}: the result is {i * 7 + 1}.",
-                "response_B": f"Answer B to {pair_id}: the result is {i * 7 + 2}.",
-                "label": "A>B" if i % 2 == 0 else "B>A",
-            })
+            rows.append(
+                {
+                    "pair_id": pair_id,
+                    "original_id": i,
+                    "source": source,
+                    "response_model": "gpt-4o-2024-05-13",
+                    "question": f"Question {i} about {category}: which answer is right?",
+                    "response_A": f"Answer A to {pair_id}: the result is {i * 7 + 1}.",
+                    "response_B": f"Answer B to {pair_id}: the result is {i * 7 + 2}.",
+                    "label": "A>B" if i % 2 == 0 else "B>A",
+                }
+            )
     return rows
 
 
 def _table_rows(output: str) -> list[list[str]]:
     """The body rows of rich tables in CLI output, as lists of cell texts."""
-    return [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in output.splitlines() if line.lstrip().startswith("│")]
+    return [
+        [cell.strip() for cell in line.strip().strip("│").split("│")]
+        for line in output.splitlines()
+        if line.lstrip().startswith("│")
+    ]
 
 
 def _responder(pairs: list[dict], wrong: set[str]) -> Callable[[dict], str]:
@@ -76,8 +90,22 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     def run(name: str, model: str, wrong: set[str], *extra: str):
         with FakeOpenAIServer(_responder(pairs, wrong), port=port) as server:
             proc = run_cli(
-                "run", "--model", model, "--data-path", str(data), "--base-url", server.base_url, "--db-url", db_url,
-                "--result-path", f"{name}/results.json", "--output-dir", name, "--no-progress", *extra, env=wide,
+                "run",
+                "--model",
+                model,
+                "--data-path",
+                str(data),
+                "--base-url",
+                server.base_url,
+                "--db-url",
+                db_url,
+                "--result-path",
+                f"{name}/results.json",
+                "--output-dir",
+                name,
+                "--no-progress",
+                *extra,
+                env=wide,
             )
         results_file = tmp_path / name / "results.json"
         results = json.loads(results_file.read_text()) if results_file.exists() else None
@@ -97,18 +125,31 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     # columns: run, started, judge, model, data, commit, status, accuracy, 95% CI, pairs
     rows = {row[0]: row for row in _table_rows(history.stdout)}
     assert set(rows) == {id_a[:8], id_b[:8]}
-    assert (rows[id_a[:8]][3], rows[id_a[:8]][6], rows[id_a[:8]][7], rows[id_a[:8]][9]) == ("judge-a", "completed", "100.00%", "24")
+    assert (rows[id_a[:8]][3], rows[id_a[:8]][6], rows[id_a[:8]][7], rows[id_a[:8]][9]) == (
+        "judge-a",
+        "completed",
+        "100.00%",
+        "24",
+    )
     assert (rows[id_b[:8]][3], rows[id_b[:8]][6], rows[id_b[:8]][7]) == ("judge-b", "completed", "87.50%")
 
     compare = run_cli("compare", id_a[:8], id_b[:8], "--db-url", db_url, env=wide)
     assert compare.returncode == 0, compare.stderr
     slices = {row[0]: row[3] for row in _table_rows(compare.stdout) if len(row) == 5}  # slice, A, B, delta, pairs
-    assert slices == {"overall": "-12.50", "mmlu-pro": "-16.67", "livebench-reasoning": "+0.00", "livebench-math": "-33.33", "livecodebench": "+0.00"}
+    assert slices == {
+        "overall": "-12.50",
+        "mmlu-pro": "-16.67",
+        "livebench-reasoning": "+0.00",
+        "livebench-math": "-33.33",
+        "livecodebench": "+0.00",
+    }
     assert "3 pairs changed verdict (0 fixed, 3 broken)" in compare.stdout
     shown = set(re.findall(r"pair-[a-z-]+-\d", compare.stdout))
     assert shown == WRONG_FOR_B
     comparison = compare_runs(db_url, id_a, id_b)
-    assert {f["pair_id"] for f in comparison["flipped"]} == WRONG_FOR_B and not any(f["now_correct"] for f in comparison["flipped"])
+    assert {f["pair_id"] for f in comparison["flipped"]} == WRONG_FOR_B and not any(
+        f["now_correct"] for f in comparison["flipped"]
+    )
 
     report = run_cli("report", id_a[:8], "--db-url", db_url, "--output", "report-a.html")
     assert report.returncode == 0, report.stderr
@@ -139,9 +180,14 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
+
         def summary(results: dict) -> str:
-            [artifact] = client.read_artifacts(artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(like_="judgebench-summary-"), flow_run_id=ArtifactFilterFlowRunId(any_=[results["run"]["flow_run_id"]])))
+            [artifact] = client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(like_="judgebench-summary-"),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[results["run"]["flow_run_id"]]),
+                )
+            )
             return artifact.data
 
         assert "**Regression check:**" in summary(results_d) and regression["message"] in summary(results_d)

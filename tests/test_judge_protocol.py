@@ -24,8 +24,18 @@ from tests.conftest import SHARED, requires_shared
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = SHARED / "utils" / "templates"
 PAIRWISE = str(ROOT / "judges" / "external" / "pairwise_exact.py")
-PAIRS = [Pair(pair_id=f"p{i}", source="mmlu-pro-math", question=f"{i}+{i}?", response_A=f"so {2 * i}", response_B=f"so {2 * i + 1}",
-              label="A>B", ground_truth=str(2 * i)) for i in range(3)]
+PAIRS = [
+    Pair(
+        pair_id=f"p{i}",
+        source="mmlu-pro-math",
+        question=f"{i}+{i}?",
+        response_A=f"so {2 * i}",
+        response_B=f"so {2 * i + 1}",
+        label="A>B",
+        ground_truth=str(2 * i),
+    )
+    for i in range(3)
+]
 
 
 class WordTokenizer:
@@ -38,7 +48,7 @@ class WordTokenizer:
         return " ".join("x" * i for i in ids)
 
 
-CUSTOM = '''
+CUSTOM = """
 class Judge:
     sampling = {"temperature": 0.0, "max_tokens": 8}
 
@@ -47,7 +57,7 @@ class Judge:
 
     def parse(self, text):
         return {"A": "A>B", "B": "B>A"}.get(text.strip(), "")
-'''
+"""
 
 
 @requires_shared
@@ -69,7 +79,12 @@ def test_every_kind_of_judge_is_a_judge(tmp_path: Path) -> None:
 def test_sampling_overrides_and_the_reward_backend_are_the_factorys_business(tmp_path: Path) -> None:
     (tmp_path / "judge.py").write_text(CUSTOM)
     overrides = {"temperature": 0.7, "seed": 3}
-    assert get_judge("vanilla", TEMPLATES, sampling_overrides=overrides).sampling == {"temperature": 0.7, "top_p": 1.0, "max_tokens": 1024, "seed": 3}
+    assert get_judge("vanilla", TEMPLATES, sampling_overrides=overrides).sampling == {
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "max_tokens": 1024,
+        "seed": 3,
+    }
     custom = get_judge("custom", judge_template=f"{tmp_path / 'judge.py'}:Judge", sampling_overrides=overrides)
     assert custom.sampling == {"temperature": 0.7, "max_tokens": 8, "seed": 3}
     assert get_judge("vanilla", TEMPLATES).sampling["temperature"] == 0.0  # the built-in judge itself is unchanged
@@ -78,7 +93,15 @@ def test_sampling_overrides_and_the_reward_backend_are_the_factorys_business(tmp
 
 def test_the_judging_code_asks_no_judge_what_kind_it_is() -> None:
     source = (ROOT / "judgebench_flows" / "judging" / "shards.py").read_text()
-    for kind in ("PromptJudge", "CustomJudge", "RewardJudge", "TokenizedJudge", "ExternalPairwiseJudge", "judge_one_order", "judge_by_scores"):
+    for kind in (
+        "PromptJudge",
+        "CustomJudge",
+        "RewardJudge",
+        "TokenizedJudge",
+        "ExternalPairwiseJudge",
+        "judge_one_order",
+        "judge_by_scores",
+    ):
         assert kind not in source, f"judging/shards.py names {kind}"
     assert not re.search(r"isinstance\([^)]*judge|getattr\([^)]*judge|scores_alone|\.local\b", source)
 
@@ -106,14 +129,33 @@ class CountingJudge:
             first, second = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
             decision = "A>B" if len(first) > len(second) else "B>A" if len(second) > len(first) else ""
             status = "ok" if decision else "invalid"
-            outcomes.append(Outcome(status, decision, pair.question, completion.text, None if decision else "same length",
-                                    [completion] if i == 0 else [], time.perf_counter() - started))
+            outcomes.append(
+                Outcome(
+                    status,
+                    decision,
+                    pair.question,
+                    completion.text,
+                    None if decision else "same length",
+                    [completion] if i == 0 else [],
+                    time.perf_counter() - started,
+                )
+            )
         await call.remember([completion])
         return outcomes
 
 
 def test_judge_pairs_runs_a_judge_known_only_by_the_protocol() -> None:
-    pairs = [*PAIRS, Pair(pair_id="long", source="s", question="q?", response_A="a much longer answer", response_B="short", label="A>B")]
+    pairs = [
+        *PAIRS,
+        Pair(
+            pair_id="long",
+            source="s",
+            question="q?",
+            response_A="a much longer answer",
+            response_B="short",
+            label="A>B",
+        ),
+    ]
     bodies: list[dict] = []
 
     def respond(body: dict) -> str:
@@ -123,7 +165,9 @@ def test_judge_pairs_runs_a_judge_known_only_by_the_protocol() -> None:
     with FakeOpenAIServer(respond) as server:
 
         async def go():
-            caller = ChatCaller(base_url=server.base_url, model="m", api_key="sk-test", retry=RetryPolicy(max_retries=0))
+            caller = ChatCaller(
+                base_url=server.base_url, model="m", api_key="sk-test", retry=RetryPolicy(max_retries=0)
+            )
             try:
                 return await judge_pairs(pairs, Runtime(CountingJudge(), caller), (0, 1))
             finally:
@@ -131,7 +175,10 @@ def test_judge_pairs_runs_a_judge_known_only_by_the_protocol() -> None:
 
         records = asyncio.run(go())
     assert len(bodies) == len(pairs), "one call per pair: the judge shares it between orders"
-    assert [(r.pair_id, r.order, r.status, r.decision_for_pair) for r in records[-2:]] == [("long", 0, "ok", "A>B"), ("long", 1, "ok", "A>B")]
+    assert [(r.pair_id, r.order, r.status, r.decision_for_pair) for r in records[-2:]] == [
+        ("long", 0, "ok", "A>B"),
+        ("long", 1, "ok", "A>B"),
+    ]
     assert [r.calls for r in records[-2:]] == [1, 0]
     assert {r.status for r in records[:-2]} == {"invalid"}  # "so 0" vs "so 1": no decision, never a guess
     assert with_prompts(pairs, records, CountingJudge()) is records  # no first turn: the outcome's prompt stays

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ast
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "judgebench_flows"
@@ -55,7 +55,11 @@ def imported_modules(path: Path, module: str) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative import: resolve against this module's package
-                base = module.split(".")[: -node.level] if not path.name == "__init__.py" else module.split(".")[: len(module.split(".")) - node.level + 1]
+                base = (
+                    module.split(".")[: -node.level]
+                    if not path.name == "__init__.py"
+                    else module.split(".")[: len(module.split(".")) - node.level + 1]
+                )
                 name = ".".join([*base, node.module] if node.module else base)
             else:
                 name = node.module or ""
@@ -65,8 +69,11 @@ def imported_modules(path: Path, module: str) -> set[str]:
 
 
 def test_every_module_sits_in_a_known_layer() -> None:
-    strays = [name for name in source_files() if name != PACKAGE and layer_of(name) is None
-              and name.split(".")[1] not in ("testing", "templates")]
+    strays = [
+        name
+        for name in source_files()
+        if name != PACKAGE and layer_of(name) is None and name.split(".")[1] not in ("testing", "templates")
+    ]
     assert not strays, f"modules outside every layer (add them to a layer package): {strays}"
 
 
@@ -93,7 +100,9 @@ def test_one_import_name_and_every_package_installed() -> None:
     assert {name.split(".")[0] for name in listed} == {PACKAGE}
     on_disk = {name for name, path in source_files().items() if path.name == "__init__.py"}
     on_disk.add(f"{PACKAGE}.templates")
-    assert on_disk == listed, f"pyproject packages differ from the tree: missing {on_disk - listed}, stale {listed - on_disk}"
+    assert on_disk == listed, (
+        f"pyproject packages differ from the tree: missing {on_disk - listed}, stale {listed - on_disk}"
+    )
     assert config["package-dir"] == {f"{PACKAGE}.{folder}": folder for folder in FOLDERS}
     for folder in FOLDERS:
         assert (ROOT / folder).is_dir(), f"the design's top-level folder {folder}/ is gone"
@@ -105,14 +114,33 @@ def test_built_wheel_adds_only_one_top_level_name(tmp_path: Path) -> None:
     import subprocess
     import zipfile
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {PACKAGE}, f"site-packages would gain other top-level names: {sorted(top)}"
-    for expected in ("judgebench_flows/flows/nightly.py", "judgebench_flows/judges/builtin.py",
-                     "judgebench_flows/templates/report.html.jinja2", "judgebench_flows/deployments/nightly.yaml"):
+    for expected in (
+        "judgebench_flows/flows/nightly.py",
+        "judgebench_flows/judges/builtin.py",
+        "judgebench_flows/templates/report.html.jinja2",
+        "judgebench_flows/deployments/nightly.yaml",
+    ):
         assert expected in names
 
 

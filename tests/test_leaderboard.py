@@ -86,8 +86,23 @@ def llm_file(pairs: list[dict], judge_name: str, judge_model: str, seed: int, or
             if orders == 1 and roll < 0.08:
                 judgments.append(None)  # a failed call, as run_judge.py records it
                 continue
-            decision = right if roll < 0.62 else swap(right) if roll < 0.82 else "A=B" if roll < 0.9 else None if roll < 0.96 else "A<B"
-            judgments.append({"judgment": {"judge_model": judge_model, "prompt": "p", "response": _arena_text(decision)}, "decision": decision})
+            decision = (
+                right
+                if roll < 0.62
+                else swap(right)
+                if roll < 0.82
+                else "A=B"
+                if roll < 0.9
+                else None
+                if roll < 0.96
+                else "A<B"
+            )
+            judgments.append(
+                {
+                    "judgment": {"judge_model": judge_model, "prompt": "p", "response": _arena_text(decision)},
+                    "decision": decision,
+                }
+            )
         rows.append({**pair, "judge_name": judge_name, "judgments": judgments})
     return rows
 
@@ -102,7 +117,12 @@ def reward_file(pairs: list[dict], judge_model: str, seed: int) -> list[dict]:
         judgments = []
         for x, y in ((a, b), (b, a)):
             decision = "A>B" if x > y else "B>A" if x < y else "A=B"
-            judgments.append({"judgment": {"judge_model": judge_model, "prompt": "", "response": "", "scores": [x, y]}, "decision": decision})
+            judgments.append(
+                {
+                    "judgment": {"judge_model": judge_model, "prompt": "", "response": "", "scores": [x, y]},
+                    "decision": decision,
+                }
+            )
         rows.append({**pair, "judge_name": "reward_model", "judgments": judgments})
     return rows
 
@@ -122,41 +142,85 @@ def published(tmp_path_factory) -> dict:
     single = llm_file(gpt4o[:50], "vanilla", "gpt-4o-mini", 5, orders=1)
     single.append(single[3])  # a pair judged twice: JudgeBench counts every line
     files = {
-        output_name(GPT4O_FILE, "arena_hard", "o1-mini-2024-09-12"): llm_file(gpt4o, "arena_hard", "o1-mini-2024-09-12", 3),
-        output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B"): reward_file(gpt4o, "Skywork/Skywork-Reward-Gemma-2-27B", 4),
+        output_name(GPT4O_FILE, "arena_hard", "o1-mini-2024-09-12"): llm_file(
+            gpt4o, "arena_hard", "o1-mini-2024-09-12", 3
+        ),
+        output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B"): reward_file(
+            gpt4o, "Skywork/Skywork-Reward-Gemma-2-27B", 4
+        ),
         output_name(GPT4O_FILE, "vanilla", "gpt-4o-mini"): single,
-        output_name(CLAUDE_FILE, "arena_hard", "claude-3-haiku-20240307"): llm_file(claude, "arena_hard", "claude-3-haiku-20240307", 6),
+        output_name(CLAUDE_FILE, "arena_hard", "claude-3-haiku-20240307"): llm_file(
+            claude, "arena_hard", "claude-3-haiku-20240307", 6
+        ),
     }
     path = tmp_path_factory.mktemp("published") / "JudgeBench"
     sha = make_repo(path, {name: jsonl(rows) for name, rows in files.items()})
     return {"url": f"file://{path}", "sha": sha, "files": files, "gpt4o": gpt4o, "claude": claude}
 
 
-def save_run(engine, run_id: str, config_key: str, data_file: str, pairs: list[dict], started: datetime, status: str = "completed",
-             seed: int = 0, model: str = "my-judge") -> list[dict]:
+def save_run(
+    engine,
+    run_id: str,
+    config_key: str,
+    data_file: str,
+    pairs: list[dict],
+    started: datetime,
+    status: str = "completed",
+    seed: int = 0,
+    model: str = "my-judge",
+) -> list[dict]:
     """A finished run in the results database, as the flow records one; returns its verdicts as rows
     in the outputs shape, for the plain metric."""
     from judgebench_flows.data import db
+
     rng = random.Random(seed)
-    db.save_run(engine, run_id=run_id, config_key=config_key, judge_type="arena_hard", model=model, data_file=data_file,
-                status=status, started=started, finished=started + timedelta(minutes=5), n_pairs=len(pairs),
-                results_json=json.dumps({"run": {"mode": "both-orders"}}))
+    db.save_run(
+        engine,
+        run_id=run_id,
+        config_key=config_key,
+        judge_type="arena_hard",
+        model=model,
+        data_file=data_file,
+        status=status,
+        started=started,
+        finished=started + timedelta(minutes=5),
+        n_pairs=len(pairs),
+        results_json=json.dumps({"run": {"mode": "both-orders"}}),
+    )
     rows, judgments = [], []
     for pair in pairs:
         decisions = [rng.choice([pair["label"], swap(pair["label"]), "A=B", ""]) for _ in range(2)]
         for order, decision in enumerate(decisions):
-            judgments.append({
-                "run_id": run_id, "pair_id": pair["pair_id"], "order_index": order, "source": pair["source"],
-                "category": category(pair["source"]), "label": pair["label"], "status": "ok" if decision else "invalid",
-                "decision": decision, "decision_for_pair": swap(decision) if order else decision,
-            })
-        rows.append({"source": pair["source"], "label": pair["label"], "judgments": [{"decision": d or None} for d in decisions]})
+            judgments.append(
+                {
+                    "run_id": run_id,
+                    "pair_id": pair["pair_id"],
+                    "order_index": order,
+                    "source": pair["source"],
+                    "category": category(pair["source"]),
+                    "label": pair["label"],
+                    "status": "ok" if decision else "invalid",
+                    "decision": decision,
+                    "decision_for_pair": swap(decision) if order else decision,
+                }
+            )
+        rows.append(
+            {
+                "source": pair["source"],
+                "label": pair["label"],
+                "judgments": [{"decision": d or None} for d in decisions],
+            }
+        )
     db.save_judgments(engine, judgments)
     return rows
 
 
 def entry_for(board: dict, judge_name: str, judge_model: str, origin: str = "published") -> dict:
-    found = [e for e in board["entries"] if (e["judge_name"], e["judge_model"], e["origin"]) == (judge_name, judge_model, origin)]
+    found = [
+        e
+        for e in board["entries"]
+        if (e["judge_name"], e["judge_model"], e["origin"]) == (judge_name, judge_model, origin)
+    ]
     assert len(found) == 1, [(e["judge_name"], e["judge_model"], e["origin"]) for e in board["entries"]]
     return found[0]
 
@@ -180,15 +244,25 @@ def assert_matches_official(entry: dict, rows: list[dict]) -> None:
 def test_published_numbers_equal_judgebench_metric(published, tmp_path) -> None:
     from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard
 
-    board = build_leaderboard(LeaderboardSettings(repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"),
-                                                  db_url=f"sqlite:///{tmp_path / 'none.db'}"))
+    board = build_leaderboard(
+        LeaderboardSettings(
+            repo_url=published["url"],
+            ref=published["sha"],
+            cache_dir=str(tmp_path / "cache"),
+            db_url=f"sqlite:///{tmp_path / 'none.db'}",
+        )
+    )
     assert board["dataset"]["commit"] == published["sha"]
     assert len(board["entries"]) == 4
     files = published["files"]
     arena = entry_for(board, "arena_hard", "o1-mini-2024-09-12")
     assert_matches_official(arena, files[output_name(GPT4O_FILE, "arena_hard", "o1-mini-2024-09-12")])
-    reward = entry_for(board, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")  # the model id, not the file's spelling
-    assert_matches_official(reward, files[output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")])
+    reward = entry_for(
+        board, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B"
+    )  # the model id, not the file's spelling
+    assert_matches_official(
+        reward, files[output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")]
+    )
     single = entry_for(board, "vanilla", "gpt-4o-mini")
     assert single["mode"] == "single-game" and single["duplicate_lines"] == 1
     assert_matches_official(single, files[output_name(GPT4O_FILE, "vanilla", "gpt-4o-mini")])
@@ -220,12 +294,35 @@ def test_our_latest_finished_run_per_configuration_is_listed(published, tmp_path
     engine = db.open_database(results_db)
     t0 = datetime(2026, 11, 20, 2, 0, tzinfo=timezone.utc)
     save_run(engine, "old0000000", "cfg-a", GPT4O_FILE, published["gpt4o"], t0, seed=1)
-    newer = save_run(engine, "new1111111", "cfg-a", GPT4O_FILE, published["gpt4o"], t0 + timedelta(days=1), status="regressed", seed=2)
-    save_run(engine, "fail222222", "cfg-a", GPT4O_FILE, published["gpt4o"][:10], t0 + timedelta(days=2), status="failed", seed=3)
-    claude_rows = save_run(engine, "cla3333333", "cfg-b", CLAUDE_FILE, published["claude"], t0, seed=4, model="other-judge")
+    newer = save_run(
+        engine,
+        "new1111111",
+        "cfg-a",
+        GPT4O_FILE,
+        published["gpt4o"],
+        t0 + timedelta(days=1),
+        status="regressed",
+        seed=2,
+    )
+    save_run(
+        engine,
+        "fail222222",
+        "cfg-a",
+        GPT4O_FILE,
+        published["gpt4o"][:10],
+        t0 + timedelta(days=2),
+        status="failed",
+        seed=3,
+    )
+    claude_rows = save_run(
+        engine, "cla3333333", "cfg-b", CLAUDE_FILE, published["claude"], t0, seed=4, model="other-judge"
+    )
     before = db_path.read_bytes() if db_path.exists() else None
-    board = build_leaderboard(LeaderboardSettings(repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"),
-                                                  db_url=results_db))
+    board = build_leaderboard(
+        LeaderboardSettings(
+            repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"), db_url=results_db
+        )
+    )
     ours = [e for e in board["entries"] if e["origin"] == "run"]
     assert sorted(e["run_id"] for e in ours) == ["cla3333333", "new1111111"]
     mine = entry_for(board, "arena_hard", "my-judge", origin="run")
@@ -261,16 +358,43 @@ class _Tables(HTMLParser):
 
 def test_cli_writes_json_contract_and_sortable_html(published, tmp_path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "judgebench_flows.cli.main", "leaderboard", "--repo-url", published["url"], "--ref", published["sha"],
-         "--cache-dir", str(tmp_path / "cache"), "--db-url", f"sqlite:///{tmp_path / 'no.db'}",
-         "--result-path", str(tmp_path / "lb.json"), "--output-dir", str(tmp_path / "html")],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "judgebench_flows.cli.main",
+            "leaderboard",
+            "--repo-url",
+            published["url"],
+            "--ref",
+            published["sha"],
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--db-url",
+            f"sqlite:///{tmp_path / 'no.db'}",
+            "--result-path",
+            str(tmp_path / "lb.json"),
+            "--output-dir",
+            str(tmp_path / "html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert "o1-mini-2024-09-12" in result.stdout and "responses by gpt-4o-2024-05-13" in result.stdout
     board = json.loads((tmp_path / "lb.json").read_text())
     for entry in board["entries"]:
-        assert {"response_model", "judge_name", "judge_model", "origin", "run_id", "pairs", "overall_accuracy", "category_accuracy"} <= entry.keys()
+        assert {
+            "response_model",
+            "judge_name",
+            "judge_model",
+            "origin",
+            "run_id",
+            "pairs",
+            "overall_accuracy",
+            "category_accuracy",
+        } <= entry.keys()
         assert {"accuracy", "ci_low", "ci_high"} <= entry["overall_accuracy"].keys()
         assert set(CATS) <= entry["category_accuracy"].keys()
     html = (tmp_path / "html" / "leaderboard.html").read_text()
@@ -284,21 +408,32 @@ def test_cli_writes_json_contract_and_sortable_html(published, tmp_path) -> None
     for index, cat in enumerate(CATS, 1):
         by_cat = sorted(gpt, key=lambda e: -(e["category_accuracy"][cat]["accuracy"] or -1))
         assert [e["category_accuracy"][cat]["accuracy"] for e in by_cat] == sorted(
-            [e["category_accuracy"][cat]["accuracy"] for e in gpt], reverse=True)
-        got = [next(e for e in gpt if e["judge_model"] == m)["category_accuracy"][cat]["accuracy"] for m in bodies[f"by-k{index}"]]
+            [e["category_accuracy"][cat]["accuracy"] for e in gpt], reverse=True
+        )
+        got = [
+            next(e for e in gpt if e["judge_model"] == m)["category_accuracy"][cat]["accuracy"]
+            for m in bodies[f"by-k{index}"]
+        ]
         assert got == sorted(got, reverse=True), cat
     assert html.count('class="wh"') > 0 and 'class="ci"' in html  # interval whiskers
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "judgebench_flows.cli.main", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli.main", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
 
 
 def test_bad_inputs_exit_2_with_one_line(published, tmp_path) -> None:
     bare = tmp_path / "bare"
     sha = make_repo(bare)  # the shared copy: no outputs/
     bad = tmp_path / "bad"
-    bad_sha = make_repo(bad, {"outputs/dataset=judgebench,response_model=m,judge_name=j,judge_model=x.jsonl": '{"pair_id": "p"}\nnot json\n'})
+    bad_sha = make_repo(
+        bad,
+        {
+            "outputs/dataset=judgebench,response_model=m,judge_name=j,judge_model=x.jsonl": '{"pair_id": "p"}\nnot json\n'
+        },
+    )
     cases = [
         (["leaderboard", "--repo-url", f"file://{bare}", "--ref", sha], "no outputs/ directory"),
         (["leaderboard", "--repo-url", f"file://{bad}", "--ref", bad_sha], "judge_model=x.jsonl line 1: missing field"),
@@ -307,10 +442,16 @@ def test_bad_inputs_exit_2_with_one_line(published, tmp_path) -> None:
     ]
     (tmp_path / "x.jsonl").write_text("{}\n")
     reward = tmp_path / "reward.jsonl"
-    reward.write_text(jsonl(published["files"][output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")][:5]))
+    reward.write_text(
+        jsonl(published["files"][output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B")][:5])
+    )
     cases.append((["rescore", str(reward), "--judge-type", "arena_hard"], "no judge answers to re-parse"))
     for args, message in cases:
-        result = run_cli(*args, "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path) if args[0] == "leaderboard" else run_cli(*args, cwd=tmp_path)
+        result = (
+            run_cli(*args, "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
+            if args[0] == "leaderboard"
+            else run_cli(*args, cwd=tmp_path)
+        )
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, result.stderr)
@@ -342,7 +483,9 @@ def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> 
         judgments, ours_judgments = [], []
         for order in range(2):
             text, recorded, ours = rng.choice(RESCORE_CASES)
-            judgments.append({"judgment": {"judge_model": "o1-mini", "prompt": "", "response": text}, "decision": recorded})
+            judgments.append(
+                {"judgment": {"judge_model": "o1-mini", "prompt": "", "response": text}, "decision": recorded}
+            )
             ours_judgments.append({"decision": ours})
             if recorded != ours:
                 expected_changes.append((pair["pair_id"], order))
@@ -367,28 +510,53 @@ def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> 
         assert (got is None) if want is None else got == pytest.approx(round(want, 6)), cat
     rewritten = load_jsonl(tmp_path / "rescored.jsonl")
     assert [[None if j is None else j["decision"] for j in r["judgments"]] for r in rewritten] == [
-        [None if j is None else j["decision"] for j in r["judgments"]] for r in ours_rows]
+        [None if j is None else j["decision"] for j in r["judgments"]] for r in ours_rows
+    ]
 
-    cli = run_cli("rescore", str(path), "--judge-type", "arena_hard", "--result-path", str(tmp_path / "rescore.json"), cwd=tmp_path)
+    cli = run_cli(
+        "rescore",
+        str(path),
+        "--judge-type",
+        "arena_hard",
+        "--result-path",
+        str(tmp_path / "rescore.json"),
+        cwd=tmp_path,
+    )
     assert cli.returncode == 0, cli.stderr
     assert re.search(rf"{len(expected_changes)} decisions differ from the recorded ones", cli.stdout)
     assert json.loads((tmp_path / "rescore.json").read_text())["changed"] == len(expected_changes)
 
 
 def test_nightly_summary_section_lists_tonights_runs(published, tmp_path) -> None:
-    from judgebench_flows.flows.leaderboard_flow import nightly_leaderboard_section
-    from judgebench_flows.data import db
     from judgebench_flows.core.config import build_config
+    from judgebench_flows.data import db
+    from judgebench_flows.flows.leaderboard_flow import nightly_leaderboard_section
 
     db_url = f"sqlite:///{tmp_path / 'nightly.db'}"
-    save_run(db.open_database(db_url), "tonight999", "cfg-n", GPT4O_FILE, published["gpt4o"], datetime.now(timezone.utc), seed=7)
-    config = build_config(model="my-judge", repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"),
-                          db_url=db_url, output_dir=str(tmp_path / "nightly" / "cell"))
+    save_run(
+        db.open_database(db_url),
+        "tonight999",
+        "cfg-n",
+        GPT4O_FILE,
+        published["gpt4o"],
+        datetime.now(timezone.utc),
+        seed=7,
+    )
+    config = build_config(
+        model="my-judge",
+        repo_url=published["url"],
+        ref=published["sha"],
+        cache_dir=str(tmp_path / "cache"),
+        db_url=db_url,
+        output_dir=str(tmp_path / "nightly" / "cell"),
+    )
     section = asyncio.run(nightly_leaderboard_section([config], ["tonight999"]))
     assert "## Leaderboard" in section and "o1-mini-2024-09-12" in section
     assert re.search(r"\| \*\*arena_hard\*\* \| \*\*my-judge\*\* \| ours, run tonight9", section)
     assert (tmp_path / "nightly" / "leaderboard.html").is_file()
-    broken = build_config(model="m", repo_url=str(tmp_path / "nowhere"), db_url=db_url, output_dir=str(tmp_path / "x" / "cell"))
+    broken = build_config(
+        model="m", repo_url=str(tmp_path / "nowhere"), db_url=db_url, output_dir=str(tmp_path / "x" / "cell")
+    )
     assert "not available" in asyncio.run(nightly_leaderboard_section([broken], []))
 
 
@@ -399,13 +567,26 @@ def test_leaderboard_as_flow_writes_an_artifact(published, tmp_path, run_cli) ->
 
     from judgebench_flows.flows.leaderboard_flow import LEADERBOARD_ARTIFACT_KEY
 
-    result = run_cli("leaderboard", "--flow", "--repo-url", published["url"], "--ref", published["sha"],
-                     "--db-url", f"sqlite:///{tmp_path / 'none.db'}", "--result-path", str(tmp_path / "lb.json"),
-                     "--output-dir", str(tmp_path / "html"))
+    result = run_cli(
+        "leaderboard",
+        "--flow",
+        "--repo-url",
+        published["url"],
+        "--ref",
+        published["sha"],
+        "--db-url",
+        f"sqlite:///{tmp_path / 'none.db'}",
+        "--result-path",
+        str(tmp_path / "lb.json"),
+        "--output-dir",
+        str(tmp_path / "html"),
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "html" / "leaderboard.html").is_file() and not (tmp_path / "none.db").exists()
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[LEADERBOARD_ARTIFACT_KEY])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[LEADERBOARD_ARTIFACT_KEY]))
+        )
     assert artifacts and "| 1 | arena_hard | o1-mini-2024-09-12 | published | 90 |" in artifacts[-1].data
 
 
@@ -414,14 +595,39 @@ def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:
     from judgebench_flows.judging.rescore import rescore_file
 
     pair = gpt4o_pairs[0]
-    row = {**pair, "judge_name": "skywork_critic", "judgments": [
-        {"judgment": {"judge_model": "m", "prompt": "", "response": "**[[A]]**"}, "decision": None, "status": "invalid", "error": "no verdict", "order": 0},
-        {"judgment": {"judge_model": "m", "prompt": "", "response": ""}, "decision": None, "status": "failed", "error": "timeout", "order": 1},
-    ]}
+    row = {
+        **pair,
+        "judge_name": "skywork_critic",
+        "judgments": [
+            {
+                "judgment": {"judge_model": "m", "prompt": "", "response": "**[[A]]**"},
+                "decision": None,
+                "status": "invalid",
+                "error": "no verdict",
+                "order": 0,
+            },
+            {
+                "judgment": {"judge_model": "m", "prompt": "", "response": ""},
+                "decision": None,
+                "status": "failed",
+                "error": "timeout",
+                "order": 1,
+            },
+        ],
+    }
     path = tmp_path / "ours.jsonl"
     path.write_text(jsonl([row]))
     result = rescore_file(path, "skywork_critic", output=tmp_path / "out.jsonl")
-    assert result["changes"] == [{"pair_id": pair["pair_id"], "order": 0, "source": pair["source"], "label": pair["label"], "recorded": None, "ours": "A>B"}]
+    assert result["changes"] == [
+        {
+            "pair_id": pair["pair_id"],
+            "order": 0,
+            "source": pair["source"],
+            "label": pair["label"],
+            "recorded": None,
+            "ours": "A>B",
+        }
+    ]
     assert result["failed"] == 1 and result["reparsed"] == 1
     rewritten = load_jsonl(tmp_path / "out.jsonl")[0]["judgments"]
     assert (rewritten[0]["decision"], rewritten[0]["status"]) == ("A>B", "ok") and rewritten[1]["status"] == "failed"

@@ -12,15 +12,20 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.core.errors import UserError
 from judgebench_flows.calls.global_limits import GlobalLimitError, ensure_limit, ensure_limits, limit_names
 from judgebench_flows.calls.llm import AdaptiveLimit, ChatCaller, RetryPolicy
+from judgebench_flows.core.errors import UserError
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
 
 def caller(server: FakeOpenAIServer, **options: Any) -> ChatCaller:
-    return ChatCaller(base_url=server.base_url, model="judge-model", api_key="sk-test",
-                      retry=RetryPolicy(max_retries=5, initial_wait=0.01, max_wait=0.2), **options)
+    return ChatCaller(
+        base_url=server.base_url,
+        model="judge-model",
+        api_key="sk-test",
+        retry=RetryPolicy(max_retries=5, initial_wait=0.01, max_wait=0.2),
+        **options,
+    )
 
 
 def messages(tag: str) -> list[dict[str, str]]:
@@ -30,9 +35,16 @@ def messages(tag: str) -> list[dict[str, str]]:
 def test_limit_names_are_stable_per_endpoint_and_model_and_reveal_neither():
     concurrency, rate = limit_names("https://user:sk-secret-123@api.example.com/v1/", "gpt-4o")
     assert (concurrency, rate) == limit_names("https://user:sk-secret-123@api.example.com/v1", "gpt-4o")
-    assert rate == concurrency + "-rpm" and concurrency.startswith("judgebench-") and len(concurrency) == len("judgebench-") + 12
+    assert (
+        rate == concurrency + "-rpm"
+        and concurrency.startswith("judgebench-")
+        and len(concurrency) == len("judgebench-") + 12
+    )
     assert not any(part in concurrency for part in ("sk-secret", "example", "user", "gpt"))
-    assert limit_names("https://api.example.com/v1", "gpt-4o-mini")[0] != limit_names("https://api.example.com/v1", "gpt-4o")[0]
+    assert (
+        limit_names("https://api.example.com/v1", "gpt-4o-mini")[0]
+        != limit_names("https://api.example.com/v1", "gpt-4o")[0]
+    )
 
 
 def test_adaptive_limit_halves_once_per_burst_never_below_one_and_grows_back():
@@ -60,6 +72,7 @@ def test_adaptive_limit_halves_once_per_burst_never_below_one_and_grows_back():
 
 def test_adaptive_concurrency_backs_off_on_429_and_loses_nothing():
     with FakeOpenAIServer("[[A>B]]", latency=0.02, fail_first=1, fail_kind="429", retry_after=0.01) as server:
+
         async def go() -> ChatCaller:
             chat = caller(server, concurrency=8, adaptive=True)
             results = await asyncio.gather(*(chat.complete(messages(f"burst {i}"), {}) for i in range(16)))
@@ -82,6 +95,7 @@ def test_global_limit_bounds_calls_from_several_event_loops(prefect_server):
     asyncio.run(ensure_limit(name, 3))
     stats: list[Any] = []
     with FakeOpenAIServer("[[A>B]]", latency=0.03) as server:
+
         def worker(tag: str) -> None:
             async def go() -> None:
                 chat = caller(server, concurrency=4, global_limit=name)
@@ -119,6 +133,7 @@ def test_limits_are_created_then_updated_and_a_missing_one_stops_the_run(prefect
     assert asyncio.run(read(name)).limit == 6
 
     with FakeOpenAIServer("[[A>B]]") as server:
+
         async def go() -> BaseException | None:
             chat = caller(server, global_limit=f"judgebench-missing-{uuid.uuid4().hex[:8]}")
             try:
@@ -139,6 +154,7 @@ def test_rate_limit_spaces_calls_across_callers(prefect_server):
     name = f"judgebench-test-{uuid.uuid4().hex[:8]}-rpm"
     asyncio.run(ensure_limits(None, 0, name, 600.0))  # 10 per second
     with FakeOpenAIServer("[[A>B]]") as server:
+
         async def go() -> float:
             chats = [caller(server, global_rate_limit=name) for _ in range(2)]
             started = time.perf_counter()

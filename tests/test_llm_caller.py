@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.data import db
-from judgebench_flows.core.errors import FatalEndpointError
-from judgebench_flows.judging.shards import Runtime, judge_pair
 from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.records import Pair
-from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from judgebench_flows.data import db
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import CallFailed
+from judgebench_flows.judging.shards import Runtime, judge_pair
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
 SERVER_KEY = "sk-server-side-key-0123456789"
 CALLER_KEY = "sk-caller-side-key-9876543210"
@@ -161,7 +161,9 @@ def test_concurrency_limit_bounds_requests_in_flight(server: FakeOpenAIServer) -
     server.set_responder(slow)
 
     async def go() -> float:
-        caller = ChatCaller(base_url=server.base_url, model="judge-model", api_key="sk-test", concurrency=4, retry=fast_retries())
+        caller = ChatCaller(
+            base_url=server.base_url, model="judge-model", api_key="sk-test", concurrency=4, retry=fast_retries()
+        )
         started = time.perf_counter()
         await asyncio.gather(*(caller.complete([{"role": "user", "content": f"q{i}"}], SAMPLING) for i in range(20)))
         elapsed = time.perf_counter() - started
@@ -186,8 +188,14 @@ def cached_call(server: FakeOpenAIServer, db_url: str, mode: str, store: bool = 
     """One call through a caller with the given cache mode; `store` remembers its answer like a judgment."""
 
     async def go():
-        caller = ChatCaller(base_url=server.base_url, model="judge-model", api_key="sk-test", retry=fast_retries(),
-                            engine=db.open_database(db_url), cache_mode=mode)  # type: ignore[arg-type]
+        caller = ChatCaller(
+            base_url=server.base_url,
+            model="judge-model",
+            api_key="sk-test",
+            retry=fast_retries(),
+            engine=db.open_database(db_url),
+            cache_mode=mode,
+        )  # type: ignore[arg-type]
         completion = await caller.complete(MESSAGES, SAMPLING)
         if store:
             await caller.remember([completion])
@@ -234,8 +242,14 @@ PAIR = Pair(pair_id="p1", source="mmlu-pro-math", question="What is 2+2?", respo
 
 def judge_once(server: FakeOpenAIServer, db_url: str, orders: tuple[int, ...] = (0, 1)):
     async def go():
-        caller = ChatCaller(base_url=server.base_url, model="judge-model", api_key="sk-test", retry=fast_retries(max_retries=1),
-                            engine=db.open_database(db_url), cache_mode="use")
+        caller = ChatCaller(
+            base_url=server.base_url,
+            model="judge-model",
+            api_key="sk-test",
+            retry=fast_retries(max_retries=1),
+            engine=db.open_database(db_url),
+            cache_mode="use",
+        )
         records = await judge_pair(PAIR, Runtime(get_judge("arena_hard"), caller), orders)
         await caller.aclose()
         return records

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.data.loading import load_pairs, sample_pairs, shuffle_responses
 from judgebench_flows.core.records import Pair
+from judgebench_flows.data.loading import load_pairs, sample_pairs, shuffle_responses
 from tests.conftest import GPT4O_FILE, SHARED, requires_shared
 
 
@@ -32,7 +32,9 @@ def row(pair_id: str = "p1", **overrides: object) -> dict:
 
 def write_lines(tmp_path: Path, lines: list[str | dict]) -> Path:
     path = tmp_path / "pairs.jsonl"
-    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines), encoding="utf-8")
+    path.write_text(
+        "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines), encoding="utf-8"
+    )
     return path
 
 
@@ -207,7 +209,7 @@ def test_shuffle_swaps_responses_and_flips_the_label() -> None:
     shuffled = shuffle_responses(pairs, seed=3)
     assert [p.pair_id for p in shuffled] == [p.pair_id for p in pairs]
     swapped = 0
-    for before, after in zip(pairs, shuffled):
+    for before, after in zip(pairs, shuffled, strict=False):
         if after.swapped:
             swapped += 1
             assert (after.response_A, after.response_B) == (before.response_B, before.response_A)
@@ -232,7 +234,9 @@ def test_shuffle_depends_only_on_seed_and_pair_id() -> None:
     pairs = pairs_of(60)
     full = {p.pair_id: p.swapped for p in shuffle_responses(pairs, seed=5)}
     subset = [pairs[i] for i in (50, 3, 17, 40)]  # a subset, in another order
-    assert {p.pair_id: p.swapped for p in shuffle_responses(subset, seed=5)} == {p.pair_id: full[p.pair_id] for p in subset}
+    assert {p.pair_id: p.swapped for p in shuffle_responses(subset, seed=5)} == {
+        p.pair_id: full[p.pair_id] for p in subset
+    }
 
 
 def test_shuffle_keeps_extra_fields(tmp_path: Path) -> None:
@@ -250,8 +254,8 @@ def test_shuffle_on_the_real_file(real_pairs: list[Pair]) -> None:
     # The labels move with the swaps: every swapped A>B became B>A and vice versa.
     before = Counter(p.label for p in real_pairs)
     after = Counter(p.label for p in shuffled)
-    moved_to_b = sum(1 for a, b in zip(real_pairs, shuffled) if b.swapped and a.label == "A>B")
-    moved_to_a = sum(1 for a, b in zip(real_pairs, shuffled) if b.swapped and a.label == "B>A")
+    moved_to_b = sum(1 for a, b in zip(real_pairs, shuffled, strict=False) if b.swapped and a.label == "A>B")
+    moved_to_a = sum(1 for a, b in zip(real_pairs, shuffled, strict=False) if b.swapped and a.label == "B>A")
     assert after["B>A"] == before["B>A"] + moved_to_b - moved_to_a
     # A sampled subset gets exactly the swaps the full file got.
     subset = sample_pairs(real_pairs, 60, seed=42)

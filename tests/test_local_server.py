@@ -18,9 +18,13 @@ linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="re
 def test_runs_share_a_server_only_with_the_same_home_and_server_settings(tmp_path):
     base = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
     key = server_key(tmp_path / "a", base, "3.8.8")
-    assert key == server_key(tmp_path / "a", {**base, "PREFECT_LOGGING_LEVEL": "DEBUG"}, "3.8.8"), "client-only settings split servers"
+    assert key == server_key(tmp_path / "a", {**base, "PREFECT_LOGGING_LEVEL": "DEBUG"}, "3.8.8"), (
+        "client-only settings split servers"
+    )
     assert key != server_key(tmp_path / "b", base, "3.8.8")
-    assert key != server_key(tmp_path / "a", {**base, "PREFECT_API_DATABASE_CONNECTION_URL": "sqlite+aiosqlite:///x.db"}, "3.8.8")
+    assert key != server_key(
+        tmp_path / "a", {**base, "PREFECT_API_DATABASE_CONNECTION_URL": "sqlite+aiosqlite:///x.db"}, "3.8.8"
+    )
     assert key != server_key(tmp_path / "a", base, "3.9.0")
 
 

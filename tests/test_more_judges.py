@@ -16,7 +16,6 @@ from judgebench_flows.judges import BUILTIN_JUDGES, JUDGE_TYPES, TOKENIZED_JUDGE
 from judgebench_flows.judges.parsing import judge_lm_scores, parse_compass_judger, parse_judge_lm, parse_panda_lm
 from judgebench_flows.judges.prompts import TemplateSet
 from judgebench_flows.judges.tokenized import build_tokenized_judge, load_tokenizer
-
 from tests.conftest import SHARED, requires_shared
 
 TEMPLATES = SHARED / "utils" / "templates"
@@ -33,8 +32,8 @@ JUDGE_LM = [
     ("8,7\nComma-separated, as JudgeLM's own parser accepts.", "A>B"),
     ("10 9", "A>B"),
     # Read as JudgeBench reads them: exactly two space-separated numbers on the first line, or no verdict.
-    ("8, 7\n", ""),           # comma and space make three fields
-    (" 8 7\n", ""),           # a leading space does too
+    ("8, 7\n", ""),  # comma and space make three fields
+    (" 8 7\n", ""),  # a leading space does too
     ("Assistant 1: 8, Assistant 2: 7", ""),
     ("8\n7", ""),
     ("", ""),
@@ -47,7 +46,7 @@ PANDA_LM = [
     ("Tie\n\n### Reason: Both responses are correct.", "A=B"),
     ("tie", "A=B"),
     ("  2\n### Reason: leading whitespace is stripped", "B>A"),
-    ("1</s>", "A>B"),          # special-token strings removed, as PandaLM's reference does
+    ("1</s>", "A>B"),  # special-token strings removed, as PandaLM's reference does
     ("<s>2\n### Reason: x", "B>A"),
     # JudgeBench counts these as ties; here they are invalid (the metric counts both as 0 for the order).
     ("Response 1\n### Reason: ...", ""),
@@ -100,7 +99,9 @@ def test_new_types_are_registered() -> None:
 
 def judgebench_render(directory: Path, name: str, **variables: str) -> str:
     """JudgeBench's utils/prompts.py environment: plain Jinja2, trim_blocks + lstrip_blocks."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(directory)), cache_size=-1, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(directory)), cache_size=-1, trim_blocks=True, lstrip_blocks=True
+    )
     return env.get_template(name + ".jinja2").render(**variables)
 
 
@@ -121,7 +122,9 @@ def test_compass_judger_uses_a_checkouts_own_template(tmp_path: Path) -> None:
     """A newer JudgeBench checkout ships its own template (reading {{prompt}}): that one wins."""
     (tmp_path / "compass_judger_prompt.jinja2").write_text("P={{prompt}}\nA={{answer_a}}\nB={{answer_b}}\n")
     (user,) = get_judge("compass_judger", tmp_path).format("q", "a", "b")
-    assert user["content"] == judgebench_render(tmp_path, "compass_judger_prompt", prompt="q", answer_a="a", answer_b="b")
+    assert user["content"] == judgebench_render(
+        tmp_path, "compass_judger_prompt", prompt="q", answer_a="a", answer_b="b"
+    )
 
 
 class CharTokenizer:
@@ -148,7 +151,11 @@ def reference_cut(tokenizer, template_with_question: str, answer: str, max_new: 
 def test_judge_lm_prompt_and_cut_match_judgebench(answer_len: int) -> None:
     tok = CharTokenizer()
     judge = build_tokenized_judge("judge_lm", TemplateSet(TEMPLATES), None, tokenizer=tok)
-    question, a, b = "What is 6*7? <b>&</b>", "".join(chr(65 + i % 26) for i in range(answer_len)), "z" * (answer_len + 3)
+    question, a, b = (
+        "What is 6*7? <b>&</b>",
+        "".join(chr(65 + i % 26) for i in range(answer_len)),
+        "z" * (answer_len + 3),
+    )
     empty = judgebench_render(TEMPLATES, "judgelm_prompt", question=question, answer_1="", answer_2="")
     cut_a, cut_b = (reference_cut(tok, empty, x, 16, "right") for x in (a, b))
     expected = judgebench_render(TEMPLATES, "judgelm_prompt", question=question, answer_1=cut_a, answer_2=cut_b)
@@ -169,13 +176,20 @@ def test_panda_lm_prompt_and_cut_match_judgebench(answer_len: int) -> None:
     empty = judgebench_render(TEMPLATES, "pandalm_prompt", instruction=question, resp1="", resp2="")
     cut_a, cut_b = (reference_cut(tok, empty, x, 150, "left") for x in (a, b))
     clean = lambda s: s.strip().replace("<s>", "").replace("</s>", "").strip()  # noqa: E731
-    expected = judgebench_render(TEMPLATES, "pandalm_prompt", instruction=question, resp1=clean(cut_a), resp2=clean(cut_b)) + "\n"
+    expected = (
+        judgebench_render(TEMPLATES, "pandalm_prompt", instruction=question, resp1=clean(cut_a), resp2=clean(cut_b))
+        + "\n"
+    )
     (user,) = judge.format(question, a, b)
     assert user["content"] == expected
     assert expected.endswith("### Evaluation:\n")
     if answer_len > 1000:  # PandaLM keeps each answer's end
         assert "[1, 2, 3]" in expected and "<s>" not in expected
-    assert judge.sampling["max_tokens"] == 150 and judge.sampling["use_beam_search"] is True and judge.sampling["best_of"] == 4
+    assert (
+        judge.sampling["max_tokens"] == 150
+        and judge.sampling["use_beam_search"] is True
+        and judge.sampling["best_of"] == 4
+    )
 
 
 @requires_shared
@@ -186,7 +200,10 @@ def test_a_question_longer_than_the_context_keeps_judgebench_slicing() -> None:
     question = "q" * 5000
     judge_lm = build_tokenized_judge("judge_lm", TemplateSet(TEMPLATES), None, tokenizer=tok)
     empty = judgebench_render(TEMPLATES, "judgelm_prompt", question=question, answer_1="", answer_2="")
-    assert judge_lm.truncate(question, "abc" * 10, "d") == (reference_cut(tok, empty, "abc" * 10, 16, "right"), reference_cut(tok, empty, "d", 16, "right"))
+    assert judge_lm.truncate(question, "abc" * 10, "d") == (
+        reference_cut(tok, empty, "abc" * 10, 16, "right"),
+        reference_cut(tok, empty, "d", 16, "right"),
+    )
 
 
 def test_tokenized_judge_without_tokenizer_fails_before_a_call() -> None:
@@ -207,15 +224,26 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    corpus = ["The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9", "Assistant answer question score"] * 20
+    corpus = [
+        "The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9",
+        "Assistant answer question score",
+    ] * 20
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<unk>", "<s>", "</s>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     path = tmp_path_factory.mktemp("tokenizer")
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(str(path))
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(
+        str(path)
+    )
     return path
 
 
@@ -263,7 +291,9 @@ def test_completions_judges_go_through_the_completions_api(fake_server) -> None:
     async def run():
         caller = ChatCaller(base_url=fake_server.base_url, model="judgelm-7b", api_key="k", api="completions")
         try:
-            return await judge_one_order(judge, "q", "a", "b", caller.complete), caller.key(judge.format("q", "a", "b"), judge.sampling)
+            return await judge_one_order(judge, "q", "a", "b", caller.complete), caller.key(
+                judge.format("q", "a", "b"), judge.sampling
+            )
         finally:
             await caller.aclose()
 
@@ -306,7 +336,9 @@ def judgelm_oracle(pairs: list[dict]):
 @pytest.mark.slow
 @requires_shared
 @needs_transformers
-def test_judge_lm_run_end_to_end(run_cli, judgebench_repo, gpt4o_pairs, tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
+def test_judge_lm_run_end_to_end(
+    run_cli, judgebench_repo, gpt4o_pairs, tiny_tokenizer_dir: Path, tmp_path: Path
+) -> None:
     """`judgebench run --judge-type judge_lm`: /completions calls with cut prompts, verdicts from score lines."""
     import json
 
@@ -316,9 +348,28 @@ def test_judge_lm_run_end_to_end(run_cli, judgebench_repo, gpt4o_pairs, tiny_tok
     url, sha = judgebench_repo
     with FakeOpenAIServer(judgelm_oracle(gpt4o_pairs)) as server:
         result = run_cli(
-            "run", "--judge-type", "judge_lm", "--model", "judgelm-7b", "--repo-url", url, "--ref", sha,
-            "--data-file", GPT4O_FILE, "--base-url", server.base_url, "--max-samples", "30",
-            "--result-path", "results/r.json", "--output-dir", "results/run", "--db-url", f"sqlite:///{tmp_path}/j.db", "--no-progress",
+            "run",
+            "--judge-type",
+            "judge_lm",
+            "--model",
+            "judgelm-7b",
+            "--repo-url",
+            url,
+            "--ref",
+            sha,
+            "--data-file",
+            GPT4O_FILE,
+            "--base-url",
+            server.base_url,
+            "--max-samples",
+            "30",
+            "--result-path",
+            "results/r.json",
+            "--output-dir",
+            "results/run",
+            "--db-url",
+            f"sqlite:///{tmp_path}/j.db",
+            "--no-progress",
             env={"JUDGEBENCH_TOKENIZER": str(tiny_tokenizer_dir)},
         )
         assert result.returncode == 0, result.stderr[-3000:]

@@ -15,13 +15,13 @@ import re
 import pytest
 import yaml
 
-from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from judgebench_flows.data import db
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig, build_config
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data import db
 from judgebench_flows.deployments.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 
 OTHER_KEY = "sk-other-endpoint-key-7d1c0b9e"
 
@@ -39,15 +39,26 @@ def _release_prefect_workers():
 
 def test_config_key_separates_what_changes_the_answer():
     base = RunConfig(model="m", base_url="https://api.example.com/v1")
-    assert base.config_key() == RunConfig(model="m", base_url="https://user:secret@API.example.com/v1/").config_key()  # credentials, case
+    assert (
+        base.config_key() == RunConfig(model="m", base_url="https://user:secret@API.example.com/v1/").config_key()
+    )  # credentials, case
     assert base.config_key() != RunConfig(model="m", base_url="http://127.0.0.1:8000/v1").config_key()
     assert base.config_key("a" * 40) != base.config_key("b" * 40)  # the commit judged
-    assert base.config_key("a" * 40, "prompts-1") != base.config_key("a" * 40, "prompts-2")  # prompts/sampling fingerprint
+    assert base.config_key("a" * 40, "prompts-1") != base.config_key(
+        "a" * 40, "prompts-2"
+    )  # prompts/sampling fingerprint
     assert base.config_key() != RunConfig(model="m", base_url="https://api.example.com/v1", max_samples=5).config_key()
-    assert base.config_key() != RunConfig(model="m", base_url="https://api.example.com/v1", temperature=0.5).config_key()
+    assert (
+        base.config_key() != RunConfig(model="m", base_url="https://api.example.com/v1", temperature=0.5).config_key()
+    )
     assert "secret" not in json.dumps(RunConfig(model="m", base_url="https://user:secret@h/v1").identity())
     # paths, speed and the key's source do not change the answer
-    assert base.config_key() == RunConfig(model="m", base_url="https://api.example.com/v1", concurrency=3, output_dir="x", api_key_env="K").config_key()
+    assert (
+        base.config_key()
+        == RunConfig(
+            model="m", base_url="https://api.example.com/v1", concurrency=3, output_dir="x", api_key_env="K"
+        ).config_key()
+    )
 
 
 def test_artifact_keys_per_configuration():
@@ -59,7 +70,9 @@ def test_artifact_keys_per_configuration():
         for data in (GPT4O_FILE, "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl")
     }
     assert len(keys) == 16 and all(re.fullmatch(r"[a-z0-9-]+", k) and len(k) < 160 for k in keys)
-    assert configuration_slug("vanilla", "gpt-4o-mini", "https://u:pw@api.openai.com/v1", GPT4O_FILE).startswith("vanilla-gpt-4o-mini-api-openai-com-judgebench-gpt-4o")
+    assert configuration_slug("vanilla", "gpt-4o-mini", "https://u:pw@api.openai.com/v1", GPT4O_FILE).startswith(
+        "vanilla-gpt-4o-mini-api-openai-com-judgebench-gpt-4o"
+    )
     assert "pw" not in configuration_slug("vanilla", "m", "https://u:pw@h/v1", GPT4O_FILE).split("-")
 
 
@@ -78,7 +91,11 @@ def test_artifact_keys_per_configuration():
 def test_bad_model_entries_are_refused_without_echoing_keys(model, message):
     with pytest.raises(UserError, match=re.escape(message)) as caught:
         parse_matrix({"judge_types": ["vanilla"], "models": [model], "data_files": [GPT4O_FILE]}, "m.yaml")
-    assert str(caught.value).startswith("m.yaml: ") and CANARY_KEY not in str(caught.value) and "sk-proj" not in str(caught.value)
+    assert (
+        str(caught.value).startswith("m.yaml: ")
+        and CANARY_KEY not in str(caught.value)
+        and "sk-proj" not in str(caught.value)
+    )
 
 
 def test_a_key_given_as_an_option_is_not_echoed():
@@ -88,14 +105,36 @@ def test_a_key_given_as_an_option_is_not_echoed():
 
 
 def test_each_model_has_its_endpoint_and_key_source():
-    matrix = parse_matrix({
-        "judge_types": ["vanilla"], "data_files": [GPT4O_FILE], "base_url": "https://api.openai.com/v1", "api_key_secret": "openai-key",
-        "models": ["gpt-4o-mini", {"model": "qwen", "base_url": "http://gpu-host:8000/v1", "api_key_env": "VLLM_KEY"},
-                   {"model": "qwen", "label": "qwen-b", "base_url": "http://gpu-2:8000/v1"}],
-    }, "m.yaml")
-    got = {e.name: (e.config.model, e.config.endpoint.base_url, e.config.endpoint.api_key_env, e.config.endpoint.api_key_secret) for e in matrix.entries()}
+    matrix = parse_matrix(
+        {
+            "judge_types": ["vanilla"],
+            "data_files": [GPT4O_FILE],
+            "base_url": "https://api.openai.com/v1",
+            "api_key_secret": "openai-key",
+            "models": [
+                "gpt-4o-mini",
+                {"model": "qwen", "base_url": "http://gpu-host:8000/v1", "api_key_env": "VLLM_KEY"},
+                {"model": "qwen", "label": "qwen-b", "base_url": "http://gpu-2:8000/v1"},
+            ],
+        },
+        "m.yaml",
+    )
+    got = {
+        e.name: (
+            e.config.model,
+            e.config.endpoint.base_url,
+            e.config.endpoint.api_key_env,
+            e.config.endpoint.api_key_secret,
+        )
+        for e in matrix.entries()
+    }
     assert got == {
-        cell_name("vanilla", "gpt-4o-mini", GPT4O_FILE): ("gpt-4o-mini", "https://api.openai.com/v1", None, "openai-key"),
+        cell_name("vanilla", "gpt-4o-mini", GPT4O_FILE): (
+            "gpt-4o-mini",
+            "https://api.openai.com/v1",
+            None,
+            "openai-key",
+        ),
         cell_name("vanilla", "qwen", GPT4O_FILE): ("qwen", "http://gpu-host:8000/v1", "VLLM_KEY", None),
         cell_name("vanilla", "qwen-b", GPT4O_FILE): ("qwen", "http://gpu-2:8000/v1", None, "openai-key"),
     }
@@ -115,13 +154,19 @@ def _summary(state) -> str:
     from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY
 
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]), flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+            )
+        )
     return artifacts[-1].data
 
 
 @pytest.mark.slow
-def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch):
+def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
     url, sha = judgebench_repo
     db_url = f"sqlite:///{tmp_path}/history.db"
     monkeypatch.setenv("JUDGE_A_KEY", CANARY_KEY)
@@ -132,18 +177,37 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(pre
 
     def write_matrix(a_url: str, b_url: str):
         path = tmp_path / "matrix.yaml"
-        path.write_text(yaml.safe_dump({
-            "judge_types": ["vanilla"], "data_files": [GPT4O_FILE], "repo_url": url, "ref": sha, "db_url": db_url,
-            "output_root": str(tmp_path / "nightly"), "max_samples": 4, "concurrency": 4,
-            "models": [{"model": "judge-a", "base_url": a_url, "api_key_env": "JUDGE_A_KEY"},
-                       {"model": "judge-b", "base_url": b_url, "api_key_env": "JUDGE_B_KEY"}],
-            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 200, "max_retries": 0, "shard_retries": 0},
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "judge_types": ["vanilla"],
+                    "data_files": [GPT4O_FILE],
+                    "repo_url": url,
+                    "ref": sha,
+                    "db_url": db_url,
+                    "output_root": str(tmp_path / "nightly"),
+                    "max_samples": 4,
+                    "concurrency": 4,
+                    "models": [
+                        {"model": "judge-a", "base_url": a_url, "api_key_env": "JUDGE_A_KEY"},
+                        {"model": "judge-b", "base_url": b_url, "api_key_env": "JUDGE_B_KEY"},
+                    ],
+                    "options": {
+                        "cache_dir": str(tmp_path / "cache"),
+                        "bootstrap_resamples": 200,
+                        "max_retries": 0,
+                        "shard_retries": 0,
+                    },
+                }
+            )
+        )
         return path
 
     # night 1: judge-b's endpoint answers HTTP 500 to every call
-    with FakeOpenAIServer(oracle, api_key=CANARY_KEY, models={"judge-a"}) as a, \
-            FakeOpenAIServer(oracle, api_key=OTHER_KEY, models={"judge-b"}, rate_500=1.0) as b:
+    with (
+        FakeOpenAIServer(oracle, api_key=CANARY_KEY, models={"judge-a"}) as a,
+        FakeOpenAIServer(oracle, api_key=OTHER_KEY, models={"judge-b"}, rate_500=1.0) as b,
+    ):
         b_port = b.port
         state = _night(write_matrix(a.base_url, b.base_url))
         a_url = a.base_url
@@ -159,21 +223,29 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(pre
     first_a = next(r.run_id for r in runs if r.model == "judge-a")
 
     # night 2: the same endpoint (same port) now answers; its failed night must not be its baseline
-    with FakeOpenAIServer(oracle, api_key=CANARY_KEY, models={"judge-a"}, port=int(a_url.rsplit(":", 1)[1].split("/")[0])) as a2, \
-            FakeOpenAIServer(oracle, api_key=OTHER_KEY, models={"judge-b"}, port=b_port) as b2:
+    with (
+        FakeOpenAIServer(
+            oracle, api_key=CANARY_KEY, models={"judge-a"}, port=int(a_url.rsplit(":", 1)[1].split("/")[0])
+        ) as a2,
+        FakeOpenAIServer(oracle, api_key=OTHER_KEY, models={"judge-b"}, port=b_port) as b2,
+    ):
         state2 = _night(write_matrix(a2.base_url, b2.base_url))
     assert state2.is_completed(), f"{state2!r}"
     nightly = tmp_path / "nightly"
     good_results = json.loads((nightly / good / "results.json").read_text())
     bad_results = json.loads((nightly / bad / "results.json").read_text())
     assert good_results["regression"]["baseline_run_id"] == first_a  # a healthy run is a baseline
-    assert bad_results["regression"] is None and bad_results["overall_accuracy"]["accuracy"] == 1.0  # the dead night is not
+    assert (
+        bad_results["regression"] is None and bad_results["overall_accuracy"]["accuracy"] == 1.0
+    )  # the dead night is not
     for text in ((nightly / good / "results.json").read_text(), (nightly / bad / "results.json").read_text(), summary):
         assert CANARY_KEY not in text and OTHER_KEY not in text
 
 
 @pytest.mark.slow
-def test_adhoc_run_shows_results_and_links_on_its_own_page(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch):
+def test_adhoc_run_shows_results_and_links_on_its_own_page(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
     """The ad-hoc deployment's flow run (not only its judging subflow) carries the results summary, the
     file locations and a link to the subflow, and logs the headline numbers; per-configuration keys."""
     from prefect.client.orchestration import get_client
@@ -184,11 +256,23 @@ def test_adhoc_run_shows_results_and_links_on_its_own_page(prefect_server, judge
     monkeypatch.setenv("ADHOC_KEY", CANARY_KEY)
     url, sha = judgebench_repo
     out = tmp_path / "adhoc"
-    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), api_key=CANARY_KEY, models={"judge-x"}) as server:
-        state = asyncio.run(judgebench_adhoc(
-            model="judge-x", judge_type="vanilla", repo_url=url, ref=sha, max_samples=3, base_url=server.base_url,
-            db_url=f"sqlite:///{tmp_path}/h.db", output_dir=str(out), api_key_env="ADHOC_KEY", return_state=True,
-        ))
+    with FakeOpenAIServer(
+        oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), api_key=CANARY_KEY, models={"judge-x"}
+    ) as server:
+        state = asyncio.run(
+            judgebench_adhoc(
+                model="judge-x",
+                judge_type="vanilla",
+                repo_url=url,
+                ref=sha,
+                max_samples=3,
+                base_url=server.base_url,
+                db_url=f"sqlite:///{tmp_path}/h.db",
+                output_dir=str(out),
+                api_key_env="ADHOC_KEY",
+                return_state=True,
+            )
+        )
         endpoint = server.base_url
     assert state.is_completed(), f"{state!r}"
     flow_run_id = state.state_details.flow_run_id
@@ -197,17 +281,27 @@ def test_adhoc_run_shows_results_and_links_on_its_own_page(prefect_server, judge
 
     APILogWorker.drain_all(timeout=30)  # logs are sent in the background
     with get_client(sync_client=True) as client:
-        own = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
-        sub = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[results["run"]["flow_run_id"]])))
+        own = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+        sub = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[results["run"]["flow_run_id"]]))
+        )
         logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
     [page] = own
     assert page.key.startswith("judgebench-adhoc-vanilla-judge-x-127-0-0-1-"), page.key
-    assert "| overall | 100.00%" in page.data and str(out / "report.html") in page.data and results["run"]["flow_run_id"] in page.data
+    assert (
+        "| overall | 100.00%" in page.data
+        and str(out / "report.html") in page.data
+        and results["run"]["flow_run_id"] in page.data
+    )
     assert "**Status: completed**" in page.data
     slug = configuration_slug("vanilla", "judge-x", endpoint, GPT4O_FILE)
     assert {a.key for a in sub} >= {f"judgebench-summary-{slug}", f"judgebench-accuracy-{slug}"}
     messages = "\n".join(log.message for log in logs)
-    assert "completed, accuracy 100.00%" in messages and "failed judgments 0 / 6, invalid judgments 0 / 6" in messages, messages
+    assert (
+        "completed, accuracy 100.00%" in messages and "failed judgments 0 / 6, invalid judgments 0 / 6" in messages
+    ), messages
     assert CANARY_KEY not in messages + page.data
 
 

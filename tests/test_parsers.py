@@ -86,7 +86,10 @@ AUTO_J = [
     ("So, the final decision is Response 1. Actually, the final decision is Response 2.", ""),
     # Repeating the instruction's own format is not a verdict, and does not conflict with the real one.
     ("So, the final decision is Response 1 / Response 2 / Tie", ""),
-    ('I must begin with "So, the final decision is Response 1 / Response 2 / Tie". So, the final decision is Response 2.', "B>A"),
+    (
+        'I must begin with "So, the final decision is Response 1 / Response 2 / Tie". So, the final decision is Response 2.',
+        "B>A",
+    ),
     ("Response 1 is better.", ""),
     ("So, the final decision is unclear.", ""),
     ("<think>So, the final decision is Response 2.</think>So, the final decision is Response 1.", "A>B"),
@@ -148,7 +151,9 @@ SKYWORK_CRITIC = [
 
 
 def _table(parser, rows):
-    return [pytest.param(parser, text, expected, id=f"{parser.__name__}-{i}") for i, (text, expected) in enumerate(rows)]
+    return [
+        pytest.param(parser, text, expected, id=f"{parser.__name__}-{i}") for i, (text, expected) in enumerate(rows)
+    ]
 
 
 ALL_PARSERS = [parse_arena_hard, parse_vanilla, parse_auto_j, parse_prometheus_2, parse_skywork_critic]

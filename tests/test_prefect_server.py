@@ -32,7 +32,10 @@ def processes_with(prefect_home: Path) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            if marker in (entry / "environ").read_bytes().split(b"\0") and "Z" not in (entry / "stat").read_text().split(")")[-1][:3]:
+            if (
+                marker in (entry / "environ").read_bytes().split(b"\0")
+                and "Z" not in (entry / "stat").read_text().split(")")[-1][:3]
+            ):
                 found.append(int(entry.name))
         except OSError:
             continue
@@ -41,13 +44,35 @@ def processes_with(prefect_home: Path) -> list[int]:
 
 def run_command(server: FakeOpenAIServer, tmp_path: Path, samples: int) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(OPENAI_API_KEY=CANARY_KEY, PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               JUDGEBENCH_SERVER_KEEPALIVE="0")  # the server stops with its run (kept servers: test_server_start.py)
+    env.update(
+        OPENAI_API_KEY=CANARY_KEY,
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        JUDGEBENCH_SERVER_KEEPALIVE="0",
+    )  # the server stops with its run (kept servers: test_server_start.py)
     command = [
-        sys.executable, "-m", "judgebench_flows.cli.main", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
-        "--max-samples", str(samples), "--model", "judge", "--base-url", server.base_url, "--no-progress",
-        "--db-url", f"sqlite:///{tmp_path / 'results.db'}", "--result-path", str(tmp_path / "results.json"),
-        "--output-dir", str(tmp_path / "run"), "--no-report", "--concurrency", "4",
+        sys.executable,
+        "-m",
+        "judgebench_flows.cli.main",
+        "run",
+        "--data-path",
+        str(SHARED / "data" / GPT4O_FILE),
+        "--max-samples",
+        str(samples),
+        "--model",
+        "judge",
+        "--base-url",
+        server.base_url,
+        "--no-progress",
+        "--db-url",
+        f"sqlite:///{tmp_path / 'results.db'}",
+        "--result-path",
+        str(tmp_path / "results.json"),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--no-report",
+        "--concurrency",
+        "4",
     ]
     return command, env
 
@@ -70,7 +95,9 @@ def test_a_run_starts_a_temporary_server_and_stops_it(tmp_path):
         assert server.answered == 8
     assert (tmp_path / "results.json").exists()
     assert "deadlock" not in done.stderr and "Traceback" not in done.stderr
-    assert (tmp_path / "prefect-home" / "temporary-server.log").exists(), "the server logs to PREFECT_HOME, not the terminal"
+    assert (tmp_path / "prefect-home" / "temporary-server.log").exists(), (
+        "the server logs to PREFECT_HOME, not the terminal"
+    )
     assert gone_within(tmp_path / "prefect-home", 5), "the temporary Prefect server outlived its run"
 
 

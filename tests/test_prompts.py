@@ -13,7 +13,6 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges import BUILTIN_JUDGES, JUDGE_TYPES, get_judge
 from judgebench_flows.judges.builtin import ARENA_HARD_FOLLOW_UP, PROMETHEUS_RUBRIC, PROMETHEUS_SYSTEM
 from judgebench_flows.judges.prompts import TemplateSet
-
 from tests.conftest import SHARED, requires_shared
 
 TEMPLATES = SHARED / "utils" / "templates"
@@ -21,7 +20,7 @@ PACKAGE_TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "prompts
 
 pytestmark = requires_shared
 
-QUESTION = 'What is 1 < 2 && "x" > \'y\'? <script>alert(1)</script>'
+QUESTION = "What is 1 < 2 && \"x\" > 'y'? <script>alert(1)</script>"
 ANSWER_1 = "First answer: 5 & 6 <b>bold</b> \"quoted\" 'single'"
 ANSWER_2 = "Second answer: {{ not_a_variable }} {% raw %} &amp; stays"
 
@@ -233,7 +232,10 @@ def test_digest_changes_when_a_template_file_changes(tmp_path: Path) -> None:
     (tmp_path / "templates" / "vanilla_prompt.jinja2").write_text("changed {{ question }}")
     assert TemplateSet(tmp_path / "templates").digest(names) == after
     # The judge's fingerprint (its cache identity) follows its templates.
-    assert get_judge("arena_hard", tmp_path / "templates").fingerprint() != get_judge("arena_hard", TEMPLATES).fingerprint()
+    assert (
+        get_judge("arena_hard", tmp_path / "templates").fingerprint()
+        != get_judge("arena_hard", TEMPLATES).fingerprint()
+    )
 
 
 def test_digest_covers_fallback_templates(tmp_path: Path) -> None:

@@ -38,14 +38,21 @@ def closed_port() -> int:
 
 
 def run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / mode), "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
-           "PREFECT_CLIENT_MAX_RETRIES": "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / mode),
+        "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
+        "PREFECT_CLIENT_MAX_RETRIES": "0",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     return subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_background_noise_goes_to_a_file_in_prefect_home(tmp_path):
     plain = run(tmp_path, "plain")
-    assert "Error logging to API" in plain.stderr, "the scenario no longer makes Prefect's noise: " + plain.stderr[-2000:]
+    assert "Error logging to API" in plain.stderr, (
+        "the scenario no longer makes Prefect's noise: " + plain.stderr[-2000:]
+    )
     routed = run(tmp_path, "routed")
     assert routed.returncode == 0, routed.stderr[-2000:]
     assert routed.stderr == "" and routed.stdout == ""

@@ -16,15 +16,39 @@ pytestmark = pytest.mark.slow
 EXIT_RUN_FAILED = 4
 
 
-def readme_command(repo: tuple[str, str], server: FakeOpenAIServer, tmp_path: Path, model: str, *extra: str) -> list[str]:
+def readme_command(
+    repo: tuple[str, str], server: FakeOpenAIServer, tmp_path: Path, model: str, *extra: str
+) -> list[str]:
     """The README's headline command (o1-mini, arena_hard), on a seeded subset to stay quick."""
     url, sha = repo
     return [
-        "run", "--judge-type", "arena_hard", "--model", model,
-        "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE,
-        "--base-url", server.base_url, "--concurrency", "32", "--shard-size", "50",
-        "--result-path", "results/judgebench.json", "--output-dir", "results/run",
-        "--db-url", f"sqlite:///{tmp_path}/judgebench.db", "--no-progress", "--max-samples", "40", *extra,
+        "run",
+        "--judge-type",
+        "arena_hard",
+        "--model",
+        model,
+        "--repo-url",
+        url,
+        "--ref",
+        sha,
+        "--data-file",
+        GPT4O_FILE,
+        "--base-url",
+        server.base_url,
+        "--concurrency",
+        "32",
+        "--shard-size",
+        "50",
+        "--result-path",
+        "results/judgebench.json",
+        "--output-dir",
+        "results/run",
+        "--db-url",
+        f"sqlite:///{tmp_path}/judgebench.db",
+        "--no-progress",
+        "--max-samples",
+        "40",
+        *extra,
     ]
 
 
@@ -35,8 +59,9 @@ def arena_system() -> str:
 
 
 def flow_run_state(tmp_path: Path) -> str:
-    from prefect.client.orchestration import get_client
     import asyncio
+
+    from prefect.client.orchestration import get_client
 
     with sqlite3.connect(tmp_path / "judgebench.db") as con:
         [(flow_run_id,)] = con.execute("select flow_run_id from runs").fetchall()
@@ -48,7 +73,9 @@ def flow_run_state(tmp_path: Path) -> str:
     return asyncio.run(read())
 
 
-def test_readme_o1_mini_command_completes_with_judgebenchs_folded_requests(run_cli, judgebench_repo, gpt4o_pairs, tmp_path):
+def test_readme_o1_mini_command_completes_with_judgebenchs_folded_requests(
+    run_cli, judgebench_repo, gpt4o_pairs, tmp_path
+):
     bodies: list[dict] = []
     oracle = oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"])
 
@@ -67,8 +94,11 @@ def test_readme_o1_mini_command_completes_with_judgebenchs_folded_requests(run_c
     # Byte for byte what JudgeBench's utils/models.py sends an o1 model: one user turn, no sampling.
     system = arena_system()
     rows = load_jsonl(next((tmp_path / "results/run").glob("*judge_name=arena_hard*.jsonl")))
-    expected = {f"<|BEGIN_SYSTEM_MESSAGE|>\n{system.strip()}\n<|END_SYSTEM_MESSAGE|>\n\n{j['judgment']['prompt']}"
-                for row in rows for j in row["judgments"]}
+    expected = {
+        f"<|BEGIN_SYSTEM_MESSAGE|>\n{system.strip()}\n<|END_SYSTEM_MESSAGE|>\n\n{j['judgment']['prompt']}"
+        for row in rows
+        for j in row["judgments"]
+    }
     assert all(set(body) == {"model", "messages"} and len(body["messages"]) == 1 for body in bodies)
     assert {body["messages"][0]["content"] for body in bodies} == expected
 
@@ -88,12 +118,22 @@ def test_o3_mini_and_gpt_5_complete_with_no_failed_judgment(run_cli, judgebench_
         assert server.status_counts == {200: 80}
     results = json.loads((tmp_path / "results/judgebench.json").read_text())
     assert results["invalid"]["failed_judgments"] == 0 and results["usage"]["reasoning_tokens"] == 80 * 7
-    assert all(b["max_completion_tokens"] == 4096 and b["reasoning_effort"] == "low" and "temperature" not in b for b in bodies)
+    assert all(
+        b["max_completion_tokens"] == 4096 and b["reasoning_effort"] == "low" and "temperature" not in b for b in bodies
+    )
 
 
-def test_unknown_model_rejecting_temperature_gets_one_adjustment_recorded_in_results_and_report(run_cli, judgebench_repo, gpt4o_pairs, tmp_path):
-    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), rejected_params={"temperature"}) as server:
-        result = run_cli(*readme_command(judgebench_repo, server, tmp_path, "acme-judge-7", "--concurrency", "1", "--max-samples", "5"))
+def test_unknown_model_rejecting_temperature_gets_one_adjustment_recorded_in_results_and_report(
+    run_cli, judgebench_repo, gpt4o_pairs, tmp_path
+):
+    with FakeOpenAIServer(
+        oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), rejected_params={"temperature"}
+    ) as server:
+        result = run_cli(
+            *readme_command(
+                judgebench_repo, server, tmp_path, "acme-judge-7", "--concurrency", "1", "--max-samples", "5"
+            )
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.status_counts == {400: 1, 200: 10}, "exactly one rejected request"
     results = json.loads((tmp_path / "results/judgebench.json").read_text())
@@ -107,7 +147,9 @@ def test_unknown_model_rejecting_temperature_gets_one_adjustment_recorded_in_res
 
 def test_every_call_rejected_stops_early_exit_4_flow_failed(run_cli, judgebench_repo, tmp_path, prefect_server):
     with FakeOpenAIServer("[[A>B]]", max_context_chars=10) as server:
-        result = run_cli(*readme_command(judgebench_repo, server, tmp_path, "gpt-4o", "--max-samples", "200", "--concurrency", "4"))
+        result = run_cli(
+            *readme_command(judgebench_repo, server, tmp_path, "gpt-4o", "--max-samples", "200", "--concurrency", "4")
+        )
         sent = server.requests
     assert result.returncode == EXIT_RUN_FAILED, result.stderr[-3000:]
     assert 20 <= sent <= 24, f"stopped after the first 20 rejected calls (plus those in flight), not {sent} of 400"
@@ -132,5 +174,9 @@ def test_mostly_invalid_verdicts_fail_the_run_after_publishing(run_cli, judgeben
     assert flow_run_state(tmp_path) == "FAILED"
     # Allowed by a looser threshold: the same run then succeeds.
     with FakeOpenAIServer("I would rather not say.") as server:
-        again = run_cli(*readme_command(judgebench_repo, server, tmp_path, "gpt-4o", "--max-samples", "10", "--max-failed-fraction", "1"))
+        again = run_cli(
+            *readme_command(
+                judgebench_repo, server, tmp_path, "gpt-4o", "--max-samples", "10", "--max-failed-fraction", "1"
+            )
+        )
     assert again.returncode == 0, again.stderr[-3000:]

@@ -35,13 +35,26 @@ def make_judgments(n_pairs: int = 20, prompt_chars: int = 600) -> list[JudgmentR
                 decision = for_pair if order == 0 else ("B>A" if for_pair == "A>B" else "A>B")
                 response += f" Final verdict: [[{decision}]]"
             for_pair_decision = decision if order == 0 else {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision)
-            records.append(JudgmentRecord(
-                pair_id=f"pair-{i:04d}", order=order, source=source, category=category, label=label,
-                status=status, decision=decision, decision_for_pair=for_pair_decision,
-                judge_model="gpt-4o-mini", prompt=("Q & A " * prompt_chars)[:prompt_chars],
-                response=response, error=error, latency_s=1.25 + i / 10, calls=1,
-                prompt_tokens=900, completion_tokens=120,
-            ))
+            records.append(
+                JudgmentRecord(
+                    pair_id=f"pair-{i:04d}",
+                    order=order,
+                    source=source,
+                    category=category,
+                    label=label,
+                    status=status,
+                    decision=decision,
+                    decision_for_pair=for_pair_decision,
+                    judge_model="gpt-4o-mini",
+                    prompt=("Q & A " * prompt_chars)[:prompt_chars],
+                    response=response,
+                    error=error,
+                    latency_s=1.25 + i / 10,
+                    calls=1,
+                    prompt_tokens=900,
+                    completion_tokens=120,
+                )
+            )
     return records
 
 
@@ -57,8 +70,10 @@ def make_results(**overrides) -> dict:
         "model": "gpt-4o-mini",
         "judge_type": "arena_hard",
         "dataset": {
-            "repo_url": "https://github.com/ScalerLab/JudgeBench", "commit": "0f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6",
-            "data_file": "data/dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl", "n_pairs": 20,
+            "repo_url": "https://github.com/ScalerLab/JudgeBench",
+            "commit": "0f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6",
+            "data_file": "data/dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl",
+            "n_pairs": 20,
             "skipped_rows": 0,
         },
         "overall_accuracy": acc(0.6571, 350, 0.6057, 0.7057),
@@ -73,12 +88,19 @@ def make_results(**overrides) -> dict:
         "invalid": {"invalid_judgments": 3, "failed_judgments": 1, "pairs_with_invalid": 4},
         "usage": {"calls": 700, "cached_calls": 12, "prompt_tokens": 612345, "completion_tokens": 84000},
         "regression": {
-            "baseline_run_id": "run-2", "delta": -0.05, "ci_low": -0.08, "ci_high": -0.02, "regressed": True,
+            "baseline_run_id": "run-2",
+            "delta": -0.05,
+            "ci_low": -0.08,
+            "ci_high": -0.02,
+            "regressed": True,
             "message": "Accuracy dropped 5.0 points against run-2 & the interval excludes zero.",
         },
         "run": {
-            "run_id": "run-3", "started": "2025-03-03T10:00:00+00:00", "finished": "2025-03-03T10:42:17+00:00",
-            "flow_run_id": "3f2c-flow", "mode": "both-orders",
+            "run_id": "run-3",
+            "started": "2025-03-03T10:00:00+00:00",
+            "finished": "2025-03-03T10:42:17+00:00",
+            "flow_run_id": "3f2c-flow",
+            "mode": "both-orders",
         },
     }
     results.update(overrides)
@@ -88,7 +110,13 @@ def make_results(**overrides) -> dict:
 HISTORY = [
     {"run_id": "run-1", "started": "2025-03-01T10:00:00+00:00", "accuracy": 0.70, "ci_low": 0.65, "ci_high": 0.75},
     {"run_id": "run-2", "started": "2025-03-02T10:00:00+00:00", "accuracy": 0.7071, "ci_low": 0.66, "ci_high": 0.75},
-    {"run_id": "run-3", "started": "2025-03-03T10:00:00+00:00", "accuracy": 0.6571, "ci_low": 0.6057, "ci_high": 0.7057},
+    {
+        "run_id": "run-3",
+        "started": "2025-03-03T10:00:00+00:00",
+        "accuracy": 0.6571,
+        "ci_low": 0.6057,
+        "ci_high": 0.7057,
+    },
 ]
 
 
@@ -162,8 +190,16 @@ def test_older_results_without_optional_parts_still_render() -> None:
 
 def test_regression_banner_wording_follows_verdict() -> None:
     assert "Regression against run run-2: -5.0 pp [-8.0 pp, -2.0 pp]" in render_report(make_results(), [])
-    calm = make_results(regression={"baseline_run_id": "run-2", "delta": -0.01, "ci_low": -0.04, "ci_high": 0.02,
-                                     "regressed": False, "message": ""})
+    calm = make_results(
+        regression={
+            "baseline_run_id": "run-2",
+            "delta": -0.01,
+            "ci_low": -0.04,
+            "ci_high": 0.02,
+            "regressed": False,
+            "message": "",
+        }
+    )
     html = render_report(calm, [])
     assert "No regression against run run-2" in html and 'class="banner good"' in html
 
@@ -188,10 +224,23 @@ def find_chromium() -> str | None:
 def run_chromium(binary: str, *args: str) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         return subprocess.run(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", *args],
-            capture_output=True, text=True, timeout=60, check=False,
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
 
 

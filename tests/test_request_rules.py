@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.calls.llm import ChatCaller, RetryPolicy, request_key
 from judgebench_flows.calls.request_rules import O1, REASONING, STANDARD, fold_system, rule_for, shape
-from judgebench_flows.testing.fake_openai import FakeOpenAIServer, openai_rejection
+from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import CallFailed, judge_one_order
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer, openai_rejection
 
 SYSTEM = "  Please act as an impartial judge.\n"
 USER = "<|User Prompt|>\nWhat is 2+2?\n<|The Start of Assistant A's Answer|>4"
@@ -55,7 +55,11 @@ def run_calls(caller: ChatCaller, count: int = 1, messages=MESSAGES, sampling=AR
 
 def test_model_table_longest_prefix_provider_paths_and_cli_overrides() -> None:
     assert rule_for("o1-mini-2024-09-12") is O1 and rule_for("o1-preview") is O1 and rule_for("O1") is O1
-    assert rule_for("o3-mini") is REASONING and rule_for("openai/o4-mini") is REASONING and rule_for("gpt-5-mini") is REASONING
+    assert (
+        rule_for("o3-mini") is REASONING
+        and rule_for("openai/o4-mini") is REASONING
+        and rule_for("gpt-5-mini") is REASONING
+    )
     assert rule_for("gpt-5-chat-latest") is STANDARD and rule_for("gpt-4o-2024-05-13") is STANDARD
     assert rule_for("my-llama", "o1") is O1 and rule_for("o3-mini", "standard") is STANDARD
     custom = rule_for("qwen3", "auto", ["temperature", "top_p"])
@@ -78,7 +82,9 @@ def test_o1_requests_are_judgebenchs_byte_for_byte() -> None:
 @pytest.mark.parametrize("model", ["o1-mini-2024-09-12", "o1-2024-12-17", "o3-mini", "o4-mini", "gpt-5", "gpt-5-mini"])
 def test_the_fake_endpoint_rejects_what_openai_rejects_and_the_table_avoids_it(model: str) -> None:
     assert openai_rejection({"model": model, "messages": MESSAGES, **ARENA_SAMPLING})["error"]["code"] in (
-        "unsupported_parameter", "unsupported_value")
+        "unsupported_parameter",
+        "unsupported_value",
+    )
     bodies, respond = recording()
     with FakeOpenAIServer(respond, openai_rules=True) as server:
         caller = caller_for(server, model)
@@ -89,7 +95,9 @@ def test_the_fake_endpoint_rejects_what_openai_rejects_and_the_table_avoids_it(m
     assert "temperature" not in body and "max_tokens" not in body
     if model.startswith("o1"):
         assert set(body) == {"model", "messages"}
-        assert body["messages"] == [{"role": "user", "content": f"<|BEGIN_SYSTEM_MESSAGE|>\n{SYSTEM.strip()}\n<|END_SYSTEM_MESSAGE|>\n\n{USER}"}]
+        assert body["messages"] == [
+            {"role": "user", "content": f"<|BEGIN_SYSTEM_MESSAGE|>\n{SYSTEM.strip()}\n<|END_SYSTEM_MESSAGE|>\n\n{USER}"}
+        ]
     else:
         assert body["max_completion_tokens"] == 4096 and body["messages"] == MESSAGES
     # The cache key is the request actually sent.
@@ -113,8 +121,12 @@ def test_unknown_model_rejecting_temperature_is_adjusted_once_then_succeeds() ->
         assert server.status_counts == {400: 1, 200: 5}, "exactly one rejected request, then the adjusted shape"
     assert all(body.get("max_tokens") == 4096 and "temperature" not in body for body in bodies)
     [change] = caller.adjustments
-    assert change["param"] == "temperature" and change["action"] == "dropped" and "temperature" in change["endpoint_said"]
-    assert {c.key for c in completions} == {request_key(caller.base_url, "acme-judge-1", bodies[0]["messages"], {"max_tokens": 4096})}
+    assert (
+        change["param"] == "temperature" and change["action"] == "dropped" and "temperature" in change["endpoint_said"]
+    )
+    assert {c.key for c in completions} == {
+        request_key(caller.base_url, "acme-judge-1", bodies[0]["messages"], {"max_tokens": 4096})
+    }
 
 
 def test_adjustment_is_recorded_once_under_concurrency() -> None:
@@ -197,7 +209,9 @@ def judge_with(answer: Any):
 
         async def go():
             try:
-                return await judge_one_order(get_judge("arena_hard"), "What is 2+2?", "4", "5", caller.complete), server.requests
+                return await judge_one_order(
+                    get_judge("arena_hard"), "What is 2+2?", "4", "5", caller.complete
+                ), server.requests
             finally:
                 await caller.aclose()
 
@@ -205,14 +219,24 @@ def judge_with(answer: Any):
 
 
 def test_verdict_comes_from_the_answer_never_from_reasoning() -> None:
-    outcome, _ = judge_with({"content": "Final: [[B>A]]", "reasoning_content": "maybe [[A>>B]]", "reasoning_tokens": 12})
+    outcome, _ = judge_with(
+        {"content": "Final: [[B>A]]", "reasoning_content": "maybe [[A>>B]]", "reasoning_tokens": 12}
+    )
     assert (outcome.status, outcome.decision) == ("ok", "B>A")
     assert outcome.completions[0].reasoning_tokens == 12 and "maybe" not in outcome.response
 
-    custom = type("Custom", (), {"name": "c", "sampling": {}, "follow_up": None,
-                                 "format": lambda self, q, a, b: [{"role": "user", "content": q}],
-                                 "parse": lambda self, text: "A>B" if "A" in text else "",
-                                 "wants_follow_up": lambda self, text: False})()
+    custom = type(
+        "Custom",
+        (),
+        {
+            "name": "c",
+            "sampling": {},
+            "follow_up": None,
+            "format": lambda self, q, a, b: [{"role": "user", "content": q}],
+            "parse": lambda self, text: "A>B" if "A" in text else "",
+            "wants_follow_up": lambda self, text: False,
+        },
+    )()
     with FakeOpenAIServer("<think>A looks better... or B</think>no idea") as server:
         caller = caller_for(server, "qwq")
 

@@ -52,13 +52,33 @@ def cli_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "OPENAI_API_KEY": CANARY_KEY, **extra}
 
 
-def run_args(repo: tuple[str, str], server: FakeOpenAIServer, workdir: Path, *extra: str, samples: int = SAMPLES) -> list[str]:
+def run_args(
+    repo: tuple[str, str], server: FakeOpenAIServer, workdir: Path, *extra: str, samples: int = SAMPLES
+) -> list[str]:
     url, sha = repo
     return [
-        sys.executable, "-m", "judgebench_flows.cli.main", "run", "--model", MODEL,
-        "--repo-url", url, "--ref", sha, "--data-file", GPT4O_FILE, "--base-url", server.base_url,
-        "--max-samples", str(samples), "--db-url", f"sqlite:///{workdir}/judgebench.db",
-        "--no-progress", "--no-report", *FAST_RETRIES, *extra,
+        sys.executable,
+        "-m",
+        "judgebench_flows.cli.main",
+        "run",
+        "--model",
+        MODEL,
+        "--repo-url",
+        url,
+        "--ref",
+        sha,
+        "--data-file",
+        GPT4O_FILE,
+        "--base-url",
+        server.base_url,
+        "--max-samples",
+        str(samples),
+        "--db-url",
+        f"sqlite:///{workdir}/judgebench.db",
+        "--no-progress",
+        "--no-report",
+        *FAST_RETRIES,
+        *extra,
     ]
 
 
@@ -115,10 +135,25 @@ def server(gpt4o_pairs) -> Iterator[FakeOpenAIServer]:
 # ----- a. faults ------------------------------------------------------------------------------------
 
 
-def test_faulty_endpoint_gives_the_fault_free_results_and_pays_each_call_once(baseline, judgebench_repo, server, tmp_path) -> None:
-    server.configure(rate_429=0.1, retry_after=0.05, rate_500=0.05, rate_503=0.05, rate_drop=0.05, rate_hang=0.03,
-                     hang_seconds=10, seed=11)
-    run(run_args(judgebench_repo, server, tmp_path, "--request-timeout", "1", "--max-retries", "8", "--concurrency", "8"), tmp_path)
+def test_faulty_endpoint_gives_the_fault_free_results_and_pays_each_call_once(
+    baseline, judgebench_repo, server, tmp_path
+) -> None:
+    server.configure(
+        rate_429=0.1,
+        retry_after=0.05,
+        rate_500=0.05,
+        rate_503=0.05,
+        rate_drop=0.05,
+        rate_hang=0.03,
+        hang_seconds=10,
+        seed=11,
+    )
+    run(
+        run_args(
+            judgebench_repo, server, tmp_path, "--request-timeout", "1", "--max-retries", "8", "--concurrency", "8"
+        ),
+        tmp_path,
+    )
 
     results = results_of(tmp_path)
     assert results["invalid"]["failed_judgments"] == 0
@@ -147,7 +182,9 @@ def test_killed_run_resumes_without_losing_or_repaying_calls(baseline, judgebenc
         try:
             deadline = time.monotonic() + 120
             while server.answered < 0.3 * CALLS:
-                assert process.poll() is None, f"the run ended before it was killed: {(tmp_path / 'killed.log').read_text()}"
+                assert process.poll() is None, (
+                    f"the run ended before it was killed: {(tmp_path / 'killed.log').read_text()}"
+                )
                 assert time.monotonic() < deadline, "the run never got going"
                 time.sleep(0.01)
             os.kill(process.pid, signal.SIGKILL)
@@ -266,7 +303,9 @@ def test_unparseable_verdicts_are_kept_counted_and_asked_again(judgebench_repo, 
 # ----- failed calls: the shard is retried, answered calls are not paid again ---------------------------
 
 
-def test_shard_with_failed_calls_is_retried_and_only_failed_calls_are_paid_again(judgebench_repo, gpt4o_pairs, tmp_path) -> None:
+def test_shard_with_failed_calls_is_retried_and_only_failed_calls_are_paid_again(
+    judgebench_repo, gpt4o_pairs, tmp_path
+) -> None:
     samples = 10
     judge = mixed_judge(gpt4o_pairs)
     failures: dict[str, int] = {}
@@ -338,8 +377,14 @@ def test_the_api_key_is_written_nowhere(prefect_server, judgebench_repo, gpt4o_p
     assert Path(tmp_path / "results" / "run" / "report.html").is_file()
 
     with FakeOpenAIServer(mixed_judge(gpt4o_pairs), api_key="sk-some-other-key-000000") as server:
-        failing = subprocess.run(run_args(judgebench_repo, server, tmp_path / "failing", samples=6), cwd=tmp_path, env=env,
-                                 capture_output=True, text=True, timeout=300)
+        failing = subprocess.run(
+            run_args(judgebench_repo, server, tmp_path / "failing", samples=6),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert failing.returncode == 2, failing.stderr
     errors = [line for line in failing.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "rejected the API key" in errors[0], failing.stderr

@@ -13,10 +13,9 @@ import pytest
 
 from judgebench_flows.calls.llm import ChatCaller
 from judgebench_flows.calls.other_apis import answer_of, pooled_score, server_root
-from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
-
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import GPT4O_FILE, load_jsonl
 
 
@@ -59,8 +58,13 @@ def scores_by_text(table: dict[str, float]):
 
 def run_pair(server: FakeOpenAIServer, question: str, a: str, b: str, orders=(0, 1), caller_kwargs=None):
     async def go():
-        caller = ChatCaller(base_url=server.base_url, model="Skywork/Skywork-Reward-Llama-3.1-8B", api_key="k", api="pooling",
-                            **(caller_kwargs or {}))
+        caller = ChatCaller(
+            base_url=server.base_url,
+            model="Skywork/Skywork-Reward-Llama-3.1-8B",
+            api_key="k",
+            api="pooling",
+            **(caller_kwargs or {}),
+        )
         try:
             return await judge_by_scores(RewardJudge(), question, a, b, orders, caller.complete)
         finally:
@@ -96,14 +100,22 @@ def test_a_failed_scoring_call_fails_the_pair_and_is_never_a_verdict(fake_server
     fake_server.configure(fail_first=10, fail_kind="500")
     from judgebench_flows.calls.llm import RetryPolicy
 
-    results = run_pair(fake_server, "q", "a", "b", caller_kwargs={"retry": RetryPolicy(max_retries=1, initial_wait=0.01, max_wait=0.02)})
+    results = run_pair(
+        fake_server,
+        "q",
+        "a",
+        "b",
+        caller_kwargs={"retry": RetryPolicy(max_retries=1, initial_wait=0.01, max_wait=0.02)},
+    )
     assert [o.status for o, _ in results] == ["failed", "failed"] and all(s is None for _, s in results)
 
 
 def test_reward_judge_is_registered_and_formats_the_conversation() -> None:
     judge = get_judge("reward_model", model="internlm/internlm2-7b-reward")
     assert judge.api == "pooling" and judge.format("Q", "A1", "B1") == [
-        {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A1"}]
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "A1"},
+    ]
 
 
 # ----- a whole run, replaying recorded scores ---------------------------------------------------------
@@ -117,6 +129,7 @@ def recorded_score(text: str) -> float:
 def judgebench_accuracy(pairs: list[dict]) -> tuple[float, dict[str, float]]:
     """JudgeBench's run_judge.py + utils/metrics.py on these scores, written out independently: order 1
     judges (A, B), order 2 judges (B, A); `A>B` iff the first score is strictly higher."""
+
     def decide(first: float, second: float) -> str:
         return "A>B" if first > second else "B>A"
 
@@ -128,7 +141,11 @@ def judgebench_accuracy(pairs: list[dict]) -> tuple[float, dict[str, float]]:
         sa, sb = recorded_score(pair["response_A"]), recorded_score(pair["response_B"])
         d1, d2 = decide(sa, sb), flip(decide(sb, sa))
         counter = sum(1 if d == pair["label"] else -1 if d == flip(pair["label"]) else 0 for d in (d1, d2))
-        category = next(c for c in ("mmlu-pro", "livebench-reasoning", "livebench-math", "livecodebench") if pair["source"].startswith(c))
+        category = next(
+            c
+            for c in ("mmlu-pro", "livebench-reasoning", "livebench-math", "livecodebench")
+            if pair["source"].startswith(c)
+        )
         correct.setdefault(category, []).append(counter > 0)
     overall = sum(sum(v) for v in correct.values()) / len(pairs)
     return overall, {c: sum(v) / len(v) for c, v in correct.items()}
@@ -144,10 +161,30 @@ def test_replayed_scores_give_judgebench_accuracy(run_cli, judgebench_repo, gpt4
     model = "Skywork/Skywork-Reward-Gemma-2-27B"
     with FakeOpenAIServer(scores_by_text(table)) as server:
         args = [
-            "run", "--judge-type", "reward_model", "--model", model, "--repo-url", url, "--ref", sha,
-            "--data-file", GPT4O_FILE, "--base-url", server.base_url, "--concurrency", "16", "--shard-size", "50",
-            "--result-path", "results/reward.json", "--output-dir", "results/run",
-            "--db-url", f"sqlite:///{tmp_path}/judgebench.db", "--no-progress",
+            "run",
+            "--judge-type",
+            "reward_model",
+            "--model",
+            model,
+            "--repo-url",
+            url,
+            "--ref",
+            sha,
+            "--data-file",
+            GPT4O_FILE,
+            "--base-url",
+            server.base_url,
+            "--concurrency",
+            "16",
+            "--shard-size",
+            "50",
+            "--result-path",
+            "results/reward.json",
+            "--output-dir",
+            "results/run",
+            "--db-url",
+            f"sqlite:///{tmp_path}/judgebench.db",
+            "--no-progress",
         ]
         result = run_cli(*args)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -158,7 +195,11 @@ def test_replayed_scores_give_judgebench_accuracy(run_cli, judgebench_repo, gpt4
         assert {c: a["accuracy"] for c, a in results["category_accuracy"].items()} == pytest.approx(expected_categories)
         assert results["usage"]["calls"] == scoring_calls
 
-        jsonl = tmp_path / "results/run" / f"{GPT4O_FILE.removesuffix('.jsonl')},judge_name=reward_model,judge_model={model.replace('/', '_')}.jsonl"
+        jsonl = (
+            tmp_path
+            / "results/run"
+            / f"{GPT4O_FILE.removesuffix('.jsonl')},judge_name=reward_model,judge_model={model.replace('/', '_')}.jsonl"
+        )
         if not jsonl.exists():  # the file name's model part follows the project's own rule; find it
             (jsonl,) = (tmp_path / "results/run").glob("*judge_name=reward_model*.jsonl")
         rows = {r["pair_id"]: r for r in load_jsonl(jsonl)}

@@ -24,19 +24,39 @@ def tiny_reward_model(tmp_path_factory) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
-    corpus = ["What is 6 times 7? The answer is 42. It is not 41.", "def f(x): return x * 2", "<|user|> <|assistant|>"] * 20
+    corpus = [
+        "What is 6 times 7? The answer is 42. It is not 41.",
+        "def f(x): return x * 2",
+        "<|user|> <|assistant|>",
+    ] * 20
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=320, special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=320,
+            special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=8192, num_labels=1,
-                         pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = LlamaForSequenceClassification(config)
     path = tmp_path_factory.mktemp("tiny-reward") / "Skywork-tiny-reward"
     model.save_pretrained(str(path))
@@ -51,7 +71,9 @@ def direct_score(path: Path, question: str, response: str) -> float:
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     model = AutoModelForSequenceClassification.from_pretrained(str(path), torch_dtype=torch.float32).eval()
-    text = tokenizer.apply_chat_template([{"role": "user", "content": question}, {"role": "assistant", "content": response}], tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}, {"role": "assistant", "content": response}], tokenize=False
+    )
     with torch.no_grad():
         return model(**tokenizer(text, return_tensors="pt")).logits[0][0].item()
 
@@ -61,8 +83,13 @@ def test_local_model_scores_as_judgebench_does(tiny_reward_model: Path) -> None:
 
     scorer = LocalRewardModel(str(tiny_reward_model), "cpu")
     assert scorer.family == "skywork"
-    messages = [{"role": "user", "content": "What is 6 times 7?"}, {"role": "assistant", "content": "The answer is 42."}]
-    assert scorer.score(messages) == pytest.approx(direct_score(tiny_reward_model, "What is 6 times 7?", "The answer is 42."), abs=1e-6)
+    messages = [
+        {"role": "user", "content": "What is 6 times 7?"},
+        {"role": "assistant", "content": "The answer is 42."},
+    ]
+    assert scorer.score(messages) == pytest.approx(
+        direct_score(tiny_reward_model, "What is 6 times 7?", "The answer is 42."), abs=1e-6
+    )
 
 
 def test_families_are_told_apart() -> None:
@@ -75,8 +102,8 @@ def test_families_are_told_apart() -> None:
 
 
 def test_a_model_that_cannot_load_is_one_line(tmp_path: Path) -> None:
-    from judgebench_flows.core.errors import UserError
     from judgebench_flows.calls.local_reward import LocalRewardModel
+    from judgebench_flows.core.errors import UserError
 
     with pytest.raises(UserError, match="cannot load reward model") as err:
         LocalRewardModel(str(tmp_path / "missing"), "cpu")
@@ -85,8 +112,8 @@ def test_a_model_that_cannot_load_is_one_line(tmp_path: Path) -> None:
 
 def test_whole_path_through_the_caller_with_the_call_cache(tiny_reward_model: Path, tmp_path: Path) -> None:
     """The local backend is an API of the same caller: scores cached by request, reused on a re-run."""
-    from judgebench_flows.data import db
     from judgebench_flows.calls.llm import ChatCaller
+    from judgebench_flows.data import db
     from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
 
     judge = RewardJudge().local(str(tiny_reward_model))
@@ -95,7 +122,9 @@ def test_whole_path_through_the_caller_with_the_call_cache(tiny_reward_model: Pa
     question, a, b = "What is 6 times 7?", "The answer is 42.", "It is 41."
 
     async def run():
-        caller = ChatCaller(base_url="local:", model=str(tiny_reward_model), api_key="EMPTY", engine=engine, api=judge.api)
+        caller = ChatCaller(
+            base_url="local:", model=str(tiny_reward_model), api_key="EMPTY", engine=engine, api=judge.api
+        )
         try:
             results = await judge_by_scores(judge, question, a, b, (0, 1), caller.complete)
             await caller.remember([c for o, _ in results for c in o.completions])
@@ -115,19 +144,46 @@ def test_whole_path_through_the_caller_with_the_call_cache(tiny_reward_model: Pa
 
 @pytest.mark.slow
 def test_cli_run_with_the_local_backend(tiny_reward_model: Path, gpt4o_pairs, run_cli, tmp_path: Path) -> None:
-    pairs = [{**p, "response_A": p["response_A"][:1200], "response_B": p["response_B"][:1200], "question": p["question"][:800]}
-             for p in gpt4o_pairs[:12]]
+    pairs = [
+        {
+            **p,
+            "response_A": p["response_A"][:1200],
+            "response_B": p["response_B"][:1200],
+            "question": p["question"][:800],
+        }
+        for p in gpt4o_pairs[:12]
+    ]
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(p) + "\n" for p in pairs))
-    result = run_cli("run", "--judge-type", "reward_model", "--reward-backend", "transformers", "--model", str(tiny_reward_model),
-                     "--data-path", str(data), "--result-path", "results/r.json", "--output-dir", "results/run",
-                     "--db-url", f"sqlite:///{tmp_path}/judgebench.db", "--no-progress", "--concurrency", "4",
-                     env={"JUDGEBENCH_REWARD_DEVICE": "cpu"})
+    result = run_cli(
+        "run",
+        "--judge-type",
+        "reward_model",
+        "--reward-backend",
+        "transformers",
+        "--model",
+        str(tiny_reward_model),
+        "--data-path",
+        str(data),
+        "--result-path",
+        "results/r.json",
+        "--output-dir",
+        "results/run",
+        "--db-url",
+        f"sqlite:///{tmp_path}/judgebench.db",
+        "--no-progress",
+        "--concurrency",
+        "4",
+        env={"JUDGEBENCH_REWARD_DEVICE": "cpu"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "results/r.json").read_text())
     correct = 0
     for p in pairs:
-        sa, sb = direct_score(tiny_reward_model, p["question"], p["response_A"]), direct_score(tiny_reward_model, p["question"], p["response_B"])
+        sa, sb = (
+            direct_score(tiny_reward_model, p["question"], p["response_A"]),
+            direct_score(tiny_reward_model, p["question"], p["response_B"]),
+        )
         d1 = "A>B" if sa > sb else "B>A"
         d2 = "B>A" if sb > sa else "A>B"  # order 2's verdict mapped back to the pair
         flip = "B>A" if p["label"] == "A>B" else "A>B"

@@ -7,16 +7,31 @@ from pathlib import Path
 
 import pytest
 
+from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
 from judgebench_flows.cli import main as cli
 from judgebench_flows.cli.console import JudgmentCounter
-from judgebench_flows.judging.shards import Runtime, add_progress_hook, clear_progress_hooks, judge_pairs, settle_progress
-from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
 from judgebench_flows.core.records import Pair
-from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from judgebench_flows.judges import get_judge
+from judgebench_flows.judging.shards import (
+    Runtime,
+    add_progress_hook,
+    clear_progress_hooks,
+    judge_pairs,
+    settle_progress,
+)
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
-PAIRS = [Pair(pair_id=f"p{i}", source="mmlu-pro-math", question=f"{i}+{i}?", response_A=str(2 * i), response_B="x", label="A>B")
-         for i in range(5)]
+PAIRS = [
+    Pair(
+        pair_id=f"p{i}",
+        source="mmlu-pro-math",
+        question=f"{i}+{i}?",
+        response_A=str(2 * i),
+        response_B="x",
+        label="A>B",
+    )
+    for i in range(5)
+]
 
 
 def test_counter_counts_each_judgment_once_across_retries_and_cached_shards() -> None:
@@ -41,8 +56,12 @@ def test_judging_ticks_per_shard_and_a_failed_shard_retried_stays_within_its_pla
         with FakeOpenAIServer("I cannot decide", fail_first=1, fail_kind="500") as server:
 
             async def go():
-                caller = ChatCaller(base_url=server.base_url, model="m", api_key="sk-test",
-                                    retry=RetryPolicy(max_retries=0, initial_wait=0.01, max_wait=0.01))
+                caller = ChatCaller(
+                    base_url=server.base_url,
+                    model="m",
+                    api_key="sk-test",
+                    retry=RetryPolicy(max_retries=0, initial_wait=0.01, max_wait=0.01),
+                )
                 runtime = Runtime(get_judge("vanilla"), caller)
                 try:
                     first = await judge_pairs(PAIRS, runtime, (0, 1), shard_index=3)  # every call fails (500)

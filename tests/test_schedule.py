@@ -26,8 +26,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "judgebench-pool"
@@ -67,7 +67,10 @@ class LiveServer:
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -94,11 +97,21 @@ class LiveServer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def errors_in_log(self) -> list[str]:
-        return [line for line in self.log().splitlines() if "Traceback" in line or "| ERROR" in line or " ERROR " in line]
+        return [
+            line for line in self.log().splitlines() if "Traceback" in line or "| ERROR" in line or " ERROR " in line
+        ]
 
-    def cli(self, *args: str, cwd: Path = ROOT, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=cwd, env={**self.env, **(env or {})},
-                              capture_output=True, text=True, timeout=timeout)
+    def cli(
+        self, *args: str, cwd: Path = ROOT, timeout: float = 300, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "prefect", *args],
+            cwd=cwd,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done
 
@@ -113,7 +126,10 @@ class LiveServer:
         return response.json()
 
     def flow_runs(self, deployment_id: str) -> list[dict[str, Any]]:
-        return self.post("/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}, "sort": "EXPECTED_START_TIME_ASC", "limit": 50})
+        return self.post(
+            "/flow_runs/filter",
+            {"deployments": {"id": {"any_": [deployment_id]}}, "sort": "EXPECTED_START_TIME_ASC", "limit": 50},
+        )
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, server: LiveServer) -> Any:
@@ -124,7 +140,12 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, server: LiveSe
         if found:
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: nothing after {timeout} s; server errors:\n" + "\n".join(server.errors_in_log()[-20:]) + "\n" + server.log()[-3000:])
+            raise AssertionError(
+                f"{what}: nothing after {timeout} s; server errors:\n"
+                + "\n".join(server.errors_in_log()[-20:])
+                + "\n"
+                + server.log()[-3000:]
+            )
         time.sleep(2)
 
 
@@ -152,10 +173,15 @@ def test_scheduler_creates_the_nightly_runs(live_server):
         return runs if len(runs) >= 3 else []
 
     runs = wait_for("scheduled nightly runs", scheduled, timeout=300, server=live_server)
-    starts = [datetime.fromisoformat(r["expected_start_time"].replace("Z", "+00:00")).astimezone(timezone.utc) for r in runs]
+    starts = [
+        datetime.fromisoformat(r["expected_start_time"].replace("Z", "+00:00")).astimezone(timezone.utc) for r in runs
+    ]
     assert all((s.hour, s.minute) == (2, 0) for s in starts), starts
     assert starts == sorted(starts) and len(set(starts)) == len(starts) and starts[0] > datetime.now(timezone.utc)
-    assert all(r["work_queue_name"] == "nightly" and r["parameters"] == {"matrix_path": "deployments/nightly.yaml"} for r in runs)
+    assert all(
+        r["work_queue_name"] == "nightly" and r["parameters"] == {"matrix_path": "deployments/nightly.yaml"}
+        for r in runs
+    )
 
     # the README's two checks that the schedule is live
     inspected = live_server.cli("deployment", "inspect", "nightly-benchmarks/nightly")
@@ -173,39 +199,71 @@ def test_every_minute_schedule_runs_a_small_matrix_on_a_worker(live_server, judg
     its matrix entry names."""
     url, sha = judgebench_repo
     out, db_url = tmp_path / "nightly", f"sqlite:///{tmp_path}/history.db"
-    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), api_key=CANARY_KEY, models={"judge-a"}) as endpoint:
+    with FakeOpenAIServer(
+        oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), api_key=CANARY_KEY, models={"judge-a"}
+    ) as endpoint:
         matrix = {
             "judge_types": ["vanilla"],
             "models": [{"model": "judge-a", "base_url": endpoint.base_url, "api_key_env": "JUDGE_A_KEY"}],
-            "data_files": [GPT4O_FILE], "repo_url": url, "ref": sha, "db_url": db_url, "output_root": str(out),
-            "max_samples": 3, "concurrency": 4, "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 100},
+            "data_files": [GPT4O_FILE],
+            "repo_url": url,
+            "ref": sha,
+            "db_url": db_url,
+            "output_root": str(out),
+            "max_samples": 3,
+            "concurrency": 4,
+            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 100},
         }
         matrix_path = tmp_path / "matrix.yaml"
         matrix_path.write_text(yaml.safe_dump(matrix))
         deploy_script = (
-            "import sys; from pathlib import Path; from prefect import deploy; from deployments.deploy import nightly_deployment\n"
+            "import sys; from pathlib import Path; from prefect import deploy; from judgebench_flows.deployments.deploy import nightly_deployment\n"
             "d = nightly_deployment(Path(sys.argv[1]), matrix_path=sys.argv[2], cron='* * * * *', name='every-minute')\n"
             f"deploy(d, work_pool_name={POOL!r}, build=False, push=False, print_next_steps_message=False, ignore_warnings=True)\n"
         )
-        deployed = subprocess.run([sys.executable, "-c", deploy_script, str(ROOT), str(matrix_path)], cwd=ROOT, env=live_server.env,
-                                  capture_output=True, text=True, timeout=300)
+        deployed = subprocess.run(
+            [sys.executable, "-c", deploy_script, str(ROOT), str(matrix_path)],
+            cwd=ROOT,
+            env=live_server.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
         deployment = live_server.deployment("nightly-benchmarks/every-minute")
         assert [s["schedule"]["cron"] for s in deployment["schedules"]] == ["* * * * *"]
 
         worker_log = (tmp_path / "worker.log").open("wb")
-        worker_env = {**live_server.env, "JUDGE_A_KEY": CANARY_KEY, "OPENAI_API_KEY": "sk-not-the-right-key-000",
-                      "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"), "PREFECT_WORKER_QUERY_SECONDS": "2"}
-        worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "nightly"],
-                                  cwd=tmp_path, env=worker_env, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True)
+        worker_env = {
+            **live_server.env,
+            "JUDGE_A_KEY": CANARY_KEY,
+            "OPENAI_API_KEY": "sk-not-the-right-key-000",
+            "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"),
+            "PREFECT_WORKER_QUERY_SECONDS": "2",
+        }
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "nightly"],
+            cwd=tmp_path,
+            env=worker_env,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            scheduled = wait_for("runs created by the every-minute schedule", lambda: live_server.flow_runs(deployment["id"]), 300, live_server)
+            scheduled = wait_for(
+                "runs created by the every-minute schedule",
+                lambda: live_server.flow_runs(deployment["id"]),
+                300,
+                live_server,
+            )
             assert all(r["auto_scheduled"] for r in scheduled)
 
             def first_finished() -> dict[str, Any] | None:
                 runs = live_server.flow_runs(deployment["id"])
                 assert worker.poll() is None, f"the worker exited:\n{(tmp_path / 'worker.log').read_text()[-4000:]}"
-                return next((r for r in runs if r["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")), None)
+                return next(
+                    (r for r in runs if r["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")), None
+                )
 
             # under load: a minute for the schedule, then the worker's subprocess imports and runs the flow
             finished = wait_for("a scheduled run finished by the worker", first_finished, 900, live_server)
@@ -217,7 +275,9 @@ def test_every_minute_schedule_runs_a_small_matrix_on_a_worker(live_server, judg
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait(10)
         log = (tmp_path / "worker.log").read_text(errors="replace")
-        assert finished["state_type"] == "COMPLETED", f"{finished['state_name']}: {finished.get('state', {}).get('message')}\n{log[-5000:]}"
+        assert finished["state_type"] == "COMPLETED", (
+            f"{finished['state_name']}: {finished.get('state', {}).get('message')}\n{log[-5000:]}"
+        )
         assert finished["auto_scheduled"] and finished["work_queue_name"] == "nightly"
         assert endpoint.snapshot()["distinct_answered"] == 6  # 3 pairs x 2 orders, with the key JUDGE_A_KEY names
 

@@ -24,8 +24,11 @@ from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED, requires_shared
 from tests.test_prefect_server import gone_within, processes_with
 
-pytestmark = [pytest.mark.slow, requires_shared,
-              pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds processes through /proc (Linux)")]
+pytestmark = [
+    pytest.mark.slow,
+    requires_shared,
+    pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds processes through /proc (Linux)"),
+]
 
 NOISE = ("Error logging to API", "EventsWorker", "Still processing items", "Traceback")
 
@@ -42,18 +45,50 @@ def busy_processes(n: int = 2) -> Iterator[None]:
             spinner.wait()
 
 
-def judgebench(server: FakeOpenAIServer, where: Path, samples: int = 2, keepalive: float = DEFAULT_KEEPALIVE,
-               extra_env: dict[str, str] | None = None, timeout: float = 900, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def judgebench(
+    server: FakeOpenAIServer,
+    where: Path,
+    samples: int = 2,
+    keepalive: float = DEFAULT_KEEPALIVE,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 900,
+    extra: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
     """One run as a new user makes it: fresh HOME unless `where` is reused, no PREFECT_API_URL."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     (where / "home").mkdir(parents=True, exist_ok=True)
-    env.update(HOME=str(where / "home"), PREFECT_HOME=str(where / "prefect-home"), OPENAI_API_KEY=CANARY_KEY,
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", **(extra_env or {}))
+    env.update(
+        HOME=str(where / "home"),
+        PREFECT_HOME=str(where / "prefect-home"),
+        OPENAI_API_KEY=CANARY_KEY,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        **(extra_env or {}),
+    )
     env["JUDGEBENCH_SERVER_KEEPALIVE"] = str(keepalive)  # conftest makes 0 the suite's default
     run = where / f"run-{time.monotonic_ns()}"
-    command = [sys.executable, "-m", "judgebench_flows.cli.main", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
-               "--max-samples", str(samples), "--model", "judge", "--base-url", server.base_url, "--no-progress",
-               "--db-url", f"sqlite:///{run}.db", "--result-path", f"{run}.json", "--output-dir", str(run), "--no-report", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "judgebench_flows.cli.main",
+        "run",
+        "--data-path",
+        str(SHARED / "data" / GPT4O_FILE),
+        "--max-samples",
+        str(samples),
+        "--model",
+        "judge",
+        "--base-url",
+        server.base_url,
+        "--no-progress",
+        "--db-url",
+        f"sqlite:///{run}.db",
+        "--result-path",
+        f"{run}.json",
+        "--output-dir",
+        str(run),
+        "--no-report",
+        *extra,
+    ]
     return subprocess.run(command, env=env, cwd=where, capture_output=True, text=True, timeout=timeout)
 
 
@@ -130,12 +165,36 @@ def test_a_killed_run_releases_its_kept_server(tmp_path):
     home = tmp_path / "prefect-home"
     with FakeOpenAIServer("My final verdict is [[A>B]]", latency=0.5) as server:
         env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-        env.update(PREFECT_HOME=str(home), OPENAI_API_KEY=CANARY_KEY, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                   JUDGEBENCH_SERVER_KEEPALIVE="3")
-        command = [sys.executable, "-m", "judgebench_flows.cli.main", "run", "--data-path", str(SHARED / "data" / GPT4O_FILE),
-                   "--max-samples", "200", "--model", "judge", "--base-url", server.base_url, "--no-progress",
-                   "--db-url", f"sqlite:///{tmp_path / 'r.db'}", "--no-report", "--concurrency", "4",
-                   "--result-path", str(tmp_path / "r.json"), "--output-dir", str(tmp_path / "run")]
+        env.update(
+            PREFECT_HOME=str(home),
+            OPENAI_API_KEY=CANARY_KEY,
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            JUDGEBENCH_SERVER_KEEPALIVE="3",
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "judgebench_flows.cli.main",
+            "run",
+            "--data-path",
+            str(SHARED / "data" / GPT4O_FILE),
+            "--max-samples",
+            "200",
+            "--model",
+            "judge",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--db-url",
+            f"sqlite:///{tmp_path / 'r.db'}",
+            "--no-report",
+            "--concurrency",
+            "4",
+            "--result-path",
+            str(tmp_path / "r.json"),
+            "--output-dir",
+            str(tmp_path / "run"),
+        ]
         run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 600
@@ -153,8 +212,12 @@ def test_a_killed_run_releases_its_kept_server(tmp_path):
 
 def test_a_server_that_cannot_start_is_exit_5_with_advice(tmp_path):
     with FakeOpenAIServer("My final verdict is [[A>B]]") as server:
-        done = judgebench(server, tmp_path, keepalive=0, extra_env={
-            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp_path}/no-such-dir/prefect.db"})
+        done = judgebench(
+            server,
+            tmp_path,
+            keepalive=0,
+            extra_env={"PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{tmp_path}/no-such-dir/prefect.db"},
+        )
     assert done.returncode == 5, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the temporary Prefect server") and "PREFECT_API_URL" in last, done.stderr

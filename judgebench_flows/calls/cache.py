@@ -53,7 +53,9 @@ class CallCache:
         for key in keys:  # a known miss (None) is remembered too, so it costs no second query
             row = rows.get(key)
             self._prefetched[key] = (
-                Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key) if row is not None else None
+                Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
+                if row is not None
+                else None
             )
 
     def forget(self, key: str) -> None:
@@ -82,7 +84,14 @@ class CallCache:
         if self.engine is None or self.mode == "off" or not completions:
             return
         self._unsaved.extend(
-            {"key": c.key, "model": self.model, "response": c.text, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "created": db.utcnow()}
+            {
+                "key": c.key,
+                "model": self.model,
+                "response": c.text,
+                "prompt_tokens": c.prompt_tokens,
+                "completion_tokens": c.completion_tokens,
+                "created": db.utcnow(),
+            }
             for c in completions
         )
         if self._writer is None or self._writer.done():

@@ -74,16 +74,23 @@ class ChatCaller:
         """The caller a run's endpoint settings describe (the one place they become a caller's fields);
         `parts` are what a run adds: the cache's engine, global limit names, the request rule."""
         return cls(
-            base_url=settings.base_url or "local:", model=model, api_key=api_key, concurrency=settings.concurrency,
-            request_timeout=settings.request_timeout, rpm=settings.rpm, cache_mode=settings.cache,
+            base_url=settings.base_url or "local:",
+            model=model,
+            api_key=api_key,
+            concurrency=settings.concurrency,
+            request_timeout=settings.request_timeout,
+            rpm=settings.rpm,
+            cache_mode=settings.cache,
             retry=RetryPolicy(settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait),
-            adaptive=settings.adaptive_concurrency, **parts,
+            adaptive=settings.adaptive_concurrency,
+            **parts,
         )
 
     def __post_init__(self) -> None:
         self.transport = Transport(self.base_url, self.model, self.api_key, self.request_timeout, self.concurrency)
-        self.limits = CallLimits(self.concurrency, self.request_timeout, self.rpm, self.adaptive,
-                                 self.global_limit, self.global_rate_limit)
+        self.limits = CallLimits(
+            self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
+        )
         self.cache = CallCache(self.engine, self.cache_mode, self.model)
         # Calls made ahead of the flow (see `call_ahead`), each waiting for the first `complete` to ask.
         self._early: dict[str, asyncio.Future[Completion]] = {}
@@ -127,7 +134,10 @@ class ChatCaller:
         return await self._call(messages, sampling, key, rule)  # keyed by the request it finally sent
 
     async def call_ahead(
-        self, requests: Iterator[list[dict[str, str]]], sampling: dict[str, Any], max_calls: int,
+        self,
+        requests: Iterator[list[dict[str, str]]],
+        sampling: dict[str, Any],
+        max_calls: int,
         keep: Callable[[str], bool] = lambda text: False,
     ) -> int:
         """Send the first requests of a run before the flow asks for them, to use the seconds Prefect takes
@@ -156,7 +166,9 @@ class ChatCaller:
                     if await self.cache.holds(key) or self._taken_over:
                         continue
                 future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
-                future.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "exception was never retrieved"
+                future.add_done_callback(
+                    lambda f: f.cancelled() or f.exception()
+                )  # never "exception was never retrieved"
                 self._early[key] = future
                 issued += 1
                 try:
@@ -194,8 +206,13 @@ class ChatCaller:
         """Wait until every remembered answer is in the database (a failed write raises here)."""
         await self.cache.flush()
 
-    async def _call(self, messages: list[dict[str, str]], sampling: dict[str, Any], key: str | None = None,
-                    keyed_rule: RequestRule | None = None) -> Completion:
+    async def _call(
+        self,
+        messages: list[dict[str, str]],
+        sampling: dict[str, Any],
+        key: str | None = None,
+        keyed_rule: RequestRule | None = None,
+    ) -> Completion:
         """One call, shaped by the model's rule; a 400 naming an unsupported parameter or value adjusts the
         rule for the run (`request_rules.Learned`) and the call is sent again in its new shape. `key` is
         the request's key under the rule in force when the caller computed it (saves hashing it again)."""
@@ -215,7 +232,11 @@ class ChatCaller:
                 self._call_failed(exc)
             self._first_failures = None  # an answer: the run's endpoint works
             self.stats.answered += 1
-            completion.key = key if key and rule is keyed_rule else request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+            completion.key = (
+                key
+                if key and rule is keyed_rule
+                else request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+            )
             return completion
         raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")
 

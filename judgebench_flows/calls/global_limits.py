@@ -78,13 +78,20 @@ async def ensure_limit(name: str, limit: int, slot_decay_per_second: float = 0.0
                 return
             except ObjectAlreadyExists:  # another run created it just now
                 current = await client.read_global_concurrency_limit_by_name(name)
-        if current.limit != limit or abs((current.slot_decay_per_second or 0.0) - slot_decay_per_second) > 1e-9 or not current.active:
+        if (
+            current.limit != limit
+            or abs((current.slot_decay_per_second or 0.0) - slot_decay_per_second) > 1e-9
+            or not current.active
+        ):
             await client.update_global_concurrency_limit(
-                name, GlobalConcurrencyLimitUpdate(limit=limit, slot_decay_per_second=slot_decay_per_second, active=True)
+                name,
+                GlobalConcurrencyLimitUpdate(limit=limit, slot_decay_per_second=slot_decay_per_second, active=True),
             )
 
 
-async def ensure_limits(concurrency_name: str | None, concurrency: int, rate_name: str | None, rpm: float | None) -> None:
+async def ensure_limits(
+    concurrency_name: str | None, concurrency: int, rate_name: str | None, rpm: float | None
+) -> None:
     """Both limits of a run, before any shard starts (workers only use them, with strict checks)."""
     try:
         if concurrency_name:
@@ -102,7 +109,9 @@ async def wait_for_rate(name: str) -> None:
     try:
         await rate_limit(name, occupy=1, strict=True)
     except ConcurrencySlotAcquisitionError as exc:
-        raise GlobalLimitError(f"cannot take from the requests-per-minute limit '{name}' on the Prefect server: {exc}") from None
+        raise GlobalLimitError(
+            f"cannot take from the requests-per-minute limit '{name}' on the Prefect server: {exc}"
+        ) from None
 
 
 @dataclass
@@ -228,8 +237,12 @@ class GlobalSlots:
                 raise
 
     def _fail_waiters(self, exc: BaseException) -> None:
-        error = exc if isinstance(exc, GlobalLimitError) else GlobalLimitError(
-            f"cannot get a slot of the global concurrency limit '{self.name}' from the Prefect server: {type(exc).__name__}: {exc}"
+        error = (
+            exc
+            if isinstance(exc, GlobalLimitError)
+            else GlobalLimitError(
+                f"cannot get a slot of the global concurrency limit '{self.name}' from the Prefect server: {type(exc).__name__}: {exc}"
+            )
         )
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -248,7 +261,9 @@ class GlobalSlots:
             raise
         body = response.json()
         if not body.get("limits"):
-            raise GlobalLimitError(f"the global concurrency limit '{self.name}' does not exist on the Prefect server (deleted during the run?)")
+            raise GlobalLimitError(
+                f"the global concurrency limit '{self.name}' does not exist on the Prefect server (deleted during the run?)"
+            )
         return _Lease(UUID(body["lease_id"]))
 
     async def _release(self, lease: _Lease) -> None:

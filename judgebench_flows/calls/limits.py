@@ -102,8 +102,15 @@ class AdaptiveLimit:
 class CallLimits:
     """Every limit one attempt passes before it is sent, held while it is in flight."""
 
-    def __init__(self, concurrency: int, request_timeout: float, rpm: float | None = None, adaptive: bool = False,
-                 global_limit: str | None = None, global_rate_limit: str | None = None):
+    def __init__(
+        self,
+        concurrency: int,
+        request_timeout: float,
+        rpm: float | None = None,
+        adaptive: bool = False,
+        global_limit: str | None = None,
+        global_rate_limit: str | None = None,
+    ):
         self.slots = asyncio.Semaphore(concurrency)
         self.pacer = RatePacer(rpm) if rpm else None
         self.adaptive = AdaptiveLimit(concurrency) if adaptive else None

@@ -16,7 +16,18 @@ from judgebench_flows.calls.transport import CONNECTIONS_PER_CLIENT, BadAnswerBo
 from judgebench_flows.core.endpoint import CacheMode
 
 __all__ = [
-    "CONNECTIONS_PER_CLIENT", "EARLY_STOP_CALLS", "MAX_ADJUSTMENTS_PER_CALL", "AdaptiveLimit", "BadAnswerBody",
-    "CacheMode", "CallCache", "CallLimits", "CallStats", "ChatCaller", "RatePacer", "RetryPolicy", "request_key",
+    "CONNECTIONS_PER_CLIENT",
+    "EARLY_STOP_CALLS",
+    "MAX_ADJUSTMENTS_PER_CALL",
+    "AdaptiveLimit",
+    "BadAnswerBody",
+    "CacheMode",
+    "CallCache",
+    "CallLimits",
+    "CallStats",
+    "ChatCaller",
+    "RatePacer",
+    "RetryPolicy",
+    "request_key",
     "tls_context",
 ]

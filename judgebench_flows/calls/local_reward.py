@@ -21,13 +21,13 @@ import functools
 import importlib.util
 import queue
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from judgebench_flows.core.errors import UserError
 
 
-class _DaemonWorker:
+class _DaemonWorker(Executor):
     """A one-thread executor whose thread is a daemon: a ThreadPoolExecutor's worker would hold the
     `judgebench` command open at exit (it joins every non-daemon thread), and the model lives for the
     whole process, so there is no natural moment to shut one down. `loop.run_in_executor` accepts it."""
@@ -45,9 +45,9 @@ class _DaemonWorker:
                 except BaseException as exc:  # handed to the awaiting call
                     future.set_exception(exc)
 
-    def submit(self, fn: Any, *args: Any) -> Future:
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
         future: Future = Future()
-        self._jobs.put((future, fn, args))
+        self._jobs.put((future, functools.partial(fn, **kwargs) if kwargs else fn, args))
         return future
 
     def shutdown(self, wait: bool = True, **_: Any) -> None:  # the executor protocol; the thread dies with the process
@@ -91,17 +91,22 @@ class LocalRewardModel:
         self.executor = _DaemonWorker()
         try:
             if self.family == "internlm2":
-                self.model = AutoModel.from_pretrained(model, torch_dtype=torch.float16 if on_gpu else torch.float32, trust_remote_code=True).to(self.device)
+                self.model = AutoModel.from_pretrained(
+                    model, torch_dtype=torch.float16 if on_gpu else torch.float32, trust_remote_code=True
+                ).to(self.device)
                 self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=True)
             elif self.family == "grm":
                 self.tokenizer = AutoTokenizer.from_pretrained(model)
-                self.model = AutoModelForSequenceClassification.from_pretrained(model, torch_dtype=torch.float16 if on_gpu else torch.float32).to(self.device)
+                self.model = AutoModelForSequenceClassification.from_pretrained(
+                    model, torch_dtype=torch.float16 if on_gpu else torch.float32
+                ).to(self.device)
             else:
                 extra: dict[str, Any] = {}
                 if on_gpu and importlib.util.find_spec("flash_attn") is not None:
                     extra["attn_implementation"] = "flash_attention_2"
                 self.model = AutoModelForSequenceClassification.from_pretrained(
-                    model, torch_dtype=torch.bfloat16 if on_gpu else torch.float32, **extra).to(self.device)
+                    model, torch_dtype=torch.bfloat16 if on_gpu else torch.float32, **extra
+                ).to(self.device)
                 self.tokenizer = AutoTokenizer.from_pretrained(model)
         except Exception as exc:
             detail = " ".join(str(exc).split())[:300]
@@ -117,8 +122,10 @@ class LocalRewardModel:
             text = self.tokenizer.apply_chat_template(messages, tokenize=False)
             if self.family == "grm":
                 tokens = self.tokenizer(text, padding="max_length", truncation=True, return_tensors="pt")
-                logits = self.model(tokens["input_ids"][0].view(1, -1).to(self.device),
-                                    attention_mask=tokens["attention_mask"][0].view(1, -1).to(self.device))[0]
+                logits = self.model(
+                    tokens["input_ids"][0].view(1, -1).to(self.device),
+                    attention_mask=tokens["attention_mask"][0].view(1, -1).to(self.device),
+                )[0]
                 return float(logits.float().cpu().item())
             tokens = self.tokenizer(text, return_tensors="pt").to(self.device)
             return float(self.model(**tokens).logits[0][0].float().cpu().item())

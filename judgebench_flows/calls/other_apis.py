@@ -22,8 +22,8 @@ import math
 import os
 from typing import Any
 
-from judgebench_flows.core.secrets import redact
 from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.secrets import redact
 
 OTHER_APIS = ("completions", "pooling", "transformers")
 
@@ -40,13 +40,17 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
-async def other_api_post(client: Any, api: str, base_url: str, model: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+async def other_api_post(
+    client: Any, api: str, base_url: str, model: str, messages: list[dict[str, str]], sampling: dict[str, Any]
+) -> Any:
     """One request through the SDK's own `post` (auth, errors, connections stay the SDK's), as for chat."""
     if api == "completions":
         prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         return await client.post("/completions", cast_to=dict, body={"model": model, "prompt": prompt, **sampling})
     if api == "pooling":  # an absolute URL: the SDK sends it as is, outside its /v1 base
-        return await client.post(server_root(base_url) + "/pooling", cast_to=dict, body={"model": model, "messages": messages, **sampling})
+        return await client.post(
+            server_root(base_url) + "/pooling", cast_to=dict, body={"model": model, "messages": messages, **sampling}
+        )
     if api == "transformers":
         from judgebench_flows.calls.local_reward import local_reward_model
 
@@ -87,4 +91,9 @@ def answer_of(api: str, response: Any) -> Completion:
     choices = response.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     text = choice.get("text") if isinstance(choice.get("text"), str) else ""
-    return Completion(redact(text or ""), prompt_tokens, int(usage.get("completion_tokens") or 0), finish_reason=choice.get("finish_reason"))
+    return Completion(
+        redact(text or ""),
+        prompt_tokens,
+        int(usage.get("completion_tokens") or 0),
+        finish_reason=choice.get("finish_reason"),
+    )

@@ -62,7 +62,9 @@ O1 = RequestRule("o1", fold_system=True, keep_only=frozenset({"reasoning_effort"
 # o3, o4, gpt-5: system messages are fine; only default sampling; a token budget under its new name.
 REASONING = RequestRule(
     "reasoning",
-    drop=frozenset({"temperature", "top_p", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias"}),
+    drop=frozenset(
+        {"temperature", "top_p", "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "logit_bias"}
+    ),
     rename=(("max_tokens", "max_completion_tokens"),),
 )
 
@@ -100,7 +102,9 @@ def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return [folded, *messages[2:]]
 
 
-def shape(rule: RequestRule, messages: list[dict[str, str]], sampling: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+def shape(
+    rule: RequestRule, messages: list[dict[str, str]], sampling: dict[str, Any]
+) -> tuple[list[dict[str, str]], dict[str, Any]]:
     """The messages and parameters actually sent for a judge's messages and sampling under `rule`."""
     if rule.is_identity:
         return messages, sampling
@@ -191,6 +195,14 @@ def request_report(base_url: str, model: str, base: RequestRule) -> dict[str, An
 
 
 __all__ = [
-    "MODEL_RULES", "REASONING_EFFORTS", "REQUEST_STYLES", "RequestRule", "Learned", "fold_system", "learned_for",
-    "request_report", "rule_for", "shape",
+    "MODEL_RULES",
+    "REASONING_EFFORTS",
+    "REQUEST_STYLES",
+    "RequestRule",
+    "Learned",
+    "fold_system",
+    "learned_for",
+    "request_report",
+    "rule_for",
+    "shape",
 ]

@@ -23,7 +23,9 @@ from judgebench_flows.core.secrets import redact
 def retryable(exc: BaseException) -> bool:
     if isinstance(exc, BadAnswerBody):
         return True
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)):
+    if isinstance(
+        exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
+    ):
         return True
     return isinstance(exc, openai.APIStatusError) and (exc.status_code in (408, 409, 425) or exc.status_code >= 500)
 
@@ -72,8 +74,12 @@ FATAL = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFou
 def fatal_error(exc: BaseException, base_url: str, model: str) -> FatalEndpointError:
     """The run-stopping error for one of `FATAL`: no later call to this endpoint can succeed either."""
     if isinstance(exc, openai.NotFoundError):
-        return FatalEndpointError(f"the endpoint {base_url} does not know model '{model}' or its chat API ({describe(exc)})")
-    return FatalEndpointError(f"the endpoint {base_url} rejected the API key ({describe(exc).split(' (')[0]}); check OPENAI_API_KEY")
+        return FatalEndpointError(
+            f"the endpoint {base_url} does not know model '{model}' or its chat API ({describe(exc)})"
+        )
+    return FatalEndpointError(
+        f"the endpoint {base_url} rejected the API key ({describe(exc).split(' (')[0]}); check OPENAI_API_KEY"
+    )
 
 
 @dataclass

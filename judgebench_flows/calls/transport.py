@@ -54,7 +54,9 @@ def completion_from(response: Any) -> Completion:
     usage = response.get("usage") or {}
     details = usage.get("completion_tokens_details") or {}
     return Completion(
-        text or "", int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+        text or "",
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
         finish_reason=choice.get("finish_reason"),
         reasoning_tokens=int((details.get("reasoning_tokens") if isinstance(details, dict) else 0) or 0),
     )
@@ -72,8 +74,13 @@ class Transport:
         self.base_url = base_url
         self.model = model
         self.clients = [
-            openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=request_timeout,
-                               http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()))
+            openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=request_timeout,
+                http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+            )
             for _ in range(max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT)))
         ]
         self._next_client = itertools.cycle(self.clients)
@@ -84,7 +91,8 @@ class Transport:
             if api in OTHER_APIS:
                 return await other_api_post(next(self._next_client), api, self.base_url, self.model, messages, sampling)
             return await next(self._next_client).post(
-                "/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling})
+                "/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling}
+            )
         except json.JSONDecodeError as exc:
             raise BadAnswerBody() from exc
 

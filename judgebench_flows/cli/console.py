@@ -11,24 +11,37 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from judgebench_flows.cli.prefect_server import PrefectStart
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.cli.prefect_server import PrefectStart
 from judgebench_flows.scoring.formatting import percent as _pct
 
 err = Console(stderr=True)
 out = Console()
 
 
-def run_with_progress(config: RunConfig, prefect: PrefectStart, show_progress: bool = True,
-                      with_prefect: Callable[[], object] = lambda: None) -> int:
+def run_with_progress(
+    config: RunConfig,
+    prefect: PrefectStart,
+    show_progress: bool = True,
+    with_prefect: Callable[[], object] = lambda: None,
+) -> int:
     from judgebench_flows.cli.head_start import judge_with_head_start
     from judgebench_flows.judging.shards import add_progress_hook, add_total_hook, clear_progress_hooks
 
-    err.print(f"[bold]judgebench[/] {config.judge_template or config.judge_type} / {config.model}; "
-              f"dataset {config.data_path or config.repo_url} @ {config.ref or 'default branch'}")
-    progress = Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=err, disable=not show_progress)
+    err.print(
+        f"[bold]judgebench[/] {config.judge_template or config.judge_type} / {config.model}; "
+        f"dataset {config.data_path or config.repo_url} @ {config.ref or 'default branch'}"
+    )
+    progress = Progress(
+        TextColumn("judging"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not show_progress,
+    )
     with progress:
         bar = progress.add_task("judging", total=None)
         counter = JudgmentCounter(lambda done: progress.update(bar, completed=done))
@@ -94,11 +107,17 @@ def print_results(results: dict[str, Any]) -> None:
     table = Table(title=f"JudgeBench: {results['judge_type']} / {results['model']}")
     for column in ("slice", "accuracy", "95% CI", "correct", "valid", "total"):
         table.add_column(column, justify="left" if column == "slice" else "right")
-    rows = [("overall", results["overall_accuracy"])] + [(c, results["category_accuracy"][c]) for c in results["category_accuracy"]]
+    rows = [("overall", results["overall_accuracy"])] + [
+        (c, results["category_accuracy"][c]) for c in results["category_accuracy"]
+    ]
     for name, acc in rows:
         # An accuracy over pairs none of which got a valid verdict measures the failures, not the judge.
         measured = bool(acc.get("valid_samples")) or not acc.get("total_samples")
-        ci = f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}" if measured and acc.get("ci_low") is not None else ""
+        ci = (
+            f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}"
+            if measured and acc.get("ci_low") is not None
+            else ""
+        )
         shown = _pct(acc["accuracy"]) if measured else "n/a"
         table.add_row(name, shown, ci, str(acc["correct_count"]), str(acc["valid_samples"]), str(acc["total_samples"]))
     out.print(table)
@@ -110,15 +129,23 @@ def print_results(results: dict[str, Any]) -> None:
         out.print(f"[bold red]run failed: {failure}[/]")
     adjusted = ((results.get("run") or {}).get("requests") or {}).get("adjustments") or []
     for change in adjusted:
-        out.print(f"request adjusted for {results['model']}: {change['param']} {change['action']} (the endpoint said: {change['endpoint_said'][:120]})")
+        out.print(
+            f"request adjusted for {results['model']}: {change['param']} {change['action']} (the endpoint said: {change['endpoint_said'][:120]})"
+        )
     dataset, invalid, usage = results["dataset"], results["invalid"], results["usage"]
     where = f"commit {str(dataset['commit'])[:12]}" if dataset.get("commit") else "local file"
-    out.print(f"dataset {dataset.get('data_file')} ({where}): {dataset.get('n_pairs')} pairs, "
-              f"{dataset.get('skipped_rows', 0)} rows skipped")
-    out.print(f"consistency {_pct(results['consistency'].get('consistency'))}; invalid verdicts {invalid['invalid_judgments']}, "
-              f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "
-              f"paid {usage.get('paid_calls')}" + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "") + ", "
-              f"tokens {usage['prompt_tokens']} in / {usage['completion_tokens']} out")
+    out.print(
+        f"dataset {dataset.get('data_file')} ({where}): {dataset.get('n_pairs')} pairs, "
+        f"{dataset.get('skipped_rows', 0)} rows skipped"
+    )
+    out.print(
+        f"consistency {_pct(results['consistency'].get('consistency'))}; invalid verdicts {invalid['invalid_judgments']}, "
+        f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "
+        f"paid {usage.get('paid_calls')}"
+        + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "")
+        + ", "
+        f"tokens {usage['prompt_tokens']} in / {usage['completion_tokens']} out"
+    )
     if results.get("regression"):
         style = "bold red" if results["regression"].get("regressed") else "green"
         out.print(f"[{style}]{results['regression']['message']}[/]")
@@ -132,8 +159,18 @@ def print_history(runs: list) -> None:
         table.add_column(column)
     for run in runs:
         ci = f"{_pct(run.ci_low)} - {_pct(run.ci_high)}" if run.ci_low is not None else ""
-        table.add_row(run.run_id[:8], run.started.strftime("%Y-%m-%d %H:%M"), run.judge_type, run.model,
-                      (run.data_file or "")[-40:], (run.commit or "")[:8], run.status, _pct(run.overall_accuracy), ci, str(run.n_pairs or ""))
+        table.add_row(
+            run.run_id[:8],
+            run.started.strftime("%Y-%m-%d %H:%M"),
+            run.judge_type,
+            run.model,
+            (run.data_file or "")[-40:],
+            (run.commit or "")[:8],
+            run.status,
+            _pct(run.overall_accuracy),
+            ci,
+            str(run.n_pairs or ""),
+        )
     out.print(table)
 
 
@@ -144,21 +181,30 @@ def print_comparison(comparison: dict[str, Any]) -> None:
         table.add_column(column, justify="left" if column == "slice" else "right")
     for row in comparison["slices"]:
         delta = row["delta"]
-        table.add_row(row["name"], _pct(row["a"]), _pct(row["b"]), "-" if delta is None else f"{100 * delta:+.2f}", str(row["n"]))
+        table.add_row(
+            row["name"], _pct(row["a"]), _pct(row["b"]), "-" if delta is None else f"{100 * delta:+.2f}", str(row["n"])
+        )
     out.print(table)
     test = comparison.get("bootstrap")
     if test:
-        out.print(f"paired bootstrap over {test['n_pairs']} pairs: change {100 * test['delta']:+.2f} points, "
-                  f"95% CI {100 * test['ci_low']:+.2f} to {100 * test['ci_high']:+.2f}" + (" [bold red](regression)[/]" if test["regressed"] else ""))
+        out.print(
+            f"paired bootstrap over {test['n_pairs']} pairs: change {100 * test['delta']:+.2f} points, "
+            f"95% CI {100 * test['ci_low']:+.2f} to {100 * test['ci_high']:+.2f}"
+            + (" [bold red](regression)[/]" if test["regressed"] else "")
+        )
     flipped = comparison["flipped"]
-    out.print(f"{len(flipped)} pairs changed verdict ({sum(1 for f in flipped if f['now_correct'])} fixed, "
-              f"{sum(1 for f in flipped if not f['now_correct'])} broken)")
+    out.print(
+        f"{len(flipped)} pairs changed verdict ({sum(1 for f in flipped if f['now_correct'])} fixed, "
+        f"{sum(1 for f in flipped if not f['now_correct'])} broken)"
+    )
     if flipped:
         pairs = Table()
         for column in ("pair_id", "source", "label", "A verdicts", "B verdicts", "now"):
             pairs.add_column(column)
         for f in flipped[:200]:
-            pairs.add_row(f["pair_id"], f["source"], f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong")
+            pairs.add_row(
+                f["pair_id"], f["source"], f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong"
+            )
         out.print(pairs)
 
 

@@ -67,8 +67,11 @@ def fingerprint() -> str | None:
     cwd = Path.cwd()
     skipped = _storage_env()
     parts = {
-        "env": sorted((k, v) for k, v in os.environ.items()
-                      if k.upper().startswith("PREFECT_") and k != skipped and not k.upper().startswith(IRRELEVANT_ENV_PREFIXES)),
+        "env": sorted(
+            (k, v)
+            for k, v in os.environ.items()
+            if k.upper().startswith("PREFECT_") and k != skipped and not k.upper().startswith(IRRELEVANT_ENV_PREFIXES)
+        ),
         "storage_env": skipped,
         "profiles": [str(profiles), _file_digest(profiles)],
         "files": [[name, _file_digest(cwd / name)] for name in SETTINGS_FILES],
@@ -90,9 +93,17 @@ def remember(key: str | None, told: dict, home: Path, slot_key: str) -> None:
     (taken before Prefect was imported, as the run takes it)."""
     if key is None:
         return
-    memo = {"told": {k: told[k] for k in ("result_storage", "startup_timeout")}, "home": str(home), "slot_key": slot_key}
+    memo = {
+        "told": {k: told[k] for k in ("result_storage", "startup_timeout")},
+        "home": str(home),
+        "slot_key": slot_key,
+    }
     storage_env = _storage_env()
-    if storage_env and told["result_storage"] is not None and told["result_storage"] == str(Path(os.environ[storage_env])):
+    if (
+        storage_env
+        and told["result_storage"] is not None
+        and told["result_storage"] == str(Path(os.environ[storage_env]))
+    ):
         memo["storage_env"] = storage_env  # the storage follows that variable
     elif storage_env:
         return  # set, yet not what Prefect used (e.g. a storage block): let the helper read it every time
@@ -124,7 +135,9 @@ def attach(run_pid: int) -> dict | None:
         return None
     with slot.locked():
         record = slot.read()
-        if not record or not (local_server.alive(record.get("supervisor_pid")) and local_server.alive(record.get("server_pid"))):
+        if not record or not (
+            local_server.alive(record.get("supervisor_pid")) and local_server.alive(record.get("server_pid"))
+        ):
             return None
         if not local_server.healthy(record["api_url"], timeout=5):  # booting or stuck: the helper's way decides
             return None

@@ -16,16 +16,23 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from judgebench_flows.core.config import RunConfig
-from judgebench_flows.judging.shards import JudgeSpec, Shard, call_ahead, close_runtimes, judge_spec, make_shards, shard_cache_key_of
 from judgebench_flows.cli.prefect_server import PrefectSettings, PrefectStart
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.judging.shards import (
+    JudgeSpec,
+    Shard,
+    call_ahead,
+    close_runtimes,
+    judge_spec,
+    make_shards,
+    shard_cache_key_of,
+)
 
 # Calls a run may make ahead of its flow, per unit of --concurrency.
 HEAD_START_ROUNDS = 64
 # How long another thread may hold the interpreter before the event loop gets it back. Prefect's import
 # and start-up (and the database writes) run in threads while calls are in flight; at CPython's default
-# of 5 ms every answer could wait that long, and a 700-call run at C=32, L=1 s judged 0.25 s longer
-# (median of 5 paired runs). No CPU cost measurable at L=0.
+# of 5 ms every answer could wait that long (README, Performance, has the measurement).
 LOOP_SWITCH_INTERVAL = 0.001
 
 
@@ -50,7 +57,9 @@ def head_start_plan(config: RunConfig) -> tuple[JudgeSpec, list[Shard]] | None:
     return judge_spec(config, templates_dir), make_shards(index, config.shard_size, config.shuffle_seed)
 
 
-def not_in_shard_cache(shards: list[Shard], spec: JudgeSpec, config: RunConfig, prefect: PrefectSettings) -> Iterator[Shard]:
+def not_in_shard_cache(
+    shards: list[Shard], spec: JudgeSpec, config: RunConfig, prefect: PrefectSettings
+) -> Iterator[Shard]:
     """Shards whose result Prefect will not serve from its cache: calls made ahead for a cached shard would
     be paid for nothing (its calls may be missing from this run's call cache, e.g. a new database). A
     result file counts as cached even if expired: that only forgoes the head start for its shard."""
@@ -65,7 +74,9 @@ def not_in_shard_cache(shards: list[Shard], spec: JudgeSpec, config: RunConfig, 
 
 
 async def judge_with_head_start(
-    config: RunConfig, prefect: PrefectStart, with_prefect: Callable[[], object] = lambda: None,
+    config: RunConfig,
+    prefect: PrefectStart,
+    with_prefect: Callable[[], object] = lambda: None,
 ) -> dict[str, Any]:
     """Run the JudgeBench flow, its first calls made while Prefect starts (see the module docstring).
     `with_prefect` runs once Prefect may be imported, before the flow (the CLI sets up its logging there)."""
@@ -77,12 +88,22 @@ async def judge_with_head_start(
         sys.setswitchinterval(switch_interval)
 
 
-async def _judge_with_head_start(config: RunConfig, prefect: PrefectStart, with_prefect: Callable[[], object]) -> dict[str, Any]:
-    settings, plan = await asyncio.gather(asyncio.to_thread(prefect.settings), asyncio.to_thread(head_start_plan, config))
+async def _judge_with_head_start(
+    config: RunConfig, prefect: PrefectStart, with_prefect: Callable[[], object]
+) -> dict[str, Any]:
+    settings, plan = await asyncio.gather(
+        asyncio.to_thread(prefect.settings), asyncio.to_thread(head_start_plan, config)
+    )
     ahead = None
     if plan is not None:
         spec, shards = plan
-        ahead = asyncio.create_task(call_ahead(spec, not_in_shard_cache(shards, spec, config, settings), HEAD_START_ROUNDS * config.endpoint.concurrency))
+        ahead = asyncio.create_task(
+            call_ahead(
+                spec,
+                not_in_shard_cache(shards, spec, config, settings),
+                HEAD_START_ROUNDS * config.endpoint.concurrency,
+            )
+        )
     try:
         await asyncio.to_thread(prefect.wait_ready)
         await asyncio.to_thread(with_prefect)
@@ -95,4 +116,10 @@ async def _judge_with_head_start(config: RunConfig, prefect: PrefectStart, with_
             await close_runtimes()  # the flow closed them, unless it ended before judging
 
 
-__all__ = ["HEAD_START_ROUNDS", "LOOP_SWITCH_INTERVAL", "head_start_plan", "judge_with_head_start", "not_in_shard_cache"]
+__all__ = [
+    "HEAD_START_ROUNDS",
+    "LOOP_SWITCH_INTERVAL",
+    "head_start_plan",
+    "judge_with_head_start",
+    "not_in_shard_cache",
+]

@@ -16,26 +16,54 @@ from judgebench_flows.core.errors import UserError
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     board = sub.add_parser("leaderboard", help="published JudgeBench judges and our runs in one table (no API key)")
-    board.add_argument("--repo-url", "--repo_url", dest="repo_url", default=None,
-                       help="git URL, file:// URL or local path of the JudgeBench repository (default: GitHub)")
+    board.add_argument(
+        "--repo-url",
+        "--repo_url",
+        dest="repo_url",
+        default=None,
+        help="git URL, file:// URL or local path of the JudgeBench repository (default: GitHub)",
+    )
     board.add_argument("--ref", default=None, help="commit, tag or branch (default: the pinned JudgeBench commit)")
     board.add_argument("--cache-dir", dest="cache_dir", default=None, help="where cloned repositories are kept")
-    board.add_argument("--db-url", "--db_url", dest="db_url", default=None,
-                       help="results database to read our runs from (read only; default sqlite:///results/judgebench.db)")
+    board.add_argument(
+        "--db-url",
+        "--db_url",
+        dest="db_url",
+        default=None,
+        help="results database to read our runs from (read only; default sqlite:///results/judgebench.db)",
+    )
     board.add_argument("--result-path", "--result_path", dest="result_path", default="results/leaderboard.json")
-    board.add_argument("--output-dir", "--output_dir", dest="output_dir", default="results/leaderboard",
-                       help="directory for leaderboard.html")
+    board.add_argument(
+        "--output-dir",
+        "--output_dir",
+        dest="output_dir",
+        default="results/leaderboard",
+        help="directory for leaderboard.html",
+    )
     board.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
     board.add_argument("--bootstrap-resamples", dest="bootstrap_resamples", type=int, default=2000)
     board.add_argument("--flow", action="store_true", help="run as a Prefect flow (adds a markdown artifact)")
     rescore = sub.add_parser("rescore", help="re-parse a recorded outputs file's answers with our parser")
     rescore.add_argument("file", help="an outputs JSONL (JudgeBench's outputs/ or one of our runs)")
-    rescore.add_argument("--judge-type", "--judge_type", "--judge_name", dest="judge_type", required=True,
-                         help="whose parser: arena_hard, vanilla, auto_j, prometheus_2, skywork_critic, custom")
-    rescore.add_argument("--judge-template", "--judge_template", dest="judge_template", default=None,
-                         help="custom judge class: path.py:Class or module:Class")
+    rescore.add_argument(
+        "--judge-type",
+        "--judge_type",
+        "--judge_name",
+        dest="judge_type",
+        required=True,
+        help="whose parser: arena_hard, vanilla, auto_j, prometheus_2, skywork_critic, custom",
+    )
+    rescore.add_argument(
+        "--judge-template",
+        "--judge_template",
+        dest="judge_template",
+        default=None,
+        help="custom judge class: path.py:Class or module:Class",
+    )
     rescore.add_argument("--templates-dir", dest="templates_dir", default=None)
-    rescore.add_argument("--result-path", "--result_path", dest="result_path", default=None, help="write the comparison as JSON")
+    rescore.add_argument(
+        "--result-path", "--result_path", dest="result_path", default=None, help="write the comparison as JSON"
+    )
     rescore.add_argument("--output", default=None, help="write the file again with our decisions (JSONL)")
     rescore.add_argument("--seed", type=int, default=42)
 
@@ -48,13 +76,22 @@ def _db_url(args: argparse.Namespace) -> str:
 
 def command_leaderboard(args: argparse.Namespace) -> int:
     from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
-    from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, print_leaderboard, write_outputs
+    from judgebench_flows.scoring.leaderboard import (
+        LeaderboardSettings,
+        build_leaderboard,
+        print_leaderboard,
+        write_outputs,
+    )
 
     if args.bootstrap_resamples < 0:
         raise UserError("--bootstrap-resamples must be >= 0")
     settings = LeaderboardSettings(
-        repo_url=args.repo_url or DEFAULT_REPO_URL, ref=args.ref or DEFAULT_REF, cache_dir=args.cache_dir,
-        db_url=_db_url(args), seed=args.seed, bootstrap_resamples=args.bootstrap_resamples,
+        repo_url=args.repo_url or DEFAULT_REPO_URL,
+        ref=args.ref or DEFAULT_REF,
+        cache_dir=args.cache_dir,
+        db_url=_db_url(args),
+        seed=args.seed,
+        bootstrap_resamples=args.bootstrap_resamples,
     )
     if args.flow:
         board = _as_flow(settings, args)
@@ -63,7 +100,9 @@ def command_leaderboard(args: argparse.Namespace) -> int:
         try:
             board["outputs"] = write_outputs(board, args.result_path, args.output_dir)
         except OSError as exc:
-            raise UserError(f"cannot write the leaderboard ({args.result_path}, {args.output_dir}): {exc.strerror or exc}") from None
+            raise UserError(
+                f"cannot write the leaderboard ({args.result_path}, {args.output_dir}): {exc.strerror or exc}"
+            ) from None
     print_leaderboard(board)
     for name, path in board["outputs"].items():
         print(f"{name}: {path}")
@@ -73,29 +112,43 @@ def command_leaderboard(args: argparse.Namespace) -> int:
 def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     import asyncio
 
-    from judgebench_flows.data.dataset import check_repo_url
     from judgebench_flows.cli.prefect_server import start_prefect
-
-    from judgebench_flows.data.dataset import public_url
+    from judgebench_flows.data.dataset import check_repo_url, public_url
 
     check_repo_url(settings.repo_url)  # bad input is reported before a server boots
     if public_url(settings.repo_url) != settings.repo_url:  # flow parameters are stored by Prefect
-        raise UserError("--flow: a --repo-url with credentials would be stored as a flow parameter; use git's credential helper instead")
+        raise UserError(
+            "--flow: a --repo-url with credentials would be stored as a flow parameter; use git's credential helper instead"
+        )
     prefect = start_prefect()
     prefect.wait_ready()
     from judgebench_flows.flows.leaderboard_flow import leaderboard_flow
 
-    return asyncio.run(leaderboard_flow(
-        repo_url=settings.repo_url, ref=settings.ref, cache_dir=settings.cache_dir, db_url=settings.db_url,
-        result_path=args.result_path, output_dir=args.output_dir, seed=settings.seed, bootstrap_resamples=settings.bootstrap_resamples,
-    ))
+    return asyncio.run(
+        leaderboard_flow(
+            repo_url=settings.repo_url,
+            ref=settings.ref,
+            cache_dir=settings.cache_dir,
+            db_url=settings.db_url,
+            result_path=args.result_path,
+            output_dir=args.output_dir,
+            seed=settings.seed,
+            bootstrap_resamples=settings.bootstrap_resamples,
+        )
+    )
 
 
 def command_rescore(args: argparse.Namespace) -> int:
     from judgebench_flows.judging.rescore import print_rescore, rescore_file
 
-    result = rescore_file(args.file, args.judge_type, judge_template=args.judge_template, templates_dir=args.templates_dir,
-                          seed=args.seed, output=args.output)
+    result = rescore_file(
+        args.file,
+        args.judge_type,
+        judge_template=args.judge_template,
+        templates_dir=args.templates_dir,
+        seed=args.seed,
+        output=args.output,
+    )
     print_rescore(result)
     if args.result_path:
         from judgebench_flows.scoring.results import write_json

@@ -34,8 +34,8 @@ from pathlib import Path
 KEEPALIVE_ENV = "JUDGEBENCH_SERVER_KEEPALIVE"
 DEFAULT_KEEPALIVE = 600.0
 START_TIMEOUT_ENV = "JUDGEBENCH_SERVER_START_TIMEOUT"
-# A first boot with a fresh PREFECT_HOME took 44 s beside two busy processes on a 2-core machine whose load
-# was about 12 (535 s when the server ran at nice 10): the ceiling is minutes, and progress decides first.
+# A first boot with a fresh PREFECT_HOME on a loaded small machine takes tens of seconds (README,
+# Performance): the ceiling is minutes, and progress (CPU used, the port answering) decides first.
 DEFAULT_START_TIMEOUT = 600.0
 # A server that is alive but used no CPU for this long while not answering is stuck, not slow.
 STALL_SECONDS = 120.0
@@ -108,7 +108,9 @@ def healthy(api_url: str, timeout: float = 2.0) -> bool:
 
 def server_key(home: Path, server_env: dict[str, str], version: str) -> str:
     """Runs share a server only when it is the one they would have started themselves."""
-    relevant = {k: v for k, v in server_env.items() if k.startswith(("PREFECT_SERVER", "PREFECT_API_DATABASE", "PREFECT_HOME"))}
+    relevant = {
+        k: v for k, v in server_env.items() if k.startswith(("PREFECT_SERVER", "PREFECT_API_DATABASE", "PREFECT_HOME"))
+    }
     text = json.dumps([str(home), version, sys.executable, sorted(relevant.items())])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -174,8 +176,16 @@ def _usable(record: dict, boot_limit: float) -> bool:
     return time.time() - float(record.get("started", 0)) < boot_limit
 
 
-def attach_or_start(home: Path, parent: int, server_env: dict[str, str], server_argv: list[str], port: int,
-                    version: str, told: dict, boot_limit: float) -> None:
+def attach_or_start(
+    home: Path,
+    parent: int,
+    server_env: dict[str, str],
+    server_argv: list[str],
+    port: int,
+    version: str,
+    told: dict,
+    boot_limit: float,
+) -> None:
     """In the helper process: tell the run (one JSON line on stdout) which server to use, then exit if it
     attaches to a running one, or become the new server's supervisor."""
     slot = Slot(home, server_key(home, server_env, version))
@@ -183,7 +193,10 @@ def attach_or_start(home: Path, parent: int, server_env: dict[str, str], server_
         record = slot.read()
         if record is not None and _usable(record, boot_limit):
             slot.lease(parent)
-            print(json.dumps({**told, "api_url": record["api_url"], "server_pid": record["server_pid"], "shared": True}), flush=True)
+            print(
+                json.dumps({**told, "api_url": record["api_url"], "server_pid": record["server_pid"], "shared": True}),
+                flush=True,
+            )
             return
         if record is not None:  # stale: stop what is left of it
             with contextlib.suppress(OSError, TypeError):
@@ -191,10 +204,13 @@ def attach_or_start(home: Path, parent: int, server_env: dict[str, str], server_
             slot.record.unlink(missing_ok=True)
         os.setsid()  # out of the run's process group: Ctrl-C on the run is not meant for the shared server
         log = os.open(home / "temporary-server.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        server = subprocess.Popen(server_argv, env=server_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                  preexec_fn=_server_preexec)
+        server = subprocess.Popen(
+            server_argv, env=server_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_server_preexec
+        )
         api_url = f"http://127.0.0.1:{port}/api"
-        slot.write({"api_url": api_url, "server_pid": server.pid, "supervisor_pid": os.getpid(), "started": time.time()})
+        slot.write(
+            {"api_url": api_url, "server_pid": server.pid, "supervisor_pid": os.getpid(), "started": time.time()}
+        )
         slot.lease(parent)
         print(json.dumps({**told, "api_url": api_url, "server_pid": server.pid, "shared": True}), flush=True)
     os.dup2(log, 1)
@@ -249,5 +265,16 @@ def _supervise(slot: Slot, server: subprocess.Popen, idle_limit: float) -> None:
     os._exit(0)
 
 
-__all__ = ["DEFAULT_KEEPALIVE", "KEEPALIVE_ENV", "START_TIMEOUT_ENV", "Slot", "alive", "attach_or_start", "cpu_ticks",
-           "healthy", "keepalive", "lower_priority_ok", "start_timeout"]
+__all__ = [
+    "DEFAULT_KEEPALIVE",
+    "KEEPALIVE_ENV",
+    "START_TIMEOUT_ENV",
+    "Slot",
+    "alive",
+    "attach_or_start",
+    "cpu_ticks",
+    "healthy",
+    "keepalive",
+    "lower_priority_ok",
+    "start_timeout",
+]

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from judgebench_flows.cli import local_server
+
 # Scheduling priority of the temporary server below the run's, when the machine has cores to spare
-# (local_server.NICE_MIN_CORES): it boots while the run already judges. On 2 busy cores a niced boot
-# starved (535 s instead of 44 s), so there it keeps the run's priority.
+# (local_server.NICE_MIN_CORES): it boots while the run already judges. On a few busy cores a niced boot
+# starves for minutes (README, Performance), so there it keeps the run's priority.
 SERVER_NICENESS = 10
 
 
@@ -74,8 +75,11 @@ class PrefectStart:
             try:
                 told = json.loads(line)
                 self._settings = PrefectSettings(
-                    told["api_url"], Path(told["result_storage"]) if told["result_storage"] else None, told["startup_timeout"],
-                    told.get("server_pid"), bool(told.get("shared")),
+                    told["api_url"],
+                    Path(told["result_storage"]) if told["result_storage"] else None,
+                    told["startup_timeout"],
+                    told.get("server_pid"),
+                    bool(told.get("shared")),
                 )
             except (ValueError, KeyError, TypeError):  # the helper could not read the settings: Prefect will say why
                 self._settings = PrefectSettings(None, None)
@@ -105,16 +109,21 @@ class PrefectStart:
                 code = self._helper.poll()
                 raise PrefectServerError(
                     "the temporary Prefect server exited while starting" + (f" (code {code})" if code else "") + "; "
-                    f"{_SERVER_ADVICE}")
+                    f"{_SERVER_ADVICE}"
+                )
             seen = local_server.cpu_ticks(pid)
             if seen is None or seen != ticks:
                 ticks, last_progress = seen, now
             if now - last_progress > local_server.STALL_SECONDS:
-                raise PrefectServerError(f"the temporary Prefect server stopped making progress while starting "
-                                         f"({now - started:.0f} s); {_SERVER_ADVICE}")
+                raise PrefectServerError(
+                    f"the temporary Prefect server stopped making progress while starting "
+                    f"({now - started:.0f} s); {_SERVER_ADVICE}"
+                )
             if now - started > ceiling:
-                raise PrefectServerError(f"the temporary Prefect server did not answer within {ceiling:g} s "
-                                         f"({local_server.START_TIMEOUT_ENV}); {_SERVER_ADVICE}")
+                raise PrefectServerError(
+                    f"the temporary Prefect server did not answer within {ceiling:g} s "
+                    f"({local_server.START_TIMEOUT_ENV}); {_SERVER_ADVICE}"
+                )
             time.sleep(0.1)
 
     def stop(self) -> None:
@@ -125,8 +134,10 @@ class PrefectStart:
             self._helper.terminate()
 
 
-_SERVER_ADVICE = ("its log is temporary-server.log in PREFECT_HOME. Run the same command again, or start a server "
-                  "(`prefect server start`) and set PREFECT_API_URL to it (see README, Exit codes)")
+_SERVER_ADVICE = (
+    "its log is temporary-server.log in PREFECT_HOME. Run the same command again, or start a server "
+    "(`prefect server start`) and set PREFECT_API_URL to it (see README, Exit codes)"
+)
 
 
 def start_prefect() -> PrefectStart:
@@ -138,13 +149,21 @@ def start_prefect() -> PrefectStart:
     told = fast_attach.attach(os.getpid())  # a kept server for unchanged settings: no helper, no Prefect import
     if told is not None:
         os.environ["PREFECT_API_URL"] = told["api_url"]
-        return PrefectStart(None, PrefectSettings(
-            told["api_url"], Path(told["result_storage"]) if told["result_storage"] else None, told["startup_timeout"],
-            told["server_pid"], shared=True,
-        ))
+        return PrefectStart(
+            None,
+            PrefectSettings(
+                told["api_url"],
+                Path(told["result_storage"]) if told["result_storage"] else None,
+                told["startup_timeout"],
+                told["server_pid"],
+                shared=True,
+            ),
+        )
     helper = subprocess.Popen(
         [sys.executable, "-m", "judgebench_flows.cli.prefect_server", str(os.getpid())],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     return PrefectStart(helper)
 
@@ -187,8 +206,8 @@ def _helper(parent: int) -> None:
     keep = local_server.keepalive() if port else 0.0
     if not keep:
         print(json.dumps(told), flush=True)
-        if port is None:
-            return
+    if port is None:  # no server wanted (and then nothing is kept either)
+        return
     import prefect
     from prefect.settings import get_current_settings
 
@@ -198,18 +217,40 @@ def _helper(parent: int) -> None:
     # Prefect's own temporary-server command and environment (prefect.server.api.server.SubprocessASGIServer).
     env = {
         **os.environ,
-        "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
         **current.to_environment_variables(exclude_unset=True),
     }
     argv = [
-        sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
-        "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "error", "--lifespan", "on",
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(prefect.__module_path__.parent),
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
     ]
     if keep:  # kept for the next runs: attach to a running one, or start it and watch over it
         fast_attach.remember(fingerprint, told, home, local_server.server_key(home, env, prefect.__version__))
-        local_server.attach_or_start(home, parent, env, argv, port, prefect.__version__, told,
-                                     local_server.start_timeout(settings.startup_timeout))
+        local_server.attach_or_start(
+            home,
+            parent,
+            env,
+            argv,
+            port,
+            prefect.__version__,
+            told,
+            local_server.start_timeout(settings.startup_timeout),
+        )
         return
     _die_with(parent)
     # The server's own log goes to a file, not the run's terminal: stopping it after a run can make Prefect's

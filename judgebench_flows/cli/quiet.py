@@ -67,7 +67,7 @@ def _keep_unshipped_logs(path: Path) -> None:
             except OSError:
                 pass
 
-    APILogWorker._handle_batch = handle_batch
+    APILogWorker._handle_batch = handle_batch  # type: ignore[method-assign]  # deliberate patch of Prefect's worker
 
 
 __all__ = ["BACKGROUND_LOGGERS", "LOG_NAME", "background_log_path", "route_background_output"]

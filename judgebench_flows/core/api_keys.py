@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from judgebench_flows.core.errors import UserError
 
@@ -18,7 +19,22 @@ DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BLOCK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # Prefixes of real keys (OpenAI, Anthropic, Google, Groq, Hugging Face, GitHub, AWS...).
-_KEY_PREFIXES = ("sk-", "sk_", "sess-", "pk-", "rk-", "gsk_", "hf_", "ghp_", "gho_", "github_pat_", "xai-", "AIza", "AKIA", "Bearer ")
+_KEY_PREFIXES = (
+    "sk-",
+    "sk_",
+    "sess-",
+    "pk-",
+    "rk-",
+    "gsk_",
+    "hf_",
+    "ghp_",
+    "gho_",
+    "github_pat_",
+    "xai-",
+    "AIza",
+    "AKIA",
+    "Bearer ",
+)
 
 
 def looks_like_a_key(value: str) -> bool:
@@ -28,7 +44,11 @@ def looks_like_a_key(value: str) -> bool:
     if text.startswith(_KEY_PREFIXES):
         return True
     compact = text.replace("-", "").replace("_", "")
-    has_digits, has_lower, has_upper = (any(c.isdigit() for c in compact), any(c.islower() for c in compact), any(c.isupper() for c in compact))
+    has_digits, has_lower, has_upper = (
+        any(c.isdigit() for c in compact),
+        any(c.islower() for c in compact),
+        any(c.isupper() for c in compact),
+    )
     return len(compact) >= 24 and has_digits and (has_lower + has_upper + has_digits) >= 2 and "_" not in text
 
 
@@ -36,7 +56,9 @@ def check_env_name(value: str | None, option: str = "api_key_env") -> str | None
     if value is None:
         return None
     if looks_like_a_key(value):
-        raise ValueError(f"{option} names the environment variable that holds the key; this looks like a key itself (never write the key here)")
+        raise ValueError(
+            f"{option} names the environment variable that holds the key; this looks like a key itself (never write the key here)"
+        )
     if not _ENV_NAME.match(value):
         raise ValueError(f"{option} must be an environment variable name such as OPENAI_API_KEY (letters, digits, _)")
     return value
@@ -46,7 +68,9 @@ def check_block_name(value: str | None, option: str = "api_key_secret") -> str |
     if value is None:
         return None
     if looks_like_a_key(value):
-        raise ValueError(f"{option} names a Prefect Secret block; this looks like a key itself (never write the key here)")
+        raise ValueError(
+            f"{option} names a Prefect Secret block; this looks like a key itself (never write the key here)"
+        )
     if not _BLOCK_NAME.match(value):
         raise ValueError(f"{option} must be a Prefect Secret block name (lowercase letters, digits, dashes)")
     return value
@@ -68,7 +92,9 @@ def read_api_key(env_name: str | None, block_name: str | None, required: bool = 
         name = env_name or DEFAULT_KEY_ENV
         key = os.environ.get(name) or ""
         if not key and (env_name or required):
-            raise UserError(f"the API key variable ${name} is not set in this process's environment (the worker's, for a deployment)")
+            raise UserError(
+                f"the API key variable ${name} is not set in this process's environment (the worker's, for a deployment)"
+            )
     register_secret(key)
     return key or "EMPTY"
 
@@ -84,7 +110,7 @@ def _read_secret_block(name: str) -> str:
             document = client.read_block_document_by_name(name, block_type_slug="secret", include_secrets=True)
     except ObjectNotFound:
         raise UserError(f"no Prefect Secret block named '{name}' (create it: Blocks > Secret in the UI)") from None
-    value = document.data.get("value")
+    value: Any = document.data.get("value")  # a SecretStr, a string, or anything a user stored
     if hasattr(value, "get_secret_value"):
         value = value.get_secret_value()
     if not isinstance(value, str) or not value:

@@ -119,7 +119,9 @@ class RunConfig(BaseModel):
     @property
     def uses_global_limit(self) -> bool:
         """Whether calls also take slots of a Prefect global concurrency limit shared by all workers."""
-        return self.needs_endpoint and (self.global_limit if self.global_limit is not None else self.task_runner == "dask")
+        return self.needs_endpoint and (
+            self.global_limit if self.global_limit is not None else self.task_runner == "dask"
+        )
 
     @property
     def shuffle_seed(self) -> int | None:
@@ -128,7 +130,9 @@ class RunConfig(BaseModel):
 
     @property
     def needs_endpoint(self) -> bool:
-        return self.judge_type != "external" and not (self.judge_type == "reward_model" and self.reward_backend == "transformers")
+        return self.judge_type != "external" and not (
+            self.judge_type == "reward_model" and self.reward_backend == "transformers"
+        )
 
     def resolved_base_url(self) -> str:
         if not self.needs_endpoint:
@@ -160,7 +164,8 @@ class RunConfig(BaseModel):
         """
         return {
             "judge_type": self.judge_template or self.judge_type,
-            "external": self.external_judge_path and (self.external_judge_path, self.external_judge_function, self.external_judge_config),
+            "external": self.external_judge_path
+            and (self.external_judge_path, self.external_judge_function, self.external_judge_config),
             "model": self.model,
             "endpoint": self.endpoint_identity(),
             "data": self.data_path or f"{public_url(self.repo_url)}#{self.data_file}",
@@ -204,7 +209,7 @@ def option_of(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def build_config(**options: object) -> RunConfig:
+def build_config(**options: Any) -> RunConfig:
     """RunConfig from CLI/deployment options, turning validation errors into one line naming the option."""
     try:
         return RunConfig(**{k: v for k, v in options.items() if v is not None})
@@ -215,4 +220,14 @@ def build_config(**options: object) -> RunConfig:
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "is not a known option"
-        raise UserError(f"{option}: {message}" + (f" (got {error['input']!r})" if "input" in error and error["type"] != "extra_forbidden" and not isinstance(error["input"], dict) and name not in SECRET_NAME_FIELDS else "")) from None
+        raise UserError(
+            f"{option}: {message}"
+            + (
+                f" (got {error['input']!r})"
+                if "input" in error
+                and error["type"] != "extra_forbidden"
+                and not isinstance(error["input"], dict)
+                and name not in SECRET_NAME_FIELDS
+                else ""
+            )
+        ) from None

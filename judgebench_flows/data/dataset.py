@@ -15,9 +15,13 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 from urllib.parse import unquote, urlsplit
 
-from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
+from judgebench_flows.core.config_defaults import DEFAULT_REF
+from judgebench_flows.core.config_defaults import (
+    DEFAULT_REPO_URL as DEFAULT_REPO_URL,  # re-exported: callers know it as the dataset's default
+)
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
@@ -42,7 +46,7 @@ class Checkout:
         return self.path / "utils" / "templates"
 
 
-def is_pinned(ref: str | None) -> bool:
+def is_pinned(ref: str | None) -> TypeGuard[str]:
     """A full commit id: its checkout never changes, so a cached clone is reused without the network."""
     return bool(ref and _FULL_SHA.match(ref))
 
@@ -57,7 +61,9 @@ def check_repo_url(url: str) -> str:
     if url.lower().startswith(_SCHEMES) or _SCP_LIKE.match(url):
         return url
     if "://" in url:
-        raise UserError(f"--repo-url '{public_url(url)}': only http(s), ssh, git and file URLs or local paths are accepted")
+        raise UserError(
+            f"--repo-url '{public_url(url)}': only http(s), ssh, git and file URLs or local paths are accepted"
+        )
     path = Path(url).expanduser()
     if not path.exists():
         raise UserError(f"--repo-url: no repository at local path '{url}'")
@@ -183,7 +189,9 @@ def data_file_in(checkout: Checkout, data_file: str) -> Path:
         resolved = candidate.resolve()
         if resolved.is_file() and checkout.path.resolve() in resolved.parents:
             return resolved
-    available = sorted(p.name for p in (checkout.path / "data").glob("*.jsonl")) if (checkout.path / "data").is_dir() else []
+    available = (
+        sorted(p.name for p in (checkout.path / "data").glob("*.jsonl")) if (checkout.path / "data").is_dir() else []
+    )
     raise UserError(
         f"data file '{data_file}' not found in {checkout.repo_url} at {checkout.commit[:12]} (available: {', '.join(available) or 'none'})"
     )

@@ -15,16 +15,16 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
-from sqlmodel import Field, Session, SQLModel, UniqueConstraint, select
+from sqlmodel import Field, Session, SQLModel, UniqueConstraint, col, select
 
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
@@ -148,6 +148,11 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _table(model: type[SQLModel]) -> sa.Table:
+    """The model's table: SQLModel sets `__table__` on table models but does not declare it for type checkers."""
+    return model.__table__  # type: ignore[attr-defined]
+
+
 TABLES = [RunRow.__table__, JudgmentRow.__table__, MetricRow.__table__, CallCacheRow.__table__, SchemaMeta.__table__]  # type: ignore[attr-defined]
 WRITE_ATTEMPTS = 8
 
@@ -173,10 +178,14 @@ def _add_column_sql(engine: Engine, table: sa.Table, column: sa.Column) -> str:
     """ALTER TABLE ... ADD COLUMN for a column newer code defines; a scalar Python default becomes the
     column's DEFAULT so existing rows get that value instead of NULL (e.g. counters read as 0)."""
     quote = engine.dialect.identifier_preparer.quote
-    sql = f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {column.type.compile(dialect=engine.dialect)}"
+    sql = (
+        f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {column.type.compile(dialect=engine.dialect)}"
+    )
     default = column.default
-    if default is not None and getattr(default, "is_scalar", False) and default.arg is not None:
-        literal = sa.literal(default.arg, type_=column.type).compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+    if isinstance(default, sa.ColumnDefault) and default.is_scalar and default.arg is not None:
+        literal = sa.literal(default.arg, type_=column.type).compile(
+            dialect=engine.dialect, compile_kwargs={"literal_binds": True}
+        )
         sql += f" DEFAULT {literal}"
     return sql
 
@@ -196,8 +205,8 @@ def _upgrade_once(engine: Engine) -> None:
             for index in table.indexes:
                 if index.name not in indexes:
                     index.create(connection)
-        if connection.execute(sa.select(SchemaMeta.__table__)).first() is None:
-            connection.execute(sa.insert(SchemaMeta.__table__).values(id=1, version=SCHEMA_VERSION))
+        if connection.execute(sa.select(_table(SchemaMeta))).first() is None:
+            connection.execute(sa.insert(_table(SchemaMeta)).values(id=1, version=SCHEMA_VERSION))
 
 
 def _upgrade_schema(engine: Engine) -> None:
@@ -260,7 +269,9 @@ def open_existing(url: str) -> Engine | None:
         return engine
     try:
         if parsed.get_backend_name() == "sqlite":
-            probe = sa.create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30}, poolclass=sa.pool.NullPool)
+            probe = sa.create_engine(
+                parsed, connect_args={"check_same_thread": False, "timeout": 30}, poolclass=sa.pool.NullPool
+            )
         else:
             probe = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
         with probe.connect() as connection:
@@ -282,8 +293,9 @@ def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], k
         return
     unique = {tuple(row[k] for k in keys): {k: _as_utc(v) for k, v in row.items()} for row in rows}
     rows = [unique[key] for key in sorted(unique, key=lambda key: tuple(str(part) for part in key))]
-    table = model.__table__  # type: ignore[attr-defined]
+    table = _table(model)
     dialect = engine.dialect.name
+    insert: postgresql.Insert | sqlite.Insert
     if dialect == "postgresql":
         insert = postgresql.insert(table)
     elif dialect == "sqlite":
@@ -299,8 +311,16 @@ def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], k
         _with_retries(merge)
         return
     columns = {name for row in rows for name in row}
-    updates = {c.name: insert.excluded[c.name] for c in table.columns if c.name in columns and c.name not in keys and c.name != "id"}
-    statement = insert.on_conflict_do_update(index_elements=keys, set_=updates) if updates else insert.on_conflict_do_nothing(index_elements=keys)
+    updates = {
+        c.name: insert.excluded[c.name]
+        for c in table.columns
+        if c.name in columns and c.name not in keys and c.name != "id"
+    }
+    statement = (
+        insert.on_conflict_do_update(index_elements=keys, set_=updates)
+        if updates
+        else insert.on_conflict_do_nothing(index_elements=keys)
+    )
 
     def write() -> None:
         with engine.begin() as connection:
@@ -318,7 +338,8 @@ def update_run(engine: Engine, run_id: str, **fields: Any) -> None:
 
     def write() -> None:
         with engine.begin() as connection:
-            connection.execute(sa.update(RunRow.__table__).where(RunRow.__table__.c.run_id == run_id).values(**values))
+            table = _table(RunRow)
+            connection.execute(sa.update(table).where(table.c.run_id == run_id).values(**values))
 
     _with_retries(write)
 
@@ -329,11 +350,28 @@ def start_run(engine: Engine, run_id: str, **fields: Any) -> None:
     save_run(engine, run_id=run_id, status="running", host=socket.gethostname(), pid=os.getpid(), **fields)
 
 
-def finish_run(engine: Engine, run_id: str, *, status: str, finished: datetime, overall: dict[str, Any], message: str | None,
-               results_json: str) -> None:
+def finish_run(
+    engine: Engine,
+    run_id: str,
+    *,
+    status: str,
+    finished: datetime,
+    overall: dict[str, Any],
+    message: str | None,
+    results_json: str,
+) -> None:
     """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy."""
-    update_run(engine, run_id, status=status, finished=finished, overall_accuracy=overall["accuracy"],
-               ci_low=overall.get("ci_low"), ci_high=overall.get("ci_high"), message=message, results_json=results_json)
+    update_run(
+        engine,
+        run_id,
+        status=status,
+        finished=finished,
+        overall_accuracy=overall["accuracy"],
+        ci_low=overall.get("ci_low"),
+        ci_high=overall.get("ci_high"),
+        message=message,
+        results_json=results_json,
+    )
 
 
 def fail_run(engine: Engine, run_id: str, error: BaseException) -> None:
@@ -356,7 +394,11 @@ _COLUMN_OF = {"order": "order_index"}
 @functools.cache
 def _stored_fields() -> tuple[tuple[str, str], ...]:
     columns = set(JudgmentRow.model_fields)
-    return tuple((name, _COLUMN_OF.get(name, name)) for name in JudgmentRecord.model_fields if _COLUMN_OF.get(name, name) in columns)
+    return tuple(
+        (name, _COLUMN_OF.get(name, name))
+        for name in JudgmentRecord.model_fields
+        if _COLUMN_OF.get(name, name) in columns
+    )
 
 
 def judgment_rows(run_id: str, records: Iterable[JudgmentRecord]) -> list[dict[str, Any]]:
@@ -388,7 +430,9 @@ def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
     _upsert(engine, CallCacheRow, rows, ["key"])
 
 
-def list_runs(engine: Engine, limit: int = 50, config_key: str | None = None, statuses: Iterable[str] | None = None) -> list[RunRow]:
+def list_runs(
+    engine: Engine, limit: int = 50, config_key: str | None = None, statuses: Iterable[str] | None = None
+) -> list[RunRow]:
     """Newest first; optionally only one configuration's runs and only runs in the given statuses."""
     with Session(engine) as session:
         query = select(RunRow).order_by(RunRow.started.desc()).limit(limit)  # type: ignore[attr-defined]
@@ -403,7 +447,9 @@ def get_run(engine: Engine, run_id: str) -> RunRow | None:
     with Session(engine) as session:
         run = session.get(RunRow, run_id)
         if run is None:  # allow a unique prefix, as people copy short ids from `history`
-            matches = list(session.exec(select(RunRow).where(RunRow.run_id.startswith(run_id, autoescape=True)).limit(2)))  # type: ignore[attr-defined]
+            matches = list(
+                session.exec(select(RunRow).where(col(RunRow.run_id).startswith(run_id, autoescape=True)).limit(2))
+            )
             run = matches[0] if len(matches) == 1 else None
         return run
 
@@ -427,11 +473,13 @@ def mark_crashed(engine: Engine) -> list[str]:
         running = list(session.exec(select(RunRow).where(RunRow.status == "running", RunRow.host == host)))
     crashed = [run.run_id for run in running if run.pid is not None and _process_gone(run.pid)]
     for run_id in crashed:
+
         def write(run_id: str = run_id) -> None:
             with engine.begin() as connection:
                 table = RunRow.__table__  # type: ignore[attr-defined]
                 connection.execute(
-                    sa.update(table).where(table.c.run_id == run_id, table.c.status == "running")
+                    sa.update(table)
+                    .where(table.c.run_id == run_id, table.c.status == "running")
                     .values(status="crashed", message="its process ended without finishing the run (killed or crashed)")
                 )
 
@@ -448,8 +496,13 @@ def run_verdicts(engine: Engine, run_id: str) -> list[Any]:
     """A run's verdicts without their answers: what the metric reads (`metrics.Verdict`), a few dozen
     bytes per judgment where whole rows would carry every raw answer."""
     columns = (
-        JudgmentRow.pair_id, JudgmentRow.order_index.label("order"), JudgmentRow.source, JudgmentRow.category,  # type: ignore[attr-defined]
-        JudgmentRow.label, JudgmentRow.status, JudgmentRow.decision_for_pair,
+        JudgmentRow.pair_id,
+        JudgmentRow.order_index.label("order"),  # type: ignore[attr-defined]  # a column at runtime, typed as int
+        JudgmentRow.source,
+        JudgmentRow.category,
+        JudgmentRow.label,
+        JudgmentRow.status,
+        JudgmentRow.decision_for_pair,
     )
     with Session(engine) as session:
         return list(session.execute(sa.select(*columns).where(JudgmentRow.run_id == run_id)))  # type: ignore[call-overload]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
-from typing import TypeVar
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -53,7 +53,13 @@ def _rows(path: Path) -> Iterator[tuple[int, int, Pair | SkippedRow]]:
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as exc:  # never judged with U+FFFD in place of the bytes: skipped, named
-                yield number, line_offset, SkippedRow(number, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)")
+                yield (
+                    number,
+                    line_offset,
+                    SkippedRow(
+                        number, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)"
+                    ),
+                )
                 continue
             if not line.strip():
                 continue
@@ -72,7 +78,9 @@ def _rows(path: Path) -> Iterator[tuple[int, int, Pair | SkippedRow]]:
                 yield number, line_offset, SkippedRow(number, _reason(exc))
                 continue
             if pair.pair_id in first_line:
-                raise UserError(f"{path.name} line {number}: duplicate pair_id '{pair.pair_id}' (first on line {first_line[pair.pair_id]})")
+                raise UserError(
+                    f"{path.name} line {number}: duplicate pair_id '{pair.pair_id}' (first on line {first_line[pair.pair_id]})"
+                )
             first_line[pair.pair_id] = number
             yield number, line_offset, pair
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.scoring.published import VALID_DECISIONS, iter_rows, score_verdicts, verdicts_of_line
 from judgebench_flows.judges.custom import ParseFailed
+from judgebench_flows.scoring.published import VALID_DECISIONS, iter_rows, score_verdicts, verdicts_of_line
 
 
 def judge_for(judge_type: str, judge_template: str | None = None, templates_dir: str | None = None) -> Any:
@@ -26,10 +26,14 @@ def judge_for(judge_type: str, judge_template: str | None = None, templates_dir:
     from judgebench_flows.judges import get_judge
 
     if judge_type == "external" and not judge_template:
-        raise UserError("--judge-type external has no parser to re-run: rescore needs an LLM judge type or --judge-template")
+        raise UserError(
+            "--judge-type external has no parser to re-run: rescore needs an LLM judge type or --judge-template"
+        )
     judge = get_judge(judge_type, templates_dir, judge_template)
     if not callable(getattr(judge, "parse", None)):
-        raise UserError(f"--judge-type {judge_type} has no text parser to re-run (it scores, it does not write a verdict)")
+        raise UserError(
+            f"--judge-type {judge_type} has no text parser to re-run (it scores, it does not write a verdict)"
+        )
     return judge
 
 
@@ -83,8 +87,16 @@ def rescore_file(
                 counts["reparsed"] += 1
                 recorded = _recorded(judgment)
                 if ours != recorded:
-                    changes.append({"pair_id": pair_id, "order": order, "source": row.get("source"), "label": row.get("label"),
-                                    "recorded": recorded or None, "ours": ours or None})
+                    changes.append(
+                        {
+                            "pair_id": pair_id,
+                            "order": order,
+                            "source": row.get("source"),
+                            "label": row.get("label"),
+                            "recorded": recorded or None,
+                            "ours": ours or None,
+                        }
+                    )
                 judgment["decision"] = ours or None
                 if "status" in judgment:
                     judgment["status"] = "ok" if ours in VALID_DECISIONS else "invalid"
@@ -98,7 +110,9 @@ def rescore_file(
     if not rewritten:
         raise UserError(f"{path.name}: no judged pairs in the file")
     if not counts["reparsed"]:
-        raise UserError(f"{path.name}: no judge answers to re-parse (every judgment.response is empty or failed; a reward model's scores cannot be re-parsed)")
+        raise UserError(
+            f"{path.name}: no judge answers to re-parse (every judgment.response is empty or failed; a reward model's scores cannot be re-parsed)"
+        )
     changed_pairs = list(dict.fromkeys(c["pair_id"] for c in changes))
     result = {
         "file": str(path),
@@ -120,19 +134,23 @@ def rescore_file(
 
 
 def print_rescore(result: dict[str, Any], limit: int = 50) -> None:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
     from judgebench_flows.core.records import CATEGORIES
 
-    import sys
-
     console = Console(width=None if sys.stdout.isatty() else 200, soft_wrap=True)
-    console.print(f"{result['file']}: {result['pairs']} pairs, {result['judgments']} judgments; re-parsed {result['reparsed']} "
-                  f"with our {result['judge_type']} parser ({result['failed']} failed calls kept, {result['no_text']} without text)")
+    console.print(
+        f"{result['file']}: {result['pairs']} pairs, {result['judgments']} judgments; re-parsed {result['reparsed']} "
+        f"with our {result['judge_type']} parser ({result['failed']} failed calls kept, {result['no_text']} without text)"
+    )
     if result["judge_name_in_file"] and result["judge_type"] not in result["judge_name_in_file"]:
         console.print(f"[yellow]note: the file was judged by {', '.join(result['judge_name_in_file'])}[/]")
-    console.print(f"[bold]{result['changed']} decisions differ from the recorded ones, in {len(result['changed_pairs'])} pairs[/]")
+    console.print(
+        f"[bold]{result['changed']} decisions differ from the recorded ones, in {len(result['changed_pairs'])} pairs[/]"
+    )
 
     def pct(acc: dict[str, Any]) -> str:
         value = acc.get("accuracy")
@@ -141,17 +159,34 @@ def print_rescore(result: dict[str, Any], limit: int = 50) -> None:
     table = Table(title="accuracy: recorded decisions vs re-parsed")
     for column in ("slice", "recorded", "re-parsed", "pairs"):
         table.add_column(column, justify="left" if column == "slice" else "right")
-    table.add_row("overall", pct(result["recorded"]["overall_accuracy"]), pct(result["rescored"]["overall_accuracy"]), str(result["pairs"]))
+    table.add_row(
+        "overall",
+        pct(result["recorded"]["overall_accuracy"]),
+        pct(result["rescored"]["overall_accuracy"]),
+        str(result["pairs"]),
+    )
     for category in CATEGORIES:
-        rec, ours = result["recorded"]["category_accuracy"].get(category) or {}, result["rescored"]["category_accuracy"].get(category) or {}
+        rec, ours = (
+            result["recorded"]["category_accuracy"].get(category) or {},
+            result["rescored"]["category_accuracy"].get(category) or {},
+        )
         table.add_row(category, pct(rec), pct(ours), str(rec.get("total_samples", 0)))
     console.print(table)
     if result["changes"]:
-        changes = Table(title=f"changed decisions (first {min(limit, len(result['changes']))} of {len(result['changes'])})")
+        changes = Table(
+            title=f"changed decisions (first {min(limit, len(result['changes']))} of {len(result['changes'])})"
+        )
         for column in ("pair_id", "order", "source", "label", "recorded", "ours"):
             changes.add_column(column)
         for c in result["changes"][:limit]:
-            changes.add_row(c["pair_id"], str(c["order"]), str(c["source"] or ""), str(c["label"] or ""), str(c["recorded"] or "none"), str(c["ours"] or "none"))
+            changes.add_row(
+                c["pair_id"],
+                str(c["order"]),
+                str(c["source"] or ""),
+                str(c["label"] or ""),
+                str(c["recorded"] or "none"),
+                str(c["ours"] or "none"),
+            )
         console.print(changes)
     if result.get("output"):
         console.print(f"re-parsed file: {result['output']}")

@@ -17,16 +17,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from judgebench_flows.data import db
-from judgebench_flows.core.api_keys import read_api_key
-from judgebench_flows.core.config import RunConfig
-from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.calls.global_limits import limit_names
-from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.request_rules import RequestRule, request_report, rule_for
-from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
+from judgebench_flows.core.api_keys import read_api_key
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.credentials import resolve as resolve_credentials
+from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
+from judgebench_flows.data import db
+from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import Judge, Outcome
 
@@ -97,7 +97,13 @@ class JudgeSpec(BaseModel):
         return self.endpoint.base_url or "local:"
 
     def cache_identity(self) -> str:
-        parts = [self.judge_fingerprint, self.model, self.base_url, repr(sorted(self.sampling_overrides.items())), repr(self.orders)]
+        parts = [
+            self.judge_fingerprint,
+            self.model,
+            self.base_url,
+            repr(sorted(self.sampling_overrides.items())),
+            repr(self.orders),
+        ]
         request_style, drop_params = self.endpoint.request_style, self.endpoint.drop_params
         if request_style != "auto" or drop_params:  # only then: earlier shard keys stay valid
             parts.append(repr((request_style, sorted(drop_params))))
@@ -130,9 +136,15 @@ class Shard(BaseModel):
 
 def build_judge(spec: JudgeSpec) -> Judge:
     return get_judge(
-        spec.judge_type, spec.templates_dir, spec.judge_template,
-        spec.external_judge_path, spec.external_judge_function, spec.external_judge_config, model=spec.model,
-        sampling_overrides=spec.sampling_overrides, reward_backend=spec.reward_backend,
+        spec.judge_type,
+        spec.templates_dir,
+        spec.judge_template,
+        spec.external_judge_path,
+        spec.external_judge_function,
+        spec.external_judge_config,
+        model=spec.model,
+        sampling_overrides=spec.sampling_overrides,
+        reward_backend=spec.reward_backend,
     )
 
 
@@ -154,7 +166,9 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
     if runtime is None:
         settings = spec.endpoint
         caller = ChatCaller.from_settings(
-            settings.model_copy(update={"base_url": resolve_credentials(spec.base_url)}),  # the spec's URL has no user:password@
+            settings.model_copy(
+                update={"base_url": resolve_credentials(spec.base_url)}
+            ),  # the spec's URL has no user:password@
             model=spec.model,
             api_key=read_api_key(settings.api_key_env, settings.api_key_secret),
             engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
@@ -174,7 +188,9 @@ def request_rule_of(spec: JudgeSpec) -> RequestRule:
 
 def request_report_of(spec: JudgeSpec) -> dict[str, Any]:
     """The request rule this run applied and what it adjusted on the way (for results.json's `run`)."""
-    return request_report(resolve_credentials(spec.base_url), spec.model, request_rule_of(spec))  # as the caller keys it
+    return request_report(
+        resolve_credentials(spec.base_url), spec.model, request_rule_of(spec)
+    )  # as the caller keys it
 
 
 async def close_runtimes() -> CallStats:
@@ -216,14 +232,15 @@ def _no_progress(judgments: int) -> None:
     pass
 
 
-async def judge_pair(pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1),
-                     tick: Callable[[int], None] = _no_progress) -> list[JudgmentRecord]:
+async def judge_pair(
+    pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1), tick: Callable[[int], None] = _no_progress
+) -> list[JudgmentRecord]:
     """The judge decides the pair's orders (concurrently, or from shared calls) and caches what it may;
     the records count its calls."""
     caller = runtime.caller
     outcomes = await runtime.judge.judge(pair, orders, caller)
     tick(len(outcomes))
-    return [_record(pair, order, outcome, caller.model) for order, outcome in zip(orders, outcomes)]
+    return [_record(pair, order, outcome, caller.model) for order, outcome in zip(orders, outcomes, strict=False)]
 
 
 def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge: Judge) -> list[JudgmentRecord]:
@@ -273,8 +290,9 @@ async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -
     return await runtime.caller.call_ahead(requests, judge.sampling, max_calls, keep=judge.is_final)
 
 
-async def judge_pairs(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1),
-                      shard_index: int | None = None) -> list[JudgmentRecord]:
+async def judge_pairs(
+    pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1), shard_index: int | None = None
+) -> list[JudgmentRecord]:
     await runtime.caller.prefetch(request_keys(pairs, runtime, orders))
     tick = _no_progress
     if shard_index is not None and _progress_hooks:
@@ -320,7 +338,9 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
     )
     if config.uses_global_limit:
         concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)
-        spec = spec.model_copy(update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None})
+        spec = spec.model_copy(
+            update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
+        )
     return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
 
 

@@ -7,11 +7,10 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from judgebench_flows.data import db
-
-from judgebench_flows.scoring import metrics, stats
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES, JudgmentRecord
+from judgebench_flows.data import db
+from judgebench_flows.scoring import metrics, stats
 from judgebench_flows.scoring.results import correctness_of
 
 
@@ -35,7 +34,15 @@ def _run(engine: Engine, run_id: str) -> db.RunRow:
 
 
 FINISHED = ("completed", "regressed")
-PROTOCOL = ("single_game", "shuffle_responses", "max_samples", "temperature", "max_tokens", "judge_template", "templates_dir")
+PROTOCOL = (
+    "single_game",
+    "shuffle_responses",
+    "max_samples",
+    "temperature",
+    "max_tokens",
+    "judge_template",
+    "templates_dir",
+)
 
 
 def _protocol(run: db.RunRow) -> dict[str, Any]:
@@ -54,7 +61,8 @@ def comparison_warnings(a: db.RunRow, b: db.RunRow) -> list[str]:
     or protocol. A comparison is still shown (that may be the point), but never silently."""
     warnings = [
         f"run {run.run_id[:8]} is {run.status}, not finished: its numbers cover only the judgments it recorded"
-        for run in (a, b) if run.status not in FINISHED
+        for run in (a, b)
+        if run.status not in FINISHED
     ]
     aspects = {
         "judge": (a.judge_type, b.judge_type),
@@ -82,12 +90,26 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[st
         ids = [p for p in common if name == "overall" or scores_a[p].category == name]
         acc_a = sum(scores_a[p].correct for p in ids) / len(ids) if ids else None
         acc_b = sum(scores_b[p].correct for p in ids) / len(ids) if ids else None
-        slices.append({"name": name, "a": acc_a, "b": acc_b, "delta": None if acc_a is None else acc_b - acc_a, "n": len(ids)})
+        slices.append(
+            {
+                "name": name,
+                "a": acc_a,
+                "b": acc_b,
+                "delta": None if acc_a is None or acc_b is None else acc_b - acc_a,
+                "n": len(ids),
+            }
+        )
     verdicts_a, verdicts_b = _verdicts_by_pair(records_a), _verdicts_by_pair(records_b)
     labels = {r.pair_id: r.label for r in records_a}
     flipped = [
-        {"pair_id": p, "source": scores_a[p].source, "label": labels[p],
-         "a": verdicts_a[p], "b": verdicts_b[p], "now_correct": bool(scores_b[p].correct)}
+        {
+            "pair_id": p,
+            "source": scores_a[p].source,
+            "label": labels[p],
+            "a": verdicts_a[p],
+            "b": verdicts_b[p],
+            "now_correct": bool(scores_b[p].correct),
+        }
         for p in common
         if scores_a[p].correct != scores_b[p].correct
     ]
@@ -95,5 +117,11 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[st
     if common:
         result = stats.paired_bootstrap_delta(correctness_of(scores_a), correctness_of(scores_b), seed=seed)
         bootstrap = result.model_dump()
-    return {"run_a": a.run_id, "run_b": b.run_id, "slices": slices, "flipped": flipped, "bootstrap": bootstrap,
-            "warnings": comparison_warnings(a, b)}
+    return {
+        "run_a": a.run_id,
+        "run_b": b.run_id,
+        "slices": slices,
+        "flipped": flipped,
+        "bootstrap": bootstrap,
+        "warnings": comparison_warnings(a, b),
+    }

@@ -25,9 +25,9 @@ from urllib.parse import quote as url_quote
 from pydantic import BaseModel
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.scoring.published import data_file_parts, outputs_files, read_outputs_file, score_verdicts
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
+from judgebench_flows.scoring.published import data_file_parts, outputs_files, read_outputs_file, score_verdicts
 
 HTML_NAME = "leaderboard.html"
 # A finished measurement: a run that regressed still measured its judge (that is how it was found to drop).
@@ -101,31 +101,59 @@ def _utc(value: Any) -> str | None:
             return value
     if not isinstance(value, datetime):
         return None
-    return (value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)).isoformat()
+    return (
+        value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)
+    ).isoformat()
 
 
 def _latest_runs(connection: Any, *, seed: int, resamples: int) -> list[dict[str, Any]]:
     import sqlalchemy as sa
 
     runs = sa.table(
-        "runs", sa.column("run_id"), sa.column("config_key"), sa.column("judge_type"), sa.column("model"),
-        sa.column("data_file"), sa.column("status"), sa.column("started"), sa.column("finished"), sa.column("results_json"),
+        "runs",
+        sa.column("run_id"),
+        sa.column("config_key"),
+        sa.column("judge_type"),
+        sa.column("model"),
+        sa.column("data_file"),
+        sa.column("status"),
+        sa.column("started"),
+        sa.column("finished"),
+        sa.column("results_json"),
     )
     judgments = sa.table(
-        "judgments", sa.column("run_id"), sa.column("pair_id"), sa.column("order_index"), sa.column("source"),
-        sa.column("category"), sa.column("label"), sa.column("status"), sa.column("decision_for_pair"),
+        "judgments",
+        sa.column("run_id"),
+        sa.column("pair_id"),
+        sa.column("order_index"),
+        sa.column("source"),
+        sa.column("category"),
+        sa.column("label"),
+        sa.column("status"),
+        sa.column("decision_for_pair"),
     )
-    rows = connection.execute(
-        sa.select(runs).where(runs.c.status.in_(FINISHED)).order_by(runs.c.started.desc(), runs.c.run_id.desc())
-    ).mappings().all()
+    rows = (
+        connection.execute(
+            sa.select(runs).where(runs.c.status.in_(FINISHED)).order_by(runs.c.started.desc(), runs.c.run_id.desc())
+        )
+        .mappings()
+        .all()
+    )
     latest: dict[str, Any] = {}
     for row in rows:
         latest.setdefault(row["config_key"], row)
     entries = []
     for row in latest.values():
         verdicts = [
-            RunVerdict(pair_id=v.pair_id, order=v.order_index, source=v.source, category=v.category, label=v.label,
-                       status=v.status, decision_for_pair=v.decision_for_pair or "")
+            RunVerdict(
+                pair_id=v.pair_id,
+                order=v.order_index,
+                source=v.source,
+                category=v.category,
+                label=v.label,
+                status=v.status,
+                decision_for_pair=v.decision_for_pair or "",
+            )
             for v in connection.execute(sa.select(judgments).where(judgments.c.run_id == row["run_id"]))
         ]
         if not verdicts:
@@ -142,7 +170,8 @@ def _latest_runs(connection: Any, *, seed: int, resamples: int) -> list[dict[str
             "run_id": row["run_id"],
             "status": row["status"],
             "date": _utc(when),
-            "mode": (results.get("run") or {}).get("mode") or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
+            "mode": (results.get("run") or {}).get("mode")
+            or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
             "data_file": row["data_file"],
         }
         entry.update(score_verdicts(verdicts, seed=seed, resamples=resamples))
@@ -184,7 +213,11 @@ def _accuracy(entry: Mapping[str, Any]) -> float:
 
 def group_key(entry: Mapping[str, Any]) -> str:
     """Entries are ranked among judges of the same response pairs: JudgeBench's GPT-4o and Claude sets differ."""
-    return entry["response_model"] if entry.get("dataset") in (None, "judgebench") else f"{entry['dataset']}/{entry['response_model']}"
+    return (
+        entry["response_model"]
+        if entry.get("dataset") in (None, "judgebench")
+        else f"{entry['dataset']}/{entry['response_model']}"
+    )
 
 
 def rank(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -195,7 +228,9 @@ def rank(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault(group_key(entry), []).append(entry)
     ordered: list[dict[str, Any]] = []
     for key in sorted(groups, key=lambda k: (-len(groups[k]), k)):
-        members = sorted(groups[key], key=lambda e: (-_accuracy(e), e["origin"] != "published", e["judge_name"], e["judge_model"]))
+        members = sorted(
+            groups[key], key=lambda e: (-_accuracy(e), e["origin"] != "published", e["judge_name"], e["judge_model"])
+        )
         previous, position = None, 0
         for index, entry in enumerate(members, 1):
             if _accuracy(entry) != previous:
@@ -223,7 +258,9 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
     from judgebench_flows.data.dataset import fetch_repository
 
     checkout = fetch_repository(settings.repo_url, settings.ref, settings.cache_dir)
-    entries = published_entries(checkout.path, seed=settings.seed, resamples=settings.bootstrap_resamples, required=settings.require_published)
+    entries = published_entries(
+        checkout.path, seed=settings.seed, resamples=settings.bootstrap_resamples, required=settings.require_published
+    )
     ours, note = read_runs(settings.db_url, seed=settings.seed, resamples=settings.bootstrap_resamples)
     from sqlalchemy.engine import make_url
 
@@ -264,12 +301,19 @@ def groups_of(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[st
 def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
     """Markdown tables per response-model dataset (for Prefect artifacts); rows of `highlight` run ids in bold."""
     marked = set(highlight)
-    lines = [f"JudgeBench {board['dataset']['repo_url']} at {str(board['dataset']['commit'])[:12]}; accuracy in %, 95% bootstrap interval."]
+    lines = [
+        f"JudgeBench {board['dataset']['repo_url']} at {str(board['dataset']['commit'])[:12]}; accuracy in %, 95% bootstrap interval."
+    ]
     for note in board.get("notes") or []:
         lines += ["", f"_{note}_"]
     for group, members in groups_of(board["entries"]).items():
-        lines += ["", f"### Responses by {group}", "", "| # | judge | model | origin | pairs | overall | 95% CI | " + " | ".join(CATEGORIES) + " |",
-                  "|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES)]
+        lines += [
+            "",
+            f"### Responses by {group}",
+            "",
+            "| # | judge | model | origin | pairs | overall | 95% CI | " + " | ".join(CATEGORIES) + " |",
+            "|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES),
+        ]
         for e in members:
             bold = "**" if e.get("run_id") in marked else ""
             cats = " | ".join(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES)
@@ -282,27 +326,50 @@ def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
 
 def print_leaderboard(board: Mapping[str, Any]) -> None:
     """One rich table per response-model dataset."""
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
-    import sys
-
     console = Console(width=None if sys.stdout.isatty() else 200)  # piped output keeps whole model names
-    console.print(f"JudgeBench {board['dataset']['repo_url']} @ {str(board['dataset']['commit'])[:12]}: "
-                  f"accuracy in % (JudgeBench's metric), 95% bootstrap interval", soft_wrap=True)
+    console.print(
+        f"JudgeBench {board['dataset']['repo_url']} @ {str(board['dataset']['commit'])[:12]}: "
+        f"accuracy in % (JudgeBench's metric), 95% bootstrap interval",
+        soft_wrap=True,
+    )
     for note in board.get("notes") or []:
         console.print(f"[dim]{note}[/]", soft_wrap=True)
-    short = {"mmlu-pro": "mmlu-pro", "livebench-reasoning": "reasoning", "livebench-math": "math", "livecodebench": "code"}
+    short = {
+        "mmlu-pro": "mmlu-pro",
+        "livebench-reasoning": "reasoning",
+        "livebench-math": "math",
+        "livecodebench": "code",
+    }
     for group, members in groups_of(board["entries"]).items():
         table = Table(title=f"responses by {group}")
-        for column in ("#", "judge", "model", "origin", "pairs", "overall", "95% CI", *(short.get(c, c) for c in CATEGORIES)):
+        for column in (
+            "#",
+            "judge",
+            "model",
+            "origin",
+            "pairs",
+            "overall",
+            "95% CI",
+            *(short.get(c, c) for c in CATEGORIES),
+        ):
             text = column in ("judge", "model", "origin")
             table.add_column(column, justify="left" if text else "right", no_wrap=column in ("model", "overall"))
         for e in members:
             style = "bold" if e["origin"] == "run" else None
             table.add_row(
-                str(e["rank"]), e["judge_name"], e["judge_model"], who(e), str(e["pairs"]), _pct(e["overall_accuracy"]["accuracy"]),
-                _interval(e["overall_accuracy"]), *(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES),
+                str(e["rank"]),
+                e["judge_name"],
+                e["judge_model"],
+                who(e),
+                str(e["pairs"]),
+                _pct(e["overall_accuracy"]["accuracy"]),
+                _interval(e["overall_accuracy"]),
+                *(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES),
                 style=style,
             )
         console.print(table)
@@ -319,6 +386,12 @@ def write_outputs(board: Mapping[str, Any], result_path: str | Path, output_dir:
 
 
 __all__ = [
-    "LeaderboardSettings", "build_leaderboard", "markdown", "print_leaderboard", "published_entries", "rank",
-    "read_runs", "write_outputs",
+    "LeaderboardSettings",
+    "build_leaderboard",
+    "markdown",
+    "print_leaderboard",
+    "published_entries",
+    "rank",
+    "read_runs",
+    "write_outputs",
 ]

@@ -18,8 +18,8 @@ from typing import Any
 from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
 
-from judgebench_flows.scoring.leaderboard import groups_of, who
 from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.scoring.leaderboard import groups_of, who
 
 TEMPLATE_NAME = "leaderboard.html.jinja2"
 _WHISKER_W, _WHISKER_H = 120, 14
@@ -49,7 +49,11 @@ def _cell(acc: Mapping[str, Any] | None) -> dict[str, Any]:
     interval = f"{low * 100:.1f}–{high * 100:.1f}%" if low is not None and high is not None else ""
     return {
         "text": "–" if value is None else f"{value * 100:.1f}",
-        "title": ("no pairs" if value is None else f"{value * 100:.2f}% of {total} pairs" + (f", 95% CI {interval}" if interval else "")),
+        "title": (
+            "no pairs"
+            if value is None
+            else f"{value * 100:.2f}% of {total} pairs" + (f", 95% CI {interval}" if interval else "")
+        ),
         "point": None if value is None else _x(value),
         "low": None if low is None else _x(low),
         "high": None if high is None else _x(high),
@@ -95,13 +99,15 @@ def build_context(board: Mapping[str, Any]) -> dict[str, Any]:
     keys = _sort_keys()
     groups = []
     for index, (name, members) in enumerate(groups_of(board["entries"]).items()):
-        groups.append({
-            "id": f"g{index}",
-            "name": name,
-            "count": len(members),
-            "ours": sum(1 for m in members if m["origin"] == "run"),
-            "bodies": [{"key": k["id"], "rows": [_row(e) for e in _sorted(members, k["name"])]} for k in keys],
-        })
+        groups.append(
+            {
+                "id": f"g{index}",
+                "name": name,
+                "count": len(members),
+                "ours": sum(1 for m in members if m["origin"] == "run"),
+                "bodies": [{"key": k["id"], "rows": [_row(e) for e in _sorted(members, k["name"])]} for k in keys],
+            }
+        )
     dataset = board.get("dataset") or {}
     return {
         "repo_url": dataset.get("repo_url") or "",
@@ -113,7 +119,14 @@ def build_context(board: Mapping[str, Any]) -> dict[str, Any]:
         "categories": list(CATEGORIES),
         "keys": keys,
         "groups": groups,
-        "whisker": {"w": _WHISKER_W, "h": _WHISKER_H, "mid": _WHISKER_H / 2, "chance": _x(0.5), "end": _x(1.0), "start": _x(0.0)},
+        "whisker": {
+            "w": _WHISKER_W,
+            "h": _WHISKER_H,
+            "mid": _WHISKER_H / 2,
+            "chance": _x(0.5),
+            "end": _x(1.0),
+            "start": _x(0.0),
+        },
     }
 
 

@@ -22,15 +22,24 @@ from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, 
 
 
 class Verdict(Protocol):
-    """What the metric reads of a judgment: a `JudgmentRecord`, or a database row with these fields."""
+    """What the metric reads of a judgment: a `JudgmentRecord`, or a database row with these fields.
 
-    pair_id: str
-    order: int
-    source: str
-    category: str
-    label: str
-    status: str
-    decision_for_pair: str
+    Read-only properties, so records whose fields are narrower (`Literal` labels and statuses) match too."""
+
+    @property
+    def pair_id(self) -> str: ...
+    @property
+    def order(self) -> int: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def category(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def decision_for_pair(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +105,11 @@ def slices(scores: dict[str, PairScore]) -> dict[str, dict[str, list[PairScore]]
     for row in rows:
         by_category.setdefault(row.category, []).append(row)
         by_source[row.source].append(row)
-    return {"overall": {"overall": rows}, "category": by_category, "source": {name: by_source[name] for name in sorted(by_source)}}
+    return {
+        "overall": {"overall": rows},
+        "category": by_category,
+        "source": {name: by_source[name] for name in sorted(by_source)},
+    }
 
 
 def consistency(scores: dict[str, PairScore]) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.scoring import metrics
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES, category_of, flip
+from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.results import _with_interval  # the same interval figures as results.json
 
 OUTPUT_NAME = re.compile(
@@ -115,10 +115,17 @@ def verdicts_of_line(row: dict[str, Any], key: str) -> list[FileVerdict]:
     verdicts = []
     for order, judgment in enumerate(judgments):
         status, decision = _status_of(judgment)
-        verdicts.append(FileVerdict(
-            pair_id=key, order=order, source=source, category=category_of(source), label=label, status=status,
-            decision_for_pair=flip(decision) if order == 1 else decision,
-        ))
+        verdicts.append(
+            FileVerdict(
+                pair_id=key,
+                order=order,
+                source=source,
+                category=category_of(source),
+                label=label,
+                status=status,
+                decision_for_pair=flip(decision) if order == 1 else decision,
+            )
+        )
     return verdicts
 
 
@@ -202,13 +209,17 @@ def score_verdicts(verdicts: list[Any], *, seed: int, resamples: int) -> dict[st
     parts = metrics.slices(scores)
 
     def sliced(members: list[metrics.PairScore]) -> dict[str, Any]:
-        return _with_interval(metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, resamples)
+        return _with_interval(
+            metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, resamples
+        )
 
     categories = {name: sliced(members) for name, members in parts["category"].items()}
     return {
         "pairs": len(scores),
         "overall_accuracy": sliced(parts["overall"]["overall"]),
-        "category_accuracy": {name: categories[name] for name in [*CATEGORIES, *sorted(set(categories) - set(CATEGORIES))]},
+        "category_accuracy": {
+            name: categories[name] for name in [*CATEGORIES, *sorted(set(categories) - set(CATEGORIES))]
+        },
         "consistency": metrics.consistency(scores),
         "invalid_judgments": sum(1 for v in verdicts if v.status == "invalid"),
         "failed_judgments": sum(1 for v in verdicts if v.status == "failed"),
@@ -219,7 +230,9 @@ def outputs_files(checkout_path: Path) -> list[Path]:
     """The outputs/*.jsonl files of a checkout, sorted; a missing or empty outputs/ is a UserError."""
     outputs = checkout_path / "outputs"
     if not outputs.is_dir():
-        raise UserError(f"no outputs/ directory in the checkout at {checkout_path} (use a JudgeBench ref that publishes outputs)")
+        raise UserError(
+            f"no outputs/ directory in the checkout at {checkout_path} (use a JudgeBench ref that publishes outputs)"
+        )
     files = sorted(p for p in outputs.glob("*.jsonl") if p.is_file())
     if not files:
         raise UserError(f"no .jsonl files in {outputs}")
@@ -227,6 +240,13 @@ def outputs_files(checkout_path: Path) -> list[Path]:
 
 
 __all__ = [
-    "FileVerdict", "OutputsFile", "data_file_parts", "judge_model_id", "iter_rows", "outputs_files",
-    "read_outputs_file", "score_verdicts", "verdicts_of_line",
+    "FileVerdict",
+    "OutputsFile",
+    "data_file_parts",
+    "judge_model_id",
+    "iter_rows",
+    "outputs_files",
+    "read_outputs_file",
+    "score_verdicts",
+    "verdicts_of_line",
 ]

@@ -84,7 +84,8 @@ def _fmt_time(value: Any) -> str:
     parsed = _parse_time(value)
     if parsed is None:
         return str(value) if value else "–"
-    suffix = " UTC" if parsed.utcoffset() is not None and parsed.utcoffset().total_seconds() == 0 else ""
+    offset = parsed.utcoffset()
+    suffix = " UTC" if offset is not None and offset.total_seconds() == 0 else ""
     return parsed.strftime("%Y-%m-%d %H:%M") + suffix
 
 
@@ -123,25 +124,37 @@ def _bar_chart(slices: Sequence[tuple[str, Mapping[str, Any], bool]]) -> dict[st
         if valid is not None and total is not None and valid != total:
             n_text += f", {_count(valid)} valid"
         interval = f" [{_pct(low)}–{_pct(high)}]" if low is not None and high is not None else ""
-        rows.append({
-            "label": label,
-            "overall": overall,
-            "y_text": f"{y + 19:.1f}",
-            "bar_y": f"{y + 7:.1f}",
-            "bar_w": f"{_x(accuracy) - _BAR_X0:.1f}" if accuracy is not None else None,
-            "whisker": None if low is None or high is None else {
-                "x1": f"{_x(low):.1f}", "x2": f"{_x(high):.1f}",
-                "y": f"{y + 15:.1f}", "y1": f"{y + 9:.1f}", "y2": f"{y + 21:.1f}",
-            },
-            "value": (_pct(accuracy) if accuracy is not None else "no data"),
-            "detail": f"{interval} {n_text}".strip(),
-            "title": f"{label}: {_pct(accuracy)}{interval}, {n_text}, correct {_count(acc.get('correct_count'))}",
-        })
+        rows.append(
+            {
+                "label": label,
+                "overall": overall,
+                "y_text": f"{y + 19:.1f}",
+                "bar_y": f"{y + 7:.1f}",
+                "bar_w": f"{_x(accuracy) - _BAR_X0:.1f}" if accuracy is not None else None,
+                "whisker": None
+                if low is None or high is None
+                else {
+                    "x1": f"{_x(low):.1f}",
+                    "x2": f"{_x(high):.1f}",
+                    "y": f"{y + 15:.1f}",
+                    "y1": f"{y + 9:.1f}",
+                    "y2": f"{y + 21:.1f}",
+                },
+                "value": (_pct(accuracy) if accuracy is not None else "no data"),
+                "detail": f"{interval} {n_text}".strip(),
+                "title": f"{label}: {_pct(accuracy)}{interval}, {n_text}, correct {_count(acc.get('correct_count'))}",
+            }
+        )
     height = _BAR_TOP + len(rows) * _BAR_ROW + 8
     ticks = [{"x": f"{_x(t / 100):.1f}", "label": f"{t}%", "chance": t == 50} for t in (0, 25, 50, 75, 100)]
     return {
-        "width": _BAR_WIDTH, "height": height, "rows": rows, "ticks": ticks,
-        "label_x": _BAR_LABEL_RIGHT, "x0": _BAR_X0, "value_x": _BAR_X0 + _BAR_PLOT + 12,
+        "width": _BAR_WIDTH,
+        "height": height,
+        "rows": rows,
+        "ticks": ticks,
+        "label_x": _BAR_LABEL_RIGHT,
+        "x0": _BAR_X0,
+        "value_x": _BAR_X0 + _BAR_PLOT + 12,
         "axis_bottom": height - 4,
     }
 
@@ -166,10 +179,15 @@ def _trend_points(results: Mapping[str, Any], history: Sequence[Mapping[str, Any
     points = [dict(h) for h in history]
     current_id = run.get("run_id")
     if not any(current_id is not None and p.get("run_id") == current_id for p in points):
-        points.append({
-            "run_id": current_id, "started": run.get("started"), "accuracy": overall.get("accuracy"),
-            "ci_low": overall.get("ci_low"), "ci_high": overall.get("ci_high"),
-        })
+        points.append(
+            {
+                "run_id": current_id,
+                "started": run.get("started"),
+                "accuracy": overall.get("accuracy"),
+                "ci_low": overall.get("ci_low"),
+                "ci_high": overall.get("ci_high"),
+            }
+        )
     for p in points:
         p["current"] = current_id is not None and p.get("run_id") == current_id
     return [p for p in points if _num(p.get("accuracy")) is not None]
@@ -179,9 +197,10 @@ def _trend_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Geometry for the accuracy-over-runs line chart with its interval band; None with no points."""
     if not points:
         return None
-    values = []
+    values: list[tuple[float, float, float]] = []
     for p in points:
         acc = _num(p["accuracy"])
+        assert acc is not None, "`_trend_points` keeps only runs with an accuracy"
         low, high = _num(p.get("ci_low")), _num(p.get("ci_high"))
         values.append((acc, acc if low is None else low, acc if high is None else high))
     # Zoom the y axis to the data (whole 5 % steps, at least 20 points tall): run-to-run differences of a
@@ -213,23 +232,32 @@ def _trend_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         k += 1
     stride = max(1, math.ceil(n / 8))
     out_points = []
-    for i, (p, (acc, low, high)) in enumerate(zip(points, values)):
+    for i, (p, (acc, low, high)) in enumerate(zip(points, values, strict=False)):
         # Every stride-th date plus the last, dropping one that would crowd the last label.
         label_x = i == n - 1 or (i % stride == 0 and n - 1 - i >= stride)
-        out_points.append({
-            "x": f"{x(i):.1f}", "y": f"{y(acc):.1f}", "y_low": f"{y(low):.1f}", "y_high": f"{y(high):.1f}",
-            "current": p.get("current", False),
-            "value": _pct(acc),
-            "show_value": n <= 12 or i == n - 1,
-            "x_label": _fmt_time(p.get("started"))[:10] if label_x else None,
-            "title": f"run {p.get('run_id') or '?'} · {_fmt_time(p.get('started'))} · {_pct(acc)}"
-            + (f" [{_pct(low)}–{_pct(high)}]" if (low, high) != (acc, acc) else ""),
-        })
+        out_points.append(
+            {
+                "x": f"{x(i):.1f}",
+                "y": f"{y(acc):.1f}",
+                "y_low": f"{y(low):.1f}",
+                "y_high": f"{y(high):.1f}",
+                "current": p.get("current", False),
+                "value": _pct(acc),
+                "show_value": n <= 12 or i == n - 1,
+                "x_label": _fmt_time(p.get("started"))[:10] if label_x else None,
+                "title": f"run {p.get('run_id') or '?'} · {_fmt_time(p.get('started'))} · {_pct(acc)}"
+                + (f" [{_pct(low)}–{_pct(high)}]" if (low, high) != (acc, acc) else ""),
+            }
+        )
     upper = " ".join(f"{x(i):.1f},{y(v[2]):.1f}" for i, v in enumerate(values))
     lower = " ".join(f"{x(i):.1f},{y(v[1]):.1f}" for i, v in reversed(list(enumerate(values))))
     return {
-        "width": _TREND_WIDTH, "height": _TREND_HEIGHT, "points": out_points, "y_ticks": y_ticks,
-        "left": _TREND_LEFT, "right": _TREND_WIDTH - _TREND_RIGHT,
+        "width": _TREND_WIDTH,
+        "height": _TREND_HEIGHT,
+        "points": out_points,
+        "y_ticks": y_ticks,
+        "left": _TREND_LEFT,
+        "right": _TREND_WIDTH - _TREND_RIGHT,
         "x_label_y": _TREND_HEIGHT - _TREND_BOTTOM + 18,
         "band": f"{upper} {lower}" if n > 1 else None,
         "line": " ".join(f"{p['x']},{p['y']}" for p in out_points) if n > 1 else None,
@@ -251,23 +279,25 @@ def _judgment_rows(judgments: Sequence[JudgmentRecord | Mapping[str, Any]]) -> l
         status = j.get("status") or "ok"
         prompt = j.get("prompt") or ""
         latency = _num(j.get("latency_s"))
-        rows.append({
-            "pair_id": str(j.get("pair_id", "")),
-            "source": j.get("source") or "",
-            "order": order,
-            "label": label,
-            "decision": decision,
-            "decision_for_pair": for_pair,
-            "match": "" if not for_pair else ("✓" if for_pair == label else "✗"),
-            "status": status,
-            "latency": "–" if latency is None else f"{latency:.1f} s",
-            "response": j.get("response") or "",
-            "error": j.get("error"),
-            "judge_model": j.get("judge_model") or "",
-            "prompt": prompt[:PROMPT_PREVIEW_CHARS],
-            "prompt_chars": f"{len(prompt):,}",
-            "prompt_truncated": len(prompt) > PROMPT_PREVIEW_CHARS,
-        })
+        rows.append(
+            {
+                "pair_id": str(j.get("pair_id", "")),
+                "source": j.get("source") or "",
+                "order": order,
+                "label": label,
+                "decision": decision,
+                "decision_for_pair": for_pair,
+                "match": "" if not for_pair else ("✓" if for_pair == label else "✗"),
+                "status": status,
+                "latency": "–" if latency is None else f"{latency:.1f} s",
+                "response": j.get("response") or "",
+                "error": j.get("error"),
+                "judge_model": j.get("judge_model") or "",
+                "prompt": prompt[:PROMPT_PREVIEW_CHARS],
+                "prompt_chars": f"{len(prompt):,}",
+                "prompt_truncated": len(prompt) > PROMPT_PREVIEW_CHARS,
+            }
+        )
     rows.sort(key=lambda r: _STATUS_RANK.get(r["status"], 0))
     return rows
 
@@ -316,7 +346,8 @@ def build_context(
     return {
         "title": " · ".join(
             part for part in (results.get("judge_type"), results.get("model"), dataset.get("data_file")) if part
-        ) or "JudgeBench run",
+        )
+        or "JudgeBench run",
         "judge_type": results.get("judge_type") or "–",
         "model": results.get("model") or "–",
         "dataset": {
@@ -339,7 +370,9 @@ def build_context(
             "total": _count(overall.get("total_samples")),
             "valid": _count(overall.get("valid_samples")),
         },
-        "consistency": None if not consistency else {
+        "consistency": None
+        if not consistency
+        else {
             "value": _pct(consistency.get("consistency")),
             "consistent": _count(consistency.get("consistent_pairs")),
             "both": _count(consistency.get("pairs_with_both_verdicts")),
@@ -349,7 +382,9 @@ def build_context(
             "failed": _count(invalid.get("failed_judgments", status_counts["failed"] if rows else None)),
             "pairs": _count(invalid.get("pairs_with_invalid")),
         },
-        "usage": None if not usage else {
+        "usage": None
+        if not usage
+        else {
             "calls": _count(usage.get("calls")),
             "cached_calls": _count(usage.get("cached_calls")),
             "prompt_tokens": _count(usage.get("prompt_tokens")),

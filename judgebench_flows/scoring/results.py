@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.scoring import metrics, stats
 from judgebench_flows.core.records import Accuracy, JudgmentRecord, Pair
+from judgebench_flows.scoring import metrics, stats
 
 
 def _with_interval(accuracy: Accuracy, correct: list[float], seed: int, resamples: int) -> dict[str, Any]:
@@ -37,7 +37,9 @@ def build_results(
     parts = metrics.slices(tally.scores)
 
     def sliced(members: list[metrics.PairScore]) -> dict[str, Any]:
-        return _with_interval(metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, bootstrap_resamples)
+        return _with_interval(
+            metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, bootstrap_resamples
+        )
 
     results: dict[str, Any] = dict(header)
     results["overall_accuracy"] = sliced(parts["overall"]["overall"])
@@ -55,9 +57,17 @@ def correctness_of(scores: dict[str, metrics.PairScore]) -> dict[str, float]:
 
 
 def regression_check(
-    baseline: dict[str, float], candidate: dict[str, float], *, baseline_run_id: str, seed: int, resamples: int, min_drop: float
+    baseline: dict[str, float],
+    candidate: dict[str, float],
+    *,
+    baseline_run_id: str,
+    seed: int,
+    resamples: int,
+    min_drop: float,
 ) -> dict[str, Any]:
-    result = stats.paired_bootstrap_delta(baseline, candidate, seed=seed, n_resamples=max(resamples, 200), min_drop=min_drop)
+    result = stats.paired_bootstrap_delta(
+        baseline, candidate, seed=seed, n_resamples=max(resamples, 200), min_drop=min_drop
+    )
     data = result.model_dump()
     data["baseline_run_id"] = baseline_run_id
     if result.regressed:
@@ -84,7 +94,8 @@ def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: s
         row["judgments"] = [
             {
                 "judgment": {"judge_model": r.judge_model, "prompt": r.prompt, "response": r.response}
-                if r.scores is None else {"judge_model": r.judge_model, "scores": r.scores},
+                if r.scores is None
+                else {"judge_model": r.judge_model, "scores": r.scores},
                 "decision": r.decision or None,
                 "status": r.status,
                 "error": r.error,

@@ -83,12 +83,26 @@ class RunResults(RunHeader, _Shaped):
     outputs: dict[str, str] | None = None
 
     @classmethod
-    def aggregate(cls, tally: metrics.Tally, header: RunHeader, run: RunInfo, *, seed: int, bootstrap_resamples: int,
-                  regression: dict[str, Any] | None, usage: dict[str, Any]) -> RunResults:
+    def aggregate(
+        cls,
+        tally: metrics.Tally,
+        header: RunHeader,
+        run: RunInfo,
+        *,
+        seed: int,
+        bootstrap_resamples: int,
+        regression: dict[str, Any] | None,
+        usage: dict[str, Any],
+    ) -> RunResults:
         """The metric over the run's tally (overall, per category and source, with intervals), then the
         regression check and the run's own record."""
-        sections = build_results(tally, header=header.model_dump(), seed=seed, bootstrap_resamples=bootstrap_resamples,
-                                 skipped_rows=header.dataset.skipped_rows)
+        sections = build_results(
+            tally,
+            header=header.model_dump(),
+            seed=seed,
+            bootstrap_resamples=bootstrap_resamples,
+            skipped_rows=header.dataset.skipped_rows,
+        )
         sections["usage"].update(usage)
         return cls.model_validate({**sections, "regression": regression, "run": run})
 

@@ -117,8 +117,16 @@ def paired_bootstrap_delta(
     if not shared:
         nan = math.nan
         return DeltaResult(
-            delta=nan, ci_low=nan, ci_high=nan, n_pairs=0, p_drop=nan, regressed=False,
-            baseline_accuracy=nan, candidate_accuracy=nan, confidence=confidence, min_drop=min_drop,
+            delta=nan,
+            ci_low=nan,
+            ci_high=nan,
+            n_pairs=0,
+            p_drop=nan,
+            regressed=False,
+            baseline_accuracy=nan,
+            candidate_accuracy=nan,
+            confidence=confidence,
+            min_drop=min_drop,
         )
     base = np.array([baseline[pid] for pid in shared], dtype=float)
     cand = np.array([candidate[pid] for pid in shared], dtype=float)

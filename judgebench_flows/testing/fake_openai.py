@@ -87,21 +87,33 @@ def _message_texts(body: dict) -> list[str]:
     return [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
 
 
-def _other_api_payload(path: str, model: str, body: dict, text: str, prompt_tokens: int, completion_tokens: int) -> dict:
+def _other_api_payload(
+    path: str, model: str, body: dict, text: str, prompt_tokens: int, completion_tokens: int
+) -> dict:
     """A text-completions or Pooling API response body, in vLLM's shape."""
     if path == POOLING_PATH:
         value = json.loads(text)
         data = value if isinstance(value, list) else [value]
         return {
-            "id": f"pool-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": model,
+            "id": f"pool-{uuid.uuid4().hex}",
+            "object": "list",
+            "created": int(time.time()),
+            "model": model,
             "data": [{"index": 0, "object": "pooling", "data": data}],
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0},
         }
     prompt_tokens = _word_count(str(body.get("prompt") or ""))
     return {
-        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model,
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -196,6 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "FakeOpenAI/1.0"
     disable_nagle_algorithm = True  # headers and body go out in separate writes; avoid the 40 ms Nagle stall
     in_flight = False  # a chat request of this connection is being answered
+    api_path = CHAT_PATH  # the API path of the request being answered (set per POST)
     server: _HTTPServer
 
     def setup(self) -> None:
@@ -220,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
     def read_body(self) -> bytes:
         """Read the request body (Content-Length, or chunked for completeness) so keep-alive stays in sync."""
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size_line = self.rfile.readline(65537)
                 size = int(size_line.split(b";")[0].strip() or b"0", 16)
@@ -594,8 +607,14 @@ class FakeOpenAIServer:
             with self._lock:
                 self._in_flight -= 1
 
-    def _reply(self, handler: _Handler, status: int, payload: dict, key: str | None = None,
-               extra_headers: dict[str, str] | None = None) -> None:
+    def _reply(
+        self,
+        handler: _Handler,
+        status: int,
+        payload: dict,
+        key: str | None = None,
+        extra_headers: dict[str, str] | None = None,
+    ) -> None:
         """Count, then send. Counting first means a client that has its response always sees it counted.
 
         If the write fails (the client gave up), the count is moved to "client_gone", so `answered`
@@ -634,23 +653,32 @@ class FakeOpenAIServer:
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            self._reply(handler, 400, _error_body("We could not parse the JSON body of your request.",
-                                                  "invalid_request_error", None))
+            self._reply(
+                handler,
+                400,
+                _error_body("We could not parse the JSON body of your request.", "invalid_request_error", None),
+            )
             return
         if not self._authorized(handler, settings):
             self._reply(handler, 401, _UNAUTHORIZED_BODY)
             return
         model = body.get("model")
         if not isinstance(model, str) or not model:
-            self._reply(handler, 400, _error_body("you must provide a model parameter",
-                                                  "invalid_request_error", None, "model"))
+            self._reply(
+                handler, 400, _error_body("you must provide a model parameter", "invalid_request_error", None, "model")
+            )
             return
         if settings.models is not None and model not in settings.models:
             self._reply(handler, 404, self._model_not_found_body(model))
             return
         if body.get("stream"):
-            self._reply(handler, 400, _error_body("stream=true is not supported by the fake OpenAI server",
-                                                  "invalid_request_error", None, "stream"))
+            self._reply(
+                handler,
+                400,
+                _error_body(
+                    "stream=true is not supported by the fake OpenAI server", "invalid_request_error", None, "stream"
+                ),
+            )
             return
         context_chars = sum(len(text) for text in _message_texts(body))
         if settings.max_context_chars is not None and context_chars > settings.max_context_chars:
@@ -672,8 +700,12 @@ class FakeOpenAIServer:
         rejection = openai_rejection(body) if settings.openai_rules else None
         rejected = next((name for name in sorted(settings.rejected_params) if name in body), None)
         if rejection is None and rejected is not None:
-            rejection = _error_body(f"Unsupported parameter: '{rejected}' is not supported with this model.",
-                                    "invalid_request_error", "unsupported_parameter", rejected)
+            rejection = _error_body(
+                f"Unsupported parameter: '{rejected}' is not supported with this model.",
+                "invalid_request_error",
+                "unsupported_parameter",
+                rejected,
+            )
         if rejection is not None:
             self._reply(handler, 400, rejection)
             return
@@ -684,10 +716,13 @@ class FakeOpenAIServer:
             self._reply(
                 handler,
                 429,
-                _error_body("Rate limit reached for requests. Please try again later.", "requests",
-                            "rate_limit_exceeded"),
-                extra_headers={"Retry-After": f"{settings.retry_after:g}",
-                               "retry-after-ms": str(int(round(settings.retry_after * 1000)))},
+                _error_body(
+                    "Rate limit reached for requests. Please try again later.", "requests", "rate_limit_exceeded"
+                ),
+                extra_headers={
+                    "Retry-After": f"{settings.retry_after:g}",
+                    "retry-after-ms": str(int(round(settings.retry_after * 1000))),
+                },
             )
             return
         if fault == "hang":  # counted now, so tests see it while the client is still waiting
@@ -703,12 +738,20 @@ class FakeOpenAIServer:
             self._drop(handler, "drop")
             return
         if fault == "500":
-            self._reply(handler, 500, _error_body("The server had an error while processing your request. "
-                                                  "Sorry about that!", "server_error", None))
+            self._reply(
+                handler,
+                500,
+                _error_body(
+                    "The server had an error while processing your request. Sorry about that!", "server_error", None
+                ),
+            )
             return
         if fault == "503":
-            self._reply(handler, 503, _error_body("The engine is currently overloaded, please try again later.",
-                                                  "server_error", None))
+            self._reply(
+                handler,
+                503,
+                _error_body("The engine is currently overloaded, please try again later.", "server_error", None),
+            )
             return
         if fault == "badjson":  # a proxy's error page with status 200
             self._leave_flight(handler)
@@ -725,8 +768,11 @@ class FakeOpenAIServer:
             if not isinstance(text, str):
                 raise TypeError(f"responder returned {type(text).__name__}, expected str or dict")
         except Exception as error:  # noqa: BLE001 - surfaced to the client so test bugs are visible
-            self._reply(handler, 500, _error_body(f"responder raised {type(error).__name__}: {error}",
-                                                  "server_error", "responder_error"))
+            self._reply(
+                handler,
+                500,
+                _error_body(f"responder raised {type(error).__name__}: {error}", "server_error", "responder_error"),
+            )
             return
 
         prompt_tokens = sum(_word_count(t) for t in _message_texts(body))
@@ -734,7 +780,9 @@ class FakeOpenAIServer:
         completion_tokens = _word_count(text) + reasoning_tokens
         path = getattr(handler, "api_path", CHAT_PATH)
         if path != CHAT_PATH:
-            self._reply(handler, 200, _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens), key)
+            self._reply(
+                handler, 200, _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens), key
+            )
             return
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if "reasoning_content" in extra:
@@ -810,23 +858,45 @@ def openai_rejection(body: dict) -> dict | None:
         return None
     _, refuses_system, takes_effort = family
     if "max_tokens" in body:
-        return _error_body("Unsupported parameter: 'max_tokens' is not supported with this model. "
-                           "Use 'max_completion_tokens' instead.", "invalid_request_error", "unsupported_parameter", "max_tokens")
+        return _error_body(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            "invalid_request_error",
+            "unsupported_parameter",
+            "max_tokens",
+        )
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         if name in body and body[name] != (1 if name in ("temperature", "top_p") else 0):
-            return _error_body(f"Unsupported value: '{name}' does not support {body[name]!r} with this model. "
-                               "Only the default (1) value is supported.", "invalid_request_error", "unsupported_value", name)
+            return _error_body(
+                f"Unsupported value: '{name}' does not support {body[name]!r} with this model. "
+                "Only the default (1) value is supported.",
+                "invalid_request_error",
+                "unsupported_value",
+                name,
+            )
     for index, message in enumerate(body.get("messages") or []):
         if refuses_system and isinstance(message, dict) and message.get("role") == "system":
-            return _error_body(f"Unsupported value: 'messages[{index}].role' does not support 'system' with this model.",
-                               "invalid_request_error", "unsupported_value", f"messages[{index}].role")
+            return _error_body(
+                f"Unsupported value: 'messages[{index}].role' does not support 'system' with this model.",
+                "invalid_request_error",
+                "unsupported_value",
+                f"messages[{index}].role",
+            )
     if "reasoning_effort" in body:
         if not takes_effort:
-            return _error_body("Unsupported parameter: 'reasoning_effort' is not supported with this model.",
-                               "invalid_request_error", "unsupported_parameter", "reasoning_effort")
+            return _error_body(
+                "Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+                "invalid_request_error",
+                "unsupported_parameter",
+                "reasoning_effort",
+            )
         if body["reasoning_effort"] not in ("minimal", "low", "medium", "high"):
-            return _error_body(f"Unsupported value: 'reasoning_effort' does not support {body['reasoning_effort']!r}.",
-                               "invalid_request_error", "unsupported_value", "reasoning_effort")
+            return _error_body(
+                f"Unsupported value: 'reasoning_effort' does not support {body['reasoning_effort']!r}.",
+                "invalid_request_error",
+                "unsupported_value",
+                "reasoning_effort",
+            )
     return None
 
 
@@ -850,14 +920,27 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fail-kind", choices=FAULT_KINDS, default="500")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--api-key", default=None, help="require this Bearer token")
-    parser.add_argument("--model", action="append", dest="models", default=None,
-                        help="accepted model name (repeatable); default accepts any")
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        default=None,
+        help="accepted model name (repeatable); default accepts any",
+    )
     parser.add_argument("--max-context-chars", type=int, default=None)
-    parser.add_argument("--openai-rules", action="store_true",
-                        help="reject what OpenAI rejects for reasoning models (o1-mini: system messages; o1/o3/o4/gpt-5: "
-                             "temperature, top_p, max_tokens)")
-    parser.add_argument("--reject-param", action="append", dest="rejected_params", default=[],
-                        help="reject requests carrying this parameter (400 unsupported_parameter; repeatable)")
+    parser.add_argument(
+        "--openai-rules",
+        action="store_true",
+        help="reject what OpenAI rejects for reasoning models (o1-mini: system messages; o1/o3/o4/gpt-5: "
+        "temperature, top_p, max_tokens)",
+    )
+    parser.add_argument(
+        "--reject-param",
+        action="append",
+        dest="rejected_params",
+        default=[],
+        help="reject requests carrying this parameter (400 unsupported_parameter; repeatable)",
+    )
     return parser.parse_args(argv)
 
 

@@ -76,7 +76,9 @@ def parse_judge_config_json(text: str, source: str = "--external-judge-config") 
     except json.JSONDecodeError as exc:
         raise UserError(f"Invalid JSON in {source}: {exc}") from None
     if not isinstance(value, dict):
-        raise UserError(f"Invalid JSON in {source}: expected an object like {{\"tolerance\": 0.01}}, got {type(value).__name__}")
+        raise UserError(
+            f'Invalid JSON in {source}: expected an object like {{"tolerance": 0.01}}, got {type(value).__name__}'
+        )
     return value
 
 

@@ -93,7 +93,7 @@ def reference_number(value: Any) -> float | None:
 
 def _tolerance(config: dict) -> float:
     tolerance = config.get("tolerance", DEFAULT_TOLERANCE)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real) or not 0 <= tolerance < math.inf:
+    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real) or not 0 <= float(tolerance) < math.inf:
         raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
     return float(tolerance)
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges.external.loader import load_judge
@@ -33,7 +33,9 @@ class ExternalPairwiseJudge:
     def __init__(self, path: str, function: str = "evaluate", config: dict[str, Any] | None = None):
         self._function, form = load_judge(path, function)
         if form != "row":
-            raise UserError(f"Judge function '{function}' in {path} must take a row (row, config) to decide JudgeBench pairs")
+            raise UserError(
+                f"Judge function '{function}' in {path} must take a row (row, config) to decide JudgeBench pairs"
+            )
         self.path = Path(path)
         self.config = {"reference_column": "ground_truth", **(config or {})}
         self.name = f"external:{self.path.stem}"
@@ -61,10 +63,22 @@ class ExternalPairwiseJudge:
             a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
             started = time.perf_counter()
             text, decision, error = self.decide(pair.model_dump(), a, b)
-            status = "ok" if decision else "invalid"
-            outcomes.append(Outcome(status, decision, "", text, error or (None if decision else "no decision"), [], time.perf_counter() - started))
+            status: Literal["ok", "invalid"] = "ok" if decision else "invalid"
+            outcomes.append(
+                Outcome(
+                    status,
+                    decision,
+                    "",
+                    text,
+                    error or (None if decision else "no decision"),
+                    [],
+                    time.perf_counter() - started,
+                )
+            )
         return outcomes
 
     def fingerprint(self) -> str:
         source = self.path.read_bytes() if self.path.is_file() else b""
-        return "|".join([self.name, hashlib.sha256(source).hexdigest(), json.dumps(self.config, sort_keys=True, default=str)])
+        return "|".join(
+            [self.name, hashlib.sha256(source).hexdigest(), json.dumps(self.config, sort_keys=True, default=str)]
+        )

@@ -65,9 +65,7 @@ def load_judge_cached(judge_path: str, function_name: str) -> tuple[JudgeFn, Jud
     return _load_cached(judge_path, function_name, os.path.abspath(judge_path), mtime_ns)
 
 
-def judge_shard(
-    rows: pd.DataFrame, judge_path: str, function_name: str, config: dict[str, Any]
-) -> list[RowResult]:
+def judge_shard(rows: pd.DataFrame, judge_path: str, function_name: str, config: dict[str, Any]) -> list[RowResult]:
     """Load the judge by path and score the rows, so the same call works in any worker process."""
     judge, form = load_judge_cached(judge_path, function_name)
     return score_rows(judge, form, rows, config)
@@ -95,4 +93,3 @@ def finish(
     summary_path.parent.mkdir(parents=True, exist_ok=True)
     summary_path.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
     return result
-

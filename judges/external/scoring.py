@@ -77,7 +77,9 @@ def _result(text: Any, score: Any) -> RowResult:
         checked_text = _check_text(text)
         checked = check_score(score)
     except InvalidJudgeOutput as exc:
-        return RowResult(evaluation_text=text if isinstance(text, str) else "", status="error", error=f"InvalidJudgeOutput: {exc}")
+        return RowResult(
+            evaluation_text=text if isinstance(text, str) else "", status="error", error=f"InvalidJudgeOutput: {exc}"
+        )
     if checked is None:
         return RowResult(evaluation_text=checked_text, status="na")
     return RowResult(evaluation_text=checked_text, score=checked, status="scored")
@@ -109,7 +111,7 @@ def score_table(judge: JudgeFn, table: pd.DataFrame, config: dict[str, Any]) -> 
         return [_error(exc) for _ in range(len(table))]
     texts = output["evaluation_text"].tolist()
     scores = output["score"].tolist()
-    return [_result(text, score) for text, score in zip(texts, scores)]
+    return [_result(text, score) for text, score in zip(texts, scores, strict=False)]
 
 
 def score_rows(judge: JudgeFn, form: JudgeForm, rows: pd.DataFrame, config: dict[str, Any]) -> list[RowResult]:
@@ -123,7 +125,7 @@ def score_rows(judge: JudgeFn, form: JudgeForm, rows: pd.DataFrame, config: dict
         return score_table(judge, rows.reset_index(drop=True), config)
     return [
         score_row(judge, pd.Series(record, dtype=object, name=label), config)
-        for label, record in zip(rows.index, rows.to_dict("records"))
+        for label, record in zip(rows.index, rows.to_dict("records"), strict=False)
     ]
 
 
@@ -133,5 +135,5 @@ def check_decision(output: Any) -> tuple[str, str]:
         raise InvalidJudgeOutput(f"expected (evaluation_text, decision), got {type(output).__name__}")
     text, decision = output
     if decision not in DECISIONS:
-        raise InvalidJudgeOutput(f"decision must be one of A>B, B>A, A=B or \"\", got {decision!r}")
+        raise InvalidJudgeOutput(f'decision must be one of A>B, B>A, A=B or "", got {decision!r}')
     return _check_text(text), decision

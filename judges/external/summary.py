@@ -90,7 +90,7 @@ def distribution(scores: list[float]) -> ScoreDistribution:
 def summarize(results: list[RowResult], qids: list[Any], **about: Any) -> ExternalRunResult:
     """The run result; `about` fills the descriptive fields (judge_path, data_path, output_files, ...)."""
     scores = [result.score for result in results if result.status == "scored" and result.score is not None]
-    errors = [(qid, result.error) for qid, result in zip(qids, results) if result.status == "error"]
+    errors = [(qid, result.error) for qid, result in zip(qids, results, strict=False) if result.status == "error"]
     return ExternalRunResult(
         total=len(results),
         scored=len(scores),

@@ -4,6 +4,11 @@ bounded number at a time, after checking that every worker can see the files and
 Workers rebuild the judge from the spec and read their shard from the data file themselves, so every path
 they get is made absolute here; the limit shared across workers is the Prefect global concurrency limit
 named in the spec.
+
+Each worker learns request adjustments (`request_rules`: a parameter its model rejects) in its own process;
+every shard's result carries what its worker knew, merged here so results.json and the report show them
+as in-process, and every shard sent after that carries them to its worker, which then starts without
+paying the same 400 again.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.net import connect_error
 from judgebench_flows.flows.shard_runs import ShardDone, shard_records, shards_in_flight
-from judgebench_flows.judging.shards import JudgeSpec, Shard
+from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, merge_adjustments
 from judgebench_flows.tasks.judge import shard_task
 
 
@@ -38,6 +43,9 @@ def judge_on_dask(
     path they get is absolute and checked on every worker before the first shard is sent. Each shard
     task runs in its own event loop on its worker, with its own endpoint client: the shared limit across
     shards and workers is the Prefect global concurrency limit named in the spec.
+
+    Request adjustments a shard's worker learned come back with its records and are merged into this
+    process's (`request_report_of` then reports them); shards sent afterwards take them along (`known`).
     """
     from distributed import as_completed
 
@@ -54,7 +62,11 @@ def judge_on_dask(
             if shard is None:
                 return None
             # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
-            future = runner.submit(task, parameters={"shard": shard, "spec": spec}).wrapped_future
+            parameters: dict[str, Any] = {"shard": shard, "spec": spec}
+            known = adjustments_of(spec)  # learned on the workers so far, merged below
+            if known:
+                parameters["known"] = known
+            future = runner.submit(task, parameters=parameters).wrapped_future
             submitted[future] = shard
             return future
 
@@ -63,6 +75,9 @@ def judge_on_dask(
         for future in finished:
             shard = submitted.pop(future)
             records = asyncio.run(shard_records(_final_state(future)))
+            # A shard judged on a worker (complete or not) carries its worker's adjustments; one served
+            # from Prefect's cache carries none, as in-process.
+            merge_adjustments(spec, getattr(records, "adjustments", ()))
             on_shard_done(shard, records)
             following = submit_next()
             if following is not None:

@@ -53,9 +53,12 @@ class PromptJudge(PromptProcedure):
             messages.append({"role": "system", "content": self.templates.render(self.system_template)})
         elif self.system_text:
             messages.append({"role": "system", "content": self.system_text})
-        user = self.templates.render(self.user_template, **self.variables(question, answer_A, answer_B))
-        messages.append({"role": "user", "content": user})
+        messages.append({"role": "user", "content": self.render_user(question, answer_A, answer_B)})
         return messages
+
+    def render_user(self, question: str, answer_A: str, answer_B: str) -> str:
+        """The user turn's text: the user template filled with this judge's variables."""
+        return self.templates.render(self.user_template, **self.variables(question, answer_A, answer_B))
 
     def parse(self, text: str) -> str:
         return self.parser(text)

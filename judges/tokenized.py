@@ -93,14 +93,13 @@ class TokenizedJudge(PromptJudge):
     tokenizer_id: str = ""
     max_new_tokens: int = 16
     truncation_side: Literal["left", "right"] = "right"
-    empty_answers: Callable[[str], dict[str, str]] = field(default=lambda q: {}, repr=False, compare=False)
     clean: Callable[[str], str] | None = field(default=None, repr=False, compare=False)
     suffix: str = ""
     api: str = "completions"
 
     def _budget(self, question: str) -> int:
         assert self.tokenizer is not None
-        template = self.templates.render(self.user_template, **self.empty_answers(question))
+        template = self.render_user(question, "", "")  # the question with empty answers
         return (CONTEXT_LIMIT - self.max_new_tokens - len(self.tokenizer.encode(template))) // 2 - 2
 
     def truncate(self, question: str, answer_A: str, answer_B: str) -> tuple[str, str]:
@@ -121,8 +120,7 @@ class TokenizedJudge(PromptJudge):
         a, b = self.truncate(question, answer_A, answer_B)
         if self.clean is not None:
             a, b = self.clean(a), self.clean(b)
-        prompt = self.templates.render(self.user_template, **self.variables(question, a, b)) + self.suffix
-        return [{"role": "user", "content": prompt}]
+        return [{"role": "user", "content": self.render_user(question, a, b) + self.suffix}]
 
     def fingerprint(self) -> str:
         return "|".join(
@@ -146,7 +144,6 @@ def _judge_lm(templates: TemplateSet, tokenizer: Tokenizer | None, tokenizer_id:
         tokenizer_id=tokenizer_id,
         max_new_tokens=16,
         truncation_side="right",
-        empty_answers=lambda q: {"question": q, "answer_1": "", "answer_2": ""},
     )
 
 
@@ -171,7 +168,6 @@ def _panda_lm(templates: TemplateSet, tokenizer: Tokenizer | None, tokenizer_id:
         tokenizer_id=tokenizer_id,
         max_new_tokens=150,
         truncation_side="left",
-        empty_answers=lambda q: {"instruction": q, "resp1": "", "resp2": ""},
         clean=_pandalm_clean,
         suffix="\n",
     )

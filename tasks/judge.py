@@ -5,6 +5,10 @@ identity (prompt templates, sampling, parser, model, endpoint, orders). A shard 
 judgment in it reached a verdict: if any call failed or any answer was unparseable the task raises
 `ShardIncomplete`, carrying its records, so nothing incomplete is ever served from the cache. Failed calls
 make the shard retry (answered calls come back free from the call cache); unparseable answers do not.
+
+Either way the records are `ShardRecords`: they also carry the request adjustments (`request_rules`) the
+judging process knew when done, so what a Dask worker learned from a 400 reaches the flow's results; and
+`known` hands a worker what the flow already knows, so its first requests are shaped right.
 """
 
 from __future__ import annotations
@@ -15,7 +19,16 @@ from prefect import get_run_logger, task
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import JudgmentRecord
-from judgebench_flows.judging.shards import JudgeSpec, Shard, judge_pairs, runtime_for, shard_cache_key_of
+from judgebench_flows.judging.shards import (
+    JudgeSpec,
+    Shard,
+    ShardRecords,
+    adjustments_of,
+    judge_pairs,
+    merge_adjustments,
+    runtime_for,
+    shard_cache_key_of,
+)
 
 
 class ShardIncomplete(Exception):
@@ -64,13 +77,16 @@ async def retry_failed_calls(task, task_run, state) -> bool:
     retry_condition_fn=retry_failed_calls,
     task_run_name="judge-shard-{shard.index}",
 )
-async def judge_shard(shard: Shard, spec: JudgeSpec) -> list[JudgmentRecord]:
+async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[dict[str, str]] | None = None) -> list[JudgmentRecord]:
+    """`known`: request adjustments learned elsewhere in the run (not part of the cache key: they change
+    the requests only as this process would have changed them itself after one 400)."""
+    if known:
+        merge_adjustments(spec, known)
     runtime = runtime_for(spec)
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
-    records = [
-        r.model_copy(update={"prompt": ""}) for r in await judge_pairs(shard.load(), runtime, spec.orders, shard.index)
-    ]
+    judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index)
+    records = ShardRecords((r.model_copy(update={"prompt": ""}) for r in judged), adjustments_of(spec))
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(
         "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",

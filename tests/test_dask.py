@@ -81,7 +81,14 @@ def server(gpt4o_pairs) -> Iterator[FakeOpenAIServer]:
 
 
 def run_args(
-    repo: tuple[str, str], server: FakeOpenAIServer, out: str, db: Path, shard_size: int, *extra: str
+    repo: tuple[str, str],
+    server: FakeOpenAIServer,
+    out: str,
+    db: Path,
+    shard_size: int,
+    *extra: str,
+    model: str = MODEL,
+    report: bool = False,
 ) -> list[str]:
     url, sha = repo
     return [
@@ -89,7 +96,7 @@ def run_args(
         "--judge-type",
         "arena_hard",
         "--model",
-        MODEL,
+        model,
         "--repo-url",
         url,
         "--ref",
@@ -111,7 +118,7 @@ def run_args(
         "--db-url",
         f"sqlite:///{db}",
         "--no-progress",
-        "--no-report",
+        *([] if report else ["--no-report"]),
         *extra,
     ]
 
@@ -262,6 +269,66 @@ def test_incomplete_shards_on_dask_still_give_back_their_records(
     assert all(decisions[pair_id] == [("invalid", None), ("invalid", None)] for pair_id in hit)
     assert all(status == "ok" for pair_id, judged in decisions.items() if pair_id not in hit for status, _ in judged)
     assert results["invalid"]["invalid_judgments"] == 2 * len(hit)
+
+
+def test_request_adjustments_learned_on_workers_reach_results_json_and_later_shards(
+    run_cli, judgebench_repo, server, cluster, tmp_path
+):
+    """A model the rule table does not know, at an endpoint that rejects `temperature`: each worker learns
+    to drop it from a 400 in its own process. Each shard's result carries what its worker learned, so the
+    flow's results.json shows the adjustment (as in-process), and shards sent after it is known start
+    without it. A request is rejected at most once, and only by a worker's first shard: every call of that
+    shard is shaped before it waits for a slot, so at most one shard's calls per worker thread."""
+    from distributed import Client
+
+    model = f"acme-judge-{time.time_ns()}"  # a name no worker process has met: nothing learned before this run
+    shard_size = 5
+    worker_threads = sum(w["nthreads"] for w in cluster.scheduler_info["workers"].values())
+    server.reset_counters()
+    server.configure(rejected_params={"temperature"})
+    try:
+        result = run_cli(
+            *run_args(
+                judgebench_repo,
+                server,
+                "adjusted",
+                tmp_path / "adjusted.db",
+                shard_size,
+                "--task-runner",
+                "dask",
+                "--dask-address",
+                cluster.scheduler_address,
+                model=model,
+                report=True,
+            )
+        )
+        counts = server.status_counts
+    finally:
+        server.configure(rejected_params=())
+    assert result.returncode == 0, result.stderr[-3000:]
+    results, decisions = outputs(tmp_path, "adjusted")
+    assert len(decisions) == SAMPLES and results["invalid"]["failed_judgments"] == 0
+    [change] = results["run"]["requests"]["adjustments"]
+    assert change["param"] == "temperature" and change["action"] == "dropped"
+    assert "not supported" in change["endpoint_said"] and CANARY_KEY not in json.dumps(results)
+    assert "request adjusted" in result.stdout and "temperature" in result.stdout
+    report = (tmp_path / "adjusted" / "report.html").read_text()
+    assert 'id="request-adjustments"' in report and "temperature" in report
+    # Every judgment answered once; only requests sent before their worker learned were rejected.
+    assert counts.get(200) == 2 * SAMPLES, counts
+    assert 1 <= counts.get(400, 0) <= worker_threads * 2 * shard_size < 2 * SAMPLES, counts
+    assert set(counts) == {200, 400}, counts
+
+    # Every worker now knows the adjustment, whether it learned it itself or got it with a later shard.
+    with Client(cluster) as client:
+        known = client.run(_adjustments_on_worker, server.base_url, model)
+    assert all([a["param"] for a in found] == ["temperature"] for found in known.values()), known
+
+
+def _adjustments_on_worker(base_url: str, model: str) -> list[dict[str, str]]:
+    from judgebench_flows.calls.request_rules import learned_for, rule_for
+
+    return list(learned_for(base_url, model, rule_for(model)).adjustments)
 
 
 async def read_limit(name: str) -> int:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import run_command
 from tests.conftest import GPT4O_FILE, VERDICTS, load_jsonl, oracle_responder
 
 CATEGORY_SIZES = {"mmlu-pro": 154, "livebench-reasoning": 98, "livebench-math": 56, "livecodebench": 42}
@@ -20,37 +20,6 @@ CATEGORY_SIZES = {"mmlu-pro": 154, "livebench-reasoning": 98, "livebench-math": 
 def oracle_server(gpt4o_pairs):
     with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"])) as server:
         yield server
-
-
-def run_args(repo: tuple[str, str], server: FakeOpenAIServer, tmp_path: Path, *extra: str) -> list[str]:
-    url, sha = repo
-    return [
-        "run",
-        "--judge-type",
-        "arena_hard",
-        "--model",
-        "o1-mini-2024-09-12",
-        "--repo-url",
-        url,
-        "--ref",
-        sha,
-        "--data-file",
-        GPT4O_FILE,
-        "--base-url",
-        server.base_url,
-        "--concurrency",
-        "32",
-        "--shard-size",
-        "50",
-        "--result-path",
-        "results/judgebench.json",
-        "--output-dir",
-        "results/run",
-        "--db-url",
-        f"sqlite:///{tmp_path}/judgebench.db",
-        "--no-progress",
-        *extra,
-    ]
 
 
 def official_accuracy(rows: list[dict]) -> float:
@@ -69,7 +38,7 @@ def official_accuracy(rows: list[dict]) -> float:
 
 def test_full_gpt4o_run_writes_every_output_and_reruns_free(run_cli, judgebench_repo, oracle_server, tmp_path):
     oracle_server.reset_counters()
-    result = run_cli(*run_args(judgebench_repo, oracle_server, tmp_path))
+    result = run_cli(*run_command(judgebench_repo, oracle_server, tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert oracle_server.answered == 700  # 350 pairs x both orders, nothing paid twice
 
@@ -114,7 +83,7 @@ def test_full_gpt4o_run_writes_every_output_and_reruns_free(run_cli, judgebench_
 
     # Same command again: every answer comes from the cache, the endpoint sees nothing.
     oracle_server.reset_counters()
-    again = run_cli(*run_args(judgebench_repo, oracle_server, tmp_path))
+    again = run_cli(*run_command(judgebench_repo, oracle_server, tmp_path))
     assert again.returncode == 0, again.stderr[-3000:]
     assert oracle_server.requests == 0
     rerun = json.loads((tmp_path / "results/judgebench.json").read_text())
@@ -127,13 +96,15 @@ def test_always_a_scores_zero_in_both_orders_and_label_share_in_single_game(
 ):
     share_a = Counter(p["label"] for p in gpt4o_pairs)["A>B"] / len(gpt4o_pairs)
     with FakeOpenAIServer("My final verdict is [[A>B]]") as server:
-        both = run_cli(*run_args(judgebench_repo, server, tmp_path))
+        both = run_cli(*run_command(judgebench_repo, server, tmp_path))
         assert both.returncode == 0, both.stderr[-3000:]
         results = json.loads((tmp_path / "results/judgebench.json").read_text())
         assert results["overall_accuracy"]["accuracy"] == 0.0
         assert results["consistency"]["consistency"] == 0.0
 
-        single = run_cli(*run_args(judgebench_repo, server, tmp_path, "--single-game", "--result-path", "single.json"))
+        single = run_cli(
+            *run_command(judgebench_repo, server, tmp_path, "--single-game", "--result-path", "single.json")
+        )
         assert single.returncode == 0, single.stderr[-3000:]
         single_results = json.loads((tmp_path / "single.json").read_text())
         assert single_results["overall_accuracy"]["accuracy"] == pytest.approx(share_a, abs=1e-6)
@@ -148,10 +119,10 @@ def test_shuffle_is_seeded_and_keeps_an_oracle_perfect(run_cli, judgebench_repo,
 
     args = ("--shuffle-responses", "--seed", "7", "--max-samples", "80")
     first = run_cli(
-        *run_args(judgebench_repo, oracle_server, tmp_path, *args, "--output-dir", "a", "--result-path", "a.json")
+        *run_command(judgebench_repo, oracle_server, tmp_path, *args, "--output-dir", "a", "--result-path", "a.json")
     )
     second = run_cli(
-        *run_args(
+        *run_command(
             judgebench_repo,
             oracle_server,
             tmp_path,
@@ -169,7 +140,7 @@ def test_shuffle_is_seeded_and_keeps_an_oracle_perfect(run_cli, judgebench_repo,
     assert swaps("a.json", "a") == swaps("b.json", "b")
     assert 20 < sum(swaps("a.json", "a")) < 60  # about half of 80 pairs swapped
     other = run_cli(
-        *run_args(
+        *run_command(
             judgebench_repo,
             oracle_server,
             tmp_path,

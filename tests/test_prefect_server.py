@@ -6,17 +6,16 @@ and becomes the temporary server. Its processes are found through /proc by the P
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED, requires_shared
+from tests._runs import gone_within, local_server_env, processes_with, run_argv
+from tests.conftest import requires_shared
 
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds server processes through /proc (Linux)"),
@@ -24,66 +23,9 @@ pytestmark = [
 ]
 
 
-def processes_with(prefect_home: Path) -> list[int]:
-    """Live processes (not zombies) whose environment holds this PREFECT_HOME."""
-    marker = f"PREFECT_HOME={prefect_home}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (
-                marker in (entry / "environ").read_bytes().split(b"\0")
-                and "Z" not in (entry / "stat").read_text().split(")")[-1][:3]
-            ):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 def run_command(server: FakeOpenAIServer, tmp_path: Path, samples: int) -> tuple[list[str], dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(
-        OPENAI_API_KEY=CANARY_KEY,
-        PREFECT_HOME=str(tmp_path / "prefect-home"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        JUDGEBENCH_SERVER_KEEPALIVE="0",
-    )  # the server stops with its run (kept servers: test_server_start.py)
-    command = [
-        sys.executable,
-        "-m",
-        "judgebench_flows.cli.main",
-        "run",
-        "--data-path",
-        str(SHARED / "data" / GPT4O_FILE),
-        "--max-samples",
-        str(samples),
-        "--model",
-        "judge",
-        "--base-url",
-        server.base_url,
-        "--no-progress",
-        "--db-url",
-        f"sqlite:///{tmp_path / 'results.db'}",
-        "--result-path",
-        str(tmp_path / "results.json"),
-        "--output-dir",
-        str(tmp_path / "run"),
-        "--no-report",
-        "--concurrency",
-        "4",
-    ]
-    return command, env
-
-
-def gone_within(prefect_home: Path, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while processes_with(prefect_home):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
+    env = local_server_env(tmp_path / "prefect-home", 0)  # the server stops with its run (kept: test_server_start.py)
+    return run_argv(server.base_url, tmp_path / "results", samples, "--concurrency", "4"), env
 
 
 @requires_shared

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import GPT4O_FILE, SHARED, VERDICTS, load_jsonl, oracle_responder
+from tests._helpers import run_command
+from tests.conftest import SHARED, VERDICTS, load_jsonl, oracle_responder
 
 pytestmark = pytest.mark.slow
 EXIT_RUN_FAILED = 4
@@ -20,36 +21,7 @@ def readme_command(
     repo: tuple[str, str], server: FakeOpenAIServer, tmp_path: Path, model: str, *extra: str
 ) -> list[str]:
     """The README's headline command (o1-mini, arena_hard), on a seeded subset to stay quick."""
-    url, sha = repo
-    return [
-        "run",
-        "--judge-type",
-        "arena_hard",
-        "--model",
-        model,
-        "--repo-url",
-        url,
-        "--ref",
-        sha,
-        "--data-file",
-        GPT4O_FILE,
-        "--base-url",
-        server.base_url,
-        "--concurrency",
-        "32",
-        "--shard-size",
-        "50",
-        "--result-path",
-        "results/judgebench.json",
-        "--output-dir",
-        "results/run",
-        "--db-url",
-        f"sqlite:///{tmp_path}/judgebench.db",
-        "--no-progress",
-        "--max-samples",
-        "40",
-        *extra,
-    ]
+    return run_command(repo, server, tmp_path, "--max-samples", "40", *extra, model=model)
 
 
 def arena_system() -> str:

@@ -16,6 +16,7 @@ from judgebench_flows.calls.other_apis import answer_of, pooled_score, server_ro
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import run_command
 from tests.conftest import GPT4O_FILE, load_jsonl
 
 
@@ -157,35 +158,17 @@ def test_replayed_scores_give_judgebench_accuracy(run_cli, judgebench_repo, gpt4
     ties = sum(table[p["response_A"]] == table[p["response_B"]] for p in gpt4o_pairs)
     assert ties > 20  # the replay does exercise JudgeBench's tie rule
     expected_overall, expected_categories = judgebench_accuracy(gpt4o_pairs)
-    url, sha = judgebench_repo
     model = "Skywork/Skywork-Reward-Gemma-2-27B"
     with FakeOpenAIServer(scores_by_text(table)) as server:
-        args = [
-            "run",
-            "--judge-type",
-            "reward_model",
-            "--model",
-            model,
-            "--repo-url",
-            url,
-            "--ref",
-            sha,
-            "--data-file",
-            GPT4O_FILE,
-            "--base-url",
-            server.base_url,
-            "--concurrency",
-            "16",
-            "--shard-size",
-            "50",
-            "--result-path",
-            "results/reward.json",
-            "--output-dir",
-            "results/run",
-            "--db-url",
-            f"sqlite:///{tmp_path}/judgebench.db",
-            "--no-progress",
-        ]
+        args = run_command(
+            judgebench_repo,
+            server,
+            tmp_path,
+            judge_type="reward_model",
+            model=model,
+            concurrency=16,
+            result_path="results/reward.json",
+        )
         result = run_cli(*args)
         assert result.returncode == 0, result.stderr[-3000:]
         scoring_calls = sum(len({p["response_A"], p["response_B"]}) for p in gpt4o_pairs)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import run_command
 from tests.conftest import GPT4O_FILE, SHARED, load_jsonl, make_repo, requires_shared
 
 SCORES = Path(__file__).parent / "fixtures" / "reward_scores" / "skywork-reward-gemma-2-27b-gpt-4o.tsv"
@@ -67,31 +68,18 @@ def test_replaying_recorded_scores_gives_the_published_accuracy(
         user, assistant = body["messages"]
         return json.dumps([by_turns[(user["content"], assistant["content"])]])
 
-    url, sha = judgebench_repo
     with FakeOpenAIServer(respond) as server:
         result = run_cli(
-            "run",
-            "--judge-type",
-            "reward_model",
-            "--model",
-            MODEL,
-            "--repo-url",
-            url,
-            "--ref",
-            sha,
-            "--data-file",
-            GPT4O_FILE,
-            "--base-url",
-            server.base_url,
-            "--concurrency",
-            "16",
-            "--result-path",
-            "results/reward.json",
-            "--output-dir",
-            "results/run",
-            "--db-url",
-            f"sqlite:///{tmp_path}/judgebench.db",
-            "--no-progress",
+            *run_command(
+                judgebench_repo,
+                server,
+                tmp_path,
+                judge_type="reward_model",
+                model=MODEL,
+                concurrency=16,
+                shard_size=None,
+                result_path="results/reward.json",
+            )
         )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "results/reward.json").read_text())

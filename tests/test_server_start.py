@@ -7,7 +7,6 @@ endpoint, and busy processes spinning beside the runs (the machine's two cores f
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,8 +20,8 @@ import pytest
 
 from judgebench_flows.cli.local_server import DEFAULT_KEEPALIVE, alive
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED, requires_shared
-from tests.test_prefect_server import gone_within, processes_with
+from tests._runs import gone_within, local_server_env, processes_with, record_of, run_argv, stop_kept_server
+from tests.conftest import requires_shared
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,55 +54,10 @@ def judgebench(
     extra: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """One run as a new user makes it: fresh HOME unless `where` is reused, no PREFECT_API_URL."""
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     (where / "home").mkdir(parents=True, exist_ok=True)
-    env.update(
-        HOME=str(where / "home"),
-        PREFECT_HOME=str(where / "prefect-home"),
-        OPENAI_API_KEY=CANARY_KEY,
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        **(extra_env or {}),
-    )
-    env["JUDGEBENCH_SERVER_KEEPALIVE"] = str(keepalive)  # conftest makes 0 the suite's default
-    run = where / f"run-{time.monotonic_ns()}"
-    command = [
-        sys.executable,
-        "-m",
-        "judgebench_flows.cli.main",
-        "run",
-        "--data-path",
-        str(SHARED / "data" / GPT4O_FILE),
-        "--max-samples",
-        str(samples),
-        "--model",
-        "judge",
-        "--base-url",
-        server.base_url,
-        "--no-progress",
-        "--db-url",
-        f"sqlite:///{run}.db",
-        "--result-path",
-        f"{run}.json",
-        "--output-dir",
-        str(run),
-        "--no-report",
-        *extra,
-    ]
+    env = local_server_env(where / "prefect-home", keepalive, HOME=str(where / "home"), **(extra_env or {}))
+    command = run_argv(server.base_url, where / f"run-{time.monotonic_ns()}", samples, *extra)
     return subprocess.run(command, env=env, cwd=where, capture_output=True, text=True, timeout=timeout)
-
-
-def record_of(prefect_home: Path) -> dict:
-    records = list((prefect_home / "judgebench-server").glob("*.json"))
-    assert len(records) == 1, records
-    return json.loads(records[0].read_text())
-
-
-def stop_kept_server(prefect_home: Path) -> None:
-    for path in (prefect_home / "judgebench-server").glob("*.json"):
-        pid = json.loads(path.read_text())["supervisor_pid"]
-        if alive(pid):
-            os.kill(pid, signal.SIGTERM)
-    gone_within(prefect_home, 60)
 
 
 def test_three_first_runs_beside_two_busy_processes_all_succeed(tmp_path):
@@ -164,37 +118,8 @@ def test_a_stale_record_is_replaced(tmp_path):
 def test_a_killed_run_releases_its_kept_server(tmp_path):
     home = tmp_path / "prefect-home"
     with FakeOpenAIServer("My final verdict is [[A>B]]", latency=0.5) as server:
-        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-        env.update(
-            PREFECT_HOME=str(home),
-            OPENAI_API_KEY=CANARY_KEY,
-            PREFECT_SERVER_ANALYTICS_ENABLED="false",
-            JUDGEBENCH_SERVER_KEEPALIVE="3",
-        )
-        command = [
-            sys.executable,
-            "-m",
-            "judgebench_flows.cli.main",
-            "run",
-            "--data-path",
-            str(SHARED / "data" / GPT4O_FILE),
-            "--max-samples",
-            "200",
-            "--model",
-            "judge",
-            "--base-url",
-            server.base_url,
-            "--no-progress",
-            "--db-url",
-            f"sqlite:///{tmp_path / 'r.db'}",
-            "--no-report",
-            "--concurrency",
-            "4",
-            "--result-path",
-            str(tmp_path / "r.json"),
-            "--output-dir",
-            str(tmp_path / "run"),
-        ]
+        env = local_server_env(home, 3)
+        command = run_argv(server.base_url, tmp_path / "r", 200, "--concurrency", "4")
         run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 600

@@ -17,8 +17,11 @@ For models the table does not know, a 400 naming an unsupported parameter or val
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from judgebench_flows.core.secrets import redact
 
 RequestStyle = Literal["auto", "standard", "o1", "reasoning"]
 REQUEST_STYLES: tuple[str, ...] = ("auto", "standard", "o1", "reasoning")
@@ -120,6 +123,10 @@ def shape(
 
 
 ADJUSTABLE_CODES = ("unsupported_parameter", "unsupported_value")
+# What an adjustment did, as recorded (results.json's `run.requests.adjustments[].action`).
+FOLDED = "folded the system message into the first user turn"
+RENAMED = "sent as max_completion_tokens"
+DROPPED = "dropped"
 
 
 @dataclass
@@ -127,7 +134,8 @@ class Learned:
     """What one run learned about one endpoint and model from its 400s, on top of the configured rule.
 
     Shared by every call of the process to that endpoint and model, and changed only under a lock; a
-    change is recorded once, however many calls in flight were rejected for the same reason.
+    change is recorded once, however many calls in flight were rejected for the same reason. What another
+    process learned (a Dask worker's, carried back with its shard's result) is taken in by `merge`.
     """
 
     base: RequestRule
@@ -152,7 +160,7 @@ class Learned:
                 if any(m.get("role") == "system" for m in sent_messages):
                     if not rule.fold_system:
                         self.rule = replace(rule, fold_system=True)
-                        self._note(param, "folded the system message into the first user turn", message)
+                        self._note(param, FOLDED, message)
                     return True
                 return False
             name = param.split(".")[0].split("[")[0]
@@ -162,16 +170,41 @@ class Learned:
             if name == "max_tokens" and "max_completion_tokens" in message:
                 if renames.get("max_tokens") != "max_completion_tokens":
                     self.rule = replace(rule, rename=tuple({**renames, "max_tokens": "max_completion_tokens"}.items()))
-                    self._note(name, "sent as max_completion_tokens", message)
+                    self._note(name, RENAMED, message)
                 return True
             original = next((k for k, v in renames.items() if v == name), name)
             if original not in rule.drop:
                 self.rule = replace(rule, drop=rule.drop | {original})
-                self._note(name, "dropped", message)
+                self._note(name, DROPPED, message)
             return True
 
+    def merge(self, adjustments: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+        """Apply adjustments another process recorded (as `adjustments` lists them), each as `adjust` made
+        it, and note those not known here yet (same param and action), in their order. Returns those."""
+        added: list[dict[str, str]] = []
+        with self._lock:
+            for change in adjustments:
+                param, action = str(change.get("param") or ""), str(change.get("action") or "")
+                if not param or any(a["param"] == param and a["action"] == action for a in self.adjustments):
+                    continue
+                rule = self.rule
+                renames = dict(rule.rename)
+                if action == FOLDED:
+                    self.rule = replace(rule, fold_system=True)
+                elif action == RENAMED:
+                    self.rule = replace(rule, rename=tuple({**renames, "max_tokens": "max_completion_tokens"}.items()))
+                elif action == DROPPED:
+                    original = next((k for k, v in renames.items() if v == param), param)
+                    self.rule = replace(rule, drop=rule.drop | {original})
+                else:  # not an adjustment this code makes (another version's): nothing to apply
+                    continue
+                self._note(param, action, str(change.get("endpoint_said") or ""))
+                added.append(self.adjustments[-1])
+        return added
+
     def _note(self, param: str, action: str, message: str) -> None:
-        self.adjustments.append({"param": param, "action": action, "endpoint_said": message[:300]})
+        # Kept, printed, and carried between processes (a shard's result): never with a secret in it.
+        self.adjustments.append({"param": param, "action": action, "endpoint_said": redact(message[:300])})
 
 
 _learned: dict[tuple[str, str, RequestRule], Learned] = {}

@@ -20,6 +20,13 @@ err = Console(stderr=True)
 out = Console()
 
 
+def attach_streams() -> None:
+    """Consoles for this process's standard streams as they are now: a Console decides colour and width
+    when it is made, and a preloaded child (cli/preload.py) got its caller's terminal after import."""
+    global err, out
+    err, out = Console(stderr=True), Console()
+
+
 def run_with_progress(
     config: RunConfig,
     prefect: PrefectStart,

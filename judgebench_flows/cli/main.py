@@ -6,7 +6,7 @@ switch by changing the program name. Everything a user can get wrong is checked 
 Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error (one line;
 the traceback with --verbose), 4 the run measured too little (failed or invalid judgments above
 --max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 the Prefect
-server could not start.
+server could not start, or stopped during the run (answered calls are cached: the same command resumes).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from judgebench_flows.cli.prefect_server import PrefectServerError, PrefectStart
 from judgebench_flows.core.errors import RunFailed, UserError
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
-EXIT_SERVER = 5  # the temporary Prefect server could not start: the input was fine, retry or point at a server
+EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -297,7 +297,8 @@ def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
         raise UserError(f"cannot reach the endpoint {urlsplit(base_url).scheme}://{host}:{port}: {problem}")
 
 
-def _quiet_prefect(verbose: bool) -> None:
+def quiet_prefect(verbose: bool) -> None:
+    """Prefect logs warnings and errors only, unless --verbose (or the user set its logging variables)."""
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
@@ -429,12 +430,21 @@ def command_run(args: argparse.Namespace) -> int:
 
     from judgebench_flows.cli import console
 
-    return console.run_with_progress(
-        config,
-        prefect,
-        show_progress=args.progress,
-        with_prefect=(lambda: None) if args.verbose else _hide_user_error_run_logs,
-    )
+    prefect.guard_run(config.db_url)  # a Prefect server that stops mid-run ends it with exit 5, not a hang
+    try:
+        return console.run_with_progress(
+            config,
+            prefect,
+            show_progress=args.progress,
+            with_prefect=(lambda: None) if args.verbose else _hide_user_error_run_logs,
+        )
+    except Exception as exc:  # a configured server that stopped outlasts Prefect's retries, which fail the flow
+        lost = prefect.server_lost(exc)
+        if lost is not None:
+            raise lost from exc
+        raise
+    finally:
+        prefect.end_guard()
 
 
 def _holds_judgebench_pairs(data_path: str | None) -> bool:
@@ -552,7 +562,10 @@ def command_report(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet_prefect(getattr(args, "verbose", False))
+    quiet_prefect(getattr(args, "verbose", False))
+    from judgebench_flows.cli import preload
+
+    preload.refresh_prefect_logging()  # in a preloaded child, Prefect's logging was set up before --verbose was read
     commands = {"run": command_run, "history": command_history, "compare": command_compare, "report": command_report}
     from judgebench_flows.cli.leaderboard import COMMANDS as LEADERBOARD_COMMANDS
 
@@ -606,16 +619,20 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
     return EXIT_BUG
 
 
-def entry() -> None:
-    """The `judgebench` command: `main`, then exit without Python's final clean-up of every module.
+def run_command(argv: list[str]) -> int:
+    """`main`, then what interpreter exit would do before the process ends, returning the exit code.
 
-    After a run that clean-up takes over half a second (Prefect, SQLAlchemy and pydantic leave a large
-    heap), which a user waits for and which holds nothing. Everything that matters at exit still runs
-    first: output is flushed and the exit handlers run (Prefect sends its last logs and events, the
-    temporary Prefect server is stopped, logging is shut down). `main` turns every exception into an exit
-    code (an unexpected one is exit 3 with one line).
+    Everything that matters at exit runs here: non-daemon threads finish, output is flushed and the exit
+    handlers run (Prefect sends its last logs and events, a temporary Prefect server is told to stop,
+    logging is shut down). `main` turns every exception into an exit code (an unexpected one is exit 3
+    with one line); argparse's own exits (--help, a bad option) keep their codes.
     """
-    code = main()
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
     for thread in threading.enumerate():  # as interpreter exit does: non-daemon threads finish first
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
@@ -624,6 +641,23 @@ def entry() -> None:
     atexit._run_exitfuncs()  # the handlers interpreter exit would run (private, but in CPython since 2.x)
     sys.stdout.flush()
     sys.stderr.flush()
+    return code
+
+
+def entry() -> None:
+    """The `judgebench` command: in a preloaded child when one is waiting for this code and these settings
+    (preload.py: the imports are done), else here; then exit without Python's final clean-up of every
+    module, which takes over half a second after a run (Prefect, SQLAlchemy and pydantic leave a large heap)
+    and holds nothing."""
+    from judgebench_flows.cli import preload
+
+    argv = sys.argv[1:]
+    started_with = dict(os.environ)
+    found = preload.command_key()
+    code = preload.run_preloaded(argv, found)
+    if code is None:
+        code = run_command(argv)
+        preload.leave_preloaded(argv, found, started_with)
     os._exit(code)
 
 

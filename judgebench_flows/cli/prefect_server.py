@@ -20,11 +20,12 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from judgebench_flows.cli import local_server
+from judgebench_flows.cli import local_server, preload, server_watch
 
 # Scheduling priority of the temporary server below the run's, when the machine has cores to spare
 # (local_server.NICE_MIN_CORES): it boots while the run already judges. On a few busy cores a niced boot
@@ -63,6 +64,10 @@ class PrefectStart:
     def __init__(self, helper: subprocess.Popen[str] | None, known: PrefectSettings | None = None) -> None:
         self._helper = helper
         self._settings = known
+        self._ready = False  # wait_ready returned: the server answered
+        self._guard: tuple[str | None] | None = None  # (results database URL,) once the run asks to be guarded
+        self._watch: server_watch.ServerWatch | None = None
+        self._watch_lock = threading.Lock()
         if helper is not None:
             atexit.register(self.stop)
 
@@ -84,10 +89,55 @@ class PrefectStart:
             except (ValueError, KeyError, TypeError):  # the helper could not read the settings: Prefect will say why
                 self._settings = PrefectSettings(None, None)
             if self._settings.api_url:
-                os.environ["PREFECT_API_URL"] = self._settings.api_url
+                _point_prefect_at(self._settings.api_url)
         return self._settings
 
     def wait_ready(self) -> None:
+        """Returns once the temporary server answers (at once when a server is configured); from then on a
+        guarded run (`guard_run`) is watched: a server that stops ends it with exit 5 (server_watch)."""
+        self._wait_ready()
+        with self._watch_lock:
+            self._ready = True
+        self._start_watch()
+
+    def guard_run(self, db_url: str | None) -> None:
+        """While the run judges, watch its Prefect server once it answers (server_watch): a server that stops
+        ends the run within seconds with one line and exit 5, its "running" row in `db_url` marked failed."""
+        with self._watch_lock:
+            self._guard = (db_url,)
+        self._start_watch()
+
+    def end_guard(self) -> None:
+        """The run is over: a server stopping now (a temporary one at exit) is no longer the run's end."""
+        with self._watch_lock:
+            self._guard = None
+            if self._watch is not None:
+                self._watch.disarm()
+                self._watch = None
+
+    def server_lost(self, error: BaseException) -> PrefectServerError | None:
+        """The run ended with `error` while its Prefect server does not answer (a configured server's death
+        outlasts Prefect's own retries, which then fail the flow): that, as exit 5 with the way to resume."""
+        from judgebench_flows.core.errors import UserError
+
+        with self._watch_lock:
+            watch = self._watch
+        if watch is None or isinstance(error, UserError):
+            return None
+        lost = watch.gone()
+        return PrefectServerError(f"{lost}; {server_watch.RESUME}") if lost else None
+
+    def _start_watch(self) -> None:
+        with self._watch_lock:
+            if self._guard is None or not self._ready or self._watch is not None:
+                return
+            settings = self.settings()
+            pid = None
+            if settings.api_url:  # a temporary server: ours (the helper became it) or a kept one
+                pid = settings.server_pid or (self._helper.pid if self._helper is not None else None)
+            self._watch = server_watch.ServerWatch(settings.api_url, pid, self._guard[0]).start()
+
+    def _wait_ready(self) -> None:
         """Returns once the temporary server answers (at once when a server is configured).
 
         Waits as long as the server is alive and making progress (using CPU), up to a ceiling of minutes:
@@ -130,6 +180,7 @@ class PrefectStart:
         """Tell the temporary server to stop, without waiting for it: its own shutdown (Prefect's services
         flushing what they hold) takes a quarter of a second that the run's user would otherwise wait
         for. It runs at exit, after Prefect's own exit handlers have sent their last logs and events."""
+        self.end_guard()
         if self._helper is not None and self._helper.poll() is None and not (self._settings and self._settings.shared):
             self._helper.terminate()
 
@@ -142,13 +193,13 @@ _SERVER_ADVICE = (
 
 def start_prefect() -> PrefectStart:
     """Start the helper (it reads settings while this process starts up); see the module docstring."""
-    if "prefect" in sys.modules:  # already imported (a test, a notebook): its settings are fixed, read them here
-        return PrefectStart(None, _read_settings()[0])
+    if "prefect" in sys.modules and not preload.in_child():
+        return PrefectStart(None, _read_settings()[0])  # imported by a test or a notebook: its settings are fixed
     from judgebench_flows.cli import fast_attach
 
     told = fast_attach.attach(os.getpid())  # a kept server for unchanged settings: no helper, no Prefect import
     if told is not None:
-        os.environ["PREFECT_API_URL"] = told["api_url"]
+        _point_prefect_at(told["api_url"])
         return PrefectStart(
             None,
             PrefectSettings(
@@ -166,6 +217,12 @@ def start_prefect() -> PrefectStart:
         text=True,
     )
     return PrefectStart(helper)
+
+
+def _point_prefect_at(api_url: str) -> None:
+    os.environ["PREFECT_API_URL"] = api_url
+    if preload.in_child():  # Prefect was imported before this process knew its server
+        preload.refresh_prefect_settings()
 
 
 def _free_port() -> int:

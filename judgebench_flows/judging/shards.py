@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.calls.llm import CallStats, ChatCaller
-from judgebench_flows.calls.request_rules import RequestRule, request_report, rule_for
+from judgebench_flows.calls.request_rules import Learned, RequestRule, learned_for, request_report, rule_for
 from judgebench_flows.core.api_keys import read_api_key
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
@@ -186,11 +186,38 @@ def request_rule_of(spec: JudgeSpec) -> RequestRule:
     return rule_for(spec.model, spec.endpoint.request_style, tuple(spec.endpoint.drop_params))
 
 
+def learned_of(spec: JudgeSpec) -> Learned:
+    """What this process learned about the spec's endpoint and model from 400s, keyed as its caller keys it."""
+    return learned_for(resolve_credentials(spec.base_url), spec.model, request_rule_of(spec))
+
+
 def request_report_of(spec: JudgeSpec) -> dict[str, Any]:
-    """The request rule this run applied and what it adjusted on the way (for results.json's `run`)."""
+    """The request rule this run applied and what it adjusted on the way (for results.json's `run`): in
+    this process, or on Dask workers and merged here from their shards' results (`merge_adjustments`)."""
     return request_report(
         resolve_credentials(spec.base_url), spec.model, request_rule_of(spec)
     )  # as the caller keys it
+
+
+def adjustments_of(spec: JudgeSpec) -> list[dict[str, str]]:
+    """The request adjustments this process knows for the spec's endpoint and model (small, no secret)."""
+    return list(learned_of(spec).adjustments)
+
+
+def merge_adjustments(spec: JudgeSpec, adjustments: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    """Take in adjustments another process learned (a worker's, or the flow's passed to a worker): applied to
+    this process's requests from now on and reported with its own. Returns the ones new here."""
+    return learned_of(spec).merge(adjustments)
+
+
+class ShardRecords(list[JudgmentRecord]):
+    """A shard's records, plus the request adjustments known to the process that judged them when it was
+    done: how what a Dask worker learned gets back to the flow. A plain list to everything else; a shard
+    result stored before this existed (a plain list) carries none."""
+
+    def __init__(self, records: Iterable[JudgmentRecord] = (), adjustments: Iterable[dict[str, str]] = ()) -> None:
+        super().__init__(records)
+        self.adjustments: list[dict[str, str]] = [dict(change) for change in adjustments]
 
 
 async def close_runtimes() -> CallStats:

@@ -1,0 +1,194 @@
+"""End a run whose Prefect server stopped during it: within seconds, with one line and exit 5, not a hang.
+
+With its server gone, a run's judging goes on (task runs report through events, which wait), but every
+API call of the flow (artifacts, its final state) is retried by Prefect's client for over a minute each,
+and a server that hangs instead of refusing holds each call for minutes. Measured before this watch: a
+`kill -9` of the temporary server mid-run ended the run 70-100 s later with exit 3 and tracebacks, after
+judging on to the end (README, Exit codes).
+
+A thread watches the server for as long as the run judges: the process of a temporary server (ours, or
+a kept one we attached to) and, for any server, whether it answers. A temporary server whose process
+ended is lost at once; a server that has not answered for `JUDGEBENCH_SERVER_LOST_TIMEOUT` seconds
+(default 120: a loaded machine's server may be slow, not gone) is lost too. Then the thread lets the
+run's event loop write the answers it still holds to the call cache (bounded), marks this process's
+"running" rows in the results database `failed` with the reason, prints one line and ends the process
+with exit 5. A re-run of the same command pays only for the calls never answered.
+
+Nothing here imports Prefect at module level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
+
+from judgebench_flows.cli import local_server, preload
+
+LOST_TIMEOUT_ENV = "JUDGEBENCH_SERVER_LOST_TIMEOUT"
+DEFAULT_LOST_TIMEOUT = 120.0
+EXIT_SERVER = 5  # as cli/main.py: the Prefect server could not start or stopped
+POLL_SECONDS = 0.5  # how often the server's process is checked (a /proc read)
+HEALTH_EVERY_SECONDS = 5.0  # how often the server is asked whether it answers
+HEALTH_TIMEOUT_SECONDS = 10.0
+FLUSH_SECONDS = 15.0  # the longest wait for the event loop to write the call cache
+# What a proxy in front of a stopped server answers: not the server answering.
+GATEWAY_ERRORS = (502, 503, 504)
+RESUME = "the calls answered so far are cached: run the same command again to resume"
+_ENDED = "the temporary Prefect server stopped during the run (its process ended)"
+
+
+def lost_timeout() -> float:
+    return local_server.seconds_from_env(LOST_TIMEOUT_ENV, DEFAULT_LOST_TIMEOUT)
+
+
+def answers(api_url: str, timeout: float = HEALTH_TIMEOUT_SECONDS) -> bool:
+    """Whether the server behind `api_url` answers: any HTTP answer but a gateway's error counts (Prefect
+    Cloud answers its `/health` path with 404 or 401, which is still an answer)."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout):
+            return True
+    except urllib.error.HTTPError as exc:
+        return exc.code not in GATEWAY_ERRORS
+    except (OSError, ValueError):
+        return False
+
+
+def _where(api_url: str) -> str:
+    """scheme://host:port of a server, without any user:password or path."""
+    parts = urlsplit(api_url)
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+
+
+def _configured_api_url() -> str | None:
+    """The server a user configured, once Prefect is imported (it may come from a profile or `.env`)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    if "prefect.settings" not in sys.modules:
+        return None
+    try:
+        from prefect.settings import get_current_settings
+
+        return get_current_settings().api.url or None
+    except Exception:  # settings Prefect itself will report
+        return None
+
+
+class ServerWatch:
+    """The thread described in the module docstring. `api_url` None: the server Prefect is configured with."""
+
+    def __init__(self, api_url: str | None, server_pid: int | None, db_url: str | None) -> None:
+        self.api_url = api_url
+        self.server_pid = server_pid
+        self.db_url = db_url
+        self.timeout = lost_timeout()
+        self._disarmed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="judgebench-server-watch", daemon=True)
+
+    def start(self) -> ServerWatch:
+        self._thread.start()
+        return self
+
+    def disarm(self) -> None:
+        """The run is over (or its server is being stopped on purpose): watch no more."""
+        self._disarmed.set()
+
+    def gone(self) -> str | None:
+        """Why the server is gone, asked once now (its process ended, or it does not answer); None if it answers."""
+        if self.server_pid is not None and not local_server.alive(self.server_pid):
+            return _ENDED
+        url = self.api_url or _configured_api_url()
+        if url is None or answers(url, timeout=5.0):
+            return None
+        return f"{self._name(url)} stopped answering during the run"
+
+    def _name(self, url: str) -> str:
+        return "the temporary Prefect server" if self.server_pid is not None else f"the Prefect server at {_where(url)}"
+
+    def _watch(self) -> None:
+        last_answer = time.monotonic()
+        next_ask = last_answer + HEALTH_EVERY_SECONDS
+        while not self._disarmed.wait(POLL_SECONDS):
+            if self.server_pid is not None and not local_server.alive(self.server_pid):
+                self._lost(_ENDED)
+            now = time.monotonic()
+            url = self.api_url or _configured_api_url()
+            if url is None or now < next_ask:
+                continue
+            if answers(url):
+                last_answer = time.monotonic()
+            elif time.monotonic() - last_answer > self.timeout:
+                self._lost(
+                    f"{self._name(url)} stopped answering during the run "
+                    f"(no answer for {self.timeout:g} s, {LOST_TIMEOUT_ENV})"
+                )
+            next_ask = time.monotonic() + HEALTH_EVERY_SECONDS
+
+    def _lost(self, what: str) -> None:
+        if self._disarmed.is_set():  # the run ended meanwhile: its own outcome stands
+            return
+        flush_call_caches(FLUSH_SECONDS)
+        mark_run_failed(self.db_url, what)
+        if self._disarmed.is_set():
+            return
+        if sys.stderr.isatty():
+            sys.stderr.write("\x1b[?25h\n")  # a progress bar hides the cursor until it stops
+        sys.stderr.write(f"error: {what}; {RESUME} (see README, Exit codes)\n")
+        preload.exit_now(EXIT_SERVER)  # from this thread, at once; a preloaded child's caller learns the code
+
+
+async def _flush(callers: list) -> None:
+    for caller in callers:
+        try:
+            await caller.flush()
+        except Exception:  # a failed cache write: its answers are asked again by the next run
+            continue
+
+
+def flush_call_caches(timeout: float) -> None:
+    """Let each event loop that judges write the answers its callers still hold to the call cache."""
+    shards = sys.modules.get("judgebench_flows.judging.shards")
+    if shards is None:  # nothing judged in this process
+        return
+    deadline = time.monotonic() + timeout
+    for loop, runtimes in list(shards._runtimes.items()):
+        callers = [runtime.caller for runtime in list(runtimes.values())]
+        try:
+            future = asyncio.run_coroutine_threadsafe(_flush(callers), loop)
+            future.result(max(0.1, deadline - time.monotonic()))
+        except Exception:  # a closed loop, or one too busy to answer in time
+            continue
+
+
+def mark_run_failed(db_url: str | None, message: str) -> None:
+    """This process's runs still "running" in the results database become `failed` with `message`."""
+    if not db_url:
+        return
+    try:
+        import sqlalchemy as sa
+
+        from judgebench_flows.data import db
+
+        engine = db.open_database(db_url)
+        table = db.RunRow.__table__  # type: ignore[attr-defined]
+        with engine.begin() as connection:
+            connection.execute(
+                sa.update(table)
+                .where(
+                    table.c.status == "running",
+                    table.c.host == socket.gethostname(),
+                    table.c.pid == os.getpid(),
+                )
+                .values(status="failed", finished=db.utcnow(), message=message[:500])
+            )
+    except Exception:  # the next run's `mark_crashed` still catches the row once this process is gone
+        return
+
+
+__all__ = ["DEFAULT_LOST_TIMEOUT", "LOST_TIMEOUT_ENV", "ServerWatch", "answers", "lost_timeout"]

@@ -59,3 +59,32 @@ def test_background_noise_goes_to_a_file_in_prefect_home(tmp_path):
     log = (tmp_path / "routed" / "judgebench-background.log").read_text()
     assert "shard 3 failed: kept" in log, "a log that could not be shipped was dropped"
     assert "Still processing items" in log
+
+
+def test_tracebacks_of_an_unreachable_prefect_api_stay_off_the_console_other_errors_do_not() -> None:
+    """A Prefect server that stopped makes Prefect log pages of httpx tracebacks above our one line (exit 5);
+    those leave the console, an endpoint's connection error or a bug does not."""
+    import logging
+
+    import httpx
+    import openai
+
+    from judgebench_flows.cli.main import _HideRunErrorsReportedElsewhere
+
+    def record(exc: BaseException, logger: str = "prefect.task_runs") -> logging.LogRecord:
+        return logging.LogRecord(logger, logging.ERROR, __file__, 1, "Task run failed", None, (type(exc), exc, None))
+
+    request = httpx.Request("POST", "http://127.0.0.1:4200/api/logs/")
+    try:
+        try:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        except httpx.ConnectError as inner:
+            raise RuntimeError("publish failed") from inner
+    except RuntimeError as chained:
+        api_gone = chained
+    keep = _HideRunErrorsReportedElsewhere()
+    assert not keep.filter(record(api_gone))
+    assert not keep.filter(record(httpx.ReadTimeout("timed out", request=request), "prefect.flow_runs"))
+    assert keep.filter(record(openai.APIConnectionError(request=request)))  # the judge's endpoint: shown
+    assert keep.filter(record(ValueError("a bug")))
+    assert keep.filter(record(api_gone, "prefect.server"))  # not a run's record: left alone

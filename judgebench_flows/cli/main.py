@@ -313,12 +313,29 @@ def _user_error_names() -> set[str]:
     return names
 
 
-class _HideUserErrorRunLogs(logging.Filter):
-    """Drop Prefect's console records about a run that failed with a UserError.
+# httpx's transport errors: Prefect's client could not reach its API (the server stopped or restarts).
+_PREFECT_API_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "RemoteProtocolError")
 
-    Prefect logs the failure (with a traceback) before `main` prints the same error as one line; for bad
-    input that is noise which buries the line that tells the user what to fix. The filter sits on the
-    console handler only, so the records still reach the Prefect API and its UI; `--verbose` keeps them.
+
+def _api_unreachable(exc: BaseException | None) -> bool:
+    """Whether `exc` or what caused it is httpx failing to reach a server. The endpoint's client (openai)
+    wraps such errors in its own classes, so here they are Prefect's client talking to its API."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if type(exc).__module__.startswith(("httpx", "httpcore")) and type(exc).__name__ in _PREFECT_API_UNREACHABLE:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class _HideRunErrorsReportedElsewhere(logging.Filter):
+    """Drop Prefect's console records about a run failure that `main` reports as one line.
+
+    Prefect logs the failure (with a traceback) before `main` prints the same error as one line: for bad
+    input that is noise which buries the line that tells the user what to fix; for a Prefect server that
+    stopped (its API unreachable), pages of tracebacks above the line that says how to resume. The filter
+    sits on the console handler only, so the records still reach the Prefect API and its UI (or, with the
+    server gone, judgebench-background.log in PREFECT_HOME); `--verbose` keeps them.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -326,9 +343,11 @@ class _HideUserErrorRunLogs(logging.Filter):
             return True
         if record.exc_info and isinstance(record.exc_info[1], UserError):
             return False
+        if record.exc_info and _api_unreachable(record.exc_info[1]):
+            return False
         message = record.getMessage()
         # A shard with unparseable verdicts or failed calls is expected and reported in the results.
-        names = _user_error_names() | {"ShardIncomplete"}
+        names = _user_error_names() | {"ShardIncomplete", *_PREFECT_API_UNREACHABLE}
         return not any(f"{name}:" in message or f"{name}(" in message for name in names)
 
 
@@ -337,7 +356,7 @@ def _hide_user_error_run_logs() -> None:
 
     ensure_logging_setup()  # Prefect configures logging lazily; later setups are incremental and keep handlers
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_HideUserErrorRunLogs())
+        handler.addFilter(_HideRunErrorsReportedElsewhere())
     from judgebench_flows.cli.quiet import route_background_output
 
     route_background_output()  # Prefect's background workers: to PREFECT_HOME/judgebench-background.log

@@ -202,6 +202,7 @@ def test_changed_code_is_never_served(workdir: Path) -> None:
         try:
             os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
             wait_until(lambda: not alive(record["pid"]), 60, "the preloaded process kept serving old code")
+            assert not list(preload._folder().glob(f"{record['key']}.*"))  # no socket, lock or record left
         finally:
             os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 

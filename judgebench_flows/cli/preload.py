@@ -415,35 +415,37 @@ def serve(expected: str, listing: Path) -> int:
     """Import, then fork a child per command until idle for the keep-alive time or the code changed."""
     import fcntl
 
-    folder = _private_folder()
-    if folder is None:
-        return 0
-    global _lock_fd
-    _lock_fd = os.open(folder / f"{expected}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(_lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return 0  # another one serves (or is starting) for this key
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the socket and record go
-    record = Record(folder / f"{expected}.json")
-    path = folder / f"{expected}.sock"
-    try:
-        record.write(served=0, ready=False)  # importing: `stop` finds it already
-        return _serve(expected, listing, path, record)
-    finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        record.remove()
-
-
-def _serve(expected: str, listing: Path, path: Path, record: Record) -> int:
-    global _logging_env
     try:
         names = listing.read_text().split()
     except OSError:
         names = []
     with contextlib.suppress(OSError):
         listing.unlink()
+    folder = _private_folder()
+    if folder is None:
+        return 0
+    global _lock_fd
+    lock = folder / f"{expected}.lock"
+    _lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(_lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another one serves (or is starting) for this key
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: what it leaves goes
+    record = Record(folder / f"{expected}.json")
+    path = folder / f"{expected}.sock"
+    try:
+        record.write(served=0, ready=False)  # importing: `stop` finds it already
+        return _serve(expected, names, path, record)
+    finally:
+        for left in (path, lock):  # a lock file taken between these lines only lets a second one start
+            with contextlib.suppress(OSError):
+                left.unlink()
+        record.remove()
+
+
+def _serve(expected: str, names: list[str], path: Path, record: Record) -> int:
+    global _logging_env
     stamp = code_stamp()
     if key() != expected:
         return 0  # the code or settings changed since the command that started this one

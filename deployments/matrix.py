@@ -146,7 +146,7 @@ class NightlyMatrix(BaseModel):
         """
         entries = []
         for judge_type in self.judge_types:
-            for spec in self.model_specs:
+            for spec in self.models:
                 for data_file in self.data_files:
                     name = cell_name(judge_type, spec.name, data_file)
                     folder = Path(self.output_root) / name
@@ -169,10 +169,6 @@ class NightlyMatrix(BaseModel):
                     )
                     entries.append(MatrixEntry(name=name, config=config))
         return entries
-
-    @property
-    def model_specs(self) -> list[ModelSpec]:
-        return self.models
 
 
 def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]:

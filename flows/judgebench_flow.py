@@ -30,7 +30,7 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.core.records import FINISHED, JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
@@ -155,9 +155,7 @@ def regression_against_baseline(
 ) -> dict[str, Any] | None:
     """This run against the latest finished run of the same configuration (None without one)."""
     previous = [
-        r
-        for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=("completed", "regressed"))
-        if r.run_id != run_id
+        r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=FINISHED) if r.run_id != run_id
     ]
     if not previous or not config.bootstrap_resamples:
         return None

@@ -97,10 +97,24 @@ class TokenizedJudge(PromptJudge):
     suffix: str = ""
     api: str = "completions"
 
+    def __post_init__(self) -> None:
+        # A judgment's prompt is rendered several times (each order, the cache prefetch, calls made ahead),
+        # and the slow tokenizer is most of its CPU: each question's budget and each answer's cut are
+        # computed once per judge for the shards in flight.
+        object.__setattr__(self, "_budget", functools.lru_cache(maxsize=256)(self._budget))
+        object.__setattr__(self, "_cut", functools.lru_cache(maxsize=1024)(self._cut))
+
     def _budget(self, question: str) -> int:
         assert self.tokenizer is not None
         template = self.render_user(question, "", "")  # the question with empty answers
         return (CONTEXT_LIMIT - self.max_new_tokens - len(self.tokenizer.encode(template))) // 2 - 2
+
+    def _cut(self, question: str, answer: str) -> str:
+        assert self.tokenizer is not None
+        budget = self._budget(question)
+        ids = self.tokenizer.encode(answer, add_special_tokens=False)
+        kept = ids[:budget] if self.truncation_side == "right" else ids[-budget:]
+        return self.tokenizer.decode(kept)
 
     def truncate(self, question: str, answer_A: str, answer_B: str) -> tuple[str, str]:
         """Both answers cut to the same token budget, as JudgeBench cuts them (slices kept as they are)."""
@@ -108,13 +122,7 @@ class TokenizedJudge(PromptJudge):
             raise UserError(
                 f"--judge-type {self.name} needs the judge model's tokenizer (--model or JUDGEBENCH_TOKENIZER)"
             )
-        budget = self._budget(question)
-        out = []
-        for answer in (answer_A, answer_B):
-            ids = self.tokenizer.encode(answer, add_special_tokens=False)
-            kept = ids[:budget] if self.truncation_side == "right" else ids[-budget:]
-            out.append(self.tokenizer.decode(kept))
-        return out[0], out[1]
+        return self._cut(question, answer_A), self._cut(question, answer_B)
 
     def format(self, question: str, answer_A: str, answer_B: str) -> Messages:
         a, b = self.truncate(question, answer_A, answer_B)

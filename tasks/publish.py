@@ -119,16 +119,11 @@ def publish_results(
     engine = db.open_database(db_url)
     db.save_metrics(engine, metric_rows(run_id, results))
     if write_report:
+        from judgebench_flows.scoring.report import history_point
         from judgebench_flows.scoring.report import write_report as render
 
         history = [
-            {
-                "run_id": r.run_id,
-                "started": r.started.isoformat(),
-                "accuracy": r.overall_accuracy,
-                "ci_low": r.ci_low,
-                "ci_high": r.ci_high,
-            }
+            history_point(r)
             for r in reversed(db.list_runs(engine, limit=30, config_key=results["run"]["config_key"]))
             if r.overall_accuracy is not None and r.run_id != run_id
         ]

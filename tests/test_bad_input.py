@@ -229,33 +229,30 @@ class RaisingParser:
 """
 
 
-def test_custom_judge_returning_an_unknown_decision_stops_the_run(
-    run_cli, server, good_file: Path, tmp_path: Path
-) -> None:
+def custom_judge_args(server: FakeOpenAIServer, tmp_path: Path, good_file: Path, judge_class: str) -> list[str]:
+    """Run arguments judging `good_file` with `judge_class` of CUSTOM_JUDGES, written to a file in `tmp_path`."""
     (tmp_path / "judges_mine.py").write_text(CUSTOM_JUDGES)
-    args = base_args(
+    return base_args(
         server,
         tmp_path,
         "--data-path",
         str(good_file),
         "--judge-template",
-        f"{tmp_path / 'judges_mine.py'}:WrongDecision",
+        f"{tmp_path / 'judges_mine.py'}:{judge_class}",
     )
+
+
+def test_custom_judge_returning_an_unknown_decision_stops_the_run(
+    run_cli, server, good_file: Path, tmp_path: Path
+) -> None:
+    args = custom_judge_args(server, tmp_path, good_file, "WrongDecision")
     assert_one_error(run_cli(*args), "custom:WrongDecision.parse returned 'A wins'")
 
 
 def test_custom_judge_whose_parse_raises_makes_judgments_invalid(
     run_cli, server, good_file: Path, tmp_path: Path
 ) -> None:
-    (tmp_path / "judges_mine.py").write_text(CUSTOM_JUDGES)
-    args = base_args(
-        server,
-        tmp_path,
-        "--data-path",
-        str(good_file),
-        "--judge-template",
-        f"{tmp_path / 'judges_mine.py'}:RaisingParser",
-    )
+    args = custom_judge_args(server, tmp_path, good_file, "RaisingParser")
     result = run_cli(*args)
     assert result.returncode == 4, result.stderr  # every verdict invalid: the run measured nothing
     assert "run failed: 6 of 6 judgments failed or were invalid" in result.stderr

@@ -20,7 +20,8 @@ import pytest
 
 from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, load_jsonl, shown_pair
+from tests._helpers import run_command
+from tests.conftest import CANARY_KEY, VERDICTS, load_jsonl, shown_pair
 
 pytestmark = pytest.mark.slow
 
@@ -90,37 +91,20 @@ def run_args(
     model: str = MODEL,
     report: bool = False,
 ) -> list[str]:
-    url, sha = repo
-    return [
-        "run",
-        "--judge-type",
-        "arena_hard",
-        "--model",
-        model,
-        "--repo-url",
-        url,
-        "--ref",
-        sha,
-        "--data-file",
-        GPT4O_FILE,
-        "--base-url",
-        server.base_url,
-        "--concurrency",
-        str(CONCURRENCY),
-        "--shard-size",
-        str(shard_size),
-        "--max-samples",
-        str(SAMPLES),
-        "--result-path",
-        f"{out}.json",
-        "--output-dir",
-        out,
-        "--db-url",
-        f"sqlite:///{db}",
-        "--no-progress",
+    return run_command(
+        repo,
+        server,
+        db.parent,
         *([] if report else ["--no-report"]),
         *extra,
-    ]
+        model=model,
+        concurrency=CONCURRENCY,
+        shard_size=shard_size,
+        max_samples=SAMPLES,
+        result_path=f"{out}.json",
+        output_dir=out,
+        db_name=db.name,
+    )
 
 
 def outputs(tmp_path: Path, out: str) -> tuple[dict, dict[str, list]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -384,29 +385,16 @@ def test_summarize_counts_and_distribution():
 
 
 def test_summarize_many_distinct_values_and_nothing_scored():
+    names: dict[str, Any] = {
+        "judge_path": "j",
+        "judge_function": "f",
+        "judge_form": "row",
+        "data_path": "d",
+        "output_files": [],
+        "result_path": "r",
+    }
     many = [RowResult(score=i / 100, status="scored") for i in range(50)]
-    assert (
-        summarize(
-            many,
-            list(range(50)),
-            judge_path="j",
-            judge_function="f",
-            judge_form="row",
-            data_path="d",
-            output_files=[],
-            result_path="r",
-        ).distribution.value_counts
-        is None
-    )
-    empty = summarize(
-        [RowResult(status="na")],
-        [1],
-        judge_path="j",
-        judge_function="f",
-        judge_form="row",
-        data_path="d",
-        output_files=[],
-        result_path="r",
-    )
+    assert summarize(many, list(range(50)), **names).distribution.value_counts is None
+    empty = summarize([RowResult(status="na")], [1], **names)
     assert empty.mean_score is None and empty.distribution.median is None
     assert math.fsum(b.count for b in empty.distribution.bins) == 0

@@ -631,3 +631,4 @@ def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:
     assert result["failed"] == 1 and result["reparsed"] == 1
     rewritten = load_jsonl(tmp_path / "out.jsonl")[0]["judgments"]
     assert (rewritten[0]["decision"], rewritten[0]["status"]) == ("A>B", "ok") and rewritten[1]["status"] == "failed"
+

@@ -221,25 +221,15 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """A small byte-level BPE tokenizer trained here and saved as a Hugging Face tokenizer directory."""
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("tokenizers") is None:
         pytest.skip('transformers/tokenizers not installed (pip install -e ".[reward]")')
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
+
+    from tests._helpers import byte_level_bpe
 
     corpus = [
         "The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9",
         "Assistant answer question score",
     ] * 20
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<unk>", "<s>", "</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok = byte_level_bpe(corpus, 300, ["<unk>", "<s>", "</s>"])
     path = tmp_path_factory.mktemp("tokenizer")
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(
         str(path)
@@ -343,33 +333,23 @@ def test_judge_lm_run_end_to_end(
     import json
 
     from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-    from tests.conftest import GPT4O_FILE, load_jsonl
+    from tests._helpers import run_command
+    from tests.conftest import load_jsonl
 
-    url, sha = judgebench_repo
     with FakeOpenAIServer(judgelm_oracle(gpt4o_pairs)) as server:
         result = run_cli(
-            "run",
-            "--judge-type",
-            "judge_lm",
-            "--model",
-            "judgelm-7b",
-            "--repo-url",
-            url,
-            "--ref",
-            sha,
-            "--data-file",
-            GPT4O_FILE,
-            "--base-url",
-            server.base_url,
-            "--max-samples",
-            "30",
-            "--result-path",
-            "results/r.json",
-            "--output-dir",
-            "results/run",
-            "--db-url",
-            f"sqlite:///{tmp_path}/j.db",
-            "--no-progress",
+            *run_command(
+                judgebench_repo,
+                server,
+                tmp_path,
+                judge_type="judge_lm",
+                model="judgelm-7b",
+                concurrency=None,
+                shard_size=None,
+                max_samples=30,
+                result_path="results/r.json",
+                db_name="j.db",
+            ),
             env={"JUDGEBENCH_TOKENIZER": str(tiny_tokenizer_dir)},
         )
         assert result.returncode == 0, result.stderr[-3000:]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.cli import preload
+from judgebench_flows.cli.local_server import alive
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED, requires_shared
 
@@ -96,14 +97,6 @@ def serving(workdir: Path, timeout: float = READY_TIMEOUT) -> dict:
 def children(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(p) for p in path.read_text().split()] if path.exists() else []
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def wait_until(condition, timeout: float, what: str) -> None:

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, load_jsonl, oracle_responder
+from tests._helpers import run_command
+from tests.conftest import CANARY_KEY, VERDICTS, load_jsonl, oracle_responder
 
 pytestmark = pytest.mark.slow  # every test here runs `judgebench run` end to end
 
@@ -55,30 +56,26 @@ def cli_env(**extra: str) -> dict[str, str]:
 def run_args(
     repo: tuple[str, str], server: FakeOpenAIServer, workdir: Path, *extra: str, samples: int = SAMPLES
 ) -> list[str]:
-    url, sha = repo
+    """`judgebench run` in a subprocess, with the CLI's defaults for the judge, concurrency, shards and outputs."""
     return [
         sys.executable,
         "-m",
         "judgebench_flows.cli.main",
-        "run",
-        "--model",
-        MODEL,
-        "--repo-url",
-        url,
-        "--ref",
-        sha,
-        "--data-file",
-        GPT4O_FILE,
-        "--base-url",
-        server.base_url,
-        "--max-samples",
-        str(samples),
-        "--db-url",
-        f"sqlite:///{workdir}/judgebench.db",
-        "--no-progress",
-        "--no-report",
-        *FAST_RETRIES,
-        *extra,
+        *run_command(
+            repo,
+            server,
+            workdir,
+            "--no-report",
+            *FAST_RETRIES,
+            *extra,
+            judge_type=None,
+            model=MODEL,
+            concurrency=None,
+            shard_size=None,
+            max_samples=samples,
+            result_path=None,
+            output_dir=None,
+        ),
     ]
 
 

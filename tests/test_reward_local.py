@@ -21,26 +21,16 @@ CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<
 @pytest.fixture(scope="module")
 def tiny_reward_model(tmp_path_factory) -> Path:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
+
+    from tests._helpers import byte_level_bpe
 
     corpus = [
         "What is 6 times 7? The answer is 42. It is not 41.",
         "def f(x): return x * 2",
         "<|user|> <|assistant|>",
     ] * 20
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=320,
-            special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok = byte_level_bpe(corpus, 320, ["<unk>", "<s>", "</s>", "<pad>"])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -45,12 +45,16 @@ class CallCache:
     def reads(self) -> bool:
         return self.mode == "use"
 
-    async def prefetch(self, keys: list[str]) -> None:
-        """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
-        if self.engine is None or self.mode != "use" or not keys:
+    async def prefetch(self, keys: Iterable[str]) -> None:
+        """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each.
+        `keys` is consumed only when the cache is read: computing them costs a render and a hash each."""
+        if self.engine is None or self.mode != "use":
             return
-        rows = await asyncio.to_thread(db.cache_get_many, self.engine, keys)
-        for key in keys:  # a known miss (None) is remembered too, so it costs no second query
+        wanted = list(keys)
+        if not wanted:
+            return
+        rows = await asyncio.to_thread(db.cache_get_many, self.engine, wanted)
+        for key in wanted:  # a known miss (None) is remembered too, so it costs no second query
             row = rows.get(key)
             self._prefetched[key] = (
                 Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)

@@ -9,7 +9,7 @@ nothing paid twice" that concerns a single call is decided here; counting too (`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +113,7 @@ class ChatCaller:
         sent_messages, params = shape(rule, list(messages), sampling)
         return request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
 
-    async def prefetch(self, keys: list[str]) -> None:
+    async def prefetch(self, keys: Iterable[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
         self._taken_over = True
         await self.cache.prefetch(keys)
@@ -162,9 +162,8 @@ class ChatCaller:
                 key = self._key_under(rule, messages, sampling)
                 if key in self._early:
                     continue
-                if self.cache.reads and self.cache.engine is not None:
-                    if await self.cache.holds(key) or self._taken_over:
-                        continue
+                if await self.cache.holds(key) or self._taken_over:
+                    continue
                 future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
                 future.add_done_callback(
                     lambda f: f.cancelled() or f.exception()

@@ -68,13 +68,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rescore.add_argument("--seed", type=int, default=42)
 
 
-def _db_url(args: argparse.Namespace) -> str:
-    from judgebench_flows.cli.main import _db_url as cli_db_url
-
-    return cli_db_url(args)
-
-
 def command_leaderboard(args: argparse.Namespace) -> int:
+    from judgebench_flows.cli.main import _db_url
     from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
     from judgebench_flows.scoring.leaderboard import (
         LeaderboardSettings,

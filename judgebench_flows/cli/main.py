@@ -554,7 +554,7 @@ def command_compare(args: argparse.Namespace) -> int:
 def command_report(args: argparse.Namespace) -> int:
     from judgebench_flows.data import db
     from judgebench_flows.scoring.compare import records_of
-    from judgebench_flows.scoring.report import write_report
+    from judgebench_flows.scoring.report import history_point, write_report
 
     engine = db.open_existing(_db_url(args))
     run = db.get_run(engine, args.run_id) if engine is not None else None
@@ -562,13 +562,7 @@ def command_report(args: argparse.Namespace) -> int:
         raise UserError(f"no finished run '{args.run_id}' in {db.safe_url(_db_url(args))}")
     results: dict[str, Any] = json.loads(run.results_json)
     history = [
-        {
-            "run_id": r.run_id,
-            "started": r.started.isoformat(),
-            "accuracy": r.overall_accuracy,
-            "ci_low": r.ci_low,
-            "ci_high": r.ci_high,
-        }
+        history_point(r)
         for r in reversed(db.list_runs(engine, limit=30, config_key=run.config_key))
         if r.overall_accuracy is not None and r.started <= run.started
     ]
@@ -648,9 +642,9 @@ def run_command(argv: list[str]) -> int:
     """
     try:
         code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-        if exc.code is not None and not isinstance(exc.code, int):
+    except SystemExit as exc:  # as the interpreter treats it: None is 0, a message is printed and is 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        if not isinstance(exc.code, int | None):
             print(exc.code, file=sys.stderr)
     for thread in threading.enumerate():  # as interpreter exit does: non-daemon threads finish first
         if thread is not threading.current_thread() and not thread.daemon:

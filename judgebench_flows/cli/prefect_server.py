@@ -65,7 +65,8 @@ class PrefectStart:
         self._helper = helper
         self._settings = known
         self._ready = False  # wait_ready returned: the server answered
-        self._guard: tuple[str | None] | None = None  # (results database URL,) once the run asks to be guarded
+        self._guarded = False  # the run asked to be watched (guard_run) and has not ended
+        self._db_url: str | None = None  # its results database, where a lost server marks the run failed
         self._watch: server_watch.ServerWatch | None = None
         self._watch_lock = threading.Lock()
         if helper is not None:
@@ -104,13 +105,13 @@ class PrefectStart:
         """While the run judges, watch its Prefect server once it answers (server_watch): a server that stops
         ends the run within seconds with one line and exit 5, its "running" row in `db_url` marked failed."""
         with self._watch_lock:
-            self._guard = (db_url,)
+            self._guarded, self._db_url = True, db_url
         self._start_watch()
 
     def end_guard(self) -> None:
         """The run is over: a server stopping now (a temporary one at exit) is no longer the run's end."""
         with self._watch_lock:
-            self._guard = None
+            self._guarded = False
             if self._watch is not None:
                 self._watch.disarm()
                 self._watch = None
@@ -129,13 +130,13 @@ class PrefectStart:
 
     def _start_watch(self) -> None:
         with self._watch_lock:
-            if self._guard is None or not self._ready or self._watch is not None:
+            if not self._guarded or not self._ready or self._watch is not None:
                 return
             settings = self.settings()
             pid = None
             if settings.api_url:  # a temporary server: ours (the helper became it) or a kept one
                 pid = settings.server_pid or (self._helper.pid if self._helper is not None else None)
-            self._watch = server_watch.ServerWatch(settings.api_url, pid, self._guard[0]).start()
+            self._watch = server_watch.ServerWatch(settings.api_url, pid, self._db_url).start()
 
     def _wait_ready(self) -> None:
         """Returns once the temporary server answers (at once when a server is configured).

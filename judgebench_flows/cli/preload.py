@@ -87,11 +87,9 @@ def _supported() -> bool:
 
 
 def keepalive() -> float:
-    try:
-        seconds = max(0.0, float(os.environ.get(KEEPALIVE_ENV, DEFAULT_KEEPALIVE)))
-    except ValueError:
-        seconds = DEFAULT_KEEPALIVE
-    return seconds if _supported() else 0.0
+    from judgebench_flows.cli.local_server import seconds_from_env
+
+    return seconds_from_env(KEEPALIVE_ENV, DEFAULT_KEEPALIVE) if _supported() else 0.0
 
 
 # --- the key -------------------------------------------------------------------------------------------
@@ -280,7 +278,7 @@ def leave_preloaded(argv: list[str], found: str | None, env: dict[str, str]) -> 
             return
         _make_room()
         listing = folder / f"{found}.{os.getpid()}.modules"
-        listing.write_text("\n".join(name for name in list(sys.modules) if _preloadable(name)))
+        listing.write_text("\n".join(_preloadable_modules()))
         subprocess.Popen(
             [sys.executable, "-m", "judgebench_flows.cli.preload", found, str(listing)],
             stdin=subprocess.DEVNULL,
@@ -312,19 +310,22 @@ def _own_environment(env: dict[str, str]) -> dict[str, str]:
     }
 
 
-def _preloadable(name: str) -> bool:
+def _preloadable(name: str, installed: tuple[str, ...], ours: tuple[str, ...]) -> bool:
+    """Whether module `name` may be preloaded: it comes from the standard library or the installed packages
+    (`installed`), or is this package's own and comes from its source (`ours`); folders end with a separator."""
     if name.startswith(SKIP_PREFIXES):
         return False
-    module = sys.modules.get(name)
-    origin = getattr(module, "__file__", None)
+    origin = getattr(sys.modules.get(name), "__file__", None)
     if not origin:
         return "." not in name or name.split(".")[0] in sys.modules  # built-ins, namespace packages
-    origin = os.path.realpath(origin)
+    return os.path.realpath(origin).startswith(ours if name.startswith("judgebench_flows") else installed)
+
+
+def _preloadable_modules() -> list[str]:
     paths = sysconfig.get_paths()
-    trusted = [os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    if name.startswith("judgebench_flows"):
-        return any(origin.startswith(str(root)) for root in _package_roots())
-    return any(origin.startswith(root + os.sep) for root in trusted)
+    installed = tuple(os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    ours = tuple(f"{root}{os.sep}" for root in _package_roots())
+    return [name for name in list(sys.modules) if _preloadable(name, installed, ours)]
 
 
 def _lock_held(path: Path) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import threading
 import time
@@ -157,8 +156,7 @@ def flush_call_caches(timeout: float) -> None:
     if shards is None:  # nothing judged in this process
         return
     deadline = time.monotonic() + timeout
-    for loop, runtimes in list(shards._runtimes.items()):
-        callers = [runtime.caller for runtime in list(runtimes.values())]
+    for loop, callers in shards.callers_by_loop():
         try:
             future = asyncio.run_coroutine_threadsafe(_flush(callers), loop)
             future.result(max(0.1, deadline - time.monotonic()))
@@ -171,22 +169,9 @@ def mark_run_failed(db_url: str | None, message: str) -> None:
     if not db_url:
         return
     try:
-        import sqlalchemy as sa
-
         from judgebench_flows.data import db
 
-        engine = db.open_database(db_url)
-        table = db.RunRow.__table__  # type: ignore[attr-defined]
-        with engine.begin() as connection:
-            connection.execute(
-                sa.update(table)
-                .where(
-                    table.c.status == "running",
-                    table.c.host == socket.gethostname(),
-                    table.c.pid == os.getpid(),
-                )
-                .values(status="failed", finished=db.utcnow(), message=message[:500])
-            )
+        db.fail_this_process_runs(db.open_database(db_url), message)
     except Exception:  # the next run's `mark_crashed` still catches the row once this process is gone
         return
 

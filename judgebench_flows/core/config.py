@@ -134,10 +134,14 @@ class RunConfig(BaseModel):
             self.judge_type == "reward_model" and self.reward_backend == "transformers"
         )
 
+    def _given_base_url(self) -> str | None:
+        """--base-url, else the environment's OPENAI_BASE_URL or BASE_URL, as given."""
+        return self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+
     def resolved_base_url(self) -> str:
         if not self.needs_endpoint:
             return "local:"
-        url = self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+        url = self._given_base_url()
         if not url:
             raise UserError("no endpoint: pass --base-url or set OPENAI_BASE_URL (or BASE_URL)")
         from judgebench_flows.core.credentials import stash
@@ -183,7 +187,7 @@ class RunConfig(BaseModel):
         """The endpoint as it identifies a judge: scheme, host, port and path, never credentials."""
         if not self.needs_endpoint:
             return None
-        url = self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+        url = self._given_base_url()
         if not url:
             return None
         parts = urlsplit(url.strip().rstrip("/"))

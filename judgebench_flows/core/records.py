@@ -56,6 +56,8 @@ class Pair(BaseModel):
 
 
 JudgmentStatus = Literal["ok", "invalid", "failed"]
+# A run that measured its judge: one that regressed finished too (that is how it was found to drop).
+FINISHED = ("completed", "regressed")
 
 
 class JudgmentRecord(BaseModel):

@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, UniqueConstraint, col, select
 
@@ -140,6 +140,20 @@ def safe_url(url: str) -> str:
         return "<unparseable URL>"
 
 
+def _parse_url(url: str) -> URL:
+    """The URL with its stashed credentials put back; a string that is no database URL is bad input."""
+    try:
+        return make_url(resolve_credentials(url))
+    except ArgumentError:
+        raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+
+
+def _cannot_open(url: str, exc: BaseException) -> UserError:
+    """The driver's first line of why, under the URL with its password hidden."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    return UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}")
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -153,7 +167,7 @@ def _table(model: type[SQLModel]) -> sa.Table:
     return model.__table__  # type: ignore[attr-defined]
 
 
-TABLES = [RunRow.__table__, JudgmentRow.__table__, MetricRow.__table__, CallCacheRow.__table__, SchemaMeta.__table__]  # type: ignore[attr-defined]
+TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, SchemaMeta)]
 WRITE_ATTEMPTS = 8
 
 
@@ -231,10 +245,7 @@ def open_database(url: str) -> Engine:
     with _engines_lock:
         if url in _engines:
             return _engines[url]
-        try:
-            parsed = make_url(resolve_credentials(url))
-        except ArgumentError:
-            raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+        parsed = _parse_url(url)
         try:
             if parsed.get_backend_name() == "sqlite":
                 if parsed.database and parsed.database != ":memory:":
@@ -245,8 +256,7 @@ def open_database(url: str) -> Engine:
                 engine = sa.create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
             _upgrade_schema(engine)
         except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
-            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-            raise UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}") from None
+            raise _cannot_open(url, exc) from None
         _engines[url] = engine
         return engine
 
@@ -255,10 +265,7 @@ def open_existing(url: str) -> Engine | None:
     """For commands that only read (history, compare, report): never creates a database, a directory or
     a table. A database that is not there is an error; one without judgebench's tables gives None (no
     runs yet). An existing judgebench database gets the columns newer code reads, as `open_database`."""
-    try:
-        parsed = make_url(resolve_credentials(url))
-    except ArgumentError:
-        raise UserError(f"--db-url '{url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
+    parsed = _parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         path = Path(parsed.database or "").expanduser()
         if not parsed.database or parsed.database == ":memory:" or not path.is_file():
@@ -278,8 +285,7 @@ def open_existing(url: str) -> Engine | None:
             present = sa.inspect(connection).has_table(RunRow.__tablename__)
         probe.dispose()
     except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise UserError(f"--db-url {safe_url(url)}: cannot open the database: {reason}") from None
+        raise _cannot_open(url, exc) from None
     return open_database(url) if present else None
 
 
@@ -476,7 +482,7 @@ def mark_crashed(engine: Engine) -> list[str]:
 
         def write(run_id: str = run_id) -> None:
             with engine.begin() as connection:
-                table = RunRow.__table__  # type: ignore[attr-defined]
+                table = _table(RunRow)
                 connection.execute(
                     sa.update(table)
                     .where(table.c.run_id == run_id, table.c.status == "running")
@@ -485,6 +491,23 @@ def mark_crashed(engine: Engine) -> list[str]:
 
         _with_retries(write)
     return crashed
+
+
+def fail_this_process_runs(engine: Engine, message: str) -> None:
+    """This process's runs still 'running' become 'failed' with `message`: for a process about to end
+    without finishing them (its Prefect server is gone), which `mark_crashed` would otherwise only call
+    'crashed' later, without the reason."""
+
+    def write() -> None:
+        with engine.begin() as connection:
+            table = _table(RunRow)
+            connection.execute(
+                sa.update(table)
+                .where(table.c.status == "running", table.c.host == socket.gethostname(), table.c.pid == os.getpid())
+                .values(status="failed", finished=utcnow(), message=message[:500])
+            )
+
+    _with_retries(write)
 
 
 def run_judgments(engine: Engine, run_id: str) -> list[JudgmentRow]:

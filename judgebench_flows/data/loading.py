@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -90,17 +90,26 @@ def _no_pairs(path: Path, skipped: list[SkippedRow]) -> UserError:
     return UserError(f"{path}: no valid pairs{detail}")
 
 
-def load_pairs(path: str | Path) -> LoadedPairs:
-    """Every valid pair in memory: for small files and tools; runs use `index_pairs` and read shards lazily."""
+def _scan(path: str | Path, keep: Callable[[int, Pair], T]) -> tuple[list[T], list[SkippedRow]]:
+    """`keep(byte offset, pair)` of every valid pair, and the skipped rows; a file with no pair stops the run."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"data file not found: {path}")
-    pairs: list[Pair] = []
+    kept: list[T] = []
     skipped: list[SkippedRow] = []
-    for _, _, item in _rows(path):
-        (skipped if isinstance(item, SkippedRow) else pairs).append(item)  # type: ignore[arg-type]
-    if not pairs:
+    for _, offset, item in _rows(path):
+        if isinstance(item, SkippedRow):
+            skipped.append(item)
+        else:
+            kept.append(keep(offset, item))
+    if not kept:
         raise _no_pairs(path, skipped)
+    return kept, skipped
+
+
+def load_pairs(path: str | Path) -> LoadedPairs:
+    """Every valid pair in memory: for small files and tools; runs use `index_pairs` and read shards lazily."""
+    pairs, skipped = _scan(path, lambda _, pair: pair)
     return LoadedPairs(pairs, skipped)
 
 
@@ -116,19 +125,8 @@ class PairIndex:
 
 def index_pairs(path: str | Path) -> PairIndex:
     """Validate the whole file once (so bad rows and duplicate ids are known up front), keep only offsets."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"data file not found: {path}")
-    offsets: list[int] = []
-    skipped: list[SkippedRow] = []
-    for _, offset, item in _rows(path):
-        if isinstance(item, SkippedRow):
-            skipped.append(item)
-        else:
-            offsets.append(offset)
-    if not offsets:
-        raise _no_pairs(path, skipped)
-    return PairIndex(str(path), offsets, skipped)
+    offsets, skipped = _scan(path, lambda offset, _: offset)
+    return PairIndex(str(Path(path)), offsets, skipped)
 
 
 def select_pairs(path: str | Path, max_samples: int | None, seed: int) -> PairIndex:

@@ -220,13 +220,21 @@ class ShardRecords(list[JudgmentRecord]):
         self.adjustments: list[dict[str, str]] = [dict(change) for change in adjustments]
 
 
+def callers_by_loop() -> list[tuple[asyncio.AbstractEventLoop, list[ChatCaller]]]:
+    """The endpoint clients of this process, by the event loop they belong to: for another thread that
+    must have them write what they hold (cli/server_watch, before the process ends)."""
+    return [
+        (loop, [runtime.caller for runtime in list(runtimes.values())]) for loop, runtimes in list(_runtimes.items())
+    ]
+
+
 async def close_runtimes() -> CallStats:
     """Close this loop's endpoint clients (their connections belong to the loop that is about to end);
     returns what they sent, summed: calls made ahead of the flow included (see `usage_of_calls`)."""
     total = CallStats()
     for runtime in _runtimes.pop(asyncio.get_running_loop(), {}).values():
         await runtime.caller.aclose()
-        for name in ("calls", "answered", "attempts", "retries", "cache_hits", "failed"):
+        for name in (f.name for f in dataclasses.fields(CallStats)):
             setattr(total, name, getattr(total, name) + getattr(runtime.caller.stats, name))
     return total
 
@@ -300,10 +308,11 @@ def first_turns(pairs: Iterable[Pair], judge: Judge, orders: tuple[int, ...]) ->
             yield first_turn(pair.question, a, b)
 
 
-def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> list[str]:
-    """The cache keys of every first-turn request in these pairs, for one prefetch query."""
+def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> Iterator[str]:
+    """The cache keys of every first-turn request in these pairs, for one prefetch query (computed only as
+    the prefetch reads them: not at all when the cache is not read)."""
     key, sampling = runtime.caller.key, runtime.judge.sampling
-    return [key(messages, sampling) for messages in first_turns(pairs, runtime.judge, orders)]
+    return (key(messages, sampling) for messages in first_turns(pairs, runtime.judge, orders))
 
 
 async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -> int:

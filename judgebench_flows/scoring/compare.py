@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.records import CATEGORIES, JudgmentRecord
+from judgebench_flows.core.records import CATEGORIES, FINISHED, JudgmentRecord
 from judgebench_flows.data import db
 from judgebench_flows.scoring import metrics, stats
 from judgebench_flows.scoring.results import correctness_of
@@ -33,7 +33,6 @@ def _run(engine: Engine, run_id: str) -> db.RunRow:
     return run
 
 
-FINISHED = ("completed", "regressed")
 PROTOCOL = (
     "single_game",
     "shuffle_responses",

@@ -25,25 +25,17 @@ from urllib.parse import quote as url_quote
 from pydantic import BaseModel
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.core.records import CATEGORIES, FINISHED
 from judgebench_flows.scoring.formatting import percent
-from judgebench_flows.scoring.published import data_file_parts, outputs_files, read_outputs_file, score_verdicts
+from judgebench_flows.scoring.published import (
+    FileVerdict,
+    data_file_parts,
+    outputs_files,
+    read_outputs_file,
+    score_verdicts,
+)
 
 HTML_NAME = "leaderboard.html"
-# A finished measurement: a run that regressed still measured its judge (that is how it was found to drop).
-FINISHED = ("completed", "regressed")
-
-
-class RunVerdict(BaseModel):
-    """A stored judgment as the metric reads it (`metrics.Verdict`)."""
-
-    pair_id: str
-    order: int
-    source: str
-    category: str
-    label: str
-    status: str
-    decision_for_pair: str
 
 
 def _sqlite_path(url: Any) -> Path | None:
@@ -145,7 +137,7 @@ def _latest_runs(connection: Any, *, seed: int, resamples: int) -> list[dict[str
     entries = []
     for row in latest.values():
         verdicts = [
-            RunVerdict(
+            FileVerdict(
                 pair_id=v.pair_id,
                 order=v.order_index,
                 source=v.source,

@@ -19,13 +19,14 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES, category_of, flip
 from judgebench_flows.scoring import metrics
-from judgebench_flows.scoring.results import _with_interval  # the same interval figures as results.json
+from judgebench_flows.scoring.results import slice_accuracy  # the same interval figures as results.json
 
 OUTPUT_NAME = re.compile(
     r"^dataset=(?P<dataset>[^,]+),response_model=(?P<response_model>[^,]+)"
@@ -37,7 +38,7 @@ VALID_DECISIONS = ("A>B", "B>A", "A=B")
 
 @dataclass(frozen=True, slots=True)
 class FileVerdict:
-    """One recorded judgment as the metric reads it (`metrics.Verdict`)."""
+    """One recorded judgment as the metric reads it (`metrics.Verdict`): an outputs line's, or a stored run's."""
 
     pair_id: str
     order: int
@@ -207,12 +208,7 @@ def score_verdicts(verdicts: list[Any], *, seed: int, resamples: int) -> dict[st
     computed exactly as a run's results.json computes them (same metric, same seeded bootstrap)."""
     scores = metrics.pair_scores(verdicts)
     parts = metrics.slices(scores)
-
-    def sliced(members: list[metrics.PairScore]) -> dict[str, Any]:
-        return _with_interval(
-            metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, resamples
-        )
-
+    sliced = partial(slice_accuracy, seed=seed, resamples=resamples)
     categories = {name: sliced(members) for name, members in parts["category"].items()}
     return {
         "pairs": len(scores),

@@ -172,6 +172,18 @@ def _source_sort_key(source: str) -> tuple[int, str]:
     return rank, source
 
 
+def history_point(run: Any) -> dict[str, Any]:
+    """One earlier run of the configuration, as the report's trend chart takes it (`run`: a results
+    database row)."""
+    return {
+        "run_id": run.run_id,
+        "started": run.started.isoformat(),
+        "accuracy": run.overall_accuracy,
+        "ci_low": run.ci_low,
+        "ci_high": run.ci_high,
+    }
+
+
 def _trend_points(results: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Past runs plus this run (appended unless `history` already ends with it), oldest first."""
     run = results.get("run") or {}

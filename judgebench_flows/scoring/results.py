@@ -10,15 +10,18 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.core.records import Accuracy, JudgmentRecord, Pair
+from judgebench_flows.core.records import JudgmentRecord, Pair
 from judgebench_flows.scoring import metrics, stats
 
 
-def _with_interval(accuracy: Accuracy, correct: list[float], seed: int, resamples: int) -> dict[str, Any]:
-    data = accuracy.model_dump()
+def slice_accuracy(members: list[metrics.PairScore], seed: int, resamples: int) -> dict[str, Any]:
+    """One slice's accuracy with its seeded 95% bootstrap interval (results.json's and the leaderboard's)."""
+    data = metrics.accuracy_of(members).model_dump()
+    correct = [1.0 if s.correct else 0.0 for s in members]
     if resamples and correct:
         low, high = stats.bootstrap_accuracy_ci(correct, seed=seed, n_resamples=resamples)
         data["ci_low"], data["ci_high"] = round(float(low), 6), round(float(high), 6)
@@ -35,12 +38,7 @@ def build_results(
 ) -> dict[str, Any]:
     """results.json: the header fields, then accuracy (with 95% bootstrap intervals) and diagnostics."""
     parts = metrics.slices(tally.scores)
-
-    def sliced(members: list[metrics.PairScore]) -> dict[str, Any]:
-        return _with_interval(
-            metrics.accuracy_of(members), [1.0 if s.correct else 0.0 for s in members], seed, bootstrap_resamples
-        )
-
+    sliced = partial(slice_accuracy, seed=seed, resamples=bootstrap_resamples)
     results: dict[str, Any] = dict(header)
     results["overall_accuracy"] = sliced(parts["overall"]["overall"])
     results["category_accuracy"] = {name: sliced(members) for name, members in parts["category"].items()}

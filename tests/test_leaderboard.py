@@ -632,3 +632,30 @@ def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:
     rewritten = load_jsonl(tmp_path / "out.jsonl")[0]["judgments"]
     assert (rewritten[0]["decision"], rewritten[0]["status"]) == ("A>B", "ok") and rewritten[1]["status"] == "failed"
 
+
+def test_a_password_given_in_db_url_is_used_to_connect(monkeypatch) -> None:
+    """The CLI keeps a --db-url password out of what it passes on (core/credentials.stash); reading our
+    runs for the leaderboard must still connect with it, as every other database reader does."""
+    import socket
+
+    import sqlalchemy as sa
+
+    from judgebench_flows.core.credentials import stash
+    from judgebench_flows.scoring.leaderboard import read_runs
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 5432)) != 0:
+            pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    public = stash("postgresql+psycopg://postgres:pw-5f3e9a@127.0.0.1:5432/postgres")
+    assert "pw-5f3e9a" not in public
+    connected_with = []
+    real_create_engine = sa.create_engine
+
+    def create_engine(url, *args, **kwargs):  # a spy: the real engine connects to the real server
+        connected_with.append(sa.engine.make_url(url).password)
+        return real_create_engine(url, *args, **kwargs)
+
+    monkeypatch.setattr(sa, "create_engine", create_engine)
+    runs, note = read_runs(public, seed=0, resamples=10)
+    assert connected_with == ["pw-5f3e9a"]
+    assert runs == [] and note is not None and "pw-5f3e9a" not in note

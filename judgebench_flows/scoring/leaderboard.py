@@ -55,8 +55,10 @@ def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[dict[str,
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+    from judgebench_flows.core.credentials import resolve
+
     try:
-        url = make_url(db_url)
+        url = make_url(resolve(db_url))  # the CLI keeps a password given in --db-url out of `db_url`
     except ArgumentError:
         raise UserError(f"--db-url '{db_url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
     shown = url.render_as_string(hide_password=True)

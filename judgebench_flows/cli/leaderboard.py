@@ -2,7 +2,7 @@
 
 Kept apart from cli.py (which only registers them) so the run command's module stays as it is. Both
 commands score recorded verdicts; neither needs Prefect. `leaderboard` runs without it by default: the
-scoring takes about a second, a temporary Prefect server seconds to boot; `--flow` runs the same code
+scoring takes about a second, a first Prefect server seconds to boot; `--flow` runs the same code
 as a Prefect flow for its artifact.
 """
 
@@ -107,7 +107,7 @@ def command_leaderboard(args: argparse.Namespace) -> int:
 def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     import asyncio
 
-    from judgebench_flows.cli.prefect_server import start_prefect
+    from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.data.dataset import check_repo_url, public_url
 
     check_repo_url(settings.repo_url)  # bad input is reported before a server boots
@@ -115,22 +115,21 @@ def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(
             "--flow: a --repo-url with credentials would be stored as a flow parameter; use git's credential helper instead"
         )
-    prefect = start_prefect()
-    prefect.wait_ready()
     from judgebench_flows.flows.leaderboard_flow import leaderboard_flow
 
-    return asyncio.run(
-        leaderboard_flow(
-            repo_url=settings.repo_url,
-            ref=settings.ref,
-            cache_dir=settings.cache_dir,
-            db_url=settings.db_url,
-            result_path=args.result_path,
-            output_dir=args.output_dir,
-            seed=settings.seed,
-            bootstrap_resamples=settings.bootstrap_resamples,
+    with pointed_at(use_prefect_server()):
+        return asyncio.run(
+            leaderboard_flow(
+                repo_url=settings.repo_url,
+                ref=settings.ref,
+                cache_dir=settings.cache_dir,
+                db_url=settings.db_url,
+                result_path=args.result_path,
+                output_dir=args.output_dir,
+                seed=settings.seed,
+                bootstrap_resamples=settings.bootstrap_resamples,
+            )
         )
-    )
 
 
 def command_rescore(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 Flag spellings of JudgeBench's run_judge.py and RM-Gallery's evaluator work as aliases, so their users
 switch by changing the program name. Everything a user can get wrong is checked before Prefect starts
-(a temporary Prefect server takes seconds to boot) and reported as one line with exit code 2.
+(its server may take seconds to boot) and reported as one line with exit code 2.
 Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error (one line;
 the traceback with --verbose), 4 the run measured too little (failed or invalid judgments above
 --max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 the Prefect
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
-import logging
 import os
 import sys
 import threading
@@ -22,7 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from judgebench_flows.cli.prefect_server import PrefectServerError, PrefectStart, start_prefect
+from judgebench_flows.cli.prefect_server import PrefectServerError
+from judgebench_flows.cli.quiet import quiet_prefect
 from judgebench_flows.core.errors import RunFailed, UserError
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
@@ -297,71 +297,6 @@ def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
         raise UserError(f"cannot reach the endpoint {urlsplit(base_url).scheme}://{host}:{port}: {problem}")
 
 
-def quiet_prefect(verbose: bool) -> None:
-    """Prefect logs warnings and errors only, unless --verbose (or the user set its logging variables)."""
-    if not verbose:
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-        os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
-
-
-def _user_error_names() -> set[str]:
-    names, pending = set(), [UserError]
-    while pending:
-        cls = pending.pop()
-        names.add(cls.__name__)
-        pending.extend(cls.__subclasses__())
-    return names
-
-
-# httpx's transport errors: Prefect's client could not reach its API (the server stopped or restarts).
-_PREFECT_API_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "RemoteProtocolError")
-
-
-def _api_unreachable(exc: BaseException | None) -> bool:
-    """Whether `exc` or what caused it is httpx failing to reach a server. The endpoint's client (openai)
-    wraps such errors in its own classes, so here they are Prefect's client talking to its API."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if type(exc).__module__.startswith(("httpx", "httpcore")) and type(exc).__name__ in _PREFECT_API_UNREACHABLE:
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
-class _HideRunErrorsReportedElsewhere(logging.Filter):
-    """Drop Prefect's console records about a run failure that `main` reports as one line.
-
-    Prefect logs the failure (with a traceback) before `main` prints the same error as one line: for bad
-    input that is noise which buries the line that tells the user what to fix; for a Prefect server that
-    stopped (its API unreachable), pages of tracebacks above the line that says how to resume. The filter
-    sits on the console handler only, so the records still reach the Prefect API and its UI (or, with the
-    server gone, judgebench-background.log in PREFECT_HOME); `--verbose` keeps them.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or not record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
-            return True
-        if record.exc_info and isinstance(record.exc_info[1], UserError):
-            return False
-        if record.exc_info and _api_unreachable(record.exc_info[1]):
-            return False
-        message = record.getMessage()
-        # A shard with unparseable verdicts or failed calls is expected and reported in the results.
-        names = _user_error_names() | {"ShardIncomplete", *_PREFECT_API_UNREACHABLE}
-        return not any(f"{name}:" in message or f"{name}(" in message for name in names)
-
-
-def _hide_user_error_run_logs() -> None:
-    from prefect.logging.configuration import ensure_logging_setup
-
-    ensure_logging_setup()  # Prefect configures logging lazily; later setups are incremental and keep handlers
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_HideRunErrorsReportedElsewhere())
-    from judgebench_flows.cli.quiet import route_background_output
-
-    route_background_output()  # Prefect's background workers: to PREFECT_HOME/judgebench-background.log
-
-
 def _check_file_url(repo_url: str) -> None:
     """A file:// repository that is not there fails now: in the flow, git's last words ("and the repository
     exists.") name nothing, and the clone task would retry it as if it were a network hiccup."""
@@ -427,9 +362,30 @@ def command_run(args: argparse.Namespace) -> int:
     from judgebench_flows.core.secrets import install_log_redaction
 
     install_log_redaction()
-    prefect = start_prefect()
     if args.judge_type == "external" and not _holds_judgebench_pairs(args.data_path):
-        return _run_external(args, prefect)
+        return _run_external(args)
+    config = _run_config(args)
+    preflight(config)
+    from judgebench_flows.cli import console
+    from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
+    from judgebench_flows.cli.server_watch import RESUME, ServerWatch
+
+    server = use_prefect_server()
+    # A Prefect server that stops mid-run ends it with exit 5 within seconds, not a hang (server_watch).
+    watch = ServerWatch(server.api_url, server.pid, config.db_url).start()
+    try:
+        with pointed_at(server):
+            return console.run_with_progress(config, show_progress=args.progress)
+    except Exception as exc:  # a configured server that stopped outlasts Prefect's retries, which fail the flow
+        lost = None if isinstance(exc, UserError) else watch.gone()
+        if lost is not None:
+            raise PrefectServerError(f"{lost}; {RESUME}") from exc
+        raise
+    finally:
+        watch.disarm()
+
+
+def _run_config(args: argparse.Namespace):
     from judgebench_flows.core.config import build_config
 
     options = {name: getattr(args, name) for name in RUN_OPTIONS}
@@ -444,26 +400,7 @@ def command_run(args: argparse.Namespace) -> int:
         )
     if not options.get("model"):
         raise UserError("--model is required (the judge model name the endpoint serves)")
-    config = build_config(**options)
-    preflight(config)
-
-    from judgebench_flows.cli import console
-
-    prefect.guard_run(config.db_url)  # a Prefect server that stops mid-run ends it with exit 5, not a hang
-    try:
-        return console.run_with_progress(
-            config,
-            prefect,
-            show_progress=args.progress,
-            with_prefect=(lambda: None) if args.verbose else _hide_user_error_run_logs,
-        )
-    except Exception as exc:  # a configured server that stopped outlasts Prefect's retries, which fail the flow
-        lost = prefect.server_lost(exc)
-        if lost is not None:
-            raise lost from exc
-        raise
-    finally:
-        prefect.end_guard()
+    return build_config(**options)
 
 
 def _holds_judgebench_pairs(data_path: str | None) -> bool:
@@ -483,7 +420,7 @@ def _holds_judgebench_pairs(data_path: str | None) -> bool:
     return False
 
 
-def _run_external(args: argparse.Namespace, prefect: PrefectStart) -> int:
+def _run_external(args: argparse.Namespace) -> int:
     from judgebench_flows.judges.external.config import external_config_from_options
 
     overrides = {
@@ -507,10 +444,11 @@ def _run_external(args: argparse.Namespace, prefect: PrefectStart) -> int:
     if args.shard_size is not None:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
-    prefect.wait_ready()
+    from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.flows.external_flow import run_external
 
-    results = run_external(config)
+    with pointed_at(use_prefect_server()):
+        results = run_external(config)
     print(json.dumps({k: v for k, v in results.items() if k != "distribution"}, indent=2, default=str))
     return 0
 
@@ -576,9 +514,6 @@ def command_report(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_prefect(getattr(args, "verbose", False))
-    from judgebench_flows.cli import preload
-
-    preload.refresh_prefect_logging()  # in a preloaded child, Prefect's logging was set up before --verbose was read
     commands = {"run": command_run, "history": command_history, "compare": command_compare, "report": command_report}
     from judgebench_flows.cli.leaderboard import COMMANDS as LEADERBOARD_COMMANDS
 
@@ -636,7 +571,7 @@ def run_command(argv: list[str]) -> int:
     """`main`, then what interpreter exit would do before the process ends, returning the exit code.
 
     Everything that matters at exit runs here: non-daemon threads finish, output is flushed and the exit
-    handlers run (Prefect sends its last logs and events, a temporary Prefect server is told to stop,
+    handlers run (Prefect sends its last logs and events,
     logging is shut down). `main` turns every exception into an exit code (an unexpected one is exit 3
     with one line); argparse's own exits (--help, a bad option) keep their codes.
     """
@@ -658,20 +593,10 @@ def run_command(argv: list[str]) -> int:
 
 
 def entry() -> None:
-    """The `judgebench` command: in a preloaded child when one is waiting for this code and these settings
-    (preload.py: the imports are done), else here; then exit without Python's final clean-up of every
-    module, which takes over half a second after a run (Prefect, SQLAlchemy and pydantic leave a large heap)
-    and holds nothing."""
-    from judgebench_flows.cli import preload
-
-    argv = sys.argv[1:]
-    started_with = dict(os.environ)
-    found = preload.command_key()
-    code = preload.run_preloaded(argv, found)
-    if code is None:
-        code = run_command(argv)
-        preload.leave_preloaded(argv, found, started_with)
-    os._exit(code)
+    """The `judgebench` command: `run_command`, then exit without Python's final clean-up of every module,
+    which takes over half a second after a run (Prefect, SQLAlchemy and pydantic leave a large heap) and
+    holds nothing."""
+    os._exit(run_command(sys.argv[1:]))
 
 
 if __name__ == "__main__":

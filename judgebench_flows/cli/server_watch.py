@@ -6,9 +6,9 @@ and a server that hangs instead of refusing holds each call for minutes. Measure
 `kill -9` of the temporary server mid-run ended the run 70-100 s later with exit 3 and tracebacks, after
 judging on to the end (README, Exit codes).
 
-A thread watches the server for as long as the run judges: the process of a temporary server (ours, or
-a kept one we attached to) and, for any server, whether it answers. A temporary server whose process
-ended is lost at once; a server that has not answered for `JUDGEBENCH_SERVER_LOST_TIMEOUT` seconds
+A thread watches the server for as long as the run judges: the process of Prefect's background server
+(cli/prefect_server) and, for any server, whether it answers. A background server whose process ended
+is lost at once; a server that has not answered for `JUDGEBENCH_SERVER_LOST_TIMEOUT` seconds
 (default 120: a loaded machine's server may be slow, not gone) is lost too. Then the thread lets the
 run's event loop write the answers it still holds to the call cache (bounded), marks this process's
 "running" rows in the results database `failed` with the reason, prints one line and ends the process
@@ -26,9 +26,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from urllib.parse import urlsplit
-
-from judgebench_flows.cli import local_server, preload
 
 LOST_TIMEOUT_ENV = "JUDGEBENCH_SERVER_LOST_TIMEOUT"
 DEFAULT_LOST_TIMEOUT = 120.0
@@ -40,11 +39,34 @@ FLUSH_SECONDS = 15.0  # the longest wait for the event loop to write the call ca
 # What a proxy in front of a stopped server answers: not the server answering.
 GATEWAY_ERRORS = (502, 503, 504)
 RESUME = "the calls answered so far are cached: run the same command again to resume"
-_ENDED = "the temporary Prefect server stopped during the run (its process ended)"
+_ENDED = "the Prefect server stopped during the run (its process ended)"
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
 def lost_timeout() -> float:
-    return local_server.seconds_from_env(LOST_TIMEOUT_ENV, DEFAULT_LOST_TIMEOUT)
+    return seconds_from_env(LOST_TIMEOUT_ENV, DEFAULT_LOST_TIMEOUT)
+
+
+def alive(pid: int | None) -> bool:
+    """Running and not a zombie (a zombie is read through /proc where there is one)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def answers(api_url: str, timeout: float = HEALTH_TIMEOUT_SECONDS) -> bool:
@@ -100,7 +122,7 @@ class ServerWatch:
 
     def gone(self) -> str | None:
         """Why the server is gone, asked once now (its process ended, or it does not answer); None if it answers."""
-        if self.server_pid is not None and not local_server.alive(self.server_pid):
+        if self.server_pid is not None and not alive(self.server_pid):
             return _ENDED
         url = self.api_url or _configured_api_url()
         if url is None or answers(url, timeout=5.0):
@@ -108,13 +130,13 @@ class ServerWatch:
         return f"{self._name(url)} stopped answering during the run"
 
     def _name(self, url: str) -> str:
-        return "the temporary Prefect server" if self.server_pid is not None else f"the Prefect server at {_where(url)}"
+        return f"the Prefect server at {_where(url)}"
 
     def _watch(self) -> None:
         last_answer = time.monotonic()
         next_ask = last_answer + HEALTH_EVERY_SECONDS
         while not self._disarmed.wait(POLL_SECONDS):
-            if self.server_pid is not None and not local_server.alive(self.server_pid):
+            if self.server_pid is not None and not alive(self.server_pid):
                 self._lost(_ENDED)
             now = time.monotonic()
             url = self.api_url or _configured_api_url()
@@ -139,7 +161,8 @@ class ServerWatch:
         if sys.stderr.isatty():
             sys.stderr.write("\x1b[?25h\n")  # a progress bar hides the cursor until it stops
         sys.stderr.write(f"error: {what}; {RESUME} (see README, Exit codes)\n")
-        preload.exit_now(EXIT_SERVER)  # from this thread, at once; a preloaded child's caller learns the code
+        sys.stderr.flush()
+        os._exit(EXIT_SERVER)  # from this thread, at once: the main thread may be blocked in a call to the server
 
 
 async def _flush(callers: list) -> None:
@@ -176,4 +199,12 @@ def mark_run_failed(db_url: str | None, message: str) -> None:
         return
 
 
-__all__ = ["DEFAULT_LOST_TIMEOUT", "LOST_TIMEOUT_ENV", "ServerWatch", "answers", "lost_timeout"]
+__all__ = [
+    "DEFAULT_LOST_TIMEOUT",
+    "LOST_TIMEOUT_ENV",
+    "ServerWatch",
+    "alive",
+    "answers",
+    "lost_timeout",
+    "seconds_from_env",
+]

@@ -30,201 +30,29 @@ EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run:
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`judgebench run`: one option per settings field (RunConfig, EndpointSettings; cli/options.py),
+    and the few that only concern this command."""
+    from judgebench_flows.cli.options import add_model_options
+    from judgebench_flows.core.config import RunConfig
+
     p = sub.add_parser("run", help="judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)")
-    add = p.add_argument
-    add(
-        "--judge-type",
-        "--judge_type",
-        "--judge_name",
-        dest="judge_type",
-        help="arena_hard (default), vanilla, auto_j, prometheus_2, skywork_critic, compass_judger, judge_lm, panda_lm, reward_model, custom, external",
-    )
-    add(
-        "--judge-template",
-        "--judge_template",
-        dest="judge_template",
-        help="custom judge class: path.py:Class or module:Class",
-    )
-    add("--model", "--judge-model", "--judge_model", dest="model", help="judge model name sent to the endpoint")
-    add(
-        "--reward-backend",
-        dest="reward_backend",
-        choices=["pooling", "transformers"],
-        help="reward_model: vLLM's Pooling API at --base-url (default), or the model run here with transformers",
-    )
-    add(
-        "--repo-url",
-        "--repo_url",
-        dest="repo_url",
-        help="git URL, file:// URL or local path of the JudgeBench repository",
-    )
-    add("--ref", help="commit, tag or branch to check out (default: a pinned JudgeBench commit)")
-    add("--data-file", "--data_file", dest="data_file", help="data file inside the repository's data/ directory")
-    add("--data-path", "--data_path", "--pairs", dest="data_path", help="judge a local file, no clone")
-    add(
-        "--templates-dir",
-        dest="templates_dir",
-        help="directory of judge prompt templates (default: the checkout's utils/templates)",
-    )
-    add(
-        "--base-url",
-        "--base_url",
-        dest="base_url",
-        help="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else BASE_URL)",
-    )
-    add(
-        "--api-key-env",
-        dest="api_key_env",
-        help="NAME of the environment variable holding the endpoint's key (default OPENAI_API_KEY)",
-    )
-    add("--api-key-secret", dest="api_key_secret", help="NAME of a Prefect Secret block holding the endpoint's key")
-    add(
-        "--concurrency",
-        "--max-workers",
-        "--max_workers",
-        "--concurrency_limit",
-        dest="concurrency",
-        type=int,
-        help="calls in flight at once (default 16)",
-    )
-    add("--rpm", type=float, help="at most this many requests per minute")
-    add("--shard-size", "--shard_size", dest="shard_size", type=int, help="pairs per shard task (default 50)")
-    add("--result-path", "--result_path", dest="result_path", help="results JSON (default results/judgebench.json)")
-    add(
-        "--output-dir",
-        "--output_dir",
-        dest="output_dir",
-        help="directory for the per-judgment JSONL and report (default results/run)",
-    )
-    add(
-        "--db-url",
-        "--db_url",
-        dest="db_url",
-        help="SQLAlchemy URL of the results database (default sqlite:///results/judgebench.db)",
-    )
-    add("--max-samples", "--max_samples", dest="max_samples", type=int, help="judge a seeded subset of N pairs")
-    add(
-        "--single-game",
-        "--single_game",
-        dest="single_game",
-        action="store_true",
-        default=None,
-        help="judge one order only",
-    )
-    add(
-        "--shuffle-responses",
-        "--shuffle_responses",
-        dest="shuffle_responses",
-        action="store_true",
-        default=None,
-        help="swap A/B per pair from the seed",
-    )
-    add("--seed", type=int, help="seed for sampling, shuffling and bootstrap (default 42)")
-    add(
-        "--request-timeout",
-        "--request_timeout",
-        dest="request_timeout",
-        type=float,
-        help="seconds per call before it is retried (default 120)",
-    )
-    add(
-        "--max-retries",
-        dest="max_retries",
-        type=int,
-        help="retries per call for 429/5xx/timeouts/dropped connections (default 6)",
-    )
-    add(
-        "--retry-initial-wait",
-        dest="retry_initial_wait",
-        type=float,
-        help="seconds before the first retry; doubles each retry (default 1)",
-    )
-    add(
-        "--retry-max-wait",
-        dest="retry_max_wait",
-        type=float,
-        help="longest backoff between retries; a server's Retry-After is still honoured (default 60)",
-    )
-    add("--temperature", type=float, help="override the judge's temperature (default: the judge's own, 0)")
-    add("--max-tokens", dest="max_tokens", type=int, help="override the judge's max_tokens")
-    add(
-        "--reasoning-effort",
-        dest="reasoning_effort",
-        choices=["low", "medium", "high"],
-        help="reasoning models (o1, o3, o4, gpt-5, ...): passed through as reasoning_effort",
-    )
-    add(
-        "--request-style",
-        dest="request_style",
-        choices=["auto", "standard", "o1", "reasoning"],
-        help="how requests are shaped: auto (default: by model name), standard (as the judge asks), "
-        "o1 (JudgeBench's o1 requests: system folded into the user turn, no sampling parameters), "
-        "reasoning (no temperature/top_p, max_tokens sent as max_completion_tokens)",
-    )
-    add(
-        "--drop-params",
-        dest="drop_params",
-        type=lambda text: [p.strip() for p in text.split(",") if p.strip()],
-        help="comma-separated request parameters never to send (e.g. temperature,top_p) for endpoints that reject them",
-    )
-    add(
-        "--max-failed-fraction",
-        dest="max_failed_fraction",
-        type=float,
-        help="the run fails (exit 4) when more than this share of judgments failed or were invalid (default 0.05)",
-    )
-    cache = p.add_mutually_exclusive_group()
-    cache.add_argument(
-        "--no-cache", dest="cache", action="store_const", const="off", help="ignore the call and shard caches"
-    )
-    cache.add_argument(
-        "--refresh-cache",
-        dest="cache",
-        action="store_const",
-        const="refresh",
-        help="pay again and overwrite the caches",
-    )
-    add("--cache-dir", dest="cache_dir", help="where cloned repositories are kept (default ~/.cache/judgebench-flows)")
-    add(
-        "--task-runner",
-        dest="task_runner",
-        choices=["thread", "dask"],
-        help="where shards run (default: in this process)",
-    )
-    add("--dask-address", dest="dask_address", help="tcp://HOST:PORT of a Dask scheduler")
-    add(
-        "--global-limit",
-        dest="global_limit",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency limit "
-        "(default: on with --task-runner dask, off in-process)",
-    )
-    add(
-        "--adaptive-concurrency",
-        dest="adaptive_concurrency",
-        action="store_true",
-        default=None,
-        help="halve the calls in flight on a 429, grow back by one after that many successes",
-    )
-    add("--no-report", dest="report", action="store_false", default=None, help="skip the HTML report")
-    add("--verbose", action="store_true", help="show Prefect's logs")
-    add("--no-progress", dest="progress", action="store_false", default=True)
-    ext = p.add_argument_group("external judges (--judge-type external)")
-    ext.add_argument("--external-judge-path", dest="external_judge_path")
-    ext.add_argument("--external-judge-function", dest="external_judge_function")
-    ext.add_argument(
-        "--external-judge-config", dest="external_judge_config", help="JSON object passed to the judge as config"
-    )
+    add_model_options(p, RunConfig)
+    p.add_argument("--verbose", action="store_true", help="show Prefect's logs")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=True, help="no progress bar")
+    ext = p.add_argument_group("external judges scoring a table (--judge-type external)")
     ext.add_argument("--config-path", dest="config_path", help="YAML file with the external judge's settings")
     for column in ("model_input_column", "model_output_column", "reference_column", "qid_column"):
-        ext.add_argument(f"--{column.replace('_', '-')}", dest=column)
+        ext.add_argument(
+            f"--{column.replace('_', '-')}", dest=column, help=f"the table's {column.removesuffix('_column')} column"
+        )
     return p
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="judgebench", description="Benchmark LLM judges on JudgeBench with Prefect.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from judgebench_flows.cli.options import OneLineParser
+
+    parser = OneLineParser(prog="judgebench", description="Benchmark LLM judges on JudgeBench with Prefect.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _run_parser(sub)
     history = sub.add_parser("history", help="list past runs")
     history.add_argument("--db-url", default=None)
@@ -242,49 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_leaderboard_parsers(sub)  # leaderboard, rescore
     return parser
-
-
-RUN_OPTIONS = (
-    "judge_type",
-    "judge_template",
-    "model",
-    "repo_url",
-    "ref",
-    "data_file",
-    "data_path",
-    "templates_dir",
-    "base_url",
-    "api_key_env",
-    "api_key_secret",
-    "concurrency",
-    "rpm",
-    "shard_size",
-    "result_path",
-    "output_dir",
-    "db_url",
-    "max_samples",
-    "single_game",
-    "shuffle_responses",
-    "seed",
-    "request_timeout",
-    "max_retries",
-    "retry_initial_wait",
-    "retry_max_wait",
-    "temperature",
-    "max_tokens",
-    "cache",
-    "cache_dir",
-    "task_runner",
-    "dask_address",
-    "global_limit",
-    "adaptive_concurrency",
-    "report",
-    "reasoning_effort",
-    "request_style",
-    "drop_params",
-    "max_failed_fraction",
-    "reward_backend",
-)
 
 
 def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
@@ -386,18 +171,12 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace):
-    from judgebench_flows.core.config import build_config
+    from judgebench_flows.cli.options import given_options
+    from judgebench_flows.core.config import RunConfig, build_config
 
-    options = {name: getattr(args, name) for name in RUN_OPTIONS}
+    options = given_options(args, RunConfig)
     if args.judge_type == "external":  # a pairwise external judge deciding JudgeBench pairs, no endpoint
         options["model"] = options.get("model") or "external"
-        options["external_judge_path"] = args.external_judge_path
-        options["external_judge_function"] = args.external_judge_function
-        from judgebench_flows.judges.external.config import parse_judge_config_json
-
-        options["external_judge_config"] = (
-            parse_judge_config_json(args.external_judge_config) if args.external_judge_config else {}
-        )
     if not options.get("model"):
         raise UserError("--model is required (the judge model name the endpoint serves)")
     return build_config(**options)

@@ -69,14 +69,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def command_leaderboard(args: argparse.Namespace) -> int:
-    from judgebench_flows.cli.main import _db_url
+    from judgebench_flows.core.config import results_db_url
     from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
     from judgebench_flows.scoring.leaderboard import (
         LeaderboardSettings,
         build_leaderboard,
         print_leaderboard,
-        write_outputs,
     )
+    from judgebench_flows.scoring.leaderboard_report import write_outputs
 
     if args.bootstrap_resamples < 0:
         raise UserError("--bootstrap-resamples must be >= 0")
@@ -84,7 +84,7 @@ def command_leaderboard(args: argparse.Namespace) -> int:
         repo_url=args.repo_url or DEFAULT_REPO_URL,
         ref=args.ref or DEFAULT_REF,
         cache_dir=args.cache_dir,
-        db_url=_db_url(args),
+        db_url=results_db_url(args.db_url),
         seed=args.seed,
         bootstrap_resamples=args.bootstrap_resamples,
     )

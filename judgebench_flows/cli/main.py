@@ -233,11 +233,9 @@ def _run_external(args: argparse.Namespace) -> int:
 
 
 def _db_url(args: argparse.Namespace) -> str:
-    from judgebench_flows.core.config import DEFAULT_DB_URL
-    from judgebench_flows.core.credentials import stash
+    from judgebench_flows.core.config import results_db_url
 
-    # Without its password from here on (messages, outputs); the database is opened with it.
-    return stash(args.db_url or os.environ.get("JUDGEBENCH_DB_URL") or DEFAULT_DB_URL)
+    return results_db_url(args.db_url)
 
 
 def command_history(args: argparse.Namespace) -> int:

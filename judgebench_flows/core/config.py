@@ -244,6 +244,14 @@ class RunConfig(BaseModel):
         return data
 
 
+def results_db_url(given: str | None) -> str:
+    """The results database a command reads: --db-url, else JUDGEBENCH_DB_URL, else the default; without
+    its password from here on (messages, outputs), the database is opened with it (`credentials.stash`)."""
+    from judgebench_flows.core.credentials import stash
+
+    return stash(given or os.environ.get("JUDGEBENCH_DB_URL") or DEFAULT_DB_URL)
+
+
 def option_of(loc: tuple[int | str, ...]) -> str:
     """The flat option a validation error's location names (an endpoint setting is given flat)."""
     loc = loc[1:] if loc[:1] == ("endpoint",) else loc

@@ -87,7 +87,7 @@ def _help(field: FieldInfo) -> str | None:
 
 
 def _add(group: Any, name: str, field: FieldInfo) -> None:
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    extra: dict[str, Any] = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     flags = [f"--{name.replace('_', '-')}", *([f"--{name}"] if "_" in name else []), *extra.get("aliases", [])]
     kwargs: dict[str, Any] = {"dest": name, "default": None, "help": _help(field)}
     annotation = _plain(field.annotation)

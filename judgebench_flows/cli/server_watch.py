@@ -3,7 +3,7 @@
 With its server gone, a run's judging goes on (task runs report through events, which wait), but every
 API call of the flow (artifacts, its final state) is retried by Prefect's client for over a minute each,
 and a server that hangs instead of refusing holds each call for minutes. Measured before this watch: a
-`kill -9` of the temporary server mid-run ended the run 70-100 s later with exit 3 and tracebacks, after
+`kill -9` of the Prefect server mid-run ended the run 70-100 s later with exit 3 and tracebacks, after
 judging on to the end (README, Exit codes).
 
 A thread watches the server for as long as the run judges: the process of Prefect's background server
@@ -13,8 +13,6 @@ is lost at once; a server that has not answered for `JUDGEBENCH_SERVER_LOST_TIME
 run's event loop write the answers it still holds to the call cache (bounded), marks this process's
 "running" rows in the results database `failed` with the reason, prints one line and ends the process
 with exit 5. A re-run of the same command pays only for the calls never answered.
-
-Nothing here imports Prefect at module level.
 """
 
 from __future__ import annotations
@@ -87,24 +85,10 @@ def _where(api_url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
-def _configured_api_url() -> str | None:
-    """The server a user configured, once Prefect is imported (it may come from a profile or `.env`)."""
-    if os.environ.get("PREFECT_API_URL"):
-        return os.environ["PREFECT_API_URL"]
-    if "prefect.settings" not in sys.modules:
-        return None
-    try:
-        from prefect.settings import get_current_settings
-
-        return get_current_settings().api.url or None
-    except Exception:  # settings Prefect itself will report
-        return None
-
-
 class ServerWatch:
-    """The thread described in the module docstring. `api_url` None: the server Prefect is configured with."""
+    """The thread described in the module docstring."""
 
-    def __init__(self, api_url: str | None, server_pid: int | None, db_url: str | None) -> None:
+    def __init__(self, api_url: str, server_pid: int | None, db_url: str | None) -> None:
         self.api_url = api_url
         self.server_pid = server_pid
         self.db_url = db_url
@@ -124,13 +108,12 @@ class ServerWatch:
         """Why the server is gone, asked once now (its process ended, or it does not answer); None if it answers."""
         if self.server_pid is not None and not alive(self.server_pid):
             return _ENDED
-        url = self.api_url or _configured_api_url()
-        if url is None or answers(url, timeout=5.0):
+        if answers(self.api_url, timeout=5.0):
             return None
-        return f"{self._name(url)} stopped answering during the run"
+        return f"{self._name()} stopped answering during the run"
 
-    def _name(self, url: str) -> str:
-        return f"the Prefect server at {_where(url)}"
+    def _name(self) -> str:
+        return f"the Prefect server at {_where(self.api_url)}"
 
     def _watch(self) -> None:
         last_answer = time.monotonic()
@@ -139,14 +122,13 @@ class ServerWatch:
             if self.server_pid is not None and not alive(self.server_pid):
                 self._lost(_ENDED)
             now = time.monotonic()
-            url = self.api_url or _configured_api_url()
-            if url is None or now < next_ask:
+            if now < next_ask:
                 continue
-            if answers(url):
+            if answers(self.api_url):
                 last_answer = time.monotonic()
             elif time.monotonic() - last_answer > self.timeout:
                 self._lost(
-                    f"{self._name(url)} stopped answering during the run "
+                    f"{self._name()} stopped answering during the run "
                     f"(no answer for {self.timeout:g} s, {LOST_TIMEOUT_ENV})"
                 )
             next_ask = time.monotonic() + HEALTH_EVERY_SECONDS

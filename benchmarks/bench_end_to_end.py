@@ -321,3 +321,7 @@ def busy_first_runs(args: argparse.Namespace) -> None:
         endpoint.terminate()
         endpoint.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

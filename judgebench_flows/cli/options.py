@@ -19,6 +19,7 @@ import json
 import sys
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel
@@ -114,11 +115,13 @@ def _add(group: Any, name: str, field: FieldInfo) -> None:
 
 
 def add_model_options(
-    parser: argparse.ArgumentParser, model: type[BaseModel], skip: frozenset[str] = frozenset()
+    parser: argparse.ArgumentParser, model: type[BaseModel], skip: Iterable[str] = (), only: Iterable[str] | None = None
 ) -> None:
-    """One option per field of `model` (see the module docstring); `skip`: fields the command sets itself."""
+    """One option per field of `model` (see the module docstring); `skip`: fields the command sets itself,
+    `only`: the fields a command takes from a larger model."""
+    skipped, wanted = set(skip), None if only is None else set(only)
     for name, field in model_fields(model).items():
-        if name not in skip:
+        if name not in skipped and (wanted is None or name in wanted):
             _add(parser, name, field)
 
 

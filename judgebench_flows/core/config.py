@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
@@ -23,6 +23,7 @@ DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 DEFAULT_DB_URL = "sqlite:///results/judgebench.db"
 # Options that name where a secret lives: an error never echoes their value (it may be a key pasted by mistake).
 SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class RunConfig(BaseModel):
@@ -260,8 +261,13 @@ def option_of(loc: tuple[int | str, ...]) -> str:
 
 def build_config(**options: Any) -> RunConfig:
     """RunConfig from CLI/deployment options, turning validation errors into one line naming the option."""
+    return validated(RunConfig, options)
+
+
+def validated(model: type[ModelT], options: dict[str, Any]) -> ModelT:
+    """`model` from options (None: left out), a validation error as one line naming the flat option."""
     try:
-        return RunConfig(**{k: v for k, v in options.items() if v is not None})
+        return model(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as exc:
         error = exc.errors()[0]
         name = option_of(error["loc"])

@@ -21,8 +21,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from judgebench_flows.core.config import DEFAULT_DB_URL
+from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
@@ -178,15 +180,20 @@ def rank(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class LeaderboardSettings(BaseModel):
-    """What a leaderboard is built from; no secrets (the repo URL is stored without credentials)."""
+    """What a leaderboard is built from; no secrets (the repo URL is stored without credentials). Each
+    field is a `judgebench leaderboard` option (cli/options.py), its description the help text."""
 
-    repo_url: str
-    ref: str | None
-    cache_dir: str | None = None
-    db_url: str
-    seed: int = 42
-    bootstrap_resamples: int = 2000
-    require_published: bool = True
+    repo_url: str = Field(
+        default=DEFAULT_REPO_URL, description="git URL, file:// URL or local path of the JudgeBench repository"
+    )
+    ref: str | None = Field(
+        default=DEFAULT_REF, description="commit, tag or branch (default: the pinned JudgeBench commit)"
+    )
+    cache_dir: str | None = Field(default=None, description="where cloned repositories are kept")
+    db_url: str = Field(default=DEFAULT_DB_URL, description="results database to read our runs from (read only)")
+    seed: int = Field(default=42, ge=0, description="bootstrap seed")
+    bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
+    require_published: bool = Field(default=True, description="fail when the checkout has no published outputs/")
 
 
 def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 Both are timed as users start them, from the shell to exit, on the full GPT-4o file (350 pairs, both
 orders, 700 calls) against the bundled endpoint with a fixed latency L. `judgebench run` clones a git copy
 of ../shared/judgebench (pinned commit, clone cache warmed by a 2-pair run, as on any machine that ran it
-before), and is timed twice: with no Prefect server (it boots a temporary one) and with one running
-(PREFECT_API_URL, as in production). Each timed run starts from an empty results database and empty
+before), and is timed twice: with no Prefect server running (it starts Prefect's background server of
+its PREFECT_HOME) and with one running (PREFECT_API_URL, as in production). Each timed run starts from an empty results database and empty
 Prefect result storage, so every call is paid.
 
     python benchmarks/bench_end_to_end.py --latency 1.0 --concurrency 32 --repeat 3 \
@@ -16,10 +16,10 @@ runs under this one and starts faster than run_judge.py would (it says which imp
 
 Small runs (`--small N`): the fixed cost of a run, which dominates when a user iterates with a few pairs.
 The first N pairs of the file are judged by the stand-in and by `judgebench run --data-path` (no clone),
-ours timed as a user's first run in a fresh PREFECT_HOME (it boots the temporary server), as later runs
-that attach to the server the first one kept, started cold (JUDGEBENCH_PRELOAD_KEEPALIVE=0) and forked
-from the preloaded process a run leaves behind (cli/preload.py); then a fully cached re-run of the whole
-350-pair file (same database and result storage as a first full run, nothing paid), both ways.
+ours timed as a user's first run in a fresh PREFECT_HOME (it starts Prefect's background server), and
+as later runs that use the server the first one started; then a fully cached re-run of the whole
+350-pair file (same database and result storage as a first full run, nothing paid) with the server up.
+`--busy-first-runs N`: N fresh first runs (each a new PREFECT_HOME) beside two busy processes.
 
     python benchmarks/bench_end_to_end.py --small 10 --latency 0.2 --concurrency 32 --repeat 3
 
@@ -42,8 +42,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_judging import GPT4O_FILE, make_repo, start_server  # noqa: E402
-
-from judgebench_flows.cli import preload  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -88,9 +86,9 @@ def start_prefect_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
 JUDGEBENCH_RUN = [sys.executable, "-m", "judgebench_flows.cli.main", "run"]
 
 
-def bench_setup(args: argparse.Namespace, prefix: str, keepalive: str) -> tuple[Path, subprocess.Popen, str, dict]:
+def bench_setup(args: argparse.Namespace, prefix: str) -> tuple[Path, subprocess.Popen, str, dict]:
     """A work folder, the bundled endpoint (latency L) and its base URL, and the environment every run gets:
-    a PREFECT_HOME of its own, no PREFECT_API_URL, the temporary server kept `keepalive` seconds."""
+    a PREFECT_HOME of its own and a port for its background server, no PREFECT_API_URL."""
     workdir = Path(tempfile.mkdtemp(prefix=prefix))
     port = free_port()
     endpoint = start_server(args.latency, port)
@@ -99,8 +97,7 @@ def bench_setup(args: argparse.Namespace, prefix: str, keepalive: str) -> tuple[
         "OPENAI_API_KEY": "bench-key",
         "PREFECT_HOME": str(workdir / "prefect-home"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "JUDGEBENCH_SERVER_KEEPALIVE": keepalive,
-        "JUDGEBENCH_PRELOAD_KEEPALIVE": "0",  # every run starts cold unless a row says otherwise
+        "PREFECT_SERVER_API_PORT": str(free_port()),
     }
     env.pop("PREFECT_API_URL", None)
     return workdir, endpoint, f"http://127.0.0.1:{port}/v1", env
@@ -153,12 +150,16 @@ def main() -> None:
         "--reference-python", action="append", help="interpreter for the run_judge.py stand-in (repeatable)"
     )
     parser.add_argument("--small", type=int, help="small-run mode: judge the first N pairs (see above)")
+    parser.add_argument("--busy-first-runs", type=int, help="N fresh first runs beside two busy processes")
     args = parser.parse_args()
     if args.small:
         small_runs(args)
         return
+    if args.busy_first_runs:
+        busy_first_runs(args)
+        return
 
-    workdir, endpoint, base_url, env = bench_setup(args, "jb-e2e-", keepalive="0")  # each run boots its own
+    workdir, endpoint, base_url, env = bench_setup(args, "jb-e2e-")
     prefect_server = None
     try:
         url, sha = make_repo(workdir)
@@ -210,12 +211,12 @@ def main() -> None:
             for python in args.reference_python or [sys.executable]
         }
         rows: dict[str, list[float]] = {name: [] for name in references}
-        rows["judgebench run, temporary Prefect server"] = []
+        rows["judgebench run, Prefect's background server (kept by the warm-up)"] = []
         rows["judgebench run, Prefect server running"] = []
         for _ in range(args.repeat):
             for name, reference in references.items():
                 rows[name].append(timed(reference, env, workdir))
-            rows["judgebench run, temporary Prefect server"].append(ours("temporary", {}))
+            rows["judgebench run, Prefect's background server (kept by the warm-up)"].append(ours("background", {}))
         prefect_server, api_url = start_prefect_server(env)
         for _ in range(args.repeat):
             rows["judgebench run, Prefect server running"].append(ours("running", {"PREFECT_API_URL": api_url}))
@@ -230,91 +231,95 @@ def main() -> None:
         if prefect_server is not None:
             prefect_server.terminate()
             prefect_server.wait(timeout=30)
+        stop_background_server(env)
         endpoint.terminate()
         endpoint.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def stop_background_server(env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True)
+
+
 def small_runs(args: argparse.Namespace) -> None:
-    """Fixed cost: N pairs, ours (first run and runs on a kept server) against the stand-in; cached re-run."""
-    workdir, endpoint, base_url, env = bench_setup(args, "jb-small-", keepalive="600")
+    """Fixed cost: N pairs, ours (first run and runs on the server it started) against the stand-in; a
+    fully cached re-run of the 350-pair file with the server up."""
+    workdir, endpoint, base_url, env = bench_setup(args, "jb-small-")
     try:
         full = HERE.parent.parent / "shared" / "judgebench" / "data" / GPT4O_FILE
         small = workdir / "small.jsonl"
         small.write_text("".join(full.read_text().splitlines(keepends=True)[: args.small]))
 
-        def ours(pairs: Path, run: Path, preloaded: bool = False) -> float:
+        def ours(pairs: Path, run: Path) -> float:
             command = [*JUDGEBENCH_RUN, "--model", "bench", "--data-path", str(pairs), "--base-url", base_url]
             command += ["--concurrency", str(args.concurrency), "--no-progress"]
-            return timed_run(
-                command, run, {**env, "JUDGEBENCH_PRELOAD_KEEPALIVE": "600" if preloaded else "0"}, workdir
-            )
+            return timed_run(command, run, env, workdir)
 
         def fresh() -> Path:
             return workdir / f"run-{time.monotonic_ns()}"
 
-        def preload_ready() -> None:
-            """Wait until the process a run left behind serves (it imports for a few seconds)."""
-            deadline = time.monotonic() + 300
-            while not any(r.get("prefect_home") == env["PREFECT_HOME"] and r.get("ready") for r in preload.records()):
-                if time.monotonic() > deadline:
-                    raise SystemExit("no preloaded process started within 300 s")
-                time.sleep(0.2)
-
         python = (args.reference_python or [sys.executable])[0]
         reference = reference_command(python, small, args.concurrency, base_url, workdir / "ref.jsonl")
-        stand_in, kept, warm = (
+        stand_in, first, kept = (
             "run_judge.py stand-in",
-            "judgebench run, server kept by an earlier run, started cold",
-            "judgebench run, server kept, forked from the preloaded process",
+            "judgebench run, first run (starts Prefect's background server)",
+            "judgebench run, later runs (the server is up)",
         )
-        rows: dict[str, list[float]] = {
-            stand_in: [],
-            "judgebench run, first run (boots the server)": [],
-            kept: [],
-            warm: [],
-        }
+        rows: dict[str, list[float]] = {stand_in: [], first: [], kept: []}
         load_at_start = os.getloadavg()[0]  # the machine is shared: figures mean little without it
-        rows["judgebench run, first run (boots the server)"].append(ours(small, fresh()))
-        ours(small, fresh(), preloaded=True)  # leaves the preloaded process
-        preload_ready()
+        rows[first].append(ours(small, fresh()))
         for _ in range(args.repeat):
             rows[stand_in].append(timed(reference, env, workdir))
             rows[kept].append(ours(small, fresh()))
-            rows[warm].append(ours(small, fresh(), preloaded=True))
         cached = fresh()
         ours(full, cached)
-        rows["judgebench run, 350 pairs fully cached (re-run), started cold"] = [
+        rows["judgebench run, 350 pairs fully cached (re-run), server up"] = [
             ours(full, cached) for _ in range(args.repeat)
-        ]
-        rows["judgebench run, 350 pairs fully cached (re-run), preloaded"] = [
-            ours(full, cached, preloaded=True) for _ in range(args.repeat)
         ]
         print(
             f"{args.small} pairs, latency {args.latency} s, concurrency {args.concurrency}; wall time, median (all runs); "
             f"load average at the start {load_at_start:.1f}, at the end {os.getloadavg()[0]:.1f}"
         )
         print_walls(rows)
-        served = sum(r.get("served", 0) for r in preload.records() if r.get("prefect_home") == env["PREFECT_HOME"])
-        timed_preloaded = len(rows[warm]) + args.repeat
-        print(f"forked from a preloaded process: {served} of the {timed_preloaded} timed preloaded runs")
-        for name in (kept, warm):
-            ratio = statistics.median(rows[name]) / statistics.median(rows[stand_in])
-            print(f"ratio, {name.removeprefix('judgebench run, ')} / stand-in: {ratio:.2f}")
+        ratio = statistics.median(rows[kept]) / statistics.median(rows[stand_in])
+        print(f"ratio, later runs / stand-in: {ratio:.2f}")
     finally:
-        preload.stop(prefect_home=env["PREFECT_HOME"])
-        record_dir = workdir / "prefect-home" / "judgebench-server"
-        for record in record_dir.glob("*.json"):  # stop the server the runs kept
-            import json
-            import signal
-
-            try:
-                os.kill(json.loads(record.read_text())["supervisor_pid"], signal.SIGTERM)
-            except (OSError, ValueError, KeyError):
-                pass
+        stop_background_server(env)
         endpoint.terminate()
         endpoint.wait(timeout=10)
         time.sleep(1)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def busy_first_runs(args: argparse.Namespace) -> None:
+    """N first runs, each in a fresh PREFECT_HOME (booting Prefect's server and creating its database),
+    beside two processes that keep two cores busy: each must succeed."""
+    workdir, endpoint, base_url, env = bench_setup(args, "jb-busy-")
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    walls = []
+    try:
+        full = HERE.parent.parent / "shared" / "judgebench" / "data" / GPT4O_FILE
+        small = workdir / "small.jsonl"
+        small.write_text("".join(full.read_text().splitlines(keepends=True)[:2]))
+        for attempt in range(args.busy_first_runs):
+            run_env = {
+                **env,
+                "PREFECT_HOME": str(workdir / f"home-{attempt}"),
+                "PREFECT_SERVER_API_PORT": str(free_port()),
+            }
+            command = [*JUDGEBENCH_RUN, "--model", "bench", "--data-path", str(small), "--base-url", base_url]
+            try:
+                walls.append(timed_run([*command, "--no-progress"], workdir / f"run-{attempt}", run_env, workdir))
+            finally:
+                stop_background_server(run_env)
+        print(f"{len(walls)} of {args.busy_first_runs} first runs beside two busy processes succeeded")
+        print_walls({"judgebench run, first run, busy machine": walls})
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+        endpoint.terminate()
+        endpoint.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -24,7 +24,7 @@ from prefect.states import State
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.net import connect_error
-from judgebench_flows.flows.shard_runs import ShardDone, shard_records, shards_in_flight
+from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, merge_adjustments
 from judgebench_flows.tasks.judge import shard_task
 

@@ -30,7 +30,7 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.records import FINISHED, JudgmentRecord
+from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
@@ -47,8 +47,9 @@ from judgebench_flows.judging.shards import (
     settle_progress,
     with_prompts,
 )
-from judgebench_flows.scoring.metrics import Tally, pair_scores
-from judgebench_flows.scoring.results import correctness_of, jsonl_rows, regression_check, write_jsonl
+from judgebench_flows.scoring.metrics import Tally
+from judgebench_flows.scoring.regression import regression_against_baseline
+from judgebench_flows.scoring.results import jsonl_rows, write_jsonl
 from judgebench_flows.scoring.run_results import DatasetInfo, RunHeader, RunInfo, RunResults, SkippedRow, Timings
 from judgebench_flows.tasks.fetch import fetch_dataset
 from judgebench_flows.tasks.load import index_dataset
@@ -150,25 +151,45 @@ class ShardSink:
         return sorted(self.parts_dir.glob("shard-*.jsonl"))
 
 
-def regression_against_baseline(
-    engine: Engine, config: RunConfig, config_key: str, run_id: str, tally: Tally
-) -> dict[str, Any] | None:
-    """This run against the latest finished run of the same configuration (None without one)."""
-    previous = [
-        r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=FINISHED) if r.run_id != run_id
-    ]
-    if not previous or not config.bootstrap_resamples:
-        return None
-    baseline = pair_scores(db.run_verdicts(engine, previous[0].run_id))
-    if not baseline:
-        return None
-    return regression_check(
-        correctness_of(baseline),
-        correctness_of(tally.scores),
-        baseline_run_id=previous[0].run_id,
-        seed=config.seed,
-        resamples=config.bootstrap_resamples,
-        min_drop=config.regression_min_drop,
+def record_start(
+    engine: Engine,
+    run_id: str,
+    config: RunConfig,
+    source: Source,
+    header: RunHeader,
+    config_key: str,
+    flow_run_id: str,
+    clock: Stopwatch,
+) -> None:
+    """The run's row in the results database, "running" from now on (`judgebench history` shows it)."""
+    db.start_run(
+        engine,
+        run_id,
+        config_key=config_key,
+        judge_type=header.judge_type,
+        model=config.model,
+        repo_url=source.repo_url or config.data_path,
+        commit=source.commit,
+        data_file=source.data_file,
+        flow_run_id=flow_run_id,
+        started=clock.started,
+        n_pairs=header.dataset.n_pairs,
+        config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
+    )
+
+
+def record_finish(
+    engine: Engine, run_id: str, results: RunResults, final: dict[str, Any], too_little: str | None, finished: datetime
+) -> None:
+    """The run's row: its outcome, accuracy and results.json (`final`)."""
+    db.finish_run(
+        engine,
+        run_id,
+        status="failed" if too_little else "regressed" if results.regressed else "completed",
+        finished=finished,
+        overall=results.overall_accuracy,
+        message=too_little or (results.regression or {}).get("message"),
+        results_json=json.dumps(final, default=str),
     )
 
 
@@ -183,6 +204,33 @@ class Stopwatch:
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
         return round(elapsed, 3)
+
+
+def publish(
+    run_id: str,
+    results: RunResults,
+    sink: ShardSink,
+    config: RunConfig,
+    source: Source,
+    header: RunHeader,
+    spec: JudgeSpec,
+) -> dict[str, str]:
+    """results.json, the JSONL, the report and the Prefect artifact; returns the outputs' paths."""
+    # quote(): Prefect would otherwise walk every record of the sample. Prefect's typed Task.__call__
+    # overloads take the parameters' own types only, not their quote() wrappers.
+    return publish_results(  # type: ignore[call-overload]
+        run_id,
+        quote(results.as_json()),
+        quote(sink.tally.report_sample),
+        quote(sink.parts()),
+        result_path=config.result_path,
+        output_dir=config.output_dir,
+        db_url=config.db_url,
+        judge_name=sink.judge_name,
+        data_file=source.data_file,
+        write_report=config.report,
+        artifact_slug=configuration_slug(header.judge_type, config.model, spec.base_url, source.data_file),
+    )
 
 
 @flow(name="judgebench", log_prints=False, persist_result=False)
@@ -201,20 +249,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     header = run_header(config, source, index)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
-    db.start_run(
-        engine,
-        run_id,
-        config_key=config_key,
-        judge_type=header.judge_type,
-        model=config.model,
-        repo_url=source.repo_url or config.data_path,
-        commit=source.commit,
-        data_file=source.data_file,
-        flow_run_id=flow_run_id,
-        started=clock.started,
-        n_pairs=header.dataset.n_pairs,
-        config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
-    )
+    record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
     judge_name = output_judge_name(config)
     sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, judge_name)
     try:
@@ -263,33 +298,11 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         if too_little:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
-        # quote(): Prefect would otherwise walk every record of the sample. Prefect's typed Task.__call__
-        # overloads take the parameters' own types only, not their quote() wrappers.
-        results.outputs = publish_results(  # type: ignore[call-overload]
-            run_id,
-            quote(results.as_json()),
-            quote(sink.tally.report_sample),
-            quote(sink.parts()),
-            result_path=config.result_path,
-            output_dir=config.output_dir,
-            db_url=config.db_url,
-            judge_name=judge_name,
-            data_file=source.data_file,
-            write_report=config.report,
-            artifact_slug=configuration_slug(header.judge_type, config.model, spec.base_url, source.data_file),
-        )
+        results.outputs = publish(run_id, results, sink, config, source, header, spec)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()
-        db.finish_run(
-            engine,
-            run_id,
-            status="failed" if too_little else "regressed" if results.regressed else "completed",
-            finished=finished,
-            overall=results.overall_accuracy,
-            message=too_little or (results.regression or {}).get("message"),
-            results_json=json.dumps(final, default=str),
-        )
+        record_finish(engine, run_id, results, final, too_little, finished)
         if results.regressed:
             logger.warning(results.regression["message"])  # type: ignore[index]
         if too_little:  # published above, so it can be inspected; the run itself is not a measurement

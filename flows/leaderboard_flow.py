@@ -17,7 +17,8 @@ from prefect.artifacts import acreate_markdown_artifact
 
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL, public_url
-from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, markdown, write_outputs
+from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, markdown
+from judgebench_flows.scoring.leaderboard_report import write_outputs
 
 LEADERBOARD_ARTIFACT_KEY = "judgebench-leaderboard"
 

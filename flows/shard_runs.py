@@ -9,19 +9,14 @@ judged, not the run.
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import Callable
 
-from prefect.states import State
 from prefect.utilities.annotations import quote
 
 from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.config import RunConfig
-from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.shards import JudgeSpec, Shard, close_runtimes
-from judgebench_flows.tasks.judge import ShardIncomplete, shard_task
-
-ShardDone = Callable[[Shard, list[JudgmentRecord]], None]
+from judgebench_flows.tasks.judge import shard_task
 
 
 async def judge_shards(
@@ -35,29 +30,6 @@ async def judge_shards(
         await asyncio.to_thread(judge_on_dask, shards, spec, config, on_shard_done)
         return None
     return await judge_in_process(shards, spec, config, on_shard_done)
-
-
-async def shard_records(state: State) -> list[JudgmentRecord]:
-    """A shard's records from its final state: a cache hit is marked as such, an incomplete shard still
-    gives every record it has, and anything else (bad input, fatal endpoint error) propagates."""
-    if state.is_completed():
-        records: list[JudgmentRecord] = await state.aresult()
-        if state.name == "Cached":
-            records = [r.model_copy(update={"cached_calls": r.calls}) for r in records]
-        return records
-    exc = await state.aresult(raise_on_failure=False)
-    if isinstance(exc, ShardIncomplete):
-        return exc.records
-    if isinstance(exc, BaseException):
-        raise exc
-    raise RuntimeError(f"shard ended in state {state.name}: {state.message}")
-
-
-def shards_in_flight(config: RunConfig) -> int:
-    """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
-    more: memory then holds a few shards, not the whole dataset."""
-    calls_per_shard = config.shard_size * (1 if config.single_game else 2)
-    return max(2, math.ceil(2 * config.endpoint.concurrency / calls_per_shard))
 
 
 async def judge_in_process(

@@ -1,31 +1,36 @@
-"""`judgebench run` as a user starts it without PREFECT_API_URL (a temporary Prefect server), and the
-processes that server leaves: shared by the tests of the temporary server (test_prefect_server.py,
-test_server_start.py, test_server_death.py)."""
+"""`judgebench run` as a user starts it without PREFECT_API_URL (Prefect's background server of its
+PREFECT_HOME), and that server's processes: shared by test_server_start.py and test_server_death.py."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from judgebench_flows.cli.local_server import alive
+from judgebench_flows.cli.prefect_server import PID_FILE
 from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED
 
 GPT4O_PATH = SHARED / "data" / GPT4O_FILE
 
 
-def local_server_env(prefect_home: Path, keepalive: float | str, **extra: str) -> dict[str, str]:
-    """This process's environment without PREFECT_API_URL: the run starts (or attaches to) a temporary
-    server in `prefect_home`, kept `keepalive` seconds after it (conftest makes 0 the suite's default)."""
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def local_server_env(prefect_home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment without PREFECT_API_URL: the run uses (or starts) the background server
+    of `prefect_home`, on a port of its own (not Prefect's 4200, which other servers on the machine use)."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(
         PREFECT_HOME=str(prefect_home),
+        PREFECT_SERVER_API_PORT=str(free_port()),
         OPENAI_API_KEY=CANARY_KEY,
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        JUDGEBENCH_SERVER_KEEPALIVE=str(keepalive),
         **extra,
     )
     return env
@@ -104,16 +109,12 @@ def gone_within(prefect_home: Path, seconds: float) -> bool:
     return True
 
 
-def record_of(prefect_home: Path) -> dict:
-    """The one kept server recorded in this PREFECT_HOME."""
-    records = list((prefect_home / "judgebench-server").glob("*.json"))
-    assert len(records) == 1, records
-    return json.loads(records[0].read_text())
+def background_pid(prefect_home: Path) -> int:
+    """The process of the background server Prefect recorded in this PREFECT_HOME."""
+    return int((prefect_home / PID_FILE).read_text().strip())
 
 
-def stop_kept_server(prefect_home: Path) -> None:
-    for path in (prefect_home / "judgebench-server").glob("*.json"):
-        pid = json.loads(path.read_text())["supervisor_pid"]
-        if alive(pid):
-            os.kill(pid, signal.SIGTERM)
-    gone_within(prefect_home, 60)
+def stop_background_server(env: dict[str, str]) -> None:
+    """`prefect server stop` for the PREFECT_HOME of `env`, then wait until its processes are gone."""
+    subprocess.run([sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, timeout=120)
+    gone_within(Path(env["PREFECT_HOME"]), 60)

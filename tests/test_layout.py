@@ -93,6 +93,74 @@ def test_no_import_points_to_a_higher_layer() -> None:
     assert not violations, "\n".join(violations)
 
 
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports. `from package import module` is an import of that
+    module (the package's __init__ has run by then, whatever it imports)."""
+    files = source_files()
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        found = imported_modules(path, module)
+        named = {name.rsplit(".", 1)[0] for name in found if name in files and name.rsplit(".", 1)[0] in found}
+        graph[module] = {name for name in found if name in files and name != module} - named
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each a cycle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    """Imports inside functions count too: a cycle hidden in a function is still two modules that need
+    each other, and the first to change breaks the other."""
+    assert not cycles(module_graph()), cycles(module_graph())
+
+
+def test_cycles_are_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines() -> None:
+    long = []
+    for module, path in sorted(source_files().items()):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name}: {lines} lines")
+    assert not long, "split these functions:\n" + "\n".join(long)
+
+
 def test_one_import_name_and_every_package_installed() -> None:
     """pyproject's package list is the tree's: a new subpackage that is not listed would not be installed."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]

@@ -1,8 +1,9 @@
-"""Prefect's background workers stay off the terminal; logs they could not ship land in PREFECT_HOME.
+"""Prefect's background workers stay off the terminal; the runs' warnings are kept in PREFECT_HOME.
 
 A real Prefect log worker sends a real batch to an API address where nothing listens (a server that went
-away): Prefect alone prints `--- Error logging to API ---` and drops the logs; with the CLI's routing the
-terminal stays clean and the logs are in `judgebench-background.log`.
+away): Prefect alone prints `--- Error logging to API ---`; with the CLI's logging settings (public:
+PREFECT_LOGGING_SETTINGS_PATH, cli/logging.yml) the terminal stays clean and the runs' warnings and the
+workers' messages are in `judgebench-background.log`.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ pytestmark = pytest.mark.slow  # runs a real Prefect log worker against a dead A
 
 SCRIPT = textwrap.dedent("""
     import logging, sys
-    from prefect.logging.handlers import APILogWorker
     if sys.argv[1] == "routed":
-        from judgebench_flows.cli.quiet import route_background_output
-        route_background_output()
-    APILogWorker.instance().send({"name": "prefect.flow_runs", "level": 40, "message": "shard 3 failed: kept",
+        from judgebench_flows.cli.quiet import quiet_prefect
+        quiet_prefect(verbose=False)  # before Prefect is imported, as the CLI does
+    from prefect.logging.configuration import ensure_logging_setup
+    from prefect.logging.handlers import APILogWorker
+    ensure_logging_setup()  # as a flow run does
+    APILogWorker.instance().send({"name": "prefect.flow_runs", "level": 40, "message": "shard 3 failed",
                                   "timestamp": "2026-01-01T00:00:00Z", "flow_run_id": None, "task_run_id": None})
     APILogWorker.drain_all()
+    logging.getLogger("prefect.flow_runs").warning("shard 3 failed: kept")
     logging.getLogger("EventsWorker").warning("Still processing items: 3 items remaining...")
 """)
 
@@ -44,7 +48,9 @@ def run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
         "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
         "PREFECT_CLIENT_MAX_RETRIES": "0",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
     }
+    env.pop("PREFECT_LOGGING_SETTINGS_PATH", None)
     return subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -57,7 +63,7 @@ def test_background_noise_goes_to_a_file_in_prefect_home(tmp_path):
     assert routed.returncode == 0, routed.stderr[-2000:]
     assert routed.stderr == "" and routed.stdout == ""
     log = (tmp_path / "routed" / "judgebench-background.log").read_text()
-    assert "shard 3 failed: kept" in log, "a log that could not be shipped was dropped"
+    assert "shard 3 failed: kept" in log, "a run's warning is not kept in the file"
     assert "Still processing items" in log
 
 
@@ -69,7 +75,7 @@ def test_tracebacks_of_an_unreachable_prefect_api_stay_off_the_console_other_err
     import httpx
     import openai
 
-    from judgebench_flows.cli.main import _HideRunErrorsReportedElsewhere
+    from judgebench_flows.cli.quiet import HideRunErrorsReportedElsewhere
 
     def record(exc: BaseException, logger: str = "prefect.task_runs") -> logging.LogRecord:
         return logging.LogRecord(logger, logging.ERROR, __file__, 1, "Task run failed", None, (type(exc), exc, None))
@@ -82,7 +88,7 @@ def test_tracebacks_of_an_unreachable_prefect_api_stay_off_the_console_other_err
             raise RuntimeError("publish failed") from inner
     except RuntimeError as chained:
         api_gone = chained
-    keep = _HideRunErrorsReportedElsewhere()
+    keep = HideRunErrorsReportedElsewhere()
     assert not keep.filter(record(api_gone))
     assert not keep.filter(record(httpx.ReadTimeout("timed out", request=request), "prefect.flow_runs"))
     assert keep.filter(record(openai.APIConnectionError(request=request)))  # the judge's endpoint: shown

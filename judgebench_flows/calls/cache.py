@@ -62,10 +62,6 @@ class CallCache:
                 else None
             )
 
-    def forget(self, key: str) -> None:
-        """Drop a prefetched answer that will not be asked for (its request was answered another way)."""
-        self._prefetched.pop(key, None)
-
     async def lookup(self, key: str) -> Completion | None:
         """The cached answer to this request, if any (only with mode `use`; the caller checks `reads`)."""
         known = key in self._prefetched
@@ -76,12 +72,6 @@ class CallCache:
                 row = rows[key]
                 hit = Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
         return hit
-
-    async def holds(self, key: str) -> bool:
-        """Whether the table has an answer for this request (one query, nothing kept in memory)."""
-        if self.mode != "use" or self.engine is None:
-            return False
-        return key in await asyncio.to_thread(db.cache_get_many, self.engine, [key])
 
     def save(self, completions: list[Completion]) -> None:
         """Queue answers for writing; the write starts at once, in the background (see `_write`)."""

@@ -1,15 +1,14 @@
 """`ChatCaller`: the one object through which a run talks to its endpoint.
 
-It composes the layers a call goes through, outermost first: the call cache (`cache`), calls made ahead
-of the flow (`call_ahead`), the model's request rule and its 400 adjustments (`request_rules`), the
+It composes the layers a call goes through, outermost first: the call cache (`cache`), the model's
+request rule and its 400 adjustments (`request_rules`), the
 retry policy (`retry`), the limits (`limits`) and the wire (`transport`). Everything about "nothing lost,
 nothing paid twice" that concerns a single call is decided here; counting too (`CallStats`).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,7 @@ from judgebench_flows.calls.retry import FATAL, RetryPolicy, describe, error_of,
 from judgebench_flows.calls.transport import BadAnswerBody, Transport
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
-from judgebench_flows.core.errors import FatalEndpointError, RunFailed
+from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.core.secrets import redact
 
 # Early stop: when this many first calls of a run all fail alike and cannot be retried, stop the run.
@@ -92,10 +91,6 @@ class ChatCaller:
             self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
         )
         self.cache = CallCache(self.engine, self.cache_mode, self.model)
-        # Calls made ahead of the flow (see `call_ahead`), each waiting for the first `complete` to ask.
-        self._early: dict[str, asyncio.Future[Completion]] = {}
-        self._taken_over = False
-        self._cached_ahead: set[str] = set()
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
         # Early stop: outcomes of the run's first calls, while every one failed alike (None: not anymore).
         self._first_failures: tuple[str, int] | None = ("", 0)
@@ -115,17 +110,11 @@ class ChatCaller:
 
     async def prefetch(self, keys: Iterable[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
-        self._taken_over = True
         await self.cache.prefetch(keys)
 
     async def complete(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
-        self._taken_over = True
         rule = self._learned.rule
         key = self._key_under(rule, messages, sampling)
-        early = self._early.pop(key, None)
-        if early is not None:  # a fresh call made ahead for this request: its answer (or failure) is ours
-            self.cache.forget(key)
-            return await early
         if self.cache.reads:
             hit = await self.cache.lookup(key)
             if hit is not None:
@@ -133,73 +122,9 @@ class ChatCaller:
                 return hit
         return await self._call(messages, sampling, key, rule)  # keyed by the request it finally sent
 
-    async def call_ahead(
-        self,
-        requests: Iterator[list[dict[str, str]]],
-        sampling: dict[str, Any],
-        max_calls: int,
-        keep: Callable[[str], bool] = lambda text: False,
-    ) -> int:
-        """Send the first requests of a run before the flow asks for them, to use the seconds Prefect takes
-        to start (its temporary server boots for several).
-
-        Each answer waits in memory for the first `complete` of the same request, which takes it as its own
-        fresh call: counted, cached and recorded exactly as if made then. Issuing stops for good the moment
-        the flow asks for anything, so no request is ever sent twice; also after `max_calls`, on a fatal
-        endpoint error, or when `requests` run out. Requests already in the call cache are skipped (the
-        flow will find them there). An answer for which `keep(text)` holds (a valid verdict) is cached as
-        soon as it arrives, so a run killed before its flow takes it over does not pay for it again.
-        Returns how many calls were made ahead.
-        """
-        issued = 0
-
-        async def worker() -> None:
-            nonlocal issued
-            for messages in requests:  # one iterator shared by all workers
-                if self._taken_over or issued >= max_calls:
-                    return
-                rule = self._learned.rule
-                key = self._key_under(rule, messages, sampling)
-                if key in self._early:
-                    continue
-                if await self.cache.holds(key) or self._taken_over:
-                    continue
-                future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
-                future.add_done_callback(
-                    lambda f: f.cancelled() or f.exception()
-                )  # never "exception was never retrieved"
-                self._early[key] = future
-                issued += 1
-                try:
-                    completion = await self._call(messages, sampling, key, rule)
-                    if completion.key != key:  # a rule adjusted on the way: the flow will ask under the new key
-                        if self._early.get(key) is future:
-                            del self._early[key]
-                            self._early[completion.key] = future
-                        key = completion.key
-                except (CallFailed, FatalEndpointError) as exc:
-                    future.set_exception(exc)
-                    if isinstance(exc, FatalEndpointError):
-                        return
-                    continue
-                except BaseException as exc:
-                    future.set_exception(CallFailed(f"call made ahead of the flow ended: {type(exc).__name__}"))
-                    raise
-                future.set_result(completion)
-                if keep(completion.text):
-                    self._cached_ahead.add(key)
-                    self.cache.save([completion])
-
-        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
-        return issued
-
     async def remember(self, completions: list[Completion]) -> None:
         """Persist answered calls of a judgment that produced a verdict (never failures or invalid ones)."""
-        fresh = [c for c in completions if not c.cached and c.key]
-        if self._cached_ahead:  # `call_ahead` already wrote these
-            fresh = [c for c in fresh if c.key not in self._cached_ahead]
-            self._cached_ahead.difference_update(c.key for c in completions)
-        self.cache.save(fresh)
+        self.cache.save([c for c in completions if not c.cached and c.key])
 
     async def flush(self) -> None:
         """Wait until every remembered answer is in the database (a failed write raises here)."""

@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from judgebench_flows.cli.prefect_server import PrefectStart
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.scoring.formatting import percent as _pct
@@ -20,20 +19,9 @@ err = Console(stderr=True)
 out = Console()
 
 
-def attach_streams() -> None:
-    """Consoles for this process's standard streams as they are now: a Console decides colour and width
-    when it is made, and a preloaded child (cli/preload.py) got its caller's terminal after import."""
-    global err, out
-    err, out = Console(stderr=True), Console()
-
-
-def run_with_progress(
-    config: RunConfig,
-    prefect: PrefectStart,
-    show_progress: bool = True,
-    with_prefect: Callable[[], object] = lambda: None,
-) -> int:
-    from judgebench_flows.cli.head_start import judge_with_head_start
+def run_with_progress(config: RunConfig, show_progress: bool = True) -> int:
+    """The JudgeBench flow under a progress bar, then its results as tables; 1 when it found a regression."""
+    from judgebench_flows.flows.judgebench_flow import judgebench_flow
     from judgebench_flows.judging.shards import add_progress_hook, add_total_hook, clear_progress_hooks
 
     err.print(
@@ -55,7 +43,7 @@ def run_with_progress(
         add_total_hook(lambda n: progress.update(bar, total=n))
         add_progress_hook(counter.advance, counter.settle)
         try:
-            results = asyncio.run(judge_with_head_start(config, prefect, with_prefect))
+            results = asyncio.run(judgebench_flow(config))
         except RunFailed as exc:  # published but not a measurement: show what there is, then exit 4
             if exc.results:
                 progress.stop()

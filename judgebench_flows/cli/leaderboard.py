@@ -2,7 +2,7 @@
 
 Kept apart from cli.py (which only registers them) so the run command's module stays as it is. Both
 commands score recorded verdicts; neither needs Prefect. `leaderboard` runs without it by default: the
-scoring takes about a second, a temporary Prefect server seconds to boot; `--flow` runs the same code
+scoring takes about a second, a first Prefect server seconds to boot; `--flow` runs the same code
 as a Prefect flow for its artifact.
 """
 
@@ -15,23 +15,13 @@ from judgebench_flows.core.errors import UserError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """`leaderboard` takes LeaderboardSettings' fields as options, `rescore` the judge's from RunConfig."""
+    from judgebench_flows.cli.options import add_model_options
+    from judgebench_flows.core.config import RunConfig
+    from judgebench_flows.scoring.leaderboard import LeaderboardSettings
+
     board = sub.add_parser("leaderboard", help="published JudgeBench judges and our runs in one table (no API key)")
-    board.add_argument(
-        "--repo-url",
-        "--repo_url",
-        dest="repo_url",
-        default=None,
-        help="git URL, file:// URL or local path of the JudgeBench repository (default: GitHub)",
-    )
-    board.add_argument("--ref", default=None, help="commit, tag or branch (default: the pinned JudgeBench commit)")
-    board.add_argument("--cache-dir", dest="cache_dir", default=None, help="where cloned repositories are kept")
-    board.add_argument(
-        "--db-url",
-        "--db_url",
-        dest="db_url",
-        default=None,
-        help="results database to read our runs from (read only; default sqlite:///results/judgebench.db)",
-    )
+    add_model_options(board, LeaderboardSettings, skip={"require_published"})
     board.add_argument("--result-path", "--result_path", dest="result_path", default="results/leaderboard.json")
     board.add_argument(
         "--output-dir",
@@ -40,8 +30,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default="results/leaderboard",
         help="directory for leaderboard.html",
     )
-    board.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
-    board.add_argument("--bootstrap-resamples", dest="bootstrap_resamples", type=int, default=2000)
     board.add_argument("--flow", action="store_true", help="run as a Prefect flow (adds a markdown artifact)")
     rescore = sub.add_parser("rescore", help="re-parse a recorded outputs file's answers with our parser")
     rescore.add_argument("file", help="an outputs JSONL (JudgeBench's outputs/ or one of our runs)")
@@ -53,41 +41,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="whose parser: arena_hard, vanilla, auto_j, prometheus_2, skywork_critic, custom",
     )
-    rescore.add_argument(
-        "--judge-template",
-        "--judge_template",
-        dest="judge_template",
-        default=None,
-        help="custom judge class: path.py:Class or module:Class",
-    )
-    rescore.add_argument("--templates-dir", dest="templates_dir", default=None)
+    add_model_options(rescore, RunConfig, only={"judge_template", "templates_dir"})
+    rescore.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
     rescore.add_argument(
         "--result-path", "--result_path", dest="result_path", default=None, help="write the comparison as JSON"
     )
     rescore.add_argument("--output", default=None, help="write the file again with our decisions (JSONL)")
-    rescore.add_argument("--seed", type=int, default=42)
 
 
 def command_leaderboard(args: argparse.Namespace) -> int:
-    from judgebench_flows.cli.main import _db_url
-    from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
+    from judgebench_flows.cli.options import given_options
+    from judgebench_flows.core.config import results_db_url, validated
     from judgebench_flows.scoring.leaderboard import (
         LeaderboardSettings,
         build_leaderboard,
         print_leaderboard,
-        write_outputs,
     )
+    from judgebench_flows.scoring.leaderboard_report import write_outputs
 
-    if args.bootstrap_resamples < 0:
-        raise UserError("--bootstrap-resamples must be >= 0")
-    settings = LeaderboardSettings(
-        repo_url=args.repo_url or DEFAULT_REPO_URL,
-        ref=args.ref or DEFAULT_REF,
-        cache_dir=args.cache_dir,
-        db_url=_db_url(args),
-        seed=args.seed,
-        bootstrap_resamples=args.bootstrap_resamples,
-    )
+    options = given_options(args, LeaderboardSettings) | {"db_url": results_db_url(args.db_url)}
+    settings = validated(LeaderboardSettings, options)
     if args.flow:
         board = _as_flow(settings, args)
     else:
@@ -107,7 +80,7 @@ def command_leaderboard(args: argparse.Namespace) -> int:
 def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     import asyncio
 
-    from judgebench_flows.cli.prefect_server import start_prefect
+    from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.data.dataset import check_repo_url, public_url
 
     check_repo_url(settings.repo_url)  # bad input is reported before a server boots
@@ -115,22 +88,21 @@ def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(
             "--flow: a --repo-url with credentials would be stored as a flow parameter; use git's credential helper instead"
         )
-    prefect = start_prefect()
-    prefect.wait_ready()
     from judgebench_flows.flows.leaderboard_flow import leaderboard_flow
 
-    return asyncio.run(
-        leaderboard_flow(
-            repo_url=settings.repo_url,
-            ref=settings.ref,
-            cache_dir=settings.cache_dir,
-            db_url=settings.db_url,
-            result_path=args.result_path,
-            output_dir=args.output_dir,
-            seed=settings.seed,
-            bootstrap_resamples=settings.bootstrap_resamples,
+    with pointed_at(use_prefect_server()):
+        return asyncio.run(
+            leaderboard_flow(
+                repo_url=settings.repo_url,
+                ref=settings.ref,
+                cache_dir=settings.cache_dir,
+                db_url=settings.db_url,
+                result_path=args.result_path,
+                output_dir=args.output_dir,
+                seed=settings.seed,
+                bootstrap_resamples=settings.bootstrap_resamples,
+            )
         )
-    )
 
 
 def command_rescore(args: argparse.Namespace) -> int:

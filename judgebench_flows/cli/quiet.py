@@ -1,73 +1,81 @@
-"""Keep Prefect's background workers off the run's terminal; what they say goes to a file in PREFECT_HOME.
+"""A quiet terminal through Prefect's public logging settings: after a run a user sees our summary (or
+our one error line) and nothing else.
 
-After a run a user should see our summary (or our one error line) and nothing else. Prefect's background
-services write to the terminal on their own: the log shipper prints `--- Error logging to API ---` when the
-server cannot take logs, and the events worker logs `Still processing items: N items remaining` while it
-drains at exit. Both are about Prefect's bookkeeping, not the run's result, but the logs that could not be
-shipped may matter (they are the run's own logs), so they are written to `judgebench-background.log` in
-PREFECT_HOME instead of being dropped. `--verbose` leaves Prefect's behaviour alone.
+`quiet_prefect` points PREFECT_LOGGING_SETTINGS_PATH at cli/logging.yml (Prefect's default configuration
+plus the changes listed at its top) before Prefect is imported, and sets Prefect's level to WARNING.
+Prefect's background workers write to `judgebench-background.log` in PREFECT_HOME, where the runs'
+warnings and errors are kept too. `--verbose` (or the user's own logging settings) leaves Prefect alone.
+Nothing here imports Prefect.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
+import os
 from pathlib import Path
-from typing import Any
+
+from judgebench_flows.core.errors import UserError
 
 LOG_NAME = "judgebench-background.log"
-# Loggers of Prefect's background services (QueueService subclasses log under their class name).
-BACKGROUND_LOGGERS = ("EventsWorker", "APILogWorker", "prefect._internal.concurrency", "prefect.events.clients")
-
-_lock = threading.Lock()
-_installed: Path | None = None
+LOGGING_CONFIG = Path(__file__).with_name("logging.yml")
+# httpx's transport errors: Prefect's client could not reach its API (the server stopped or restarts).
+API_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "RemoteProtocolError")
 
 
-def background_log_path() -> Path:
-    from prefect.settings import get_current_settings
-
-    return Path(get_current_settings().home).expanduser() / LOG_NAME
-
-
-def route_background_output(path: Path | None = None) -> Path:
-    """Send Prefect's background-worker messages and unshippable logs to a file; returns its path.
-    Call once Prefect may be imported, before the flow starts. Idempotent."""
-    global _installed
-    with _lock:
-        if _installed is not None:
-            return _installed
-        path = path or background_log_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(path, delay=True, encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        for name in BACKGROUND_LOGGERS:
-            logger = logging.getLogger(name)
-            logger.handlers = [handler]
-            logger.propagate = False
-        _keep_unshipped_logs(path)
-        _installed = path
-        return path
+def quiet_prefect(verbose: bool) -> None:
+    """Prefect logs warnings and errors only, through cli/logging.yml, unless --verbose (or the user set
+    Prefect's logging variables). Call before Prefect is imported."""
+    if verbose:
+        return
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
+    os.environ.setdefault("PREFECT_LOGGING_SETTINGS_PATH", str(LOGGING_CONFIG))
+    # A log batch the API refused is reported by Prefect's shipper only when the standard library's
+    # logging reports handler errors (its own convention): the batch's warnings are in the file above.
+    logging.raiseExceptions = False
 
 
-def _keep_unshipped_logs(path: Path) -> None:
-    """Prefect's log shipper writes a banner to stderr and drops the batch when the API refuses it; here
-    the batch is appended to the file instead, one JSON line per log, with the reason."""
-    from prefect.logging.handlers import APILogWorker
-
-    async def handle_batch(self: Any, items: list[dict[str, Any]]) -> None:
-        try:
-            await self._client.create_logs(items)
-        except Exception as exc:  # the server is gone or refused them: keep them, quietly
-            try:
-                with open(path, "a", encoding="utf-8") as handle:
-                    handle.write(f"logs not sent to the Prefect API ({type(exc).__name__}: {exc}):\n")
-                    for item in items:
-                        handle.write(json.dumps(item, default=str) + "\n")
-            except OSError:
-                pass
-
-    APILogWorker._handle_batch = handle_batch  # type: ignore[method-assign]  # deliberate patch of Prefect's worker
+def _user_error_names() -> set[str]:
+    names, pending = set(), [UserError]
+    while pending:
+        cls = pending.pop()
+        names.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return names
 
 
-__all__ = ["BACKGROUND_LOGGERS", "LOG_NAME", "background_log_path", "route_background_output"]
+def api_unreachable(exc: BaseException | None) -> bool:
+    """Whether `exc` or what caused it is httpx failing to reach a server. The endpoint's client (openai)
+    wraps such errors in its own classes, so here they are Prefect's client talking to its API."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if type(exc).__module__.startswith(("httpx", "httpcore")) and type(exc).__name__ in API_UNREACHABLE:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class HideRunErrorsReportedElsewhere(logging.Filter):
+    """Drop Prefect's console records about a run failure that `main` reports as one line.
+
+    Prefect logs the failure (with a traceback) before `main` prints the same error as one line: for bad
+    input that is noise which buries the line that tells the user what to fix; for a Prefect server that
+    stopped (its API unreachable), pages of tracebacks above the line that says how to resume. The filter
+    sits on the console handler only (cli/logging.yml), so the records still reach the Prefect API and
+    the background log file; `--verbose` keeps them.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
+            return True
+        if record.exc_info and isinstance(record.exc_info[1], UserError):
+            return False
+        if record.exc_info and api_unreachable(record.exc_info[1]):
+            return False
+        message = record.getMessage()
+        # A shard with unparseable verdicts or failed calls is expected and reported in the results.
+        names = _user_error_names() | {"ShardIncomplete", *API_UNREACHABLE}
+        return not any(f"{name}:" in message or f"{name}(" in message for name in names)
+
+
+__all__ = ["LOGGING_CONFIG", "LOG_NAME", "HideRunErrorsReportedElsewhere", "api_unreachable", "quiet_prefect"]

@@ -3,18 +3,16 @@
 With its server gone, a run's judging goes on (task runs report through events, which wait), but every
 API call of the flow (artifacts, its final state) is retried by Prefect's client for over a minute each,
 and a server that hangs instead of refusing holds each call for minutes. Measured before this watch: a
-`kill -9` of the temporary server mid-run ended the run 70-100 s later with exit 3 and tracebacks, after
+`kill -9` of the Prefect server mid-run ended the run 70-100 s later with exit 3 and tracebacks, after
 judging on to the end (README, Exit codes).
 
-A thread watches the server for as long as the run judges: the process of a temporary server (ours, or
-a kept one we attached to) and, for any server, whether it answers. A temporary server whose process
-ended is lost at once; a server that has not answered for `JUDGEBENCH_SERVER_LOST_TIMEOUT` seconds
+A thread watches the server for as long as the run judges: the process of Prefect's background server
+(cli/prefect_server) and, for any server, whether it answers. A background server whose process ended
+is lost at once; a server that has not answered for `JUDGEBENCH_SERVER_LOST_TIMEOUT` seconds
 (default 120: a loaded machine's server may be slow, not gone) is lost too. Then the thread lets the
 run's event loop write the answers it still holds to the call cache (bounded), marks this process's
 "running" rows in the results database `failed` with the reason, prints one line and ends the process
 with exit 5. A re-run of the same command pays only for the calls never answered.
-
-Nothing here imports Prefect at module level.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from urllib.parse import urlsplit
-
-from judgebench_flows.cli import local_server, preload
 
 LOST_TIMEOUT_ENV = "JUDGEBENCH_SERVER_LOST_TIMEOUT"
 DEFAULT_LOST_TIMEOUT = 120.0
@@ -40,11 +37,34 @@ FLUSH_SECONDS = 15.0  # the longest wait for the event loop to write the call ca
 # What a proxy in front of a stopped server answers: not the server answering.
 GATEWAY_ERRORS = (502, 503, 504)
 RESUME = "the calls answered so far are cached: run the same command again to resume"
-_ENDED = "the temporary Prefect server stopped during the run (its process ended)"
+_ENDED = "the Prefect server stopped during the run (its process ended)"
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
 def lost_timeout() -> float:
-    return local_server.seconds_from_env(LOST_TIMEOUT_ENV, DEFAULT_LOST_TIMEOUT)
+    return seconds_from_env(LOST_TIMEOUT_ENV, DEFAULT_LOST_TIMEOUT)
+
+
+def alive(pid: int | None) -> bool:
+    """Running and not a zombie (a zombie is read through /proc where there is one)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def answers(api_url: str, timeout: float = HEALTH_TIMEOUT_SECONDS) -> bool:
@@ -65,24 +85,10 @@ def _where(api_url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
-def _configured_api_url() -> str | None:
-    """The server a user configured, once Prefect is imported (it may come from a profile or `.env`)."""
-    if os.environ.get("PREFECT_API_URL"):
-        return os.environ["PREFECT_API_URL"]
-    if "prefect.settings" not in sys.modules:
-        return None
-    try:
-        from prefect.settings import get_current_settings
-
-        return get_current_settings().api.url or None
-    except Exception:  # settings Prefect itself will report
-        return None
-
-
 class ServerWatch:
-    """The thread described in the module docstring. `api_url` None: the server Prefect is configured with."""
+    """The thread described in the module docstring."""
 
-    def __init__(self, api_url: str | None, server_pid: int | None, db_url: str | None) -> None:
+    def __init__(self, api_url: str, server_pid: int | None, db_url: str | None) -> None:
         self.api_url = api_url
         self.server_pid = server_pid
         self.db_url = db_url
@@ -100,31 +106,29 @@ class ServerWatch:
 
     def gone(self) -> str | None:
         """Why the server is gone, asked once now (its process ended, or it does not answer); None if it answers."""
-        if self.server_pid is not None and not local_server.alive(self.server_pid):
+        if self.server_pid is not None and not alive(self.server_pid):
             return _ENDED
-        url = self.api_url or _configured_api_url()
-        if url is None or answers(url, timeout=5.0):
+        if answers(self.api_url, timeout=5.0):
             return None
-        return f"{self._name(url)} stopped answering during the run"
+        return f"{self._name()} stopped answering during the run"
 
-    def _name(self, url: str) -> str:
-        return "the temporary Prefect server" if self.server_pid is not None else f"the Prefect server at {_where(url)}"
+    def _name(self) -> str:
+        return f"the Prefect server at {_where(self.api_url)}"
 
     def _watch(self) -> None:
         last_answer = time.monotonic()
         next_ask = last_answer + HEALTH_EVERY_SECONDS
         while not self._disarmed.wait(POLL_SECONDS):
-            if self.server_pid is not None and not local_server.alive(self.server_pid):
+            if self.server_pid is not None and not alive(self.server_pid):
                 self._lost(_ENDED)
             now = time.monotonic()
-            url = self.api_url or _configured_api_url()
-            if url is None or now < next_ask:
+            if now < next_ask:
                 continue
-            if answers(url):
+            if answers(self.api_url):
                 last_answer = time.monotonic()
             elif time.monotonic() - last_answer > self.timeout:
                 self._lost(
-                    f"{self._name(url)} stopped answering during the run "
+                    f"{self._name()} stopped answering during the run "
                     f"(no answer for {self.timeout:g} s, {LOST_TIMEOUT_ENV})"
                 )
             next_ask = time.monotonic() + HEALTH_EVERY_SECONDS
@@ -139,7 +143,8 @@ class ServerWatch:
         if sys.stderr.isatty():
             sys.stderr.write("\x1b[?25h\n")  # a progress bar hides the cursor until it stops
         sys.stderr.write(f"error: {what}; {RESUME} (see README, Exit codes)\n")
-        preload.exit_now(EXIT_SERVER)  # from this thread, at once; a preloaded child's caller learns the code
+        sys.stderr.flush()
+        os._exit(EXIT_SERVER)  # from this thread, at once: the main thread may be blocked in a call to the server
 
 
 async def _flush(callers: list) -> None:
@@ -176,4 +181,12 @@ def mark_run_failed(db_url: str | None, message: str) -> None:
         return
 
 
-__all__ = ["DEFAULT_LOST_TIMEOUT", "LOST_TIMEOUT_ENV", "ServerWatch", "answers", "lost_timeout"]
+__all__ = [
+    "DEFAULT_LOST_TIMEOUT",
+    "LOST_TIMEOUT_ENV",
+    "ServerWatch",
+    "alive",
+    "answers",
+    "lost_timeout",
+    "seconds_from_env",
+]

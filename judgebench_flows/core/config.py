@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
@@ -23,48 +23,86 @@ DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 DEFAULT_DB_URL = "sqlite:///results/judgebench.db"
 # Options that name where a secret lives: an error never echoes their value (it may be a key pasted by mistake).
 SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    judge_type: str = "arena_hard"
-    judge_template: str | None = None
-    model: str = Field(min_length=1)
-    repo_url: str = DEFAULT_REPO_URL
-    ref: str | None = DEFAULT_REF
-    data_file: str = DEFAULT_DATA_FILE
-    data_path: str | None = None
-    templates_dir: str | None = None
+    # Each field is a `judgebench run` option (cli/options.py): --kebab-name, --snake_name and the drop-in
+    # `aliases` of JudgeBench's run_judge.py and RM-Gallery's evaluator, its description the help text.
+    judge_type: str = Field(
+        default="arena_hard",
+        description="arena_hard, vanilla, auto_j, prometheus_2, skywork_critic, compass_judger, judge_lm, "
+        "panda_lm, reward_model, custom, external",
+        json_schema_extra={"aliases": ["--judge_name"]},
+    )
+    judge_template: str | None = Field(default=None, description="custom judge class: path.py:Class or module:Class")
+    model: str = Field(
+        min_length=1,
+        description="judge model name sent to the endpoint",
+        json_schema_extra={"aliases": ["--judge-model", "--judge_model"]},
+    )
+    repo_url: str = Field(
+        default=DEFAULT_REPO_URL, description="git URL, file:// URL or local path of the JudgeBench repository"
+    )
+    ref: str | None = Field(
+        default=DEFAULT_REF, description="commit, tag or branch to check out (default: a pinned JudgeBench commit)"
+    )
+    data_file: str = Field(default=DEFAULT_DATA_FILE, description="data file inside the repository's data/ directory")
+    data_path: str | None = Field(
+        default=None, description="judge a local file, no clone", json_schema_extra={"aliases": ["--pairs"]}
+    )
+    templates_dir: str | None = Field(
+        default=None, description="directory of judge prompt templates (default: the checkout's utils/templates)"
+    )
     # The endpoint and how it is called (core.endpoint), given as flat options (--base-url,
     # --concurrency, ...): the flat names stay the CLI's and the deployments' contract, and a dump is flat.
     endpoint: EndpointSettings = Field(default_factory=EndpointSettings)
-    shard_size: int = Field(default=50, ge=1)
-    result_path: str = "results/judgebench.json"
-    output_dir: str = "results/run"
-    db_url: str = DEFAULT_DB_URL
-    max_samples: int | None = Field(default=None, ge=1)
-    single_game: bool = False
-    shuffle_responses: bool = False
-    seed: int = Field(default=42, ge=0)  # numpy's bootstrap refuses a negative seed: say so before paying
-    shard_retries: int = Field(default=2, ge=0)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_tokens: int | None = Field(default=None, ge=1)
-    # A run with more failed or invalid judgments than this share ends Failed (exit 4), not as a measurement.
-    max_failed_fraction: float = Field(default=0.05, ge=0, le=1)
-    cache_dir: str | None = None
-    task_runner: Literal["thread", "dask"] = "thread"
-    dask_address: str | None = None
-    # None: a Prefect global limit only with --task-runner dask (the in-process semaphore is faster).
-    global_limit: bool | None = None
-    bootstrap_resamples: int = Field(default=2000, ge=0)
-    regression_min_drop: float = Field(default=0.0, ge=0)
-    report: bool = True
-    # reward_model only: score through the endpoint's Pooling API, or with transformers in this process.
-    reward_backend: Literal["pooling", "transformers"] = "pooling"
-    external_judge_path: str | None = None
-    external_judge_function: str = "evaluate"
-    external_judge_config: dict[str, Any] = Field(default_factory=dict)
+    shard_size: int = Field(default=50, ge=1, description="pairs per shard task")
+    result_path: str = Field(default="results/judgebench.json", description="results JSON")
+    output_dir: str = Field(default="results/run", description="directory for the per-judgment JSONL and report")
+    db_url: str = Field(default=DEFAULT_DB_URL, description="SQLAlchemy URL of the results database")
+    max_samples: int | None = Field(default=None, ge=1, description="judge a seeded subset of N pairs")
+    single_game: bool = Field(default=False, description="judge one order only")
+    shuffle_responses: bool = Field(default=False, description="swap A/B per pair from the seed")
+    # numpy's bootstrap refuses a negative seed: say so before paying
+    seed: int = Field(default=42, ge=0, description="seed for sampling, shuffling and bootstrap")
+    shard_retries: int = Field(default=2, ge=0, description="retries of a shard task whose judgments did not all end")
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, description="override the judge's temperature (default: the judge's own, 0)"
+    )
+    max_tokens: int | None = Field(default=None, ge=1, description="override the judge's max_tokens")
+    max_failed_fraction: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="the run fails (exit 4) when more than this share of judgments failed or were invalid",
+    )
+    cache_dir: str | None = Field(
+        default=None, description="where cloned repositories are kept (default ~/.cache/judgebench-flows)"
+    )
+    task_runner: Literal["thread", "dask"] = Field(default="thread", description="where shards run")
+    dask_address: str | None = Field(default=None, description="tcp://HOST:PORT of a Dask scheduler")
+    global_limit: bool | None = Field(
+        default=None,
+        description="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency "
+        "limit (default: on with --task-runner dask, off in-process)",
+    )
+    bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
+    regression_min_drop: float = Field(
+        default=0.0, ge=0, description="a drop in accuracy below this is not reported as a regression"
+    )
+    report: bool = Field(default=True, description="the HTML report")
+    reward_backend: Literal["pooling", "transformers"] = Field(
+        default="pooling",
+        description="reward_model: vLLM's Pooling API at --base-url, or the model run here with transformers",
+    )
+    external_judge_path: str | None = Field(default=None, description="external judge: its Python file")
+    external_judge_function: str = Field(default="evaluate", description="external judge: its function")
+    external_judge_config: dict[str, Any] = Field(
+        default_factory=dict, description="external judge: JSON object passed to the judge as config"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -207,6 +245,14 @@ class RunConfig(BaseModel):
         return data
 
 
+def results_db_url(given: str | None) -> str:
+    """The results database a command reads: --db-url, else JUDGEBENCH_DB_URL, else the default; without
+    its password from here on (messages, outputs), the database is opened with it (`credentials.stash`)."""
+    from judgebench_flows.core.credentials import stash
+
+    return stash(given or os.environ.get("JUDGEBENCH_DB_URL") or DEFAULT_DB_URL)
+
+
 def option_of(loc: tuple[int | str, ...]) -> str:
     """The flat option a validation error's location names (an endpoint setting is given flat)."""
     loc = loc[1:] if loc[:1] == ("endpoint",) else loc
@@ -215,8 +261,13 @@ def option_of(loc: tuple[int | str, ...]) -> str:
 
 def build_config(**options: Any) -> RunConfig:
     """RunConfig from CLI/deployment options, turning validation errors into one line naming the option."""
+    return validated(RunConfig, options)
+
+
+def validated(model: type[ModelT], options: dict[str, Any]) -> ModelT:
+    """`model` from options (None: left out), a validation error as one line naming the flat option."""
     try:
-        return RunConfig(**{k: v for k, v in options.items() if v is not None})
+        return model(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as exc:
         error = exc.errors()[0]
         name = option_of(error["loc"])

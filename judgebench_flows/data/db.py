@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote as url_quote
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -28,7 +29,7 @@ from sqlmodel import Field, Session, SQLModel, UniqueConstraint, col, select
 
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.core.records import FINISHED, JudgmentRecord
 
 SCHEMA_VERSION = 1
 
@@ -287,6 +288,61 @@ def open_existing(url: str) -> Engine | None:
     except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
         raise _cannot_open(url, exc) from None
     return open_database(url) if present else None
+
+
+def open_read_only(url: str) -> tuple[Engine | None, str | None]:
+    """For a reader that must leave no trace (the leaderboard): never creates a file, a directory, a table
+    or a column; SQLite is opened `mode=ro`. Returns the engine, or None and why there are no runs to read
+    (no database there, or one without judgebench's tables). The caller disposes of the engine."""
+    parsed = _parse_url(url)
+    shown = safe_url(url)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            path = Path(parsed.database or "").expanduser()
+            if not parsed.database or parsed.database == ":memory:":
+                return None, f"{shown} holds no saved runs"
+            if not path.is_file():
+                return None, f"no results database at {path}: no runs of ours yet"
+            engine = sa.create_engine(
+                f"sqlite:///file:{url_quote(str(path.resolve()))}?mode=ro&uri=true", poolclass=sa.pool.NullPool
+            )
+        else:
+            engine = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
+        with engine.connect() as connection:
+            tables = set(sa.inspect(connection).get_table_names())
+    except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+        raise _cannot_open(url, exc) from None
+    if not {RunRow.__tablename__, JudgmentRow.__tablename__} <= tables:
+        engine.dispose()
+        return None, f"{shown} has no runs table: no runs of ours yet"
+    return engine, None
+
+
+def latest_finished_runs(engine: Engine) -> list[Any]:
+    """The latest finished run of each configuration, newest first: the columns every schema version has
+    (a database written by older code is read as it is, not upgraded)."""
+    columns = (
+        RunRow.run_id,
+        RunRow.config_key,
+        RunRow.judge_type,
+        RunRow.model,
+        RunRow.data_file,
+        RunRow.status,
+        RunRow.started,
+        RunRow.finished,
+        RunRow.results_json,
+    )
+    query = (
+        sa.select(*columns)  # type: ignore[call-overload]
+        .where(col(RunRow.status).in_(list(FINISHED)))
+        .order_by(col(RunRow.started).desc(), col(RunRow.run_id).desc())
+    )
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    latest: dict[str, Any] = {}
+    for row in rows:
+        latest.setdefault(row.config_key, row)
+    return list(latest.values())
 
 
 def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str]) -> None:

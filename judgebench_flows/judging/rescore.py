@@ -42,6 +42,44 @@ def _recorded(judgment: dict[str, Any]) -> str:
     return decision.strip() if isinstance(decision, str) else ""
 
 
+def reparsed_line(
+    row: dict[str, Any], judge: Any, counts: dict[str, int], changes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A copy of one outputs line with our parser's decisions; counts what was re-parsed and records
+    every decision that differs from the file's in `changes`."""
+    new_row = copy.deepcopy(row)
+    for order, judgment in enumerate(new_row["judgments"]):
+        counts["judgments"] += 1
+        if judgment is None or judgment.get("status") == "failed":
+            counts["failed"] += 1
+            continue
+        text = (judgment.get("judgment") or {}).get("response")
+        if not isinstance(text, str) or not text.strip():
+            counts["no_text"] += 1
+            continue
+        try:
+            ours = judge.parse(text) or ""
+        except ParseFailed:
+            ours = ""
+        counts["reparsed"] += 1
+        recorded = _recorded(judgment)
+        if ours != recorded:
+            changes.append(
+                {
+                    "pair_id": str(row["pair_id"]),
+                    "order": order,
+                    "source": row.get("source"),
+                    "label": row.get("label"),
+                    "recorded": recorded or None,
+                    "ours": ours or None,
+                }
+            )
+        judgment["decision"] = ours or None
+        if "status" in judgment:
+            judgment["status"] = "ok" if ours in VALID_DECISIONS else "invalid"
+    return new_row
+
+
 def rescore_file(
     path: str | Path,
     judge_type: str,
@@ -70,36 +108,7 @@ def rescore_file(
             key = pair_id if pair_id not in seen else f"{pair_id}#{seen[pair_id] + 1}"
             seen[pair_id] = seen.get(pair_id, 0) + 1
             recorded_verdicts.extend(verdicts_of_line(row, key))
-            new_row = copy.deepcopy(row)
-            for order, judgment in enumerate(new_row["judgments"]):
-                counts["judgments"] += 1
-                if judgment is None or judgment.get("status") == "failed":
-                    counts["failed"] += 1
-                    continue
-                text = (judgment.get("judgment") or {}).get("response")
-                if not isinstance(text, str) or not text.strip():
-                    counts["no_text"] += 1
-                    continue
-                try:
-                    ours = judge.parse(text) or ""
-                except ParseFailed:
-                    ours = ""
-                counts["reparsed"] += 1
-                recorded = _recorded(judgment)
-                if ours != recorded:
-                    changes.append(
-                        {
-                            "pair_id": pair_id,
-                            "order": order,
-                            "source": row.get("source"),
-                            "label": row.get("label"),
-                            "recorded": recorded or None,
-                            "ours": ours or None,
-                        }
-                    )
-                judgment["decision"] = ours or None
-                if "status" in judgment:
-                    judgment["status"] = "ok" if ours in VALID_DECISIONS else "invalid"
+            new_row = reparsed_line(row, judge, counts, changes)
             ours_verdicts.extend(verdicts_of_line(new_row, key))
         except KeyError as exc:
             raise UserError(f"{path.name} line {number}: missing field {exc.args[0]!r}") from None

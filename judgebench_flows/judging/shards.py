@@ -230,7 +230,7 @@ def callers_by_loop() -> list[tuple[asyncio.AbstractEventLoop, list[ChatCaller]]
 
 async def close_runtimes() -> CallStats:
     """Close this loop's endpoint clients (their connections belong to the loop that is about to end);
-    returns what they sent, summed: calls made ahead of the flow included (see `usage_of_calls`)."""
+    returns what they sent, summed (see `usage_of_calls`)."""
     total = CallStats()
     for runtime in _runtimes.pop(asyncio.get_running_loop(), {}).values():
         await runtime.caller.aclose()
@@ -313,17 +313,6 @@ def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -
     the prefetch reads them: not at all when the cache is not read)."""
     key, sampling = runtime.caller.key, runtime.judge.sampling
     return (key(messages, sampling) for messages in first_turns(pairs, runtime.judge, orders))
-
-
-async def call_ahead(spec: JudgeSpec, shards: Iterable[Shard], max_calls: int) -> int:
-    """Start the first calls of these shards now, in this event loop, before the flow's tasks ask for them
-    (`ChatCaller.call_ahead`). A judge without first turns has nothing to start: no shard is read."""
-    runtime = runtime_for(spec)
-    judge = runtime.judge
-    if judge.first_turn is None:
-        return 0
-    requests = (messages for shard in shards for messages in first_turns(shard.load(), judge, spec.orders))
-    return await runtime.caller.call_ahead(requests, judge.sampling, max_calls, keep=judge.is_final)
 
 
 async def judge_pairs(

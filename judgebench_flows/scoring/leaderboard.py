@@ -20,12 +20,13 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote as url_quote
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from judgebench_flows.core.config import DEFAULT_DB_URL
+from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.records import CATEGORIES, FINISHED
+from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.published import (
     FileVerdict,
@@ -38,51 +39,26 @@ from judgebench_flows.scoring.published import (
 HTML_NAME = "leaderboard.html"
 
 
-def _sqlite_path(url: Any) -> Path | None:
-    database = url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    return Path(database).expanduser()
-
-
 def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[dict[str, Any]], str | None]:
     """Our latest finished run of each configuration, scored; and a note when there are none to read.
 
-    Read-only: a SQLite database that does not exist is not created (the note says so), and an existing
-    one is opened with `mode=ro`. Tables that are missing mean no runs, not an error.
+    Read-only, through the results database's one reader (`db.open_read_only`): nothing is created, and
+    missing tables mean no runs, not an error.
     """
-    import sqlalchemy as sa
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+    from sqlalchemy.exc import SQLAlchemyError
 
-    from judgebench_flows.core.credentials import resolve
+    from judgebench_flows.data import db
 
+    engine, note = db.open_read_only(db_url)
+    if engine is None:
+        return [], note
     try:
-        url = make_url(resolve(db_url))  # the CLI keeps a password given in --db-url out of `db_url`
-    except ArgumentError:
-        raise UserError(f"--db-url '{db_url}' is not a database URL (e.g. sqlite:///results/judgebench.db)") from None
-    shown = url.render_as_string(hide_password=True)
-    try:
-        if url.get_backend_name() == "sqlite":
-            path = _sqlite_path(url)
-            if path is None:
-                return [], f"{shown} holds no saved runs"
-            if not path.is_file():
-                return [], f"no results database at {path}: no runs of ours yet"
-            engine = sa.create_engine(f"sqlite:///file:{url_quote(str(path.resolve()))}?mode=ro&uri=true")
-        else:
-            engine = sa.create_engine(url)
-        try:
-            with engine.connect() as connection:
-                tables = set(sa.inspect(connection).get_table_names())
-                if not {"runs", "judgments"} <= tables:
-                    return [], f"{shown} has no runs table: no runs of ours yet"
-                return _latest_runs(connection, seed=seed, resamples=resamples), None
-        finally:
-            engine.dispose()
-    except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+        return _latest_runs(engine, seed=seed, resamples=resamples), None
+    except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise UserError(f"--db-url {shown}: cannot read the database: {reason}") from None
+        raise UserError(f"--db-url {db.safe_url(db_url)}: cannot read the database: {reason}") from None
+    finally:
+        engine.dispose()
 
 
 def _utc(value: Any) -> str | None:
@@ -100,73 +76,41 @@ def _utc(value: Any) -> str | None:
     ).isoformat()
 
 
-def _latest_runs(connection: Any, *, seed: int, resamples: int) -> list[dict[str, Any]]:
-    import sqlalchemy as sa
+def _latest_runs(engine: Any, *, seed: int, resamples: int) -> list[dict[str, Any]]:
+    from judgebench_flows.data import db
 
-    runs = sa.table(
-        "runs",
-        sa.column("run_id"),
-        sa.column("config_key"),
-        sa.column("judge_type"),
-        sa.column("model"),
-        sa.column("data_file"),
-        sa.column("status"),
-        sa.column("started"),
-        sa.column("finished"),
-        sa.column("results_json"),
-    )
-    judgments = sa.table(
-        "judgments",
-        sa.column("run_id"),
-        sa.column("pair_id"),
-        sa.column("order_index"),
-        sa.column("source"),
-        sa.column("category"),
-        sa.column("label"),
-        sa.column("status"),
-        sa.column("decision_for_pair"),
-    )
-    rows = (
-        connection.execute(
-            sa.select(runs).where(runs.c.status.in_(FINISHED)).order_by(runs.c.started.desc(), runs.c.run_id.desc())
-        )
-        .mappings()
-        .all()
-    )
-    latest: dict[str, Any] = {}
-    for row in rows:
-        latest.setdefault(row["config_key"], row)
+    latest = db.latest_finished_runs(engine)
     entries = []
-    for row in latest.values():
+    for row in latest:
         verdicts = [
             FileVerdict(
                 pair_id=v.pair_id,
-                order=v.order_index,
+                order=v.order,
                 source=v.source,
                 category=v.category,
                 label=v.label,
                 status=v.status,
                 decision_for_pair=v.decision_for_pair or "",
             )
-            for v in connection.execute(sa.select(judgments).where(judgments.c.run_id == row["run_id"]))
+            for v in db.run_verdicts(engine, row.run_id)
         ]
         if not verdicts:
             continue  # e.g. a CLEAR-style external run: no JudgeBench pairs to place in this table
-        results = json.loads(row["results_json"]) if row["results_json"] else {}
-        dataset, response_model = data_file_parts(row["data_file"])
-        when = row["finished"] or row["started"]
+        results = json.loads(row.results_json) if row.results_json else {}
+        dataset, response_model = data_file_parts(row.data_file)
+        when = row.finished or row.started
         entry = {
-            "response_model": response_model or row["data_file"] or "unknown",
+            "response_model": response_model or row.data_file or "unknown",
             "dataset": dataset,
-            "judge_name": row["judge_type"],
-            "judge_model": row["model"],
+            "judge_name": row.judge_type,
+            "judge_model": row.model,
             "origin": "run",
-            "run_id": row["run_id"],
-            "status": row["status"],
+            "run_id": row.run_id,
+            "status": row.status,
             "date": _utc(when),
             "mode": (results.get("run") or {}).get("mode")
             or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
-            "data_file": row["data_file"],
+            "data_file": row.data_file,
         }
         entry.update(score_verdicts(verdicts, seed=seed, resamples=resamples))
         entries.append(entry)
@@ -236,15 +180,20 @@ def rank(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class LeaderboardSettings(BaseModel):
-    """What a leaderboard is built from; no secrets (the repo URL is stored without credentials)."""
+    """What a leaderboard is built from; no secrets (the repo URL is stored without credentials). Each
+    field is a `judgebench leaderboard` option (cli/options.py), its description the help text."""
 
-    repo_url: str
-    ref: str | None
-    cache_dir: str | None = None
-    db_url: str
-    seed: int = 42
-    bootstrap_resamples: int = 2000
-    require_published: bool = True
+    repo_url: str = Field(
+        default=DEFAULT_REPO_URL, description="git URL, file:// URL or local path of the JudgeBench repository"
+    )
+    ref: str | None = Field(
+        default=DEFAULT_REF, description="commit, tag or branch (default: the pinned JudgeBench commit)"
+    )
+    cache_dir: str | None = Field(default=None, description="where cloned repositories are kept")
+    db_url: str = Field(default=DEFAULT_DB_URL, description="results database to read our runs from (read only)")
+    seed: int = Field(default=42, ge=0, description="bootstrap seed")
+    bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
+    require_published: bool = Field(default=True, description="fail when the checkout has no published outputs/")
 
 
 def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
@@ -369,16 +318,6 @@ def print_leaderboard(board: Mapping[str, Any]) -> None:
         console.print(table)
 
 
-def write_outputs(board: Mapping[str, Any], result_path: str | Path, output_dir: str | Path) -> dict[str, str]:
-    """The JSON document and the HTML page; returns their paths."""
-    from judgebench_flows.scoring.leaderboard_report import render_leaderboard
-    from judgebench_flows.scoring.results import write_atomic, write_json
-
-    json_path = write_json(result_path, dict(board))
-    html_path = write_atomic(Path(output_dir) / HTML_NAME, render_leaderboard(board))
-    return {"results": str(json_path), "html": str(html_path)}
-
-
 __all__ = [
     "LeaderboardSettings",
     "build_leaderboard",
@@ -387,5 +326,4 @@ __all__ = [
     "published_entries",
     "rank",
     "read_runs",
-    "write_outputs",
 ]

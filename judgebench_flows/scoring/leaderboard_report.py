@@ -13,13 +13,14 @@ import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
 
 from judgebench_flows.core.records import CATEGORIES
-from judgebench_flows.scoring.leaderboard import groups_of, who
+from judgebench_flows.scoring.leaderboard import HTML_NAME, groups_of, who
 
 TEMPLATE_NAME = "leaderboard.html.jinja2"
 _WHISKER_W, _WHISKER_H = 120, 14
@@ -135,4 +136,13 @@ def render_leaderboard(board: Mapping[str, Any]) -> str:
     return _template().render(**build_context(board))
 
 
-__all__ = ["render_leaderboard", "build_context"]
+def write_outputs(board: Mapping[str, Any], result_path: str | Path, output_dir: str | Path) -> dict[str, str]:
+    """The JSON document and the HTML page; returns their paths."""
+    from judgebench_flows.scoring.results import write_atomic, write_json
+
+    json_path = write_json(result_path, dict(board))
+    html_path = write_atomic(Path(output_dir) / HTML_NAME, render_leaderboard(board))
+    return {"results": str(json_path), "html": str(html_path)}
+
+
+__all__ = ["render_leaderboard", "build_context", "write_outputs"]

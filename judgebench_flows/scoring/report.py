@@ -314,6 +314,57 @@ def _judgment_rows(judgments: Sequence[JudgmentRecord | Mapping[str, Any]]) -> l
     return rows
 
 
+def _regression_view(regression: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "regressed": bool(regression.get("regressed")),
+        "baseline_run_id": regression.get("baseline_run_id") or "?",
+        "delta": _signed_points(regression.get("delta")),
+        "interval": (
+            f"[{_signed_points(regression.get('ci_low'))}, {_signed_points(regression.get('ci_high'))}]"
+            if _num(regression.get("ci_low")) is not None and _num(regression.get("ci_high")) is not None
+            else ""
+        ),
+        "message": regression.get("message") or "",
+    }
+
+
+def _dataset_view(dataset: Mapping[str, Any]) -> dict[str, Any]:
+    commit = str(dataset.get("commit") or "")
+    return {
+        "repo_url": dataset.get("repo_url") or "",
+        "repo_link": _safe_url(dataset.get("repo_url")),
+        "commit": commit or "–",
+        "commit_short": commit[:12] or "–",
+        "data_file": dataset.get("data_file") or "–",
+        "n_pairs": _count(dataset.get("n_pairs")),
+        "skipped_rows": _count(dataset.get("skipped_rows")),
+    }
+
+
+def _overall_view(overall: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "accuracy": _pct(overall.get("accuracy")),
+        "interval": (
+            f"{_pct(overall.get('ci_low'))} – {_pct(overall.get('ci_high'))}"
+            if _num(overall.get("ci_low")) is not None and _num(overall.get("ci_high")) is not None
+            else None
+        ),
+        "correct": _count(overall.get("correct_count")),
+        "total": _count(overall.get("total_samples")),
+        "valid": _count(overall.get("valid_samples")),
+    }
+
+
+def _usage_view(usage: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "calls": _count(usage.get("calls")),
+        "cached_calls": _count(usage.get("cached_calls")),
+        "prompt_tokens": _count(usage.get("prompt_tokens")),
+        "completion_tokens": _count(usage.get("completion_tokens")),
+        "reasoning_tokens": _count(usage.get("reasoning_tokens")) if usage.get("reasoning_tokens") else None,
+    }
+
+
 def build_context(
     results: Mapping[str, Any],
     judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
@@ -339,21 +390,6 @@ def build_context(
     points = _trend_points(results, history)
     rows = _judgment_rows(judgments)
     status_counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "invalid", "failed")}
-    commit = str(dataset.get("commit") or "")
-
-    regression_view = None
-    if regression:
-        regression_view = {
-            "regressed": bool(regression.get("regressed")),
-            "baseline_run_id": regression.get("baseline_run_id") or "?",
-            "delta": _signed_points(regression.get("delta")),
-            "interval": (
-                f"[{_signed_points(regression.get('ci_low'))}, {_signed_points(regression.get('ci_high'))}]"
-                if _num(regression.get("ci_low")) is not None and _num(regression.get("ci_high")) is not None
-                else ""
-            ),
-            "message": regression.get("message") or "",
-        }
 
     return {
         "title": " · ".join(
@@ -362,26 +398,8 @@ def build_context(
         or "JudgeBench run",
         "judge_type": results.get("judge_type") or "–",
         "model": results.get("model") or "–",
-        "dataset": {
-            "repo_url": dataset.get("repo_url") or "",
-            "repo_link": _safe_url(dataset.get("repo_url")),
-            "commit": commit or "–",
-            "commit_short": commit[:12] or "–",
-            "data_file": dataset.get("data_file") or "–",
-            "n_pairs": _count(dataset.get("n_pairs")),
-            "skipped_rows": _count(dataset.get("skipped_rows")),
-        },
-        "overall": {
-            "accuracy": _pct(overall.get("accuracy")),
-            "interval": (
-                f"{_pct(overall.get('ci_low'))} – {_pct(overall.get('ci_high'))}"
-                if _num(overall.get("ci_low")) is not None and _num(overall.get("ci_high")) is not None
-                else None
-            ),
-            "correct": _count(overall.get("correct_count")),
-            "total": _count(overall.get("total_samples")),
-            "valid": _count(overall.get("valid_samples")),
-        },
+        "dataset": _dataset_view(dataset),
+        "overall": _overall_view(overall),
         "consistency": None
         if not consistency
         else {
@@ -394,20 +412,12 @@ def build_context(
             "failed": _count(invalid.get("failed_judgments", status_counts["failed"] if rows else None)),
             "pairs": _count(invalid.get("pairs_with_invalid")),
         },
-        "usage": None
-        if not usage
-        else {
-            "calls": _count(usage.get("calls")),
-            "cached_calls": _count(usage.get("cached_calls")),
-            "prompt_tokens": _count(usage.get("prompt_tokens")),
-            "completion_tokens": _count(usage.get("completion_tokens")),
-            "reasoning_tokens": _count(usage.get("reasoning_tokens")) if usage.get("reasoning_tokens") else None,
-        },
+        "usage": _usage_view(usage) if usage else None,
         # Why the run is not a measurement, the top reasons judgments failed, and how requests were shaped.
         "run_failure": run.get("failure"),
         "problem_reasons": list((invalid.get("reasons") or {}).items())[:5],
         "requests": run.get("requests"),
-        "regression": regression_view,
+        "regression": _regression_view(regression) if regression else None,
         "run": {
             "run_id": run.get("run_id") or "–",
             "flow_run_id": run.get("flow_run_id") or "–",

@@ -662,28 +662,33 @@ class FakeOpenAIServer:
         if not self._authorized(handler, settings):
             self._reply(handler, 401, _UNAUTHORIZED_BODY)
             return
+        refusal = self._refusal(body, settings)
+        if refusal is not None:
+            self._reply(handler, *refusal)
+            return
+        key = request_key(body)
+        fault = self._choose_fault(key, settings)
+        if not self._fault(handler, fault, settings):
+            self._answer(handler, body, key)
+
+    def _refusal(self, body: dict[str, Any], settings: FaultSettings) -> tuple[int, dict[str, Any]] | None:
+        """What a real endpoint answers a request it refuses (status, body); None when it takes it."""
         model = body.get("model")
         if not isinstance(model, str) or not model:
-            self._reply(
-                handler, 400, _error_body("you must provide a model parameter", "invalid_request_error", None, "model")
-            )
-            return
+            return 400, _error_body("you must provide a model parameter", "invalid_request_error", None, "model")
         if settings.models is not None and model not in settings.models:
-            self._reply(handler, 404, self._model_not_found_body(model))
+            return 404, self._model_not_found_body(model)
             return
         if body.get("stream"):
-            self._reply(
-                handler,
+            return (
                 400,
                 _error_body(
                     "stream=true is not supported by the fake OpenAI server", "invalid_request_error", None, "stream"
                 ),
             )
-            return
         context_chars = sum(len(text) for text in _message_texts(body))
         if settings.max_context_chars is not None and context_chars > settings.max_context_chars:
-            self._reply(
-                handler,
+            return (
                 400,
                 _error_body(
                     # OpenAI's wording; characters stand in for tokens here.
@@ -695,7 +700,6 @@ class FakeOpenAIServer:
                     "messages",
                 ),
             )
-            return
 
         rejection = openai_rejection(body) if settings.openai_rules else None
         rejected = next((name for name in sorted(settings.rejected_params) if name in body), None)
@@ -706,12 +710,11 @@ class FakeOpenAIServer:
                 "unsupported_parameter",
                 rejected,
             )
-        if rejection is not None:
-            self._reply(handler, 400, rejection)
-            return
+        return None if rejection is None else (400, rejection)
 
-        key = request_key(body)
-        fault = self._choose_fault(key, settings)
+    def _fault(self, handler: _Handler, fault: str | None, settings: FaultSettings) -> bool:
+        """Wait the latency and answer with the injected `fault` (a 429 or a hang before the latency, as
+        real servers do); False when the request is to be answered."""
         if fault == "429":  # a rate limiter rejects at the door: no latency
             self._reply(
                 handler,
@@ -724,19 +727,19 @@ class FakeOpenAIServer:
                     "retry-after-ms": str(int(round(settings.retry_after * 1000))),
                 },
             )
-            return
+            return True
         if fault == "hang":  # counted now, so tests see it while the client is still waiting
             self._count("hang")
             self._stop_event.wait(settings.hang_seconds)  # returns early when stop() is called
             handler.drop()
-            return
+            return True
 
         if settings.latency > 0 and self._stop_event.wait(settings.latency):
             self._drop(handler, "drop")  # the server is stopping; do not start a response now
-            return
+            return True
         if fault == "drop":
             self._drop(handler, "drop")
-            return
+            return True
         if fault == "500":
             self._reply(
                 handler,
@@ -745,20 +748,24 @@ class FakeOpenAIServer:
                     "The server had an error while processing your request. Sorry about that!", "server_error", None
                 ),
             )
-            return
+            return True
         if fault == "503":
             self._reply(
                 handler,
                 503,
                 _error_body("The engine is currently overloaded, please try again later.", "server_error", None),
             )
-            return
+            return True
         if fault == "badjson":  # a proxy's error page with status 200
             self._leave_flight(handler)
             self._count("badjson")
             handler.send_raw(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
-            return
+            return True
+        return False
 
+    def _answer(self, handler: _Handler, body: dict[str, Any], key: str) -> None:
+        """The responder's answer as an OpenAI chat completion (or the other API the path names)."""
+        model = body["model"]
         with self._lock:
             responder = self._responder
         try:

@@ -1,0 +1,133 @@
+"""Command-line options derived from the settings models: an option is written once, as a model field.
+
+Every field of a model (a nested model's fields given flat, as `RunConfig.endpoint`'s are) becomes
+`--kebab-name`, plus `--snake_name` and the field's drop-in `aliases` (`json_schema_extra`), with the
+field's `description` as help and its default stated there. Values are passed to the model as given
+(strings) and validated by it, so an error is the model's, as one line naming the option (exit 2).
+Only the shape of a value is decided here: a bool is a flag (`--no-x` when it defaults to on, `--x/--no-x`
+when unset means "decide for me"), a list is comma-separated, a dict is JSON.
+
+argparse, not a CLI library: measured with `python -X importtime` beside the settings models on this
+machine, pydantic-settings' CLI added 50-190 ms to each command's start and cyclopts 220-280 ms,
+argparse 4 ms (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any, Literal, NoReturn
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """No prefix matching of options (`--conc` is not `--concurrency`), and a mistake is one line, exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {self.prog.split()[-1]}: {message}\n")
+        sys.exit(2)
+
+
+def _plain(annotation: Any) -> Any:
+    """`X | None` -> X."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _nested_model(field: FieldInfo) -> type[BaseModel] | None:
+    annotation = _plain(field.annotation)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def model_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """The model's fields by flat option name: a nested settings model's fields stand in for it."""
+    flat: dict[str, FieldInfo] = {}
+    for name, field in model.model_fields.items():
+        nested = _nested_model(field)
+        flat.update(model_fields(nested) if nested is not None else {name: field})
+    return flat
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _help(field: FieldInfo) -> str | None:
+    text = field.description
+    if field.is_required():
+        return f"{text} (required)" if text else text
+    default = field.get_default(call_default_factory=True)
+    if text and "(default" not in text and default not in (None, "", [], {}) and not isinstance(default, bool):
+        text += f" (default {default})"
+    if text and default is True:
+        text = f"turn off (on by default): {text}"
+    return text
+
+
+def _add(group: Any, name: str, field: FieldInfo) -> None:
+    extra: dict[str, Any] = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    flags = [f"--{name.replace('_', '-')}", *([f"--{name}"] if "_" in name else []), *extra.get("aliases", [])]
+    kwargs: dict[str, Any] = {"dest": name, "default": None, "help": _help(field)}
+    annotation = _plain(field.annotation)
+    origin = typing.get_origin(annotation)
+    if annotation is bool:
+        default = field.get_default()
+        if default is None:
+            flags = [flag for flag in flags if "_" not in flag]  # argparse adds --no- to each spelling
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif default is True:
+            flags = [f"--no-{name.replace('_', '-')}"]
+            kwargs["action"] = "store_false"
+        else:
+            kwargs["action"] = "store_true"
+    elif origin is Literal:
+        kwargs["metavar"] = "{" + ",".join(str(choice) for choice in typing.get_args(annotation)) + "}"
+    elif origin is list:
+        kwargs["type"], kwargs["metavar"] = _comma_list, "A,B,..."
+    elif origin is dict:
+        kwargs["type"], kwargs["metavar"] = _json_object, "JSON"
+    group.add_argument(*flags, **kwargs)
+    for flag, value in extra.get("shortcuts", {}).items():  # e.g. --no-cache for --cache off
+        group.add_argument(flag, dest=name, action="store_const", const=value, help=f"--{name} {value}")
+
+
+def add_model_options(
+    parser: argparse.ArgumentParser, model: type[BaseModel], skip: Iterable[str] = (), only: Iterable[str] | None = None
+) -> None:
+    """One option per field of `model` (see the module docstring); `skip`: fields the command sets itself,
+    `only`: the fields a command takes from a larger model."""
+    skipped, wanted = set(skip), None if only is None else set(only)
+    for name, field in model_fields(model).items():
+        if name not in skipped and (wanted is None or name in wanted):
+            _add(parser, name, field)
+
+
+def given_options(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:
+    """The model's options the user gave (left-out ones are None in `args`: the model's defaults apply)."""
+    return {name: getattr(args, name) for name in model_fields(model) if getattr(args, name, None) is not None}
+
+
+__all__ = ["OneLineParser", "add_model_options", "given_options", "model_fields"]

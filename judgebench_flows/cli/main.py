@@ -6,7 +6,10 @@ switch by changing the program name. Everything a user can get wrong is checked 
 Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error (one line;
 the traceback with --verbose), 4 the run measured too little (failed or invalid judgments above
 --max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 the Prefect
-server could not start, or stopped during the run (answered calls are cached: the same command resumes).
+server could not start, or stopped during the run (answered calls are cached: the same command resumes),
+6 the run spent its --max-cost and stopped (answered calls are cached: the same command with a larger
+budget resumes without paying for them again). A worst case above --max-cost is refused before any call
+with exit 2, like any other bad input (docs/cost.md).
 """
 
 from __future__ import annotations
@@ -24,13 +27,19 @@ from urllib.parse import unquote, urlsplit
 
 from judgebench_flows.cli.prefect_server import PrefectServerError, PrefectStart, start_prefect
 from judgebench_flows.core.errors import RunFailed, UserError
+from judgebench_flows.core.pricing import BudgetReached
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
+EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
 
 
-def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("run", help="judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)")
+def _run_parser(
+    sub: argparse._SubParsersAction,
+    name: str = "run",
+    help: str = "judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)",
+) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help)
     add = p.add_argument
     add(
         "--judge-type",
@@ -207,6 +216,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=None,
         help="halve the calls in flight on a 429, grow back by one after that many successes",
     )
+    add("--prices", help=_described("prices"))
+    add("--max-cost", dest="max_cost", type=float, help=_described("max_cost"))
     add("--no-report", dest="report", action="store_false", default=None, help="skip the HTML report")
     add("--verbose", action="store_true", help="show Prefect's logs")
     add("--no-progress", dest="progress", action="store_false", default=True)
@@ -222,10 +233,20 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _described(option: str) -> str | None:
+    """The option's help as the settings model describes it (one place for the text)."""
+    from judgebench_flows.core.config import RunConfig
+
+    return RunConfig.model_fields[option].description
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="judgebench", description="Benchmark LLM judges on JudgeBench with Prefect.")
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)
+    _run_parser(
+        sub, "estimate", "worst-case and expected cost in USD of a run with these options, without calling the model"
+    )
     history = sub.add_parser("history", help="list past runs")
     history.add_argument("--db-url", default=None)
     history.add_argument("--limit", type=int, default=20)
@@ -284,6 +305,8 @@ RUN_OPTIONS = (
     "drop_params",
     "max_failed_fraction",
     "reward_backend",
+    "prices",
+    "max_cost",
 )
 
 
@@ -405,10 +428,22 @@ def preflight(config) -> None:
         if is_pinned(config.ref):
             _warm_clone(config)
     db.open_database(config.db_url)
+    _check_prices(config)
     if config.needs_endpoint:
         check_endpoint_reachable(config.resolved_base_url())
         if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
             raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
+
+
+def _check_prices(config) -> None:
+    """The price file parses and, with --max-cost, the model has a price (else nothing can be checked)."""
+    from judgebench_flows.core.pricing import batch_of, price_for
+    from judgebench_flows.judging.estimate import Estimate, check_budget
+
+    if config.needs_endpoint and (config.prices or config.max_cost is not None):
+        price = price_for(config.model, config.prices, batch_of(config))
+        if price is None:
+            check_budget(Estimate(config.model, 0, 0, 0, 0, None), config.max_cost, config.prices)
 
 
 def _warm_clone(config) -> None:
@@ -430,21 +465,7 @@ def command_run(args: argparse.Namespace) -> int:
     prefect = start_prefect()
     if args.judge_type == "external" and not _holds_judgebench_pairs(args.data_path):
         return _run_external(args, prefect)
-    from judgebench_flows.core.config import build_config
-
-    options = {name: getattr(args, name) for name in RUN_OPTIONS}
-    if args.judge_type == "external":  # a pairwise external judge deciding JudgeBench pairs, no endpoint
-        options["model"] = options.get("model") or "external"
-        options["external_judge_path"] = args.external_judge_path
-        options["external_judge_function"] = args.external_judge_function
-        from judgebench_flows.judges.external.config import parse_judge_config_json
-
-        options["external_judge_config"] = (
-            parse_judge_config_json(args.external_judge_config) if args.external_judge_config else {}
-        )
-    if not options.get("model"):
-        raise UserError("--model is required (the judge model name the endpoint serves)")
-    config = build_config(**options)
+    config = _config_of(args)
     preflight(config)
 
     from judgebench_flows.cli import console
@@ -464,6 +485,36 @@ def command_run(args: argparse.Namespace) -> int:
         raise
     finally:
         prefect.end_guard()
+
+
+def _config_of(args: argparse.Namespace):
+    """The run's settings from `run`'s (or `estimate`'s) options."""
+    from judgebench_flows.core.config import build_config
+
+    options = {name: getattr(args, name) for name in RUN_OPTIONS}
+    if args.judge_type == "external":  # a pairwise external judge deciding JudgeBench pairs, no endpoint
+        options["model"] = options.get("model") or "external"
+        options["external_judge_path"] = args.external_judge_path
+        options["external_judge_function"] = args.external_judge_function
+        from judgebench_flows.judges.external.config import parse_judge_config_json
+
+        options["external_judge_config"] = (
+            parse_judge_config_json(args.external_judge_config) if args.external_judge_config else {}
+        )
+    if not options.get("model"):
+        raise UserError("--model is required (the judge model name the endpoint serves)")
+    return build_config(**options)
+
+
+def command_estimate(args: argparse.Namespace) -> int:
+    """`judgebench estimate`: what `run` with these options would cost at most, and probably."""
+    from judgebench_flows.cli import console
+    from judgebench_flows.judging.estimate import estimate_run
+
+    config = _config_of(args)
+    _check_prices(config)
+    console.print_estimate(estimate_run(config))
+    return 0
 
 
 def _holds_judgebench_pairs(data_path: str | None) -> bool:
@@ -579,12 +630,23 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli import preload
 
     preload.refresh_prefect_logging()  # in a preloaded child, Prefect's logging was set up before --verbose was read
-    commands = {"run": command_run, "history": command_history, "compare": command_compare, "report": command_report}
+    commands = {
+        "run": command_run,
+        "estimate": command_estimate,
+        "history": command_history,
+        "compare": command_compare,
+        "report": command_report,
+    }
     from judgebench_flows.cli.leaderboard import COMMANDS as LEADERBOARD_COMMANDS
 
     commands.update(LEADERBOARD_COMMANDS)
     try:
         return commands[args.command](args)
+    except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost
+        from judgebench_flows.core.secrets import redact
+
+        print(f"stopped: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_BUDGET
     except RunFailed as exc:  # before UserError, its base: the run measured too little
         from judgebench_flows.core.secrets import redact
 

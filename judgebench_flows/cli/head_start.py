@@ -39,11 +39,14 @@ LOOP_SWITCH_INTERVAL = 0.001
 def head_start_plan(config: RunConfig) -> tuple[JudgeSpec, list[Shard]] | None:
     """The spec and shards the flow will judge, computed the way the flow computes them, when they can be
     known without Prefect: a local file, or a pinned commit that preflight already cloned. None for
-    Dask (workers make the calls), external judges (no calls) and a Prefect global limit (needs the API)."""
+    Dask (workers make the calls), external judges (no calls), a Prefect global limit (needs the API) and a
+    budget (checked by the flow before the first call)."""
     from judgebench_flows.data.dataset import data_file_in, fetch_repository, is_pinned
     from judgebench_flows.data.loading import select_pairs
 
     if config.task_runner == "dask" or config.uses_global_limit or not config.needs_endpoint:
+        return None
+    if config.max_cost is not None:  # the flow checks the worst case against the budget before any call
         return None
     if config.data_path:
         data_path, templates_dir = config.data_path, config.templates_dir

@@ -344,9 +344,16 @@ async def judge_pairs(
             for hook in _progress_hooks:
                 hook(shard_index, judgments, planned)
 
-    per_pair = await asyncio.gather(*(judge_pair(pair, runtime, orders, tick) for pair in pairs))
+    # Every pair ends before an error ends the shard: the answers of calls in flight when the run stops
+    # (its budget spent, its first calls all rejected) are paid for, so they reach the call cache too.
+    per_pair = await asyncio.gather(
+        *(judge_pair(pair, runtime, orders, tick) for pair in pairs), return_exceptions=True
+    )
     await runtime.caller.flush()  # a shard counts as done only once its answers are in the cache
-    return [record for records in per_pair for record in records]
+    for outcome in per_pair:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [record for records in per_pair if not isinstance(records, BaseException) for record in records]
 
 
 def make_shards(index: PairIndex, shard_size: int, shuffle_seed: int | None = None) -> list[Shard]:

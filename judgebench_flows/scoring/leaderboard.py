@@ -25,6 +25,7 @@ from urllib.parse import quote as url_quote
 from pydantic import BaseModel
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.pricing import cost_of_results
 from judgebench_flows.core.records import CATEGORIES, FINISHED
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.published import (
@@ -167,6 +168,7 @@ def _latest_runs(connection: Any, *, seed: int, resamples: int) -> list[dict[str
             "mode": (results.get("run") or {}).get("mode")
             or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
             "data_file": row["data_file"],
+            "cost": cost_of_results(results),
         }
         entry.update(score_verdicts(verdicts, seed=seed, resamples=resamples))
         entries.append(entry)
@@ -281,7 +283,8 @@ def _interval(acc: Mapping[str, Any]) -> str:
 def who(entry: Mapping[str, Any]) -> str:
     """How a row is labelled: published rows by file, ours with run id and date."""
     if entry["origin"] == "run":
-        return f"ours, run {str(entry['run_id'])[:8]} {str(entry.get('date') or '')[:10]}".rstrip()
+        cost = f", {entry['cost']}" if entry.get("cost") else ""
+        return f"ours, run {str(entry['run_id'])[:8]} {str(entry.get('date') or '')[:10]}".rstrip() + cost
     return "published"
 
 

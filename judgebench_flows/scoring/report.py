@@ -22,6 +22,7 @@ from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
+from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.core.records import CATEGORIES, JudgmentRecord, category_of, flip
 from judgebench_flows.scoring.formatting import finite, percent
 
@@ -314,6 +315,19 @@ def _judgment_rows(judgments: Sequence[JudgmentRecord | Mapping[str, Any]]) -> l
     return rows
 
 
+def _cost(usage: Mapping[str, Any]) -> str | None:
+    """The run's dollars with the date of the prices, "unpriced", or None for a run from before costs."""
+    if "cost_usd" not in usage:
+        return None
+    prices = usage.get("prices") or {}
+    if usage["cost_usd"] is None:
+        return format_usd(None)
+    batch = " batch" if prices.get("batch") else ""
+    return (
+        f"{format_usd(usage['cost_usd'])} (prices of {prices.get('model')}{batch}, read {prices.get('read_on') or '?'})"
+    )
+
+
 def build_context(
     results: Mapping[str, Any],
     judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
@@ -402,6 +416,7 @@ def build_context(
             "prompt_tokens": _count(usage.get("prompt_tokens")),
             "completion_tokens": _count(usage.get("completion_tokens")),
             "reasoning_tokens": _count(usage.get("reasoning_tokens")) if usage.get("reasoning_tokens") else None,
+            "cost": _cost(usage),
         },
         # Why the run is not a measurement, the top reasons judgments failed, and how requests were shaped.
         "run_failure": run.get("failure"),

@@ -81,19 +81,19 @@ def batch_of(config: Any) -> bool:
 
 
 def _groups(document: Any, where: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(shared fields, models) of each group: the document's own `models`, and every provider group."""
+    """(shared fields, models) of each group: the document's own `models`, and every provider group
+    (`openai: {read_on, source, models}`) as the bundled table has them."""
     if not isinstance(document, dict):
         raise UserError(f"{where}: expected a mapping with `models:` (model id -> input_per_mtok, output_per_mtok)")
     defaults = document.get("defaults") or {}
     groups = []
     for name, value in document.items():
-        if name == "defaults":
+        if name in ("defaults", "read_on", "source", "batch_discount"):
             continue
         group = document if name == "models" else value
         if not isinstance(group, dict) or not isinstance(group.get("models"), dict):
-            if name in ("read_on", "source"):
-                continue
-            raise UserError(f"{where}: '{name}' is not a group with `models:` (model id -> prices)")
+            what = "`models:` must map model ids to prices" if name == "models" else f"'{name}' has no `models:`"
+            raise UserError(f"{where}: {what} (model id -> input_per_mtok, output_per_mtok)")
         shared = {**defaults, **{k: group[k] for k in ("read_on", "source", "batch_discount") if k in group}}
         groups.append((shared, group["models"]))
     if not groups:

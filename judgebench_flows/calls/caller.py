@@ -281,7 +281,7 @@ class ChatCaller:
                     if attempt.retry_state.attempt_number > 1:
                         self.stats.retries += 1
                     self.stats.attempts += 1
-                    response = await self.limits.run(self.transport.post, api, messages, sampling)
+                    response = await self.limits.run(self._post, api, messages, sampling)
                     return self.transport.answer(api, response)
         except FATAL as exc:
             raise fatal_error(exc, self.base_url, self.model) from None
@@ -289,6 +289,13 @@ class ChatCaller:
             self.stats.failed += 1
             raise CallFailed(f"{describe(exc)} after {self.retry.max_retries + 1} attempts") from None
         raise AssertionError("unreachable: the retry loop returns or raises")
+
+    async def _post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """One attempt, sent only while the budget lasts: checked once the call holds its slot, so calls
+        that queued for a slot while the budget was being spent are not sent either."""
+        if self.spend is not None:
+            self.spend.check()
+        return await self.transport.post(api, messages, sampling)
 
     async def aclose(self) -> None:
         await self.flush()

@@ -118,7 +118,7 @@ def test_a_run_reports_what_its_calls_cost_and_a_cached_run_costs_nothing(
         assert _usage(tmp_path, "unpriced")["cost_usd"] is None
         assert "cost unpriced" in unpriced.stdout
 
-    history = run_cli("history", "--db-url", f"sqlite:///{tmp_path}/j.db")
+    history = run_cli("history", "--db-url", f"sqlite:///{tmp_path}/j.db", env={"COLUMNS": "250"})
     assert history.returncode == 0, history.stderr
     assert f"${usage['cost_usd']:.4f}" in history.stdout and "$0.00" in history.stdout
     assert "unpriced" in history.stdout
@@ -188,5 +188,5 @@ def test_a_run_past_its_budget_stops_and_resumes_without_paying_twice(
         assert all(count == 1 for count in server.answered_keys().values()), "a request was paid for twice"
         assert _usage(tmp_path, "run")["paid_calls"] == 12 - paid_first
 
-    history = run_cli("history", "--db-url", f"sqlite:///{tmp_path}/j.db")
+    history = run_cli("history", "--db-url", f"sqlite:///{tmp_path}/j.db", env={"COLUMNS": "250"})
     assert history.returncode == 0 and history.stdout.count("$") >= 2, history.stdout

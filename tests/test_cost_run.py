@@ -113,6 +113,13 @@ def test_a_run_reports_what_its_calls_cost_and_a_cached_run_costs_nothing(
         assert server.answered == 12  # every answer from the cache
         assert _usage(tmp_path, "again")["cost_usd"] == 0.0
 
+        expected = run_cli(
+            "estimate", *_run_args(tmp_path, server.base_url, "priced-judge", "--prices", str(prices))[1:]
+        )
+        assert expected.returncode == 0, expected.stderr
+        assert f"expected: ${usage['cost_usd']:.4f} (from run" in expected.stdout, expected.stdout  # same tokens
+        assert server.answered == 12
+
         unpriced = run_cli(*_run_args(tmp_path, server.base_url, "judge-model", name="unpriced"))
         assert unpriced.returncode == 0, unpriced.stderr
         assert _usage(tmp_path, "unpriced")["cost_usd"] is None

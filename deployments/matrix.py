@@ -43,6 +43,7 @@ class ModelSpec(BaseModel):
     api_key_env: str | None = None
     api_key_secret: str | None = None
     label: str | None = None
+    max_cost: float | None = Field(default=None, gt=0, description="budget in USD of each run of this model")
 
     @property
     def name(self) -> str:
@@ -95,6 +96,11 @@ class NightlyMatrix(BaseModel):
     db_url: str = DEFAULT_DB_URL
     output_root: str = "results/nightly"
     max_samples: int | None = Field(default=None, ge=1)
+    max_cost: float | None = Field(
+        default=None,
+        gt=0,
+        description="the night's budget in USD: each run's --max-cost is what the night has left (or less)",
+    )
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("judge_types", "data_files")
@@ -163,6 +169,7 @@ class NightlyMatrix(BaseModel):
                             "concurrency": self.concurrency,
                             "db_url": self.db_url,
                             "max_samples": max_samples or self.max_samples,
+                            **({"max_cost": spec.max_cost} if spec.max_cost is not None else {}),
                             "result_path": str(folder / "results.json"),
                             "output_dir": str(folder),
                         }

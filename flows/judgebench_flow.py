@@ -30,6 +30,7 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
@@ -75,6 +76,39 @@ def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> 
         f"{bad} of {judgments} judgments failed or were invalid ({bad / judgments:.1%}, more than "
         f"--max-failed-fraction {max_failed_fraction:g}): {reasons}"
     )
+
+
+def cost_of_calls(spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> dict[str, Any]:
+    """results.json's `usage.cost_usd` (None: unpriced, never 0) and `usage.prices` (the entry used).
+
+    Paid tokens only: this process's clients count the calls they sent (a cache hit sends none); on Dask
+    the records stand in (judgments none of whose calls came from a cache)."""
+    if spec.price is None:
+        return {"cost_usd": None, "prices": None}
+    prompt, completion = (
+        (sent.prompt_tokens, sent.completion_tokens)
+        if sent is not None
+        else (tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"])
+    )
+    return {"cost_usd": round(spec.price.cost(prompt, completion), 6), "prices": spec.price.model_dump()}
+
+
+def priced_as(spec: JudgeSpec) -> str:
+    """The results database's note of how a run was priced: the entry and its date, or "unpriced"."""
+    if spec.price is None:
+        return "unpriced"
+    return f"{spec.price.model}{' batch' if spec.price.batch else ''} read {spec.price.read_on or '?'}"
+
+
+def check_worst_case(config: RunConfig, spec: JudgeSpec, index: PairIndex) -> None:
+    """With --max-cost, the run's worst case against it before any call (refused: exit 2)."""
+    if config.max_cost is None or not config.needs_endpoint:
+        return
+    from judgebench_flows.judging.estimate import check_budget, worst_case
+
+    estimate = worst_case(spec, index.path, index.offsets)
+    check_budget(estimate, config.max_cost, config.prices)
+    get_run_logger().info("worst case %s within --max-cost %s", estimate.worst_usd, config.max_cost)
 
 
 def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
@@ -179,9 +213,15 @@ def record_start(
 
 
 def record_finish(
-    engine: Engine, run_id: str, results: RunResults, final: dict[str, Any], too_little: str | None, finished: datetime
+    engine: Engine,
+    run_id: str,
+    results: RunResults,
+    final: dict[str, Any],
+    too_little: str | None,
+    finished: datetime,
+    spec: JudgeSpec,
 ) -> None:
-    """The run's row: its outcome, accuracy and results.json (`final`)."""
+    """The run's row: its outcome, accuracy, results.json (`final`) and what it cost."""
     db.finish_run(
         engine,
         run_id,
@@ -190,6 +230,8 @@ def record_finish(
         overall=results.overall_accuracy,
         message=too_little or (results.regression or {}).get("message"),
         results_json=json.dumps(final, default=str),
+        cost_usd=final["usage"]["cost_usd"],
+        priced_as=priced_as(spec),
     )
 
 
@@ -247,6 +289,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
     announce_total(len(index.offsets) * len(spec.orders))
     header = run_header(config, source, index)
+    check_worst_case(config, spec, index)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
@@ -273,7 +316,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
-            usage=usage_of_calls(sent),
+            usage={**usage_of_calls(sent), **cost_of_calls(spec, sent, sink.tally)},
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=RunInfo(
                 run_id=run_id,
@@ -302,7 +345,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()
-        record_finish(engine, run_id, results, final, too_little, finished)
+        record_finish(engine, run_id, results, final, too_little, finished, spec)
         if results.regressed:
             logger.warning(results.regression["message"])  # type: ignore[index]
         if too_little:  # published above, so it can be inspected; the run itself is not a measurement
@@ -310,6 +353,8 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         return final
     except BaseException as exc:
         db.fail_run(engine, run_id, exc)
+        if isinstance(exc, BudgetReached):  # what it spent before it stopped
+            db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
         raise
 
 

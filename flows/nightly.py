@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
+from judgebench_flows.core.pricing import BudgetReached, format_usd
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
@@ -54,6 +55,9 @@ class CellOutcome(BaseModel):
     judgments: int | None = None
     failed_judgments: int | None = None
     invalid_judgments: int | None = None
+    # Dollars the cell's calls cost (None: unpriced, or it stopped before reporting); `unpriced` tells which.
+    cost_usd: float | None = None
+    unpriced: bool = False
     result_path: str
     message: str | None = None
 
@@ -61,6 +65,7 @@ class CellOutcome(BaseModel):
 def _counts(results: dict[str, Any]) -> dict[str, Any]:
     """What a cell measured, for the summary: accuracy, and how many judgments failed or were invalid."""
     overall, invalid = results.get("overall_accuracy") or {}, results.get("invalid") or {}
+    usage = results.get("usage") or {}
     return {
         "run_id": (results.get("run") or {}).get("run_id"),
         "accuracy": overall.get("accuracy"),
@@ -70,6 +75,8 @@ def _counts(results: dict[str, Any]) -> dict[str, Any]:
         "judgments": (results.get("usage") or {}).get("judgments"),
         "failed_judgments": invalid.get("failed_judgments"),
         "invalid_judgments": invalid.get("invalid_judgments"),
+        "cost_usd": usage.get("cost_usd"),
+        "unpriced": "cost_usd" in usage and usage["cost_usd"] is None,
     }
 
 
@@ -103,6 +110,8 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
         )
         published = _published_results(entry, flow_run_id)
         counts = _counts(published) if published else {}
+        if isinstance(error, BudgetReached):  # stopped at its budget: what it spent until then
+            counts["cost_usd"] = error.spent
         return CellOutcome(status="failed", message=reason[:500], **counts, **base)
     results: dict[str, Any] = await state.aresult()
     regression = results.get("regression") or {}
@@ -120,6 +129,30 @@ def _of(count: int | None, total: int | None) -> str:
     return f"{count} / {total}" if total is not None else str(count)
 
 
+def _cell_cost(outcome: CellOutcome) -> str:
+    if outcome.unpriced:
+        return "unpriced"
+    return format_usd(outcome.cost_usd) if outcome.cost_usd is not None else "-"
+
+
+def _night_cost(outcomes: list[CellOutcome]) -> str:
+    """The night's total in dollars; unpriced configurations are named as such, never added as $0."""
+    total = sum(o.cost_usd or 0.0 for o in outcomes)
+    unpriced = sum(o.unpriced for o in outcomes)
+    return f"Tonight's cost: {format_usd(total)}" + (
+        f" plus {unpriced} unpriced configuration{'s' if unpriced != 1 else ''}" if unpriced else ""
+    )
+
+
+def _within_night_budget(entry: MatrixEntry, left: float | None) -> MatrixEntry:
+    """The cell with its budget capped at what the night has left (its own run then refuses a worst case
+    above it before any call, so the night never passes its budget by more than a run's calls in flight)."""
+    if left is None:
+        return entry
+    budget = min(entry.config.max_cost, left) if entry.config.max_cost is not None else left
+    return entry.model_copy(update={"config": entry.config.model_copy(update={"max_cost": max(budget, 1e-9)})})
+
+
 def summary_markdown(outcomes: list[CellOutcome]) -> str:
     bad = [o for o in outcomes if o.status != "completed"]
     lines = [
@@ -128,8 +161,10 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         f"{len(outcomes)} configurations: {len(outcomes) - len(bad)} completed, "
         f"{sum(o.status == 'regressed' for o in outcomes)} regressed, {sum(o.status == 'failed' for o in outcomes)} failed.",
         "",
-        "| configuration | status | accuracy | 95% CI | pairs | failed judgments | invalid judgments | run | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        _night_cost(outcomes),
+        "",
+        "| configuration | status | accuracy | 95% CI | pairs | failed judgments | invalid judgments | cost | run | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         ci = f"{_pct(o.ci_low)} - {_pct(o.ci_high)}" if o.ci_low is not None else ""
@@ -137,7 +172,7 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         note = (o.message or "").replace("|", "\\|").replace("\n", " ")
         failed, invalid = (_of(o.failed_judgments, o.judgments), _of(o.invalid_judgments, o.judgments))
         lines.append(
-            f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {(o.run_id or '')[:8]} | {note} |"
+            f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {_cell_cost(o)} | {(o.run_id or '')[:8]} | {note} |"
         )
     return "\n".join(lines)
 
@@ -153,10 +188,13 @@ async def nightly_benchmarks(
     `base_url` and `max_samples` override the matrix file, e.g. for a quick smoke run of a deployment.
     """
     logger = get_run_logger()
-    entries = load_matrix(matrix_path).entries(base_url=base_url, max_samples=max_samples)
+    matrix = load_matrix(matrix_path)
+    entries = matrix.entries(base_url=base_url, max_samples=max_samples)
     logger.info("%d configurations from %s", len(entries), matrix_path)
     outcomes: list[CellOutcome] = []
-    for entry in entries:
+    for planned in entries:
+        spent = sum(o.cost_usd or 0.0 for o in outcomes)
+        entry = _within_night_budget(planned, None if matrix.max_cost is None else matrix.max_cost - spent)
         # persist_result lets a retry of this flow reuse the finished subflow instead of running it again
         subflow = judgebench_flow.with_options(flow_run_name=entry.name, persist_result=True)
         state = await subflow(entry.config, return_state=True)

@@ -14,6 +14,7 @@ from prefect.utilities.annotations import quote
 
 from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.shards import JudgeSpec, Shard, close_runtimes
 from judgebench_flows.tasks.judge import shard_task
@@ -41,10 +42,13 @@ async def judge_in_process(
     """Judge every shard in this event loop; returns what the endpoint clients sent (`usage_of_calls`)."""
     task = shard_task(config.endpoint.cache, config.shard_retries)
     pending = iter(shards)
+    budget_spent = False
 
     async def worker() -> None:
         """Takes the next shard when its last one is done: a few shards in flight, not a task per shard."""
         for shard in pending:
+            if budget_spent:
+                return
             # quote(): Prefect would otherwise walk every field of both on each of several engine steps.
             state = await task(quote(shard), quote(spec), return_state=True)
             records = await shard_records(state)
@@ -53,6 +57,12 @@ async def judge_in_process(
     workers = [asyncio.create_task(worker()) for _ in range(shards_in_flight(config))]
     try:
         await asyncio.gather(*workers)
+    except BudgetReached:
+        # --max-cost is spent: no shard starts and no call is sent any more, but the shards in flight let
+        # their answered calls land in the call cache, so the run resumes without paying for them again.
+        budget_spent = True
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
     except BaseException:  # a fatal error (bad key, bad input) ends the run: no further shard starts
         for running in workers:
             running.cancel()

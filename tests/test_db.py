@@ -191,7 +191,15 @@ def test_upgrade_adds_missing_columns_and_keeps_rows(db_url):
 
     engine = db.open_database(db_url)
     runs_columns = {c["name"] for c in sa.inspect(engine).get_columns("runs")}
-    assert {"results_json", "finished", "overall_accuracy", "flow_run_id", "commit"} <= runs_columns
+    assert {
+        "results_json",
+        "finished",
+        "overall_accuracy",
+        "flow_run_id",
+        "commit",
+        "cost_usd",
+        "priced_as",
+    } <= runs_columns
     assert {"latency_s", "cached_calls", "completion_tokens"} <= {
         c["name"] for c in sa.inspect(engine).get_columns("judgments")
     }
@@ -200,6 +208,7 @@ def test_upgrade_adds_missing_columns_and_keeps_rows(db_url):
     old_run = db.get_run(engine, "oldrun")
     assert old_run is not None and old_run.model == "gpt-4" and old_run.status == "completed"
     assert old_run.started == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc) and old_run.results_json is None
+    assert old_run.cost_usd is None and old_run.priced_as is None  # from before costs: blank, not "unpriced"
     [old_judgment] = db.run_judgments(engine, "oldrun")
     assert (
         old_judgment.decision == "A>B" and old_judgment.cached_calls == 0 and old_judgment.latency_s == 0.0

@@ -208,6 +208,7 @@ def test_built_wheel_adds_only_one_top_level_name(tmp_path: Path) -> None:
         "judgebench_flows/judges/builtin.py",
         "judgebench_flows/templates/report.html.jinja2",
         "judgebench_flows/deployments/nightly.yaml",
+        "judgebench_flows/core/prices.yaml",
     ):
         assert expected in names
 

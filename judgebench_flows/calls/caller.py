@@ -24,6 +24,7 @@ from judgebench_flows.calls.transport import BadAnswerBody, Transport
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
 from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.core.pricing import Spend
 from judgebench_flows.core.secrets import redact
 
 # Early stop: when this many first calls of a run all fail alike and cannot be retried, stop the run.
@@ -43,6 +44,9 @@ class CallStats:
     retries: int = 0
     cache_hits: int = 0
     failed: int = 0
+    # Tokens of the answered calls (the paid ones): what the run's dollars are computed from.
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass
@@ -67,6 +71,8 @@ class ChatCaller:
     early_stop_calls: int = EARLY_STOP_CALLS
     # "chat" (/chat/completions), or what the judge needs instead (other_apis): "completions", "pooling".
     api: str = "chat"
+    # The run's spend against its --max-cost (core.pricing); None for an unpriced model without a budget.
+    spend: Spend | None = None
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -142,6 +148,8 @@ class ChatCaller:
         the request's key under the rule in force when the caller computed it (saves hashing it again)."""
         if self._stopped:
             raise RunFailed(self._stopped)
+        if self.spend is not None:
+            self.spend.check()  # the budget is spent: no new call (the ones in flight still finish)
         self.stats.calls += 1
         for _ in range(MAX_ADJUSTMENTS_PER_CALL):
             rule = self._learned.rule
@@ -156,6 +164,10 @@ class ChatCaller:
                 self._call_failed(exc)
             self._first_failures = None  # an answer: the run's endpoint works
             self.stats.answered += 1
+            self.stats.prompt_tokens += completion.prompt_tokens
+            self.stats.completion_tokens += completion.completion_tokens
+            if self.spend is not None:
+                self.spend.charge(completion.prompt_tokens, completion.completion_tokens)
             completion.key = (
                 key
                 if key and rule is keyed_rule
@@ -194,7 +206,7 @@ class ChatCaller:
                     if attempt.retry_state.attempt_number > 1:
                         self.stats.retries += 1
                     self.stats.attempts += 1
-                    response = await self.limits.run(self.transport.post, api, messages, sampling)
+                    response = await self.limits.run(self._post, api, messages, sampling)
                     return self.transport.answer(api, response)
         except FATAL as exc:
             raise fatal_error(exc, self.base_url, self.model) from None
@@ -202,6 +214,13 @@ class ChatCaller:
             self.stats.failed += 1
             raise CallFailed(f"{describe(exc)} after {self.retry.max_retries + 1} attempts") from None
         raise AssertionError("unreachable: the retry loop returns or raises")
+
+    async def _post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """One attempt, sent only while the budget lasts: checked once the call holds its slot, so calls
+        that queued for a slot while the budget was being spent are not sent either."""
+        if self.spend is not None:
+            self.spend.check()
+        return await self.transport.post(api, messages, sampling)
 
     async def aclose(self) -> None:
         await self.flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -13,6 +13,10 @@ from rich.table import Table
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.core.pricing import format_usd, run_cost_text
+
+if TYPE_CHECKING:
+    from judgebench_flows.judging.estimate import Estimate
 from judgebench_flows.scoring.formatting import percent as _pct
 
 err = Console(stderr=True)
@@ -139,7 +143,7 @@ def print_results(results: dict[str, Any]) -> None:
         f"paid {usage.get('paid_calls')}"
         + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "")
         + ", "
-        f"tokens {usage['prompt_tokens']} in / {usage['completion_tokens']} out"
+        f"tokens {usage['prompt_tokens']} in / {usage['completion_tokens']} out, cost {cost_text(usage)}"
     )
     if results.get("regression"):
         style = "bold red" if results["regression"].get("regressed") else "green"
@@ -150,7 +154,20 @@ def print_results(results: dict[str, Any]) -> None:
 
 def print_history(runs: list) -> None:
     table = Table(title="JudgeBench runs")
-    for column in ("run", "started (UTC)", "judge", "model", "data", "commit", "status", "accuracy", "95% CI", "pairs"):
+    columns = (
+        "run",
+        "started (UTC)",
+        "judge",
+        "model",
+        "data",
+        "commit",
+        "status",
+        "accuracy",
+        "95% CI",
+        "pairs",
+        "cost",
+    )
+    for column in columns:
         table.add_column(column)
     for run in runs:
         ci = f"{_pct(run.ci_low)} - {_pct(run.ci_high)}" if run.ci_low is not None else ""
@@ -165,6 +182,7 @@ def print_history(runs: list) -> None:
             _pct(run.overall_accuracy),
             ci,
             str(run.n_pairs or ""),
+            run_cost_text(run.cost_usd, run.priced_as),
         )
     out.print(table)
 
@@ -187,6 +205,9 @@ def print_comparison(comparison: dict[str, Any]) -> None:
             f"95% CI {100 * test['ci_low']:+.2f} to {100 * test['ci_high']:+.2f}"
             + (" [bold red](regression)[/]" if test["regressed"] else "")
         )
+    cost = comparison.get("cost") or {}
+    if cost.get("a") or cost.get("b"):
+        out.print(f"cost: A {cost.get('a') or 'not recorded'}, B {cost.get('b') or 'not recorded'}")
     flipped = comparison["flipped"]
     out.print(
         f"{len(flipped)} pairs changed verdict ({sum(1 for f in flipped if f['now_correct'])} fixed, "
@@ -201,6 +222,37 @@ def print_comparison(comparison: dict[str, Any]) -> None:
                 f["pair_id"], f["source"], f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong"
             )
         out.print(pairs)
+
+
+def cost_text(usage: dict[str, Any]) -> str:
+    """results.json's cost for people: dollars and the price entry's date, or "unpriced"."""
+    if "cost_usd" not in usage:
+        return "not recorded"
+    prices = usage.get("prices") or {}
+    when = (
+        f" (prices of {prices['read_on']}{', batch' if prices.get('batch') else ''})" if prices.get("read_on") else ""
+    )
+    return format_usd(usage["cost_usd"]) + (when if usage["cost_usd"] is not None else "")
+
+
+def print_estimate(estimate: Estimate) -> None:
+    """`judgebench estimate`: the worst case, and the expected cost when an earlier run gives one."""
+    out.print(f"{estimate.model}: {estimate.describe()}")
+    price = estimate.price
+    if price is None:
+        out.print("cost: unpriced (no price for this model: give one with --prices FILE)")
+        return
+    batch = ", batch" if price.batch else ""
+    out.print(
+        f"prices: ${price.input_per_mtok:g} / ${price.output_per_mtok:g} per million tokens in / out{batch} "
+        f"({price.table}, read {price.read_on or '?'})"
+    )
+    worst = estimate.worst_usd
+    out.print(f"worst case: {format_usd(worst) if worst is not None else 'unbounded (no output-token cap)'}")
+    if estimate.expected_usd is not None:
+        out.print(f"expected: {format_usd(estimate.expected_usd)} (from run {str(estimate.expected_from)[:8]})")
+    else:
+        out.print("expected: no finished run of this configuration yet")
 
 
 __all__ = ["run_with_progress", "print_results", "print_history", "print_comparison"]

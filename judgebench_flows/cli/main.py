@@ -6,7 +6,10 @@ switch by changing the program name. Everything a user can get wrong is checked 
 Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error (one line;
 the traceback with --verbose), 4 the run measured too little (failed or invalid judgments above
 --max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 the Prefect
-server could not start, or stopped during the run (answered calls are cached: the same command resumes).
+server could not start, or stopped during the run (answered calls are cached: the same command resumes),
+6 the run spent its --max-cost and stopped (answered calls are cached: the same command with a larger
+budget resumes without paying for them again). A worst case above --max-cost is refused before any call
+with exit 2, like any other bad input (docs/cost.md).
 """
 
 from __future__ import annotations
@@ -24,18 +27,24 @@ from urllib.parse import unquote, urlsplit
 from judgebench_flows.cli.prefect_server import PrefectServerError
 from judgebench_flows.cli.quiet import quiet_prefect
 from judgebench_flows.core.errors import RunFailed, UserError
+from judgebench_flows.core.pricing import BudgetReached
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
+EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
 
 
-def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """`judgebench run`: one option per settings field (RunConfig, EndpointSettings; cli/options.py),
-    and the few that only concern this command."""
+def _run_parser(
+    sub: argparse._SubParsersAction,
+    name: str = "run",
+    help: str = "judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)",
+) -> argparse.ArgumentParser:
+    """`judgebench run` (and `estimate`, which takes the same options): one option per settings field
+    (RunConfig, EndpointSettings; cli/options.py), and the few that only concern this command."""
     from judgebench_flows.cli.options import add_model_options
     from judgebench_flows.core.config import RunConfig
 
-    p = sub.add_parser("run", help="judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)")
+    p = sub.add_parser(name, help=help, description=help)
     add_model_options(p, RunConfig)
     p.add_argument("--verbose", action="store_true", help="show Prefect's logs")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=True, help="no progress bar")
@@ -54,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="judgebench", description="Benchmark LLM judges on JudgeBench with Prefect.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     _run_parser(sub)
+    _run_parser(
+        sub, "estimate", "worst-case and expected cost in USD of a run with these options, without calling the model"
+    )
     history = sub.add_parser("history", help="list past runs")
     history.add_argument("--db-url", default=None)
     history.add_argument("--limit", type=int, default=20)
@@ -125,10 +137,22 @@ def preflight(config) -> None:
         if is_pinned(config.ref):
             _warm_clone(config)
     db.open_database(config.db_url)
+    _check_prices(config)
     if config.needs_endpoint:
         check_endpoint_reachable(config.resolved_base_url())
         if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
             raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
+
+
+def _check_prices(config) -> None:
+    """The price file parses and, with --max-cost, the model has a price (else nothing can be checked)."""
+    from judgebench_flows.core.pricing import batch_of, price_for
+    from judgebench_flows.judging.estimate import Estimate, check_budget
+
+    if config.needs_endpoint and (config.prices or config.max_cost is not None):
+        price = price_for(config.model, config.prices, batch_of(config))
+        if price is None:
+            check_budget(Estimate(config.model, 0, 0, 0, 0, None), config.max_cost, config.prices)
 
 
 def _warm_clone(config) -> None:
@@ -180,6 +204,17 @@ def _run_config(args: argparse.Namespace):
     if not options.get("model"):
         raise UserError("--model is required (the judge model name the endpoint serves)")
     return build_config(**options)
+
+
+def command_estimate(args: argparse.Namespace) -> int:
+    """`judgebench estimate`: what `run` with these options would cost at most, and probably."""
+    from judgebench_flows.cli import console
+    from judgebench_flows.judging.estimate import estimate_run
+
+    config = _run_config(args)
+    _check_prices(config)
+    console.print_estimate(estimate_run(config))
+    return 0
 
 
 def _holds_judgebench_pairs(data_path: str | None) -> bool:
@@ -291,12 +326,23 @@ def command_report(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_prefect(getattr(args, "verbose", False))
-    commands = {"run": command_run, "history": command_history, "compare": command_compare, "report": command_report}
+    commands = {
+        "run": command_run,
+        "estimate": command_estimate,
+        "history": command_history,
+        "compare": command_compare,
+        "report": command_report,
+    }
     from judgebench_flows.cli.leaderboard import COMMANDS as LEADERBOARD_COMMANDS
 
     commands.update(LEADERBOARD_COMMANDS)
     try:
         return commands[args.command](args)
+    except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost
+        from judgebench_flows.core.secrets import redact
+
+        print(f"stopped: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_BUDGET
     except RunFailed as exc:  # before UserError, its base: the run measured too little
         from judgebench_flows.core.secrets import redact
 

@@ -103,6 +103,16 @@ class RunConfig(BaseModel):
     external_judge_config: dict[str, Any] = Field(
         default_factory=dict, description="external judge: JSON object passed to the judge as config"
     )
+    prices: str | None = Field(
+        default=None,
+        description="YAML or JSON price file (model id -> input_per_mtok, output_per_mtok) over the bundled table",
+    )
+    max_cost: float | None = Field(
+        default=None,
+        gt=0,
+        description="budget in USD: refused before the first call when the worst case is above it (exit 2), "
+        "stopped when spent (exit 6, resumable)",
+    )
 
     @model_validator(mode="before")
     @classmethod

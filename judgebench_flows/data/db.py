@@ -70,6 +70,10 @@ class RunRow(SQLModel, table=True):
     ci_high: float | None = None
     config_json: str = "{}"
     results_json: str | None = None
+    # Dollars the run paid (None: unpriced, or a run from before prices were kept) and how it was priced:
+    # "<entry> read <date>", or "unpriced". Added by the schema upgrade; older rows keep NULL in both.
+    cost_usd: float | None = None
+    priced_as: str | None = None
 
 
 class JudgmentRow(SQLModel, table=True):
@@ -421,8 +425,11 @@ def finish_run(
     overall: dict[str, Any],
     message: str | None,
     results_json: str,
+    cost_usd: float | None = None,
+    priced_as: str | None = None,
 ) -> None:
-    """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy."""
+    """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy
+    and what it cost."""
     update_run(
         engine,
         run_id,
@@ -433,6 +440,8 @@ def finish_run(
         ci_high=overall.get("ci_high"),
         message=message,
         results_json=results_json,
+        cost_usd=cost_usd,
+        priced_as=priced_as,
     )
 
 

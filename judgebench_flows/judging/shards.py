@@ -24,6 +24,7 @@ from judgebench_flows.core.api_keys import read_api_key
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
+from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
@@ -91,6 +92,10 @@ class JudgeSpec(BaseModel):
     reward_backend: str = "pooling"
     # Filled by the flow from the built judge: changes whenever prompts, sampling or parser source change.
     judge_fingerprint: str = ""
+    # What the model's calls cost (None: unpriced) and the run's budget (--max-cost): each process's
+    # caller tracks the spend of the calls it sends. Not part of any cache key: prices change no answer.
+    price: PricedAs | None = None
+    max_cost: float | None = None
 
     @property
     def base_url(self) -> str:
@@ -175,6 +180,7 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
             request_rule=request_rule_of(spec),
+            spend=Spend(spec.price, spec.max_cost) if spec.price is not None else None,
         )
         runtime = Runtime(build_judge(spec), caller)
         caller.api = runtime.judge.api  # judge_lm/panda_lm: completions; reward_model: pooling
@@ -327,9 +333,16 @@ async def judge_pairs(
             for hook in _progress_hooks:
                 hook(shard_index, judgments, planned)
 
-    per_pair = await asyncio.gather(*(judge_pair(pair, runtime, orders, tick) for pair in pairs))
+    # Every pair ends before an error ends the shard: the answers of calls in flight when the run stops
+    # (its budget spent, its first calls all rejected) are paid for, so they reach the call cache too.
+    per_pair = await asyncio.gather(
+        *(judge_pair(pair, runtime, orders, tick) for pair in pairs), return_exceptions=True
+    )
     await runtime.caller.flush()  # a shard counts as done only once its answers are in the cache
-    return [record for records in per_pair for record in records]
+    for outcome in per_pair:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [record for records in per_pair if not isinstance(records, BaseException) for record in records]
 
 
 def make_shards(index: PairIndex, shard_size: int, shuffle_seed: int | None = None) -> list[Shard]:
@@ -360,6 +373,8 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         external_judge_function=config.external_judge_function,
         external_judge_config=config.external_judge_config,
         reward_backend=config.reward_backend,
+        price=price_for(config.model, config.prices, batch_of(config)) if config.needs_endpoint else None,
+        max_cost=config.max_cost,
     )
     if config.uses_global_limit:
         concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES, FINISHED, JudgmentRecord
 from judgebench_flows.data import db
 from judgebench_flows.scoring import metrics, stats
@@ -123,4 +124,5 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[st
         "flipped": flipped,
         "bootstrap": bootstrap,
         "warnings": comparison_warnings(a, b),
+        "cost": {"a": run_cost_text(a.cost_usd, a.priced_as), "b": run_cost_text(b.cost_usd, b.priced_as)},
     }

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.pricing import cost_of_results
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.published import (
@@ -111,6 +112,7 @@ def _latest_runs(engine: Any, *, seed: int, resamples: int) -> list[dict[str, An
             "mode": (results.get("run") or {}).get("mode")
             or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
             "data_file": row.data_file,
+            "cost": cost_of_results(results),
         }
         entry.update(score_verdicts(verdicts, seed=seed, resamples=resamples))
         entries.append(entry)
@@ -230,7 +232,8 @@ def _interval(acc: Mapping[str, Any]) -> str:
 def who(entry: Mapping[str, Any]) -> str:
     """How a row is labelled: published rows by file, ours with run id and date."""
     if entry["origin"] == "run":
-        return f"ours, run {str(entry['run_id'])[:8]} {str(entry.get('date') or '')[:10]}".rstrip()
+        cost = f", {entry['cost']}" if entry.get("cost") else ""
+        return f"ours, run {str(entry['run_id'])[:8]} {str(entry.get('date') or '')[:10]}".rstrip() + cost
     return "published"
 
 

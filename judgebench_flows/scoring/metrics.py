@@ -161,6 +161,9 @@ class Tally:
             self.usage["prompt_tokens"] += j.prompt_tokens
             self.usage["completion_tokens"] += j.completion_tokens
             self.usage["reasoning_tokens"] += j.reasoning_tokens
+            if not j.cached_calls:  # paid: none of its calls came from a cache (what Dask runs are priced by)
+                self.usage["paid_prompt_tokens"] += j.prompt_tokens
+                self.usage["paid_completion_tokens"] += j.completion_tokens
             if j.status != "ok":
                 self.invalid += j.status == "invalid"
                 self.failed += j.status == "failed"

@@ -22,6 +22,7 @@ from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
+from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.core.records import CATEGORIES, JudgmentRecord, category_of, flip
 from judgebench_flows.scoring.formatting import finite, percent
 
@@ -362,7 +363,21 @@ def _usage_view(usage: Mapping[str, Any]) -> dict[str, Any]:
         "prompt_tokens": _count(usage.get("prompt_tokens")),
         "completion_tokens": _count(usage.get("completion_tokens")),
         "reasoning_tokens": _count(usage.get("reasoning_tokens")) if usage.get("reasoning_tokens") else None,
+        "cost": _cost(usage),
     }
+
+
+def _cost(usage: Mapping[str, Any]) -> str | None:
+    """The run's dollars with the date of the prices, "unpriced", or None for a run from before costs."""
+    if "cost_usd" not in usage:
+        return None
+    prices = usage.get("prices") or {}
+    if usage["cost_usd"] is None:
+        return format_usd(None)
+    batch = " batch" if prices.get("batch") else ""
+    return (
+        f"{format_usd(usage['cost_usd'])} (prices of {prices.get('model')}{batch}, read {prices.get('read_on') or '?'})"
+    )
 
 
 def build_context(

@@ -1,0 +1,232 @@
+"""What calls cost in dollars: the price table, a user's own prices, and the arithmetic.
+
+The table is data shipped with the package (`prices.yaml`: dollars per million input and output tokens,
+the batch discount, the day the prices were read and where), and `--prices FILE` (YAML or JSON) overrides
+or extends it entry by entry. A model without an entry is *unpriced*: its cost is None, never 0, so a
+missing price can never pass for a free run. Reasoning tokens are inside `completion_tokens` (OpenAI's
+usage contract; Anthropic's output tokens include thinking too), so they are paid at the output price and
+never counted twice.
+
+It sits in the core because the model-call layer tracks a run's spend while it calls (`Spend`) and the
+scoring layer reports it; neither imports the other.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from judgebench_flows.core.errors import UserError
+
+BUNDLED = "bundled"
+DEFAULT_BATCH_DISCOUNT = 0.5
+
+
+class ModelPrice(BaseModel):
+    """One model's price: dollars per million tokens, and the factor a batch call pays."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_mtok: float = Field(ge=0, description="dollars per million prompt tokens")
+    output_per_mtok: float = Field(ge=0, description="dollars per million completion tokens (reasoning included)")
+    batch_discount: float = Field(
+        default=DEFAULT_BATCH_DISCOUNT, gt=0, le=1, description="price factor of a batch call"
+    )
+    max_output_tokens: int | None = Field(default=None, ge=1, description="the model's own cap on one answer")
+    read_on: date | None = None
+    source: str | None = None
+
+
+class PricedAs(BaseModel):
+    """The entry a run was priced with (results.json's `usage.prices`): which one, read when, batch or not."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    input_per_mtok: float
+    output_per_mtok: float
+    batch: bool = False
+    batch_discount: float = DEFAULT_BATCH_DISCOUNT
+    max_output_tokens: int | None = None
+    read_on: str | None = None
+    source: str | None = None
+    table: str = BUNDLED  # "bundled", or the --prices file that gave this entry
+
+    @property
+    def factor(self) -> float:
+        return self.batch_discount if self.batch else 1.0
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return cost_usd(self, prompt_tokens, completion_tokens, self.batch)
+
+
+def cost_usd(price: ModelPrice | PricedAs, prompt_tokens: int, completion_tokens: int, batch: bool) -> float:
+    """Dollars for these tokens at this price; a batch call pays `batch_discount` of it."""
+    dollars = (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1_000_000
+    return round(dollars * (price.batch_discount if batch else 1.0), 10)
+
+
+def batch_of(config: Any) -> bool:
+    """Whether the run sends its calls as a batch (issue 27's `EndpointSettings.batch`; False before it)."""
+    return bool(getattr(config.endpoint, "batch", False))
+
+
+def _groups(document: Any, where: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(shared fields, models) of each group: the document's own `models`, and every provider group
+    (`openai: {read_on, source, models}`) as the bundled table has them."""
+    if not isinstance(document, dict):
+        raise UserError(f"{where}: expected a mapping with `models:` (model id -> input_per_mtok, output_per_mtok)")
+    defaults = document.get("defaults") or {}
+    groups = []
+    for name, value in document.items():
+        if name in ("defaults", "read_on", "source", "batch_discount"):
+            continue
+        group = document if name == "models" else value
+        if not isinstance(group, dict) or not isinstance(group.get("models"), dict):
+            what = "`models:` must map model ids to prices" if name == "models" else f"'{name}' has no `models:`"
+            raise UserError(f"{where}: {what} (model id -> input_per_mtok, output_per_mtok)")
+        shared = {**defaults, **{k: group[k] for k in ("read_on", "source", "batch_discount") if k in group}}
+        groups.append((shared, group["models"]))
+    if not groups:
+        raise UserError(f"{where}: no `models:` in it")
+    return groups
+
+
+def parse_prices(document: Any, where: str) -> dict[str, ModelPrice]:
+    """Model id -> price from a price document; a bad entry is one line naming it."""
+    prices: dict[str, ModelPrice] = {}
+    for shared, models in _groups(document, where):
+        for model, fields in models.items():
+            if not isinstance(fields, dict):
+                raise UserError(f"{where}: models.{model}: expected input_per_mtok and output_per_mtok")
+            try:
+                prices[str(model)] = ModelPrice(**{**shared, **fields})
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                field = ".".join(str(p) for p in error["loc"])
+                raise UserError(f"{where}: models.{model}.{field}: {error['msg']}") from None
+    return prices
+
+
+def load_price_file(path: str) -> dict[str, ModelPrice]:
+    """A user's price file (YAML or JSON: JSON is YAML too)."""
+    where = f"--prices {path}"
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        document = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        reason = str(exc).strip().splitlines()[0]
+        raise UserError(f"{where}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {reason}") from None
+    return parse_prices(document, where)
+
+
+@functools.cache
+def bundled_prices() -> dict[str, ModelPrice]:
+    text = resources.files("judgebench_flows.core").joinpath("prices.yaml").read_text(encoding="utf-8")
+    return parse_prices(yaml.safe_load(text), "the bundled price table")
+
+
+def price_for(model: str, prices_file: str | None = None, batch: bool = False) -> PricedAs | None:
+    """The price of `model` (the id sent to the endpoint, exactly): the user's file first, then the
+    bundled table; None when neither has it (unpriced). Reads and checks the file each time it is asked."""
+    user = load_price_file(prices_file) if prices_file else {}
+    price, table = (user[model], prices_file) if model in user else (bundled_prices().get(model), BUNDLED)
+    if price is None:
+        return None
+    return PricedAs(
+        model=model,
+        input_per_mtok=price.input_per_mtok,
+        output_per_mtok=price.output_per_mtok,
+        batch=batch,
+        batch_discount=price.batch_discount,
+        max_output_tokens=price.max_output_tokens,
+        read_on=price.read_on.isoformat() if price.read_on else None,
+        source=price.source,
+        table=str(table),
+    )
+
+
+def format_usd(cost: float | None, unpriced: str = "unpriced") -> str:
+    """Dollars for people: cents for sums over a cent, more digits below; None is "unpriced", never $0."""
+    if cost is None:
+        return unpriced
+    if cost == 0:
+        return "$0.00"
+    return f"${cost:,.2f}" if cost >= 0.995 else f"${cost:.4f}" if cost >= 0.0001 else f"${cost:.6f}"
+
+
+def run_cost_text(cost: float | None, priced_as: str | None) -> str:
+    """A stored run's cost for tables: dollars, "unpriced", or blank for a run from before costs were kept."""
+    if cost is None and priced_as != "unpriced":
+        return ""
+    return format_usd(cost)
+
+
+def cost_of_results(results: dict[str, Any]) -> str:
+    """A results.json's cost for tables: dollars, "unpriced", or blank when it predates costs."""
+    usage = results.get("usage") or {}
+    return format_usd(usage["cost_usd"]) if "cost_usd" in usage else ""
+
+
+class BudgetReached(UserError):
+    """The run spent its --max-cost: it stopped, keeping what it judged (answers cached; the same
+    command with a larger budget resumes without paying for them again). Exit code 6."""
+
+    def __init__(self, message: str, spent: float | None = None):
+        super().__init__(message)
+        self.spent = spent
+
+    def __reduce__(self):  # Prefect and Dask pickle exceptions
+        return (BudgetReached, (str(self), self.spent))
+
+
+@dataclass
+class Spend:
+    """Dollars a run's calls have cost so far, from the usage each answer reports, against its budget.
+
+    The caller charges every answered call it sent (a cache hit sends nothing and costs nothing) and asks
+    before each new call whether the budget is spent: calls already in flight still finish, so a run
+    may pass its budget by at most the calls in flight (--concurrency of them)."""
+
+    price: PricedAs
+    max_cost: float | None = None
+    spent: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def charge(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.spent = self.price.cost(self.prompt_tokens, self.completion_tokens)
+
+    def check(self) -> None:
+        if self.max_cost is not None and self.spent >= self.max_cost:
+            raise BudgetReached(
+                f"budget reached: {format_usd(self.spent)} spent of --max-cost {format_usd(self.max_cost)}; "
+                "answers so far are cached: run again with a larger --max-cost to resume",
+                self.spent,
+            )
+
+
+def estimate_tokens(text: str) -> int:
+    """Prompt tokens of `text` without the provider's tokenizer (none works offline: tiktoken downloads
+    its encodings at run time): UTF-8 bytes / 3, rounded up. GPT and Claude tokenizers average about 4
+    bytes per token on English prose and code, so this over-counts them by about a third; digit runs
+    and CJK text come closer to 3 bytes per token."""
+    return math.ceil(len(text.encode("utf-8")) / 3)
+
+
+MESSAGE_OVERHEAD_TOKENS = 8
+"""Per message: role and framing tokens the chat format adds (OpenAI's is 3-4)."""

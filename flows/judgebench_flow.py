@@ -112,9 +112,8 @@ def check_worst_case(config: RunConfig, spec: JudgeSpec, index: PairIndex) -> No
 
 
 def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
-    """Paid calls are the calls this run sent that were answered, counted where they were sent: a call
-    made ahead of the flow for a shard that then came from Prefect's cache (another run finished it
-    first) was paid for all the same, and a judgment from a cache paid nothing. Attempts are requests
+    """Paid calls are the calls this run sent that were answered, counted where they were sent: a
+    judgment from a cache paid nothing. Attempts are requests
     sent, retries included; errors are attempts that got no answer. Unknown on Dask (None)."""
     if sent is None:
         return {"attempts": None, "errors": None}

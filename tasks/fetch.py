@@ -23,5 +23,5 @@ async def _network_hiccup(task, task_run, state) -> bool:
 
 @task(name="fetch-dataset", retries=2, retry_delay_seconds=5, retry_condition_fn=_network_hiccup)
 async def fetch_dataset(repo_url: str, ref: str | None, cache_dir: str | None) -> Checkout:
-    """Async, with git in a thread: the flow's event loop keeps serving the calls made ahead meanwhile."""
+    """Async, with git in a thread: the flow's event loop keeps serving calls in flight meanwhile."""
     return await asyncio.to_thread(fetch_repository, repo_url, ref, cache_dir)

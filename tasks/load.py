@@ -15,7 +15,7 @@ from judgebench_flows.data.loading import PairIndex, select_pairs
 
 @task(name="index-pairs")
 async def index_dataset(path: str, max_samples: int | None, seed: int) -> PairIndex:
-    """Async, reading in a thread: the flow's event loop keeps serving the calls made ahead meanwhile."""
+    """Async, reading in a thread: the flow's event loop keeps serving calls in flight meanwhile."""
     index = await asyncio.to_thread(select_pairs, path, max_samples, seed)
     logger = get_run_logger()
     for row in index.skipped[:20]:

@@ -24,6 +24,19 @@ GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 CLAUDE_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
 CANARY_KEY = "sk-canary-5f3e9a1b7c2d4e6f8a0b"
 
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# A run without PREFECT_API_URL uses (or starts) Prefect's background server on this port: never on
+# Prefect's default 4200, which other servers on the machine use (tests/_runs.py gives each test its own).
+os.environ.setdefault("PREFECT_SERVER_API_PORT", str(_free_port()))
+
 # A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
 VERDICTS: dict[str, Callable[[bool], str]] = {
     "arena_hard": lambda first: (

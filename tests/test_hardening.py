@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._runs import local_server_env, stop_background_server
 from tests.conftest import CANARY_KEY, SHARED, git, make_repo, shared_data_available
 from tests.test_bad_input import assert_one_error, base_args, pair, write_jsonl
 
@@ -258,9 +259,9 @@ def test_history_of_an_empty_database_says_no_runs_yet(run_cli, tmp_path: Path) 
 
 @pytest.mark.slow
 def test_two_identical_runs_at_once_each_count_what_they_sent(tmp_path: Path) -> None:
-    """Both runs send their first calls ahead of their flows; the run whose shard task starts second
-    usually finds that shard already in Prefect's cache, put there by the other. Whatever the order,
-    what the two runs say they paid adds up to what the endpoint answered."""
+    """The run whose shard task starts second often finds that shard already in Prefect's cache, put
+    there by the other. Whatever the order, what the two runs say they paid adds up to what the endpoint
+    answered."""
     data = pairs_file(tmp_path / "pairs.jsonl", 10, tag="together ")
     with FakeOpenAIServer(VERDICT, latency=1.0) as server:
         args = [
@@ -269,27 +270,32 @@ def test_two_identical_runs_at_once_each_count_what_they_sent(tmp_path: Path) ->
             "judgebench_flows.cli.main",
             *base_args(server, tmp_path, "--data-path", str(data), "--concurrency", "32"),
         ]
-        # As a user runs them: no Prefect server, each run starts its own temporary one; shard results
-        # go to the one result storage both read (the shard cache).
-        env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
-        env.update(
-            OPENAI_API_KEY=CANARY_KEY,
-            JUDGEBENCH_CACHE_DIR=str(tmp_path / "cache"),
-            PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "prefect-storage"),
-            PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300",
-        )
-        first, second = (
-            subprocess.Popen(
-                [*args, "--result-path", f"{name}.json"],
-                cwd=tmp_path,
-                env={**env, "PREFECT_HOME": str(tmp_path / f"home-{name}")},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+        # As two users run them: no PREFECT_API_URL, each its own PREFECT_HOME and so its own Prefect
+        # server; shard results go to the one result storage both read (the shard cache).
+        envs = {
+            name: local_server_env(
+                tmp_path / f"home-{name}",
+                JUDGEBENCH_CACHE_DIR=str(tmp_path / "cache"),
+                PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "prefect-storage"),
             )
             for name in ("first", "second")
-        )
-        outputs = [process.communicate(timeout=300) for process in (first, second)]
+        }
+        try:
+            first, second = (
+                subprocess.Popen(
+                    [*args, "--result-path", f"{name}.json"],
+                    cwd=tmp_path,
+                    env=envs[name],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for name in ("first", "second")
+            )
+            outputs = [process.communicate(timeout=600) for process in (first, second)]
+        finally:
+            for env in envs.values():
+                stop_background_server(env)
         assert first.returncode == 0 and second.returncode == 0, outputs
         answered, requests = server.answered, server.requests
     usages = [results_of(tmp_path, name)["usage"] for name in ("first.json", "second.json")]

@@ -188,8 +188,8 @@ class Tally:
 
     def usage_totals(self) -> dict[str, int]:
         usage = {key: self.usage[key] for key in ("judgments", "calls", "cached_calls")}
-        # The run's flow replaces this with what its endpoint clients actually sent (calls made ahead
-        # included) when it has them; from records, for Dask and tools.
+        # The run's flow replaces this with what its endpoint clients actually sent when it has them;
+        # from records, for Dask and tools.
         usage["paid_calls"] = self.usage["paid_calls"]
         usage["failed_calls"] = self.failed
         usage.update({key: self.usage[key] for key in ("prompt_tokens", "completion_tokens", "reasoning_tokens")})

@@ -59,7 +59,10 @@ class RewardJudge:
     model: str | None = None
     name: str = REWARD_JUDGE_TYPE
     api: str = "pooling"
-    sampling: dict[str, Any] = field(default_factory=dict)
+    # Raw rewards, as JudgeBench compares them: vLLM's Pooling API applies the head's activation (a sigmoid)
+    # unless told not to (`use_activation`, vLLM >= 0.11.1; `calls.other_apis.RawScoreCheck` stops a run
+    # on a server that ignores it). The transformers backend always gives raw scores.
+    sampling: dict[str, Any] = field(default_factory=lambda: {"use_activation": False})
     follow_up: str | None = None
     first_turn = None  # a class attribute, not a field (see the docstring)
 

@@ -2,10 +2,14 @@
 
 A call can be asked again after it failed: the shard task's retries and a re-run of the shard judge the
 same pairs again. Each used to get a full budget of its own, so 3 shard attempts x 3 call attempts sent
-one failing request 9 times. The ledger counts what each request (by its call-cache key) has spent in this
-process, across every caller to the same endpoint and model, and remembers why its last attempt failed:
-a request with nothing left fails at once with that reason, sending nothing. A deterministic rejection
+one failing request 9 times. The ledger counts the failed attempts of each request (by its call-cache key) for
+the run's caller (one per run and event loop, kept across the shard task's retries: `judging.shards.
+runtime_for`), and remembers why its last attempt failed: a request with nothing left fails at once with that reason, sending nothing. Only failures count,
+so identical requests in flight together (two pairs with the same prompt) each get their own attempts. A deterministic rejection
 (a 4xx that is not a rate limit) spends the whole budget at once: sending it again cannot help.
+
+A new run starts afresh: running the same command again is how a user says "try again" (after fixing the
+server, say), and what that run pays for is bounded the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ class AttemptLedger:
     """Attempts spent and the last failure, per request key (thread-safe: Dask runs shards in threads)."""
 
     spent: dict[str, int] = field(default_factory=dict)
-    last_failure: dict[str, str] = field(default_factory=dict)
+    # key -> (the failure without the server's words, as `retry.failure_kind` gives it; the whole reason)
+    last_failure: dict[str, tuple[str, str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def left(self, key: str, budget: int) -> int:
@@ -30,11 +35,11 @@ class AttemptLedger:
         with self._lock:
             self.spent[key] = self.spent.get(key, 0) + 1
 
-    def exhaust(self, key: str, budget: int, reason: str) -> None:
-        """The request failed for good (`reason`): nothing is left of its budget."""
+    def exhaust(self, key: str, budget: int, kind: str, reason: str) -> None:
+        """The request failed for good (`reason`, of `kind`): nothing is left of its budget."""
         with self._lock:
             self.spent[key] = max(budget, self.spent.get(key, 0))
-            self.last_failure[key] = reason
+            self.last_failure[key] = (kind, reason)
 
     def answered(self, key: str) -> None:
         """An answer: the request is the cache's from now on; forget what it cost."""
@@ -42,17 +47,7 @@ class AttemptLedger:
             self.spent.pop(key, None)
             self.last_failure.pop(key, None)
 
-    def why(self, key: str) -> str:
+    def why(self, key: str) -> tuple[str, str]:
+        """(kind, reason) of the request's last failure."""
         with self._lock:
-            return self.last_failure.get(key, "")
-
-
-_ledgers: dict[tuple[str, str], AttemptLedger] = {}
-_ledgers_lock = threading.Lock()
-
-
-def ledger_for(base_url: str, model: str) -> AttemptLedger:
-    """The process's ledger for an endpoint and model (created on first use)."""
-    key = (base_url.rstrip("/"), model)
-    with _ledgers_lock:
-        return _ledgers.setdefault(key, AttemptLedger())
+            return self.last_failure.get(key, ("failed", "failed"))

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
-from judgebench_flows.calls.budget import ledger_for
+from judgebench_flows.calls.budget import AttemptLedger
 from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
 from judgebench_flows.calls.retry import (
     FATAL,
@@ -108,7 +108,7 @@ class ChatCaller:
         self._taken_over = False
         self._cached_ahead: set[str] = set()
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
-        self._ledger = ledger_for(self.base_url, self.model)  # one retry budget per request (`budget`)
+        self._ledger = AttemptLedger()  # one retry budget per request for the run (`budget`)
         self._raw_scores = RawScoreCheck()  # a Pooling API's scores are raw, not activated (`other_apis`)
         # Early stop: outcomes of the run's first calls, while every one failed alike (None: not anymore).
         self._first_failures: tuple[str, int] | None = ("", 0)
@@ -259,18 +259,21 @@ class ChatCaller:
         raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")
 
     def _call_failed(self, exc: openai.APIError, key: str) -> None:
-        """Raise this call's failure; stop the run when its first calls all failed alike and for good.
-
-        The reason keeps the server's message whole (`describe`); "alike" compares the failures without
-        it (`failure_kind`), so messages that differ only in their numbers still count as one cause."""
-        self.stats.failed += 1
+        """Raise this call's failure (the request's budget is spent: `budget`). The reason keeps the
+        server's message whole (`describe`)."""
         can_retry = retryable(exc)
         budget = self.retry.max_retries + 1
-        tries = f" after {budget} attempts" if can_retry else ""
-        kind = f"{failure_kind(exc)}{tries}"
+        kind = f"{failure_kind(exc)}" + (f" after {budget} attempts" if can_retry else "")
         said = server_message(exc) if isinstance(exc, openai.APIStatusError) else ""
         reason = kind + (f": {said}" if said else "")
-        self._ledger.exhaust(key, budget, reason)
+        self._ledger.exhaust(key, budget, kind, reason)
+        self._failed(kind, reason, can_retry)
+
+    def _failed(self, kind: str, reason: str, can_retry: bool) -> None:
+        """Raise a call's failure; stop the run when its first calls all failed alike and for good.
+        "Alike" compares failures without the server's words (`kind`), so messages that differ only in
+        their numbers (a context length's token counts) are one cause."""
+        self.stats.failed += 1
         seen = self._first_failures
         if seen is not None:
             if can_retry or (seen[1] and seen[0] != kind):
@@ -291,26 +294,30 @@ class ChatCaller:
         api = self.api
         budget = self.retry.max_retries + 1
         left = self._ledger.left(key, budget)
-        if left == 0:
-            self.stats.failed += 1
-            raise CallFailed(f"{self._ledger.why(key) or 'failed'} (its {budget} attempts are spent: not sent again)")
+        if left == 0:  # asked again (a shard task's retry): the same failure, nothing sent
+            kind, reason = self._ledger.why(key)
+            self._failed(kind, f"{reason} (its {budget} attempts are spent: not sent again)", " after " in kind)
         try:
             async for attempt in self.retry.attempts(left):
                 with attempt:
                     if attempt.retry_state.attempt_number > 1:
                         self.stats.retries += 1
                     self.stats.attempts += 1
-                    self._ledger.spend(key)
-                    response = await self.limits.run(self.transport.post, api, messages, sampling)
-                    if api == "completions" and (unsearched := unsearched_beams(sampling, response)):
-                        self._learned.note_ignored("use_beam_search", unsearched)
-                    return self.transport.answer(api, response)
+                    try:
+                        response = await self.limits.run(self.transport.post, api, messages, sampling)
+                        if api == "completions" and (unsearched := unsearched_beams(sampling, response)):
+                            self._learned.note_ignored("use_beam_search", unsearched)
+                        return self.transport.answer(api, response)
+                    except Exception as exc:
+                        if retryable(exc):  # failed attempts only: identical calls in flight each get their own
+                            self._ledger.spend(key)
+                        raise
         except FATAL as exc:
             raise fatal_error(exc, self.base_url, self.model, api) from None
         except BadAnswerBody as exc:
             self.stats.failed += 1
             reason = f"{describe(exc)} after {budget} attempts"
-            self._ledger.exhaust(key, budget, reason)
+            self._ledger.exhaust(key, budget, reason, reason)
             raise CallFailed(reason) from None
         raise AssertionError("unreachable: the retry loop returns or raises")
 

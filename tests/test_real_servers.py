@@ -112,8 +112,11 @@ def test_litellms_unsupported_params_error_drops_the_parameter_and_the_call_succ
         ("Unrecognized request argument supplied: best_of", "best_of"),
         ("'top_p' is not supported with this model.", "top_p"),
         # Unrelated 400s that name a sent parameter: nothing is dropped.
-        ("'max_tokens' or 'max_completion_tokens' is too large: 150. This model's maximum context length is "
-         "2048 tokens and your request has 1950 input tokens", None),  # fmt: skip
+        (
+            "'max_tokens' or 'max_completion_tokens' is too large: 150. This model's maximum context length is "
+            "2048 tokens and your request has 1950 input tokens",
+            None,
+        ),  # fmt: skip
         ("temperature must be non-negative, got -1.0.", None),
         ("The model `x` does not support n above 1.", None),  # a lone letter names nothing
         ("messages: unsupported content type", None),  # never the messages
@@ -172,9 +175,7 @@ def test_an_answered_request_can_be_asked_again() -> None:
 
 
 @pytest.mark.slow
-def test_twenty_calls_all_answered_5xx_make_at_most_sixty_requests(
-    run_cli, judgebench_repo, tmp_path: Path
-) -> None:
+def test_twenty_calls_all_answered_5xx_make_at_most_sixty_requests(run_cli, judgebench_repo, tmp_path: Path) -> None:
     """10 pairs in both orders = 20 calls, every attempt a 503; --max-retries 2 with the shard task's own
     retries (2 by default) still sends at most 3 requests per call."""
     with FakeOpenAIServer("[[A>B]]", rate_503=1.0, error_style="vllm") as server:
@@ -216,7 +217,10 @@ def test_the_reward_judge_asks_for_raw_scores_in_fields_vllm_reads() -> None:
 def test_a_raw_score_inside_zero_one_is_checked_once_and_accepted() -> None:
     with FakeOpenAIServer("0.25") as server:
         caller = caller_for(server, "rm", api="pooling")
-        results = calls(caller, [(MESSAGES, {"use_activation": False}), ([{"role": "user", "content": "x"}], {"use_activation": False})])
+        results = calls(
+            caller,
+            [(MESSAGES, {"use_activation": False}), ([{"role": "user", "content": "x"}], {"use_activation": False})],
+        )
     assert [float(r.text) for r in results] == [0.25, 0.25]
     assert server.requests == 3  # one probe asking for the activated score, then trusted
 

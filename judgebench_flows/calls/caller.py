@@ -16,11 +16,11 @@ from typing import Any
 import openai
 from sqlalchemy.engine import Engine
 
+from judgebench_flows.calls.budget import AttemptLedger
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.limits import CallLimits
-from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
-from judgebench_flows.calls.budget import AttemptLedger
 from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
+from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
 from judgebench_flows.calls.retry import (
     FATAL,
     RetryPolicy,

@@ -153,7 +153,9 @@ def rejected_parameter(message: str, sent_params: dict[str, Any]) -> str | None:
             continue
         # A short name ("n") only quoted or as `n=`: a lone letter in prose names nothing.
         pattern = (
-            rf"(?<![\w.]){re.escape(name)}(?!\w)" if len(name) > 2 else rf"['\"`]{re.escape(name)}['\"`]|\b{re.escape(name)}="
+            rf"(?<![\w.]){re.escape(name)}(?!\w)"
+            if len(name) > 2
+            else rf"['\"`]{re.escape(name)}['\"`]|\b{re.escape(name)}="
         )
         found = re.search(pattern, message)
         if found:

@@ -783,14 +783,7 @@ class FakeOpenAIServer:
             )
             return
         if settings.models is not None and model not in settings.models:
-            if settings.error_style == "litellm":  # a gateway: a 400 that names the model
-                message = f"Invalid model name passed in model={model}. Call `/v1/models` to view available models."
-                self._reply(handler, 400, _error_body(message, "invalid_request_error", None, "model"))
-            elif settings.error_style.startswith("vllm") or handler.api_path == POOLING_PATH:
-                message = f"The model `{model}` does not exist."
-                self._reply(handler, 404, _error_body(message, "NotFoundError", None, "model"))
-            else:
-                self._reply(handler, 404, self._model_not_found_body(model))
+            self._reply_unknown_model(handler, model, settings)
             return
         if body.get("stream"):
             self._reply(
@@ -967,6 +960,18 @@ class FakeOpenAIServer:
         """Beam searches run, by beam width (`n`)."""
         with self._lock:
             return Counter(self._beam_widths)
+
+    def _reply_unknown_model(self, handler: _Handler, model: str, settings: FaultSettings) -> None:
+        """An unknown model, as each server says it: OpenAI's and vLLM's 404, a gateway's 400 (LiteLLM)."""
+        if settings.error_style == "litellm":
+            said = f"Invalid model name passed in model={model}. Call `/v1/models` to view available models."
+            self._reply(handler, 400, _error_body(said, "invalid_request_error", None, "model"))
+        elif settings.error_style.startswith("vllm") or handler.api_path == POOLING_PATH:
+            self._reply(
+                handler, 404, _error_body(f"The model `{model}` does not exist.", "NotFoundError", None, "model")
+            )
+        else:
+            self._reply(handler, 404, self._model_not_found_body(model))
 
     def _choose_fault(self, key: str, settings: FaultSettings) -> str | None:
         """fail_first wins for the first attempts of each distinct request; otherwise one seeded draw.

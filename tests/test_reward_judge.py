@@ -175,6 +175,7 @@ def test_replayed_scores_give_judgebench_accuracy(run_cli, judgebench_repo, gpt4
         # each (question, response) once: half a naive run's 1400; plus at most one request checking that the
         # server's scores are raw (a score in [0, 1] answered before any outside it: `RawScoreCheck`)
         assert scoring_calls <= server.answered <= scoring_calls + 1
+        paid = server.answered
         results = json.loads((tmp_path / "results/reward.json").read_text())
         assert results["overall_accuracy"]["accuracy"] == pytest.approx(expected_overall)
         assert {c: a["accuracy"] for c, a in results["category_accuracy"].items()} == pytest.approx(expected_categories)
@@ -198,4 +199,4 @@ def test_replayed_scores_give_judgebench_accuracy(run_cli, judgebench_repo, gpt4
         # Resumed or repeated: every score comes from the call cache, nothing is paid twice.
         again = run_cli(*args)
         assert again.returncode == 0, again.stderr[-3000:]
-        assert server.answered == scoring_calls
+        assert server.answered == paid

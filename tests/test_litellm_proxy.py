@@ -85,7 +85,9 @@ def litellm_proxy(tmp_path: Path):
                     break
                 except OSError:
                     if proxy.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail("the LiteLLM proxy did not start: " + (tmp_path / "litellm.log").read_text()[-2000:])
+                        pytest.fail(
+                            "the LiteLLM proxy did not start: " + (tmp_path / "litellm.log").read_text()[-2000:]
+                        )
                     time.sleep(0.5)
             yield f"http://127.0.0.1:{port}/v1", server
         finally:

@@ -259,3 +259,19 @@ def test_a_server_that_cannot_beam_search_is_named_in_the_run() -> None:
     (note,) = caller.adjustments  # once, however many calls
     assert note["param"] == "use_beam_search" and note["action"] == "ignored by the endpoint"
     assert "1 choice(s) to a 4-beam search" in note["endpoint_said"]
+
+
+def test_results_group_failures_by_reason_keeping_the_servers_words() -> None:
+    """Messages that differ only in their numbers are one reason; the attempt counts are left out."""
+    from judgebench_flows.core.records import JudgmentRecord
+    from judgebench_flows.scoring.metrics import Tally
+
+    common = {"source": "s", "category": "s", "label": "A>B", "judge_model": "m", "calls": 1}
+    vllm = "HTTP 400: This model's maximum context length is 8192 tokens. However, your request has {} input tokens."
+    errors = [vllm.format(9000), vllm.format(12345), "HTTP 503 after 3 attempts: The engine is overloaded."]
+    errors.append("HTTP 503 after 3 attempts: The engine is overloaded. (its 3 attempts are spent: not sent again)")
+    records = [
+        JudgmentRecord(pair_id=f"p{i}", order=0, status="failed", error=error, **common)
+        for i, error in enumerate(errors)
+    ]
+    assert dict(Tally.of(records).reasons) == {vllm.format(9000): 2, "HTTP 503: The engine is overloaded.": 2}

@@ -55,10 +55,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture()
-def litellm_proxy(tmp_path: Path):
-    """(proxy base URL, the bundled server behind it)."""
+@pytest.fixture(scope="module")
+def litellm_proxy(tmp_path_factory: pytest.TempPathFactory):
+    """(proxy base URL, the bundled server behind it): one proxy for the module (it takes a while to start)."""
     command = litellm_command()
+    tmp_path = tmp_path_factory.mktemp("litellm")
     with FakeOpenAIServer("My final verdict is [[A>B]]", openai_rules=True) as server:
         config = tmp_path / "litellm.yaml"
         config.write_text(
@@ -78,7 +79,7 @@ def litellm_proxy(tmp_path: Path):
             cwd=tmp_path,
         )
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300  # its imports alone take 10 s on an idle machine
             while True:
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveliness", timeout=2).read()
@@ -111,6 +112,7 @@ def test_an_alias_of_a_reasoning_model_judges_with_no_failures(
     litellm_proxy, run_cli, judgebench_repo, tmp_path: Path
 ) -> None:
     base_url, server = litellm_proxy
+    server.reset_counters()
     result = run_cli(
         *run_command(
             judgebench_repo, Proxied(base_url), tmp_path, model=ALIAS, max_samples=10, shard_size=None, concurrency=4

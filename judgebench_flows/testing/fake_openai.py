@@ -26,6 +26,7 @@ import random
 import signal
 import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
@@ -106,7 +107,10 @@ VLLM_POOLING_FIELDS = frozenset(
 
 
 def sigmoid(value: float) -> float:
-    return 1.0 / (1.0 + math.exp(-value)) if value >= 0 else math.exp(value) / (1.0 + math.exp(value))
+    """The activation of a one-label reward head, as vLLM returns it: in float32, so scores above about
+    17 all come back as 1.0 and tie (Skywork-Reward-Gemma-2-27B's 64.29% on the GPT-4o pairs reads 61.71%)."""
+    exact = 1.0 / (1.0 + math.exp(-value)) if value >= 0 else math.exp(value) / (1.0 + math.exp(value))
+    return float(struct.unpack("f", struct.pack("f", exact))[0])
 
 
 def _other_api_payload(

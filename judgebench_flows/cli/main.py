@@ -131,7 +131,7 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--max-retries",
         dest="max_retries",
         type=int,
-        help="retries per call for 429/5xx/timeouts/dropped connections (default 6)",
+        help="retries per call for 429/5xx/timeouts/dropped connections, shard retries included (default 6)",
     )
     add(
         "--retry-initial-wait",

@@ -305,7 +305,11 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
         load_s = clock.lap()
         cpu_before = time.process_time()
         await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
-        sent = await judge_shards(shards, spec, config, sink)
+        stopped: RunFailed | None = None
+        try:
+            sent = await judge_shards(shards, spec, config, sink)
+        except RunFailed as exc:  # stopped early: what was judged is still published, then exit 4
+            stopped, sent = exc, None
         judge_s = clock.lap()
         judge_cpu = time.process_time() - cpu_before
 
@@ -336,7 +340,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
                 ),
             ),
         )
-        too_little = measured_too_little(results.as_json(), config.max_failed_fraction)
+        too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()

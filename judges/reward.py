@@ -59,7 +59,10 @@ class RewardJudge:
     model: str | None = None
     name: str = REWARD_JUDGE_TYPE
     api: str = "pooling"
-    sampling: dict[str, Any] = field(default_factory=dict)
+    # Raw rewards, as JudgeBench compares them: vLLM's Pooling API applies the head's activation (a sigmoid)
+    # unless told not to (`use_activation`, vLLM >= 0.11.1; `calls.other_apis.RawScoreCheck` stops a run
+    # on a server that ignores it). The transformers backend always gives raw scores.
+    sampling: dict[str, Any] = field(default_factory=lambda: {"use_activation": False})
     follow_up: str | None = None
     first_turn = None  # a class attribute, not a field (see the docstring)
 
@@ -77,7 +80,7 @@ class RewardJudge:
 
         require_torch()
         local_reward_model(model, os.environ.get("JUDGEBENCH_REWARD_DEVICE") or None)
-        return dataclasses.replace(self, model=model, api="transformers")
+        return dataclasses.replace(self, model=model, api="transformers", sampling={})  # raw scores always
 
     def format(self, question: str, answer_A: str, answer_B: str) -> Messages:
         return conversation(question, answer_A)
@@ -93,7 +96,10 @@ class RewardJudge:
         return False  # a score alone is no verdict
 
     def fingerprint(self) -> str:
-        return "|".join([self.name, self.api, "user=question,assistant=response", "A>B iff score(A)>score(B)"])
+        """What decides the verdicts (shards judged under another fingerprint are not reused): shards judged
+        before raw scores were asked for hold a Pooling API's activated ones."""
+        parts = [self.name, self.api, "user=question,assistant=response", "A>B iff score(A)>score(B)"]
+        return "|".join(parts + ([json.dumps(self.sampling, sort_keys=True)] if self.sampling else []))
 
     async def judge(self, pair: Pair, orders: tuple[int, ...], call: ModelCall) -> list[Outcome]:
         """Every order from the same two scores; the scoring answers are cached only when the pair was

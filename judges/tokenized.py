@@ -140,6 +140,25 @@ def _pandalm_clean(text: str) -> str:
     return PANDALM_SPECIAL.sub("", text.strip()).strip()
 
 
+# JudgeBench's PandaLM request (4-beam search, `utils/judges.py`), in the fields vLLM reads. vLLM before
+# 0.6.3 beam-searched `best_of` beams (`early_stopping` as sent); current vLLM has its own beam-search path
+# whose width is `n` and which no longer reads `best_of` or `early_stopping` (it logs them as ignored) nor
+# applies `repetition_penalty` to beams. `n: 4` gives both the 4 beams: the answer's first choice is the
+# best beam, as JudgeBench reads it. A server that answers fewer choices did not beam-search: the run
+# says so (`request_rules.Learned.note_ignored`, results.json's `run.requests.adjustments`).
+PANDALM_BEAMS = 4
+PANDALM_SAMPLING: dict[str, object] = {
+    "temperature": 0,
+    "top_p": 1,
+    "max_tokens": 150,
+    "use_beam_search": True,
+    "n": PANDALM_BEAMS,
+    "best_of": PANDALM_BEAMS,
+    "early_stopping": True,
+    "repetition_penalty": 1.2,
+}
+
+
 def _judge_lm(templates: TemplateSet, tokenizer: Tokenizer | None, tokenizer_id: str) -> TokenizedJudge:
     return TokenizedJudge(
         name="judge_lm",
@@ -162,16 +181,7 @@ def _panda_lm(templates: TemplateSet, tokenizer: Tokenizer | None, tokenizer_id:
         user_template="pandalm_prompt",
         variables=lambda q, a, b: {"instruction": q, "resp1": a, "resp2": b},
         parser=parsing.parse_panda_lm,
-        # Beam search as PandaLM's reference decodes; vLLM reads these from the request body.
-        sampling={
-            "temperature": 0,
-            "top_p": 1,
-            "max_tokens": 150,
-            "use_beam_search": True,
-            "best_of": 4,
-            "early_stopping": True,
-            "repetition_penalty": 1.2,
-        },
+        sampling=dict(PANDALM_SAMPLING),
         tokenizer=tokenizer,
         tokenizer_id=tokenizer_id,
         max_new_tokens=150,

@@ -38,6 +38,8 @@ judgment_rows = db.judgment_rows  # the one record -> row mapping lives beside t
 
 
 def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The accuracies measured, as rows; none for a scope with no valid judgment (a run stopped early
+    publishes what it has, which may be nothing measured)."""
     rows = [{"run_id": run_id, "scope": "overall", "name": "overall", **results["overall_accuracy"]}]
     for scope, key in (("category", "category_accuracy"), ("source", "source_accuracy")):
         rows += [
@@ -45,7 +47,7 @@ def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
             for name, acc in results[key].items()
             if acc["total_samples"]
         ]
-    return rows
+    return [row for row in rows if row.get("accuracy") is not None]
 
 
 _pct = partial(percent, missing="n/a")

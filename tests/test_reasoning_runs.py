@@ -131,6 +131,9 @@ def test_every_call_rejected_stops_early_exit_4_flow_failed(run_cli, judgebench_
     with sqlite3.connect(tmp_path / "judgebench.db") as con:
         assert [status for (status,) in con.execute("select status from runs")] == ["failed"]
     assert flow_run_state(tmp_path) == "FAILED"
+    # What it had is published all the same: results.json says why the run is not a measurement.
+    published = json.loads((tmp_path / "results/judgebench.json").read_text())
+    assert published["run"]["status"] == "failed" and published["run"]["failure"].startswith("stopped early")
 
 
 def test_mostly_invalid_verdicts_fail_the_run_after_publishing(run_cli, judgebench_repo, tmp_path, prefect_server):

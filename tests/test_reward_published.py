@@ -5,7 +5,8 @@ Skywork-Reward-Gemma-2-27B gave in JudgeBench's recorded outputs (`outputs/...ju
 Skywork_Skywork-Reward-Gemma-2-27B.jsonl` at the pinned commit), transcribed by us: pair id, label, the
 first order's scores and decision, the second order's. A local Pooling API server answers each
 (question, response) with its recorded score; the run must give the accuracy JudgeBench publishes for that
-model, ties included (a tie is `B>A`).
+model, ties included (a tie is `B>A`). The server applies the reward head's activation unless asked not
+to, as vLLM does: read through it, the same scores would give 61.71%.
 """
 
 from __future__ import annotations
@@ -51,6 +52,24 @@ def test_the_transcription_covers_every_pair_with_its_label(gpt4o_pairs) -> None
         assert d1 == ("A>B" if float(a1) > float(b1) else "B>A")  # JudgeBench's own rule, tie to B>A
         assert d2 == ("A>B" if float(b2) > float(a2) else "B>A")
     assert len(recorded()) == len(gpt4o_pairs)
+
+
+def test_activated_scores_would_not_give_the_published_accuracy() -> None:
+    """Why the judge asks for raw scores: vLLM's default sigmoid, in float32, ties every score above ~17."""
+    from judgebench_flows.testing.fake_openai import sigmoid
+
+    with SCORES.open(newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t"))
+
+    def accuracy(activation) -> float:
+        correct = 0
+        for _pair_id, label, a1, b1, *_ in rows:
+            a, b = activation(float(a1)), activation(float(b1))
+            first, second = ("A>B" if a > b else "B>A"), ("B>A" if b > a else "A>B")
+            correct += sum(1 if d == label else -1 for d in (first, second)) > 0
+        return round(100 * correct / len(rows), 2)
+
+    assert accuracy(float) == PUBLISHED["overall"] and accuracy(sigmoid) == 61.71
 
 
 @pytest.mark.slow

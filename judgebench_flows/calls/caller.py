@@ -8,18 +8,29 @@ nothing paid twice" that concerns a single call is decided here; counting too (`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 from sqlalchemy.engine import Engine
 
+from judgebench_flows.calls.budget import AttemptLedger
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.limits import CallLimits
-from judgebench_flows.calls.other_apis import endpoint_identity
+from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
-from judgebench_flows.calls.retry import FATAL, RetryPolicy, describe, error_of, fatal_error, retryable
+from judgebench_flows.calls.retry import (
+    FATAL,
+    RetryPolicy,
+    describe,
+    error_of,
+    failure_kind,
+    fatal_error,
+    retryable,
+    server_message,
+    unknown_model,
+)
 from judgebench_flows.calls.transport import BadAnswerBody, Transport
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
@@ -98,6 +109,8 @@ class ChatCaller:
         )
         self.cache = CallCache(self.engine, self.cache_mode, self.model)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
+        self._ledger = AttemptLedger()  # one retry budget per request for the run (`budget`)
+        self._raw_scores = RawScoreCheck()  # a Pooling API's scores are raw, not activated (`other_apis`)
         # Early stop: outcomes of the run's first calls, while every one failed alike (None: not anymore).
         self._first_failures: tuple[str, int] | None = ("", 0)
         self._stopped: str | None = None
@@ -154,65 +167,95 @@ class ChatCaller:
         for _ in range(MAX_ADJUSTMENTS_PER_CALL):
             rule = self._learned.rule
             sent_messages, params = shape(rule, messages, sampling)
+            sent_key = (
+                key
+                if key and rule is keyed_rule
+                else request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+            )
             try:
-                completion = await self._send(sent_messages, params)
+                completion = await self._send(sent_messages, params, sent_key)
             except openai.BadRequestError as exc:
-                if self._learned.adjust(params, sent_messages, error_of(exc)):
+                if unknown_model(exc):
+                    raise fatal_error(exc, self.base_url, self.model, self.api) from None
+                if self._learned.adjust(params, sent_messages, error_of(exc), server_message(exc)):
                     continue
-                self._call_failed(exc)
+                self._call_failed(exc, sent_key)
             except openai.APIError as exc:
-                self._call_failed(exc)
+                self._call_failed(exc, sent_key)
             self._first_failures = None  # an answer: the run's endpoint works
             self.stats.answered += 1
             self.stats.prompt_tokens += completion.prompt_tokens
             self.stats.completion_tokens += completion.completion_tokens
             if self.spend is not None:
                 self.spend.charge(completion.prompt_tokens, completion.completion_tokens)
-            completion.key = (
-                key
-                if key and rule is keyed_rule
-                else request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
-            )
+            self._ledger.answered(sent_key)
+            completion.key = sent_key
+            if self.api == "pooling":
+                await self._raw_scores.check(self.base_url, completion, params, self._probe(sent_messages))
             return completion
         raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")
 
-    def _call_failed(self, exc: openai.APIError) -> None:
-        """Raise this call's failure; stop the run when its first calls all failed alike and for good."""
-        self.stats.failed += 1
+    def _call_failed(self, exc: openai.APIError, key: str) -> None:
+        """Raise this call's failure (the request's budget is spent: `budget`). The reason keeps the
+        server's message whole (`describe`)."""
         can_retry = retryable(exc)
-        tries = f" after {self.retry.max_retries + 1} attempts" if can_retry else ""
-        reason = f"{describe(exc)}{tries}"
+        budget = self.retry.max_retries + 1
+        kind = f"{failure_kind(exc)}" + (f" after {budget} attempts" if can_retry else "")
+        said = server_message(exc) if isinstance(exc, openai.APIStatusError) else ""
+        reason = kind + (f": {said}" if said else "")
+        self._ledger.exhaust(key, budget, kind, reason)
+        self._failed(kind, reason, can_retry)
+
+    def _failed(self, kind: str, reason: str, can_retry: bool) -> None:
+        """Raise a call's failure; stop the run when its first calls all failed alike and for good.
+        "Alike" compares failures without the server's words (`kind`), so messages that differ only in
+        their numbers (a context length's token counts) are one cause."""
+        self.stats.failed += 1
         seen = self._first_failures
         if seen is not None:
-            if can_retry or (seen[1] and seen[0] != reason):
+            if can_retry or (seen[1] and seen[0] != kind):
                 self._first_failures = None
             else:
-                self._first_failures = (reason, seen[1] + 1)
+                self._first_failures = (kind, seen[1] + 1)
                 if seen[1] + 1 >= self.early_stop_calls:
-                    said = error_of(exc).get("message") if isinstance(exc, openai.APIStatusError) else None
                     self._stopped = redact(
                         f"stopped early: the first {seen[1] + 1} calls to {self.model} at {self.base_url} were all "
-                        f"rejected with {reason}" + (f": {str(said)[:300]}" if said else "")
+                        f"rejected with {reason}"
                     )
                     raise RunFailed(self._stopped)
         raise CallFailed(reason)
 
-    async def _send(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
-        """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON)."""
+    async def _send(self, messages: list[dict[str, str]], sampling: dict[str, Any], key: str) -> Completion:
+        """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON), within what is
+        left of the request's budget (`budget`: a request asked again does not start over)."""
         api = self.api
+        budget = self.retry.max_retries + 1
+        left = self._ledger.left(key, budget)
+        if left == 0:  # asked again (a shard task's retry): the same failure, nothing sent
+            kind, reason = self._ledger.why(key)
+            self._failed(kind, f"{reason} (its {budget} attempts are spent: not sent again)", " after " in kind)
         try:
-            async for attempt in self.retry.attempts():
+            async for attempt in self.retry.attempts(left):
                 with attempt:
                     if attempt.retry_state.attempt_number > 1:
                         self.stats.retries += 1
                     self.stats.attempts += 1
-                    response = await self.limits.run(self._post, api, messages, sampling)
-                    return self.transport.answer(api, response)
+                    try:
+                        response = await self.limits.run(self._post, api, messages, sampling)
+                        if api == "completions" and (unsearched := unsearched_beams(sampling, response)):
+                            self._learned.note_ignored("use_beam_search", unsearched)
+                        return self.transport.answer(api, response)
+                    except Exception as exc:
+                        if retryable(exc):  # failed attempts only: identical calls in flight each get their own
+                            self._ledger.spend(key)
+                        raise
         except FATAL as exc:
-            raise fatal_error(exc, self.base_url, self.model) from None
+            raise fatal_error(exc, self.base_url, self.model, api) from None
         except BadAnswerBody as exc:
             self.stats.failed += 1
-            raise CallFailed(f"{describe(exc)} after {self.retry.max_retries + 1} attempts") from None
+            reason = f"{describe(exc)} after {budget} attempts"
+            self._ledger.exhaust(key, budget, reason, reason)
+            raise CallFailed(reason) from None
         raise AssertionError("unreachable: the retry loop returns or raises")
 
     async def _post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
@@ -221,6 +264,20 @@ class ChatCaller:
         if self.spend is not None:
             self.spend.check()
         return await self.transport.post(api, messages, sampling)
+
+    def _probe(self, messages: list[dict[str, str]]) -> Callable[[dict[str, Any]], Awaitable[Completion | None]]:
+        """One request of these messages with other parameters, no retries or cache (`RawScoreCheck`);
+        None when it got no answer."""
+
+        async def send(params: dict[str, Any]) -> Completion | None:
+            self.stats.attempts += 1
+            try:
+                response = await self.limits.run(self.transport.post, self.api, messages, params)
+                return self.transport.answer(self.api, response)
+            except (openai.APIError, BadAnswerBody):
+                return None
+
+        return send
 
     async def aclose(self) -> None:
         await self.flush()

@@ -5,7 +5,10 @@
 - "pooling": vLLM's Pooling API for reward models (`POST {server root}/pooling` with the conversation as
   `messages`). It sits at the server root, so a `--base-url` ending in `/v1` has that suffix removed.
   The answer's `data[0].data` is the score: a one-element list for a sequence-classification head, or
-  one value per token (the last token's is the score).
+  one value per token (the last token's is the score). vLLM applies the head's activation by default
+  (a sigmoid for a one-label reward head: scores squeezed into (0, 1), large ones tied at 1.0), so the
+  reward judge asks for raw scores (`use_activation: false`, vLLM >= 0.11.1; older versions ignore the
+  field, and log that they did). `RawScoreCheck` tells such a server apart: JudgeBench compares raw rewards.
 
 - "transformers": a reward model run in this process (calls.local_reward), for `--reward-backend
   transformers`; its answer has the Pooling API's shape, so both backends share everything after the call.
@@ -20,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.secrets import redact
 
 OTHER_APIS = ("completions", "pooling", "transformers")
@@ -97,3 +102,60 @@ def answer_of(api: str, response: Any) -> Completion:
         int(usage.get("completion_tokens") or 0),
         finish_reason=choice.get("finish_reason"),
     )
+
+
+class RawScoreCheck:
+    """Whether a Pooling API returns the raw scores it was asked for (`use_activation: false`).
+
+    A raw reward outside [0, 1] proves it (a sigmoid cannot give one). A score inside is ambiguous: the same
+    request is sent once more asking for the activated score; a server that honours the field answers a
+    different number, one that ignores it (vLLM before 0.11.1 reports the field "present in the request
+    but ignored" in its log only) answers the same, and the run stops with one clear line instead of
+    comparing activated scores. Checked until proven once per caller; at most one probe at a time.
+    """
+
+    def __init__(self) -> None:
+        self.verified = False
+        self._lock: asyncio.Lock | None = None
+
+    async def check(
+        self,
+        base_url: str,
+        completion: Completion,
+        params: dict[str, Any],
+        probe: Callable[[dict[str, Any]], Awaitable[Completion | None]],
+    ) -> None:
+        if self.verified or params.get("use_activation") is not False:
+            return
+        score = float(completion.text)
+        if not 0.0 <= score <= 1.0:
+            self.verified = True
+            return
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            if self.verified:
+                return
+            answer = await probe({**params, "use_activation": True})
+            if answer is None:  # no answer to the probe: undecided, the next score in [0, 1] asks again
+                return
+            if float(answer.text) != score:
+                self.verified = True
+                return
+        raise FatalEndpointError(
+            f"the Pooling API at {server_root(base_url)} returned activated scores although asked for raw ones "
+            f"(it ignores `use_activation: false`; {score!r} either way): JudgeBench compares raw rewards; "
+            "serve the reward model with vLLM >= 0.11.1, or use --reward-backend transformers"
+        )
+
+
+def unsearched_beams(sampling: dict[str, Any], response: Any) -> str | None:
+    """What shows a completions answer was not the beam search asked for (`use_beam_search` with width `n`:
+    vLLM answers the `n` best beams), or None. A server that cannot beam-search answers one choice."""
+    if not sampling.get("use_beam_search") or not isinstance(response, dict):
+        return None
+    asked = int(sampling.get("n") or 1)
+    choices = response.get("choices")
+    answered = len(choices) if isinstance(choices, list) else 0
+    if asked <= 1 or answered >= asked:
+        return None
+    return f"answered {answered} choice(s) to a {asked}-beam search (use_beam_search, n={asked}): no beam search"

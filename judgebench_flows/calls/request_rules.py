@@ -16,6 +16,7 @@ For models the table does not know, a 400 naming an unsupported parameter or val
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -127,6 +128,39 @@ ADJUSTABLE_CODES = ("unsupported_parameter", "unsupported_value")
 FOLDED = "folded the system message into the first user turn"
 RENAMED = "sent as max_completion_tokens"
 DROPPED = "dropped"
+IGNORED = "ignored by the endpoint"  # sent, accepted, not acted on (no beam search): noted, nothing changed
+# How servers other than OpenAI's say a parameter is not accepted, in words only (LiteLLM's
+# `UnsupportedParamsError: O-series models don't support temperature=0.0` with code "400" and no param;
+# pydantic's "Extra inputs are not permitted" from vLLM and other FastAPI servers; "unrecognized request
+# argument"). A 400 without such words (a context-length error naming max_tokens, a value out of range)
+# never drops anything.
+REJECTION_WORDING = re.compile(
+    r"unsupported|not supported|(?:do|does|don't|doesn't|cannot|can't|can not)(?: not)? (?:support|accept|allow)"
+    r"|not (?:allowed|permitted)|unrecognized|unknown (?:parameter|field|argument)|extra (?:inputs|fields)",
+    re.IGNORECASE,
+)
+# Never dropped, whatever a message says: without them there is no request.
+NEVER_DROPPED = frozenset({"model", "messages", "prompt", "input"})
+
+
+def rejected_parameter(message: str, sent_params: dict[str, Any]) -> str | None:
+    """The sent parameter a 400's message says is not accepted (the first one it names), if it says so."""
+    if not REJECTION_WORDING.search(message):
+        return None
+    named = []
+    for name in sent_params:
+        if name in NEVER_DROPPED:
+            continue
+        # A short name ("n") only quoted or as `n=`: a lone letter in prose names nothing.
+        pattern = (
+            rf"(?<![\w.]){re.escape(name)}(?!\w)"
+            if len(name) > 2
+            else rf"['\"`]{re.escape(name)}['\"`]|\b{re.escape(name)}="
+        )
+        found = re.search(pattern, message)
+        if found:
+            named.append((found.start(), name))
+    return min(named)[1] if named else None
 
 
 @dataclass
@@ -146,14 +180,25 @@ class Learned:
     def __post_init__(self) -> None:
         self.rule = self.base
 
-    def adjust(self, sent_params: dict[str, Any], sent_messages: list[dict[str, str]], error: dict[str, Any]) -> bool:
+    def adjust(
+        self,
+        sent_params: dict[str, Any],
+        sent_messages: list[dict[str, str]],
+        error: dict[str, Any],
+        message: str | None = None,
+    ) -> bool:
         """Change the rule so that what this 400 rejected is not sent again. True if the request should
-        be resent (the rule changed now, or another call already changed it since this one was sent)."""
+        be resent (the rule changed now, or another call already changed it since this one was sent).
+
+        OpenAI names the parameter (`code` unsupported_parameter/unsupported_value, `param`); any other
+        server is read by its words (`rejected_parameter`). `message`: the server's, on one line."""
         code = str(error.get("code") or "")
         param = str(error.get("param") or "")
-        message = str(error.get("message") or "")
+        message = message if message is not None else str(error.get("message") or "")
         if code not in ADJUSTABLE_CODES or not param:
-            return False
+            param = rejected_parameter(message, sent_params) or ""
+            if not param:
+                return False
         with self._lock:
             rule = self.rule
             if param.startswith("messages") and "system" in message.lower():
@@ -196,11 +241,20 @@ class Learned:
                 elif action == DROPPED:
                     original = next((k for k, v in renames.items() if v == param), param)
                     self.rule = replace(rule, drop=rule.drop | {original})
-                else:  # not an adjustment this code makes (another version's): nothing to apply
+                elif action != IGNORED:  # not an adjustment this code makes (another version's): nothing to apply
                     continue
                 self._note(param, action, str(change.get("endpoint_said") or ""))
                 added.append(self.adjustments[-1])
         return added
+
+    def note_ignored(self, param: str, observed: str) -> bool:
+        """Record, once, that the endpoint accepted `param` but did not act on it (what we `observed`):
+        the run's report names it. True the first time."""
+        with self._lock:
+            if any(a["param"] == param and a["action"] == IGNORED for a in self.adjustments):
+                return False
+            self._note(param, IGNORED, observed)
+            return True
 
     def _note(self, param: str, action: str, message: str) -> None:
         # Kept, printed, and carried between processes (a shard's result): never with a secret in it.

@@ -2,13 +2,15 @@
 
 429, 5xx, 408/409/425, timeouts, dropped connections and a 200 whose body is not a JSON object are
 retried with exponential backoff and full jitter (tenacity), never sooner than the server's
-`Retry-After`; a bad key or an unknown model is fatal for the run (`fatal_error`); any other 4xx fails
-that one call with its reason (`describe`).
+`Retry-After`; a bad key or an unknown model (a 404, or a gateway's 400 saying so) is fatal for the run
+(`fatal_error`); any other 4xx is deterministic (context too long, invalid request): that one call fails
+at once with its reason (`describe`), which keeps the server's message whatever the shape of its body.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,14 +49,52 @@ def retry_after(exc: BaseException | None) -> float | None:
 
 
 def error_of(exc: openai.APIStatusError) -> dict[str, Any]:
-    """The `error` object of an error answer's body (empty when it has none)."""
+    """The error object of an error answer's body, whatever its shape (empty when it has none).
+
+    The SDK already unwraps `{"error": {...}}` (OpenAI, current vLLM, LiteLLM, and Anthropic's
+    `{"type": "error", "error": {...}}`); older vLLM answers the object itself (`{"object": "error",
+    "message": ...}`). A proxy's `{"detail": "..."}` (FastAPI) becomes its message.
+    """
     body = exc.body if isinstance(exc.body, dict) else {}
     error = body.get("error", body) if isinstance(body, dict) else {}
-    return error if isinstance(error, dict) else {}
+    if isinstance(error, str):  # {"error": "text"}
+        return {"message": error}
+    if not isinstance(error, dict):
+        return {}
+    if "message" not in error and isinstance(error.get("detail"), str):
+        return {**error, "message": error["detail"]}
+    return error
+
+
+def server_message(exc: BaseException) -> str:
+    """What the server said about this failure, whole and on one line (secrets redacted); "" if nothing."""
+    if not isinstance(exc, openai.APIStatusError):
+        return ""
+    said = error_of(exc).get("message")
+    if not isinstance(said, str) or not said.strip():
+        text = exc.response.text if exc.response is not None else ""
+        said = text if text.strip() and not text.lstrip().startswith("<") else ""
+    return redact(" ".join(str(said).split()))
+
+
+def error_code(exc: openai.APIStatusError) -> str:
+    """The error's code when it says more than the HTTP status (vLLM and LiteLLM put the status there)."""
+    code = error_of(exc).get("code") or error_of(exc).get("type")
+    text = str(code or "")
+    return "" if not text or text == str(exc.status_code) else text
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A failure without the server's words: calls failing "alike" share it (the early stop's test)."""
+    if isinstance(exc, openai.APIStatusError):
+        code = error_code(exc)
+        return f"HTTP {exc.status_code}" + (f" ({code})" if code else "")
+    return describe(exc)
 
 
 def describe(exc: BaseException) -> str:
-    """A failure in one line, free of secrets: what a failed judgment records as its reason."""
+    """A failure in one line, free of secrets: what a failed judgment records as its reason. An HTTP error
+    keeps the server's message whole (`HTTP 400 (context_length_exceeded): This model's maximum ...`)."""
     if isinstance(exc, openai.APITimeoutError):
         return "request timed out"
     if isinstance(exc, openai.APIConnectionError):
@@ -62,23 +102,46 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, BadAnswerBody):
         return "the endpoint answered 200 with a body that is not a JSON object"
     if isinstance(exc, openai.APIStatusError):
-        error = error_of(exc)
-        detail = error.get("code") or error.get("message")
-        return redact(f"HTTP {exc.status_code}" + (f" ({detail})" if detail else ""))
+        said = server_message(exc)
+        return redact(failure_kind(exc) + (f": {said}" if said else ""))
     return redact(f"{type(exc).__name__}: {exc}")
 
 
 FATAL = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
+# How a gateway says "no such model" with a 400 (LiteLLM: "Invalid model name passed in model=...").
+UNKNOWN_MODEL = re.compile(
+    r"invalid model name|model[^.;:]{0,80}(does not exist|not found|is not supported)|no such model|unknown model",
+    re.IGNORECASE,
+)
+# What each endpoint API is called in messages (other_apis).
+API_NAMES = {
+    "chat": "chat completions API",
+    "completions": "completions API (/completions)",
+    "pooling": "Pooling API (/pooling)",
+}
 
 
-def fatal_error(exc: BaseException, base_url: str, model: str) -> FatalEndpointError:
-    """The run-stopping error for one of `FATAL`: no later call to this endpoint can succeed either."""
-    if isinstance(exc, openai.NotFoundError):
+def unknown_model(exc: BaseException) -> bool:
+    """A 400 or 404 that says the model is unknown: the same mistake as OpenAI's 404, on any server."""
+    return (
+        isinstance(exc, openai.APIStatusError)
+        and exc.status_code in (400, 404)
+        and (
+            str(error_of(exc).get("code") or "") == "model_not_found" or bool(UNKNOWN_MODEL.search(server_message(exc)))
+        )
+    )
+
+
+def fatal_error(exc: BaseException, base_url: str, model: str, api: str = "chat") -> FatalEndpointError:
+    """The run-stopping error for one of `FATAL` (or an unknown model however said): no later call to this
+    endpoint can succeed either."""
+    if isinstance(exc, openai.NotFoundError) or unknown_model(exc):
         return FatalEndpointError(
-            f"the endpoint {base_url} does not know model '{model}' or its chat API ({describe(exc)})"
+            f"the endpoint {base_url} does not know model '{model}' or its {API_NAMES.get(api, api + ' API')} "
+            f"({describe(exc)})"
         )
     return FatalEndpointError(
-        f"the endpoint {base_url} rejected the API key ({describe(exc).split(' (')[0]}); check OPENAI_API_KEY"
+        f"the endpoint {base_url} rejected the API key (HTTP {getattr(exc, 'status_code', '?')}); check OPENAI_API_KEY"
     )
 
 
@@ -101,10 +164,11 @@ class RetryPolicy:
             return max(asked, 0.0) + random.uniform(0, 0.1 * max(asked, 0.01))
         return jittered
 
-    def attempts(self) -> AsyncRetrying:
-        """The attempts of one call (iterate with `async for`); the last failure is re-raised as is."""
+    def attempts(self, left: int | None = None) -> AsyncRetrying:
+        """The attempts of one call (iterate with `async for`), `left` of them if fewer than the policy's
+        (`budget`); the last failure is re-raised as is."""
         return AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
+            stop=stop_after_attempt(self.max_retries + 1 if left is None else left),
             wait=self.wait,
             retry=retry_if_exception(retryable),
             reraise=True,

@@ -40,7 +40,10 @@ class EndpointSettings(BaseModel):
     rpm: float | None = Field(default=None, gt=0, description="at most this many requests per minute")
     request_timeout: float = Field(default=120.0, gt=0, description="seconds per call before it is retried")
     max_retries: int = Field(
-        default=6, ge=0, le=50, description="retries per call for 429/5xx/timeouts/dropped connections"
+        default=6,
+        ge=0,
+        le=50,
+        description="retries per call for 429/5xx/timeouts/dropped connections, shard retries included",
     )
     retry_initial_wait: float = Field(
         default=1.0, ge=0, description="seconds before the first retry; doubles each retry"

@@ -12,6 +12,7 @@ judgment with its answer.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -19,6 +20,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, flip
+
+# How many attempts a failure took, and that a request asked again was not resent: left out when failures
+# are grouped by reason, so the server's words (kept whole: `calls.retry.describe`) group alike.
+ATTEMPTS = re.compile(r" after \d+ attempts| \(its \d+ attempts are spent: not sent again\)")
+MAX_REASON_CHARS = 500
+DIGITS = re.compile(r"\d+")
+
+
+def reason_of(error: str) -> str:
+    """A failure's reason as results.json groups it: the server's message kept, attempts left out."""
+    return ATTEMPTS.sub("", error)[:MAX_REASON_CHARS]
 
 
 class Verdict(Protocol):
@@ -138,6 +150,9 @@ class Tally:
         self.failed = 0
         self.pairs_with_problems = 0
         self.reasons: Counter[str] = Counter()
+        # Reasons that differ only in their numbers (a context length's token counts) are one reason,
+        # named by the first seen: its shape (digits masked) -> that reason.
+        self._reason_names: dict[str, str] = {}
         self.usage: Counter[str] = Counter()
         self.report_sample: list[JudgmentRecord] = []
         self._report_limit = report_limit
@@ -167,7 +182,8 @@ class Tally:
             if j.status != "ok":
                 self.invalid += j.status == "invalid"
                 self.failed += j.status == "failed"
-                self.reasons[(j.error or j.status).split(" after ")[0][:80]] += 1
+                reason = reason_of(j.error or j.status)
+                self.reasons[self._reason_names.setdefault(DIGITS.sub("#", reason), reason)] += 1
                 problem_pairs.add(j.pair_id)
             self._sample(j)
         self.pairs_with_problems += len(problem_pairs)

@@ -21,10 +21,12 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import random
 import signal
 import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
@@ -87,13 +89,52 @@ def _message_texts(body: dict) -> list[str]:
     return [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
 
 
+# The request fields vLLM's own request models declare (vLLM 0.11-0.33: `CompletionRequest`,
+# `PoolingChatRequest`); a field outside them is logged as "present in the request but ignored".
+VLLM_COMPLETION_FIELDS = frozenset(
+    "model prompt echo frequency_penalty logit_bias logprobs max_tokens n presence_penalty seed "
+    "stop stream stream_options suffix temperature top_p user use_beam_search top_k min_p repetition_penalty "
+    "length_penalty stop_token_ids include_stop_str_in_output ignore_eos min_tokens skip_special_tokens "
+    "spaces_between_special_tokens truncate_prompt_tokens allowed_token_ids prompt_logprobs add_special_tokens "
+    "response_format structured_outputs priority request_id return_tokens_as_token_ids return_token_ids "
+    "cache_salt kv_transfer_params vllm_xargs".split()
+)
+VLLM_POOLING_FIELDS = frozenset(
+    "model messages user encoding_format dimensions truncate_prompt_tokens request_id priority "
+    "mm_processor_kwargs chat_template chat_template_kwargs add_generation_prompt continue_final_message "
+    "add_special_tokens cache_salt task use_activation embed_dtype endianness".split()
+)
+
+
+def sigmoid(value: float) -> float:
+    """The activation of a one-label reward head, as vLLM returns it: in float32, so scores above about
+    17 all come back as 1.0 and tie (Skywork-Reward-Gemma-2-27B's 64.29% on the GPT-4o pairs reads 61.71%)."""
+    exact = 1.0 / (1.0 + math.exp(-value)) if value >= 0 else math.exp(value) / (1.0 + math.exp(value))
+    return float(struct.unpack("f", struct.pack("f", exact))[0])
+
+
 def _other_api_payload(
-    path: str, model: str, body: dict, text: str, prompt_tokens: int, completion_tokens: int
+    path: str,
+    model: str,
+    body: dict,
+    text: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    settings: FaultSettings,
 ) -> dict:
-    """A text-completions or Pooling API response body, in vLLM's shape."""
+    """A text-completions or Pooling API response body, in vLLM's shape.
+
+    Pooling: the responder's score is the head's raw output; as vLLM does, the server applies the head's
+    activation (a sigmoid: a one-label reward head's) unless asked `use_activation: false` (and only when it
+    `honours_use_activation`). Completions: a beam search (`use_beam_search`, beam width `n`) answers `n`
+    choices, the best first, as vLLM's beam-search path does; a server without `beam_search` answers one.
+    """
     if path == POOLING_PATH:
         value = json.loads(text)
         data = value if isinstance(value, list) else [value]
+        raw = settings.honours_use_activation and body.get("use_activation") is False
+        if not raw:
+            data = [[sigmoid(v) for v in item] if isinstance(item, list) else sigmoid(item) for item in data]
         return {
             "id": f"pool-{uuid.uuid4().hex}",
             "object": "list",
@@ -103,16 +144,17 @@ def _other_api_payload(
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0},
         }
     prompt_tokens = _word_count(str(body.get("prompt") or ""))
+    beams = int(body.get("n") or 1) if settings.beam_search and body.get("use_beam_search") else 1
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}],
+        "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": "stop"} for i in range(beams)],
         "usage": {
             "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens * beams,
+            "total_tokens": prompt_tokens + completion_tokens * beams,
         },
     }
 
@@ -125,6 +167,52 @@ def _word_count(text: str) -> int:
 def _error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> dict:
     """OpenAI's error body shape, so the client builds the same exception objects as in production."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+ERROR_STYLES = ("openai", "vllm", "vllm-legacy", "litellm", "anthropic")
+# vLLM and LiteLLM name the exception class in `type` (vLLM) or the message (LiteLLM).
+_EXCEPTION_BY_STATUS = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                    429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}  # fmt: skip
+
+
+def styled_error(style: str, status: int, payload: dict) -> dict:
+    """An OpenAI error body (`_error_body`) as another server answers the same error.
+
+    vLLM: the exception class in `type`, the HTTP status (a number) in `code`; before 0.9 the error object
+    was the body itself (`"object": "error"`). LiteLLM: its exception class prefixed to the message, the
+    status as a string in `code`, no param; a reasoning model's sampling parameter is refused in its own
+    words (`UnsupportedParamsError`). Anthropic: `{"type": "error", "error": {"type", "message"}}`.
+    """
+    error = payload.get("error")
+    if not isinstance(error, dict):
+        return payload
+    refused_value = error.get("value")
+    error = {name: value for name, value in error.items() if name != "value"}
+    if style == "openai":
+        return {"error": error}
+    message, param = str(error.get("message") or ""), error.get("param")
+    exception = _EXCEPTION_BY_STATUS.get(status, "APIError")
+    if style == "vllm":
+        return {"error": {"message": message, "type": exception, "param": param, "code": status}}
+    if style == "vllm-legacy":
+        return {"object": "error", "message": message, "type": exception, "param": param, "code": status}
+    if style == "anthropic":
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    if error.get("code") in ("unsupported_value", "unsupported_parameter") and param in REASONING_SAMPLING:
+        message = (
+            f"O-series models don't support {param}={refused_value}. Only {param}=1 "
+            "is supported. To drop unsupported openai params from the call, set `litellm.drop_params = True`"
+        )
+        exception = "UnsupportedParamsError"
+    return {"error": {"message": f"litellm.{exception}: {message}", "type": None, "param": None, "code": str(status)}}
 
 
 # Like OpenAI's 401, except the message never echoes the key (it would end up in logs).
@@ -157,6 +245,13 @@ class FaultSettings:
     openai_rules: bool = False
     # Parameters rejected for every model (400 unsupported_parameter naming it): an endpoint we do not know.
     rejected_params: frozenset[str] = frozenset()
+    # Whose error bodies (and wording) the server answers with (`ERROR_STYLES`); the Pooling API, which only
+    # vLLM serves, answers as "vllm" when this is "openai".
+    error_style: str = "openai"
+    # vLLM >= 0.11.1 honours `use_activation` on /pooling; False: an older one that ignores it (and says so).
+    honours_use_activation: bool = True
+    # vLLM's completions API beam-searches (`use_beam_search`, beam width `n`); False: a server that cannot.
+    beam_search: bool = True
 
     def validate(self) -> None:
         """Fail at configuration time, not in a handler thread where the error would be easy to miss."""
@@ -172,6 +267,8 @@ class FaultSettings:
             raise ValueError(f"fail_first must be >= 0, got {self.fail_first}")
         if self.latency < 0 or self.hang_seconds < 0 or self.retry_after < 0:
             raise ValueError("latency, hang_seconds and retry_after must be >= 0")
+        if self.error_style not in ERROR_STYLES:
+            raise ValueError(f"error_style must be one of {ERROR_STYLES}, got {self.error_style!r}")
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -287,6 +384,10 @@ class FakeOpenAIServer:
     Order of checks for a chat request: bad JSON (400), API key (401), model (404), context length
     (400), then faults (`fail_first` for the first attempts of each distinct request, else one random
     draw), then `latency`, then the responder. All counters are guarded by one lock.
+
+    `/v1/completions` and `/pooling` behave as vLLM's do (activation by default, beam search, the fields it
+    ignores logged in its words: `ignored_log`); `error_style` answers errors as vLLM, LiteLLM or Anthropic
+    shape them (`styled_error`).
     """
 
     def __init__(
@@ -309,6 +410,9 @@ class FakeOpenAIServer:
         max_context_chars: int | None = None,
         openai_rules: bool = False,
         rejected_params: set[str] | frozenset[str] = frozenset(),
+        error_style: str = "openai",
+        honours_use_activation: bool = True,
+        beam_search: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -329,6 +433,9 @@ class FakeOpenAIServer:
             max_context_chars=max_context_chars,
             openai_rules=openai_rules,
             rejected_params=frozenset(rejected_params),
+            error_style=error_style,
+            honours_use_activation=honours_use_activation,
+            beam_search=beam_search,
         )
         settings.validate()
         self._settings = settings
@@ -349,6 +456,9 @@ class FakeOpenAIServer:
         self._answered_keys: Counter[str] = Counter()
         self._in_flight = 0
         self._max_in_flight = 0
+        self._ignored: Counter[str] = Counter()
+        self._log: list[str] = []
+        self._beam_widths: Counter[int] = Counter()
 
     # ----- lifecycle -------------------------------------------------------------------------------
 
@@ -512,6 +622,9 @@ class FakeOpenAIServer:
             self._answered_keys.clear()
             self._attempts.clear()
             self._max_in_flight = self._in_flight
+            self._ignored.clear()
+            self._log.clear()
+            self._beam_widths.clear()
 
     # ----- request handling (called from handler threads) ------------------------------------------
 
@@ -621,6 +734,11 @@ class FakeOpenAIServer:
         ends up meaning "200s actually sent".
         """
         self._leave_flight(handler)
+        if status >= 400:
+            style = self.settings.error_style
+            if style == "openai" and handler.api_path == POOLING_PATH:
+                style = "vllm"  # only vLLM serves the Pooling API
+            payload = styled_error(style, status, payload)
         with self._lock:
             self._status_counts[status] += 1
             if status == 200 and key is not None:
@@ -662,23 +780,24 @@ class FakeOpenAIServer:
         if not self._authorized(handler, settings):
             self._reply(handler, 401, _UNAUTHORIZED_BODY)
             return
-        refusal = self._refusal(body, settings)
+        refusal = self._refusal(body, settings, handler.api_path)
         if refusal is not None:
             self._reply(handler, *refusal)
             return
         key = request_key(body)
         fault = self._choose_fault(key, settings)
         if not self._fault(handler, fault, settings):
-            self._answer(handler, body, key)
+            self._answer(handler, body, key, settings)
 
-    def _refusal(self, body: dict[str, Any], settings: FaultSettings) -> tuple[int, dict[str, Any]] | None:
+    def _refusal(
+        self, body: dict[str, Any], settings: FaultSettings, api_path: str
+    ) -> tuple[int, dict[str, Any]] | None:
         """What a real endpoint answers a request it refuses (status, body); None when it takes it."""
         model = body.get("model")
         if not isinstance(model, str) or not model:
             return 400, _error_body("you must provide a model parameter", "invalid_request_error", None, "model")
         if settings.models is not None and model not in settings.models:
-            return 404, self._model_not_found_body(model)
-            return
+            return self._unknown_model(model, settings, api_path)
         if body.get("stream"):
             return (
                 400,
@@ -686,15 +805,20 @@ class FakeOpenAIServer:
                     "stream=true is not supported by the fake OpenAI server", "invalid_request_error", None, "stream"
                 ),
             )
-        context_chars = sum(len(text) for text in _message_texts(body))
+        context_chars = sum(len(text) for text in _message_texts(body)) + len(str(body.get("prompt") or ""))
         if settings.max_context_chars is not None and context_chars > settings.max_context_chars:
             return (
                 400,
                 _error_body(
-                    # OpenAI's wording; characters stand in for tokens here.
+                    # OpenAI's wording, or vLLM's; characters stand in for tokens here.
                     f"This model's maximum context length is {settings.max_context_chars} tokens. "
-                    f"However, your messages resulted in {context_chars} tokens. "
-                    "Please reduce the length of the messages.",
+                    + (
+                        f"However, your request has {context_chars} input tokens. "
+                        "Please reduce the length of the input messages."
+                        if settings.error_style.startswith("vllm") or api_path == POOLING_PATH
+                        else f"However, your messages resulted in {context_chars} tokens. "
+                        "Please reduce the length of the messages."
+                    ),
                     "invalid_request_error",
                     "context_length_exceeded",
                     "messages",
@@ -710,6 +834,7 @@ class FakeOpenAIServer:
                 "unsupported_parameter",
                 rejected,
             )
+            rejection["error"]["value"] = body[rejected]  # for `styled_error`'s wording; never sent
         return None if rejection is None else (400, rejection)
 
     def _fault(self, handler: _Handler, fault: str | None, settings: FaultSettings) -> bool:
@@ -763,7 +888,7 @@ class FakeOpenAIServer:
             return True
         return False
 
-    def _answer(self, handler: _Handler, body: dict[str, Any], key: str) -> None:
+    def _answer(self, handler: _Handler, body: dict[str, Any], key: str, settings: FaultSettings) -> None:
         """The responder's answer as an OpenAI chat completion (or the other API the path names)."""
         model = body["model"]
         with self._lock:
@@ -787,9 +912,9 @@ class FakeOpenAIServer:
         completion_tokens = _word_count(text) + reasoning_tokens
         path = getattr(handler, "api_path", CHAT_PATH)
         if path != CHAT_PATH:
-            self._reply(
-                handler, 200, _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens), key
-            )
+            self._note_ignored(path, body, settings)
+            payload = _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens, settings)
+            self._reply(handler, 200, payload, key)
             return
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if "reasoning_content" in extra:
@@ -814,6 +939,48 @@ class FakeOpenAIServer:
             },
         }
         self._reply(handler, 200, payload, key)
+
+    def _note_ignored(self, path: str, body: dict, settings: FaultSettings) -> None:
+        """Log the fields vLLM would ignore in this request, in vLLM's words (`ignored_log`), and count them."""
+        known = VLLM_POOLING_FIELDS if path == POOLING_PATH else VLLM_COMPLETION_FIELDS
+        if not settings.honours_use_activation:
+            known = known - {"use_activation"}
+        if not settings.beam_search:
+            known = known - {"use_beam_search", "length_penalty"}
+        ignored = set(body) - known
+        with self._lock:
+            if path == COMPLETIONS_PATH and body.get("use_beam_search") and settings.beam_search:
+                self._beam_widths[int(body.get("n") or 1)] += 1
+            if ignored:
+                self._ignored.update(ignored)
+                self._log.append(f"The following fields were present in the request but ignored: {ignored}")
+
+    @property
+    def ignored_fields(self) -> Counter[str]:
+        """How often each request field was ignored (vLLM's completions and Pooling APIs)."""
+        with self._lock:
+            return Counter(self._ignored)
+
+    @property
+    def ignored_log(self) -> list[str]:
+        """The warnings vLLM would have logged about ignored fields, one per request that had any."""
+        with self._lock:
+            return list(self._log)
+
+    @property
+    def beam_widths(self) -> Counter[int]:
+        """Beam searches run, by beam width (`n`)."""
+        with self._lock:
+            return Counter(self._beam_widths)
+
+    def _unknown_model(self, model: str, settings: FaultSettings, api_path: str) -> tuple[int, dict[str, Any]]:
+        """An unknown model, as each server says it: OpenAI's and vLLM's 404, a gateway's 400 (LiteLLM)."""
+        if settings.error_style == "litellm":
+            said = f"Invalid model name passed in model={model}. Call `/v1/models` to view available models."
+            return 400, _error_body(said, "invalid_request_error", None, "model")
+        if settings.error_style.startswith("vllm") or api_path == POOLING_PATH:
+            return 404, _error_body(f"The model `{model}` does not exist.", "NotFoundError", None, "model")
+        return 404, self._model_not_found_body(model)
 
     def _choose_fault(self, key: str, settings: FaultSettings) -> str | None:
         """fail_first wins for the first attempts of each distinct request; otherwise one seeded draw.
@@ -843,6 +1010,7 @@ class FakeOpenAIServer:
         return None
 
 
+REASONING_SAMPLING = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 # What OpenAI's API rejects, per reasoning family (model-name prefix, longest first): whether a system
 # message is refused, and whether reasoning_effort is accepted. Every family here also refuses
 # temperature/top_p other than 1, penalties, and max_tokens (it wants max_completion_tokens).
@@ -872,15 +1040,17 @@ def openai_rejection(body: dict) -> dict | None:
             "unsupported_parameter",
             "max_tokens",
         )
-    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+    for name in REASONING_SAMPLING:
         if name in body and body[name] != (1 if name in ("temperature", "top_p") else 0):
-            return _error_body(
+            rejection = _error_body(
                 f"Unsupported value: '{name}' does not support {body[name]!r} with this model. "
                 "Only the default (1) value is supported.",
                 "invalid_request_error",
                 "unsupported_value",
                 name,
             )
+            rejection["error"]["value"] = body[name]  # not sent: `styled_error` words LiteLLM's refusal with it
+            return rejection
     for index, message in enumerate(body.get("messages") or []):
         if refuses_system and isinstance(message, dict) and message.get("role") == "system":
             return _error_body(
@@ -948,6 +1118,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         help="reject requests carrying this parameter (400 unsupported_parameter; repeatable)",
     )
+    parser.add_argument(
+        "--error-style", choices=ERROR_STYLES, default="openai", help="whose error bodies to answer with"
+    )
     return parser.parse_args(argv)
 
 
@@ -972,6 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
         max_context_chars=args.max_context_chars,
         openai_rules=args.openai_rules,
         rejected_params=set(args.rejected_params),
+        error_style=args.error_style,
         host=args.host,
         port=args.port,
     )

@@ -1,0 +1,277 @@
+"""Right against the servers people run: vLLM's and LiteLLM's error bodies and wording, vLLM's Pooling API
+activation and beam search, one retry budget per call.
+
+Every test talks HTTP to the bundled server (`FakeOpenAIServer`), which answers as vLLM, LiteLLM or
+Anthropic shape their answers (`error_style`), applies a reward head's activation unless asked not to, and
+beam-searches as vLLM's completions API does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from judgebench_flows.calls.caller import ChatCaller
+from judgebench_flows.calls.request_rules import STANDARD, rejected_parameter
+from judgebench_flows.calls.retry import RetryPolicy
+from judgebench_flows.core.completion import CallFailed
+from judgebench_flows.core.errors import FatalEndpointError, RunFailed
+from judgebench_flows.judges.reward import RewardJudge
+from judgebench_flows.judges.tokenized import PANDALM_SAMPLING
+from judgebench_flows.testing.fake_openai import (
+    ERROR_STYLES,
+    VLLM_COMPLETION_FIELDS,
+    VLLM_POOLING_FIELDS,
+    FakeOpenAIServer,
+)
+from tests._helpers import run_command
+
+MESSAGES = [{"role": "user", "content": "Which answer is right, A or B? Say [[A>B]] or [[B>A]]."}]
+SAMPLING = {"temperature": 0.0, "max_tokens": 64}
+
+
+def caller_for(server: FakeOpenAIServer, model: str = "judge", **options: Any) -> ChatCaller:
+    options.setdefault("retry", RetryPolicy(max_retries=2, initial_wait=0.01, max_wait=0.02))
+    options.setdefault("request_rule", STANDARD)
+    return ChatCaller(base_url=server.base_url, model=model, api_key="sk-test", **options)
+
+
+def calls(caller: ChatCaller, requests: list[tuple[list[dict[str, str]], dict[str, Any]]]) -> list[Any]:
+    """Each request once, in order; a failure is returned, not raised."""
+
+    async def go() -> list[Any]:
+        results: list[Any] = []
+        try:
+            for messages, sampling in requests:
+                try:
+                    results.append(await caller.complete(list(messages), dict(sampling)))
+                except (CallFailed, FatalEndpointError) as exc:
+                    results.append(exc)
+        finally:
+            await caller.aclose()
+        return results
+
+    return asyncio.run(go())
+
+
+# ----- 3. errors keep the server's words --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("style", ERROR_STYLES)
+def test_a_rejection_reads_with_the_servers_whole_message_whatever_its_body(style: str) -> None:
+    with FakeOpenAIServer("[[A>B]]", max_context_chars=10, error_style=style) as server:
+        (failure,) = calls(caller_for(server), [(MESSAGES, SAMPLING)])
+    reason = str(failure)
+    assert isinstance(failure, CallFailed) and server.requests == 1  # a deterministic 400: never retried
+    assert reason.startswith("HTTP 400") and "(400)" not in reason and "\n" not in reason
+    assert "This model's maximum context length is 10 tokens. However, your" in reason
+    assert reason.rstrip().endswith(("messages.", "input messages."))  # whole, not cut
+    if style == "litellm":
+        assert "litellm.BadRequestError: This model's" in reason
+
+
+def test_vllms_context_length_message_reaches_the_reason_and_the_early_stop_line() -> None:
+    """20 first calls rejected alike (their messages differ in the token counts only) stop the run with
+    vLLM's words in the line."""
+    with FakeOpenAIServer("[[A>B]]", max_context_chars=10, error_style="vllm") as server:
+        requests = [([{"role": "user", "content": "q" * (20 + i)}], SAMPLING) for i in range(25)]
+        results = calls(caller_for(server), requests)
+    assert all(isinstance(r, CallFailed) for r in results[:19])
+    stop = next(r for r in results if isinstance(r, RunFailed))
+    assert str(stop).startswith("stopped early: the first 20 calls")
+    assert "This model's maximum context length is 10 tokens. However, your request has" in str(stop)
+    assert server.requests == 20  # nothing sent after the stop
+
+
+# ----- 4. adaptive request rules from any server's wording ------------------------------------------------
+
+
+def test_litellms_unsupported_params_error_drops_the_parameter_and_the_call_succeeds() -> None:
+    """An alias of a reasoning model behind a gateway: LiteLLM refuses temperature=0.0 in words only
+    (code "400", no param). The call is retried without it; the run records the adjustment."""
+    with FakeOpenAIServer("[[A>B]]", rejected_params={"temperature"}, error_style="litellm") as server:
+        caller = caller_for(server, "team-judge")
+        results = calls(caller, [(MESSAGES, SAMPLING)] * 3)
+    assert [getattr(r, "text", r) for r in results] == ["[[A>B]]"] * 3
+    assert server.status_counts == {400: 1, 200: 3}
+    (change,) = caller.adjustments
+    assert change["param"] == "temperature" and change["action"] == "dropped"
+    assert "O-series models don't support temperature=0.0" in change["endpoint_said"]
+
+
+@pytest.mark.parametrize(
+    "message, dropped",
+    [
+        ("litellm.UnsupportedParamsError: O-series models don't support temperature=0.0.", "temperature"),
+        ("1 validation error: ('body', 'early_stopping') Extra inputs are not permitted", "early_stopping"),
+        ("Unrecognized request argument supplied: best_of", "best_of"),
+        ("'top_p' is not supported with this model.", "top_p"),
+        # Unrelated 400s that name a sent parameter: nothing is dropped.
+        (
+            "'max_tokens' or 'max_completion_tokens' is too large: 150. This model's maximum context length is "
+            "2048 tokens and your request has 1950 input tokens",
+            None,
+        ),  # fmt: skip
+        ("temperature must be non-negative, got -1.0.", None),
+        ("The model `x` does not support n above 1.", None),  # a lone letter names nothing
+        ("messages: unsupported content type", None),  # never the messages
+    ],
+)
+def test_a_parameter_is_dropped_only_when_the_message_says_it_is_not_accepted(message: str, dropped: str) -> None:
+    sent = {"model": "m", "messages": [], "temperature": 0.0, "top_p": 1, "max_tokens": 150, "n": 4}
+    sent |= {"early_stopping": True, "best_of": 4}
+    assert rejected_parameter(message, sent) == dropped
+
+
+def test_an_unrelated_400_is_not_retried_and_drops_nothing() -> None:
+    with FakeOpenAIServer("[[A>B]]", max_context_chars=10, error_style="litellm") as server:
+        caller = caller_for(server)
+        (failure,) = calls(caller, [(MESSAGES, {"temperature": 0.0, "max_tokens": 64})])
+    assert isinstance(failure, CallFailed) and server.requests == 1 and caller.adjustments == []
+
+
+# ----- 6. the same mistake, the same answer ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("style, status", [("openai", 404), ("vllm", 404), ("vllm-legacy", 404), ("litellm", 400)])
+def test_an_unknown_model_stops_the_run_on_every_server(style: str, status: int) -> None:
+    with FakeOpenAIServer("[[A>B]]", models={"served"}, error_style=style) as server:
+        (failure,) = calls(caller_for(server, "typo"), [(MESSAGES, SAMPLING)])
+    assert isinstance(failure, FatalEndpointError) and not isinstance(failure, RunFailed)
+    assert "does not know model 'typo' or its chat completions API" in str(failure)
+    assert server.status_counts == {status: 1}
+
+
+def test_an_unknown_reward_model_names_the_pooling_api() -> None:
+    with FakeOpenAIServer("1.5", models={"served"}) as server:
+        caller = caller_for(server, "typo", api="pooling")
+        (failure,) = calls(caller, [(MESSAGES, {"use_activation": False})])
+    assert isinstance(failure, FatalEndpointError) and "its Pooling API (/pooling)" in str(failure)
+    assert "chat" not in str(failure) and "The model `typo` does not exist." in str(failure)
+
+
+# ----- 5. one retry budget per call --------------------------------------------------------------------------
+
+
+def test_a_request_asked_again_gets_no_fresh_budget() -> None:
+    """A shard task's retry judges the same pairs again: a request that spent its attempts is not sent."""
+    with FakeOpenAIServer("[[A>B]]", fail_first=100, fail_kind="500", error_style="vllm") as server:
+        results = calls(caller_for(server), [(MESSAGES, SAMPLING)] * 3)
+        assert server.requests == 3  # max_retries 2: 3 attempts in all, not 9
+    assert all(isinstance(r, CallFailed) for r in results)
+    assert "after 3 attempts" in str(results[0]) and "The server had an error" in str(results[0])
+    assert "not sent again" in str(results[1])
+
+
+def test_an_answered_request_can_be_asked_again() -> None:
+    with FakeOpenAIServer("[[A>B]]", fail_first=2) as server:
+        results = calls(caller_for(server), [(MESSAGES, SAMPLING)] * 3)
+    assert [r.text for r in results] == ["[[A>B]]"] * 3 and server.requests == 5
+
+
+@pytest.mark.slow
+def test_twenty_calls_all_answered_5xx_make_at_most_sixty_requests(run_cli, judgebench_repo, tmp_path: Path) -> None:
+    """10 pairs in both orders = 20 calls, every attempt a 503; --max-retries 2 with the shard task's own
+    retries (2 by default) still sends at most 3 requests per call."""
+    with FakeOpenAIServer("[[A>B]]", rate_503=1.0, error_style="vllm") as server:
+        result = run_cli(
+            *run_command(
+                judgebench_repo, server, tmp_path, model="gpt-4o", max_samples=10, shard_size=None, concurrency=4
+            ),
+            "--max-retries",
+            "2",
+            "--retry-initial-wait",
+            "0.01",
+            "--retry-max-wait",
+            "0.02",
+        )
+        requests = server.requests
+    assert result.returncode == 4, result.stderr[-2000:]
+    assert requests <= 60, requests
+    published = json.loads((tmp_path / "results/judgebench.json").read_text())
+    assert published["invalid"]["failed_judgments"] == 20
+    assert any("The engine is currently overloaded" in reason for reason in published["invalid"]["reasons"])
+
+
+# ----- 1. reward models get raw scores from vLLM's Pooling API --------------------------------------------
+
+
+def test_the_pooling_api_activates_unless_asked_not_to() -> None:
+    with FakeOpenAIServer("2.5") as server:
+        caller = caller_for(server, "rm", api="pooling")
+        activated, raw = calls(caller, [(MESSAGES, {}), (MESSAGES, {"use_activation": False})])
+    assert float(activated.text) == pytest.approx(1 / (1 + math.exp(-2.5)))
+    assert float(raw.text) == 2.5 and server.ignored_log == []
+
+
+def test_the_reward_judge_asks_for_raw_scores_in_fields_vllm_reads() -> None:
+    assert RewardJudge().sampling == {"use_activation": False}
+    assert set(RewardJudge().sampling) <= VLLM_POOLING_FIELDS
+
+
+def test_a_raw_score_inside_zero_one_is_checked_once_and_accepted() -> None:
+    with FakeOpenAIServer("0.25") as server:
+        caller = caller_for(server, "rm", api="pooling")
+        results = calls(
+            caller,
+            [(MESSAGES, {"use_activation": False}), ([{"role": "user", "content": "x"}], {"use_activation": False})],
+        )
+    assert [float(r.text) for r in results] == [0.25, 0.25]
+    assert server.requests == 3  # one probe asking for the activated score, then trusted
+
+
+@pytest.mark.parametrize("score", ["0.3", "[[0.1], [0.7]]", "9.0"])
+def test_a_server_that_ignores_use_activation_stops_the_run_with_one_line(score: str) -> None:
+    """vLLM before 0.11.1: `use_activation` is logged as ignored and the sigmoid applied anyway."""
+    with FakeOpenAIServer(score, honours_use_activation=False) as server:
+        caller = caller_for(server, "rm", api="pooling")
+        (failure,) = calls(caller, [(MESSAGES, {"use_activation": False})])
+    assert isinstance(failure, FatalEndpointError), failure
+    assert "returned activated scores" in str(failure) and "vLLM >= 0.11.1" in str(failure)
+    assert "\n" not in str(failure)
+    assert "present in the request but ignored: {'use_activation'}" in server.ignored_log[0]
+
+
+# ----- 2. PandaLM's beam search on vLLM -----------------------------------------------------------------------
+
+
+def test_pandalms_request_asks_vllm_for_a_four_beam_search_in_its_own_fields() -> None:
+    legacy = {"best_of", "early_stopping"}  # what vLLM before 0.6.3 read; current vLLM logs them as ignored
+    assert set(PANDALM_SAMPLING) - legacy <= VLLM_COMPLETION_FIELDS
+    assert PANDALM_SAMPLING["use_beam_search"] is True and PANDALM_SAMPLING["n"] == 4
+    with FakeOpenAIServer("1\n\nReason: better") as server:
+        caller = caller_for(server, "pandalm", api="completions")
+        (answer,) = calls(caller, [(MESSAGES, dict(PANDALM_SAMPLING))])
+    assert answer.text.startswith("1") and server.beam_widths == {4: 1}
+    assert server.ignored_fields == {"best_of": 1, "early_stopping": 1} and caller.adjustments == []
+
+
+def test_a_server_that_cannot_beam_search_is_named_in_the_run() -> None:
+    with FakeOpenAIServer("2", beam_search=False) as server:
+        caller = caller_for(server, "pandalm", api="completions")
+        results = calls(caller, [(MESSAGES, dict(PANDALM_SAMPLING))] * 2)
+    assert [r.text for r in results] == ["2", "2"]
+    (note,) = caller.adjustments  # once, however many calls
+    assert note["param"] == "use_beam_search" and note["action"] == "ignored by the endpoint"
+    assert "1 choice(s) to a 4-beam search" in note["endpoint_said"]
+
+
+def test_results_group_failures_by_reason_keeping_the_servers_words() -> None:
+    """Messages that differ only in their numbers are one reason; the attempt counts are left out."""
+    from judgebench_flows.core.records import JudgmentRecord
+    from judgebench_flows.scoring.metrics import Tally
+
+    common = {"source": "s", "category": "s", "label": "A>B", "judge_model": "m", "calls": 1}
+    vllm = "HTTP 400: This model's maximum context length is 8192 tokens. However, your request has {} input tokens."
+    errors = [vllm.format(9000), vllm.format(12345), "HTTP 503 after 3 attempts: The engine is overloaded."]
+    errors.append("HTTP 503 after 3 attempts: The engine is overloaded. (its 3 attempts are spent: not sent again)")
+    records = [
+        JudgmentRecord(pair_id=f"p{i}", order=0, status="failed", error=error, **common)
+        for i, error in enumerate(errors)
+    ]
+    assert dict(Tally.of(records).reasons) == {vllm.format(9000): 2, "HTTP 503: The engine is overloaded.": 2}

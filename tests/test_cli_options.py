@@ -68,7 +68,10 @@ class Small(BaseModel):
     [
         (["run", "--model", "m", "--conc", "3"], "unrecognized arguments: --conc 3"),  # no prefix matching
         (["run", "--model", "m", "--concurrency", "x"], "--concurrency: Input should be a valid integer"),
-        (["run", "--model", "m", "--request-style", "nope"], "--request-style: Input should be"),
+        (
+            ["run", "--model", "m", "--request-style", "nope"],
+            "argument --request-style/--request_style: invalid choice: 'nope'",
+        ),
     ],
 )
 def test_a_mistake_is_one_line_naming_the_option_exit_2(argv: list[str], said: str, tmp_path) -> None:

@@ -104,7 +104,7 @@ def _add(group: Any, name: str, field: FieldInfo) -> None:
         else:
             kwargs["action"] = "store_true"
     elif origin is Literal:
-        kwargs["metavar"] = "{" + ",".join(str(choice) for choice in typing.get_args(annotation)) + "}"
+        kwargs["choices"] = [str(choice) for choice in typing.get_args(annotation)]
     elif origin is list:
         kwargs["type"], kwargs["metavar"] = _comma_list, "A,B,..."
     elif origin is dict:

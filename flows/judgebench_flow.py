@@ -35,6 +35,7 @@ from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
+from judgebench_flows.flows.events import RunTrace, emit_run_event
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.shards import (
     JudgeSpec,
@@ -187,6 +188,21 @@ class Stopwatch:
 
 @flow(name="judgebench", log_prints=False, persist_result=False)
 async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
+    """Judge one configuration; its outcome is also announced as a `judgebench.run.*` Prefect event
+    (flows/events.py), whatever stopped it: automations, not this code, decide who hears of it."""
+    trace = RunTrace()
+    flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    try:
+        results = await evaluate(config, trace)
+    except BaseException as exc:
+        emit_run_event(config, getattr(exc, "results", None), trace, error=exc, flow_run_id=flow_run_id)
+        raise
+    emit_run_event(config, results, trace, flow_run_id=flow_run_id)
+    return results
+
+
+async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
+    """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes."""
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
@@ -194,6 +210,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
     source = await fetch(config)
+    trace.commit, trace.data_file = source.commit, source.data_file
     spec = judge_spec(config, source.templates_dir)
     fetch_s = clock.lap()
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
@@ -201,6 +218,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     header = run_header(config, source, index)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    trace.run_id, trace.config_key = run_id, config_key
     db.start_run(
         engine,
         run_id,

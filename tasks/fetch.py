@@ -9,7 +9,6 @@ from prefect import task
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.dataset import Checkout, fetch_repository
 
-
 # What git says when the repository is not there at all (a local path, file:// URL, or a server's 404):
 # asking again cannot help.
 NO_SUCH_REPOSITORY = ("not found", "does not exist", "does not appear to be a git repository", "repository exists")

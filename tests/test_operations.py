@@ -26,7 +26,8 @@ import yaml
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from tests.test_schedule import POOL, ROOT, LiveServer, live_server, wait_for  # noqa: F401 (fixture)
+from tests.test_schedule import POOL, ROOT, LiveServer, wait_for
+from tests.test_schedule import live_server as live_prefect  # noqa: F401 (registers the fixture `live_server`)
 
 pytestmark = pytest.mark.slow
 
@@ -141,16 +142,16 @@ def _events(server: LiveServer, prefix: str) -> list[dict[str, Any]]:
 
 
 def test_a_regression_reaches_the_webhook_and_fails_the_night_at_once(
-    live_server, receiver, judgebench_repo, gpt4o_pairs, tmp_path
+    live_prefect, receiver, judgebench_repo, gpt4o_pairs, tmp_path
 ):
     """Two nights of one configuration through the nightly deployment, pointed at a local JudgeBench copy
     by its repo_url/ref parameters: all right, then all wrong. The second night regresses: its alert is
     POSTed to the receiver by the installed automation, naming the model, the event feed holds
     judgebench.run.regressed, and the night is Failed after one attempt."""
     url, sha = judgebench_repo
-    _deploy(live_server)
-    installed = _judgebench(live_server, "automations", "install", "--webhook-url", receiver.url, cwd=tmp_path)
-    again = _judgebench(live_server, "automations", "install", "--webhook-url", receiver.url, cwd=tmp_path)
+    _deploy(live_prefect)
+    installed = _judgebench(live_prefect, "automations", "install", "--webhook-url", receiver.url, cwd=tmp_path)
+    again = _judgebench(live_prefect, "automations", "install", "--webhook-url", receiver.url, cwd=tmp_path)
     assert installed.stdout.count("created:") == 3 and again.stdout.count("updated:") == 3, again.stdout
     matrix = {
         "judge_types": ["vanilla"],
@@ -164,7 +165,7 @@ def test_a_regression_reaches_the_webhook_and_fails_the_night_at_once(
     (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix))
     with FakeOpenAIServer() as probe:  # one endpoint address both nights: the endpoint is part of a configuration
         port = probe.port
-    worker = _start_worker(live_server, tmp_path, "nights")
+    worker = _start_worker(live_prefect, tmp_path, "nights")
     try:
         runs = []
         for wrong in (False, True):
@@ -172,7 +173,7 @@ def test_a_regression_reaches_the_webhook_and_fails_the_night_at_once(
                 oracle_responder(gpt4o_pairs, VERDICTS["vanilla"], wrong=wrong), api_key=CANARY_KEY, port=port
             ) as endpoint:
                 flow_run_id = _run(
-                    live_server,
+                    live_prefect,
                     "nightly-benchmarks/nightly",
                     {
                         "matrix_path": str(tmp_path / "matrix.yaml"),
@@ -182,7 +183,7 @@ def test_a_regression_reaches_the_webhook_and_fails_the_night_at_once(
                         "base_url": endpoint.base_url,
                     },
                 )
-                runs.append(_final(live_server, flow_run_id, 300, [tmp_path / "nights.log"]))
+                runs.append(_final(live_prefect, flow_run_id, 300, [tmp_path / "nights.log"]))
                 failed_at = time.monotonic()
     finally:
         _stop(worker)
@@ -191,38 +192,40 @@ def test_a_regression_reaches_the_webhook_and_fails_the_night_at_once(
     assert second["state_type"] == "FAILED" and "(regressed)" in second["state"]["message"], second["state"]
     assert second["run_count"] == 1  # a regression is a result: no second attempt
 
-    alert = wait_for("the alert POST", lambda: receiver.bodies, max(5, 60 - (time.monotonic() - failed_at)), live_server)
+    alert = wait_for(
+        "the alert POST", lambda: receiver.bodies, max(5, 60 - (time.monotonic() - failed_at)), live_prefect
+    )
     assert "judge-a" in alert[0]["subject"] and "regressed" in alert[0]["subject"], alert
     assert "vanilla" in alert[0]["body"] and "accuracy: 0.00%" in alert[0]["body"], alert[0]["body"]
     assert "change against the baseline: -100.00 points" in alert[0]["body"], alert[0]["body"]
-    [regressed] = _events(live_server, "judgebench.run.regressed")
+    [regressed] = _events(live_prefect, "judgebench.run.regressed")
     assert regressed["resource"]["judgebench.model"] == "judge-a" and regressed["payload"]["accuracy"] == 0.0
-    assert [e["event"] for e in _events(live_server, "judgebench.night.")] in (
+    assert [e["event"] for e in _events(live_prefect, "judgebench.night.")] in (
         ["judgebench.night.regressed", "judgebench.night.completed"],
         ["judgebench.night.completed", "judgebench.night.regressed"],
     )
-    everything = json.dumps(_events(live_server, "judgebench.")) + json.dumps(receiver.bodies)
+    everything = json.dumps(_events(live_prefect, "judgebench.")) + json.dumps(receiver.bodies)
     assert CANARY_KEY not in everything
 
-    removed = _judgebench(live_server, "automations", "remove", cwd=tmp_path)
+    removed = _judgebench(live_prefect, "automations", "remove", cwd=tmp_path)
     assert all(name in removed.stdout for name in ("judgebench-alert", "judgebench-reschedule-crashed"))
-    assert live_server.post("/automations/filter", {}) == []
+    assert live_prefect.post("/automations/filter", {}) == []
 
 
-def test_a_worker_killed_mid_run_is_recovered_without_a_person(live_server, judgebench_repo, gpt4o_pairs, tmp_path):
+def test_a_worker_killed_mid_run_is_recovered_without_a_person(live_prefect, judgebench_repo, gpt4o_pairs, tmp_path):
     """SIGKILL the worker and the flow run it started (a machine lost: no final state, no word); start
     another worker. Heartbeats stop, the automation marks the run Crashed, the other reschedules it, the
     new worker runs it to Completed, and the calls answered before the kill are not paid again."""
     url, sha = judgebench_repo
     pairs, concurrency = 16, 2
-    _deploy(live_server)
-    _judgebench(live_server, "automations", "install", "--webhook-url", "http://127.0.0.1:9/unused", cwd=tmp_path)
+    _deploy(live_prefect)
+    _judgebench(live_prefect, "automations", "install", "--webhook-url", "http://127.0.0.1:9/unused", cwd=tmp_path)
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     with FakeOpenAIServer(
         oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), api_key=CANARY_KEY, latency=0.5
     ) as endpoint:
         flow_run_id = _run(
-            live_server,
+            live_prefect,
             "judgebench-adhoc/adhoc",
             {
                 "model": "judge-x",
@@ -236,16 +239,16 @@ def test_a_worker_killed_mid_run_is_recovered_without_a_person(live_server, judg
                 "output_dir": str(tmp_path / "adhoc"),
             },
         )
-        first = _start_worker(live_server, tmp_path, "first")
+        first = _start_worker(live_prefect, tmp_path, "first")
         try:
-            wait_for("calls answered before the kill", lambda: endpoint.answered >= 8, 300, live_server)
+            wait_for("calls answered before the kill", lambda: endpoint.answered >= 8, 300, live_prefect)
         finally:
             _stop(first, signal.SIGKILL)
         killed_at, answered_before_kill = time.monotonic(), endpoint.answered
         assert answered_before_kill < 2 * pairs, "killed too late to test anything"
-        second = _start_worker(live_server, tmp_path, "second")
+        second = _start_worker(live_prefect, tmp_path, "second")
         try:
-            finished = _final(live_server, flow_run_id, 300, logs)
+            finished = _final(live_prefect, flow_run_id, 300, logs)
         finally:
             _stop(second)
         paid = endpoint.answered_keys()
@@ -253,7 +256,7 @@ def test_a_worker_killed_mid_run_is_recovered_without_a_person(live_server, judg
     assert finished["state_type"] == "COMPLETED", finished["state"]
     assert time.monotonic() - killed_at < 300
     assert finished["run_count"] >= 2  # the same flow run, run again by Prefect, not by a person
-    states = httpx.get(f"{live_server.api_url}/flow_run_states/", params={"flow_run_id": flow_run_id}, timeout=30)
+    states = httpx.get(f"{live_prefect.api_url}/flow_run_states/", params={"flow_run_id": flow_run_id}, timeout=30)
     assert "CRASHED" in [s["type"] for s in states.json()], states.json()
     results = json.loads((tmp_path / "adhoc" / "results.json").read_text())
     assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == pairs

@@ -26,8 +26,7 @@ import yaml
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from tests.test_schedule import POOL, ROOT, LiveServer, wait_for
-from tests.test_schedule import live_server as live_prefect  # noqa: F401 (registers the fixture `live_server`)
+from tests.test_schedule import POOL, ROOT, LiveServer, started_server, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +56,12 @@ class WebhookReceiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture()
+def live_prefect(tmp_path) -> Iterator[LiveServer]:
+    with started_server(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture()

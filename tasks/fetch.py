@@ -15,13 +15,14 @@ NO_SUCH_REPOSITORY = ("not found", "does not exist", "does not appear to be a gi
 
 
 async def _network_hiccup(task, task_run, state) -> bool:
-    """Retry a clone that failed for a passing reason; a bad URL, a repository that does not exist or an
-    unknown ref fails at once."""
+    """Retry a clone that failed for a passing reason; a bad URL, a repository that does not exist (or any
+    local one: no network in between) or an unknown ref fails at once."""
     try:
         await state.aresult()
     except UserError as exc:
         message = str(exc).lower()
-        return "cannot clone" in message and not any(marker in message for marker in NO_SUCH_REPOSITORY)
+        local = message.startswith(("cannot clone file:", "cannot clone /"))  # no network to hiccup
+        return "cannot clone" in message and not local and not any(m in message for m in NO_SUCH_REPOSITORY)
     except Exception:
         return True
     return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -268,3 +270,89 @@ def test_a_worker_killed_mid_run_is_recovered_without_a_person(live_prefect, jud
     assert len(paid) == 2 * pairs and max(paid.values()) <= 2
     twice = [key for key, count in paid.items() if count > 1]
     assert len(twice) <= concurrency, f"{len(twice)} calls paid twice; at most the {concurrency} in flight at the kill"
+
+
+def test_an_unreachable_repository_fails_the_night_without_a_retry(prefect_server, tmp_path, monkeypatch):
+    """A repository that does not exist (the nightly's repo_url parameter): the clone is tried once, the
+    cell fails, the night is Failed at its first attempt, and its event says failed."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    from judgebench_flows.flows.nightly import nightly_benchmarks
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    matrix = {
+        "judge_types": ["vanilla"],
+        "models": ["judge-a"],
+        "data_files": [GPT4O_FILE],
+        "base_url": "http://127.0.0.1:9/v1",
+        "db_url": f"sqlite:///{tmp_path}/history.db",
+        "output_root": str(tmp_path / "nightly"),
+        "options": {"cache_dir": str(tmp_path / "cache")},
+    }
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix))
+    started = time.monotonic()
+    state = asyncio.run(
+        nightly_benchmarks(str(tmp_path / "matrix.yaml"), repo_url=f"file://{tmp_path}/nowhere", return_state=True)
+    )
+    assert state.is_failed() and "(failed)" in state.message, state
+    assert time.monotonic() - started < 60  # no 60 s retry delay, no 5 s clone retries
+    with get_client(sync_client=True) as client:
+        night = client.read_flow_run(state.state_details.flow_run_id)
+        assert night.run_count == 1
+        [cell] = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[night.id]))
+        )
+        assert cell.state and cell.state.is_failed() and "cannot clone" in (cell.state.message or "")
+        clones = [t for t in client.read_task_runs() if t.flow_run_id == cell.id and t.name.startswith("fetch")]
+        assert [t.run_count for t in clones] == [1], clones
+
+
+def test_the_readme_vanilla_example_ends_completed(prefect_server, judgebench_repo, tmp_path):
+    """The README's ad-hoc example against the bundled test server started as the README says: the vanilla
+    judge reads a verdict from every answer, so the run is Completed (0%: a fixed verdict), not Failed."""
+    from judgebench_flows.deployments.deploy import deploy_all
+
+    url, sha = judgebench_repo
+    deploy_all(ROOT, POOL)
+    endpoint = subprocess.Popen(
+        [sys.executable, "-m", "judgebench_flows.testing.fake_openai", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        base_url = (endpoint.stdout.readline() if endpoint.stdout else "").strip()
+        env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "OPENAI_BASE_URL": base_url}
+        params = {"model": "gpt-4o-mini", "judge_type": "vanilla", "max_samples": "5", "repo_url": url, "ref": sha}
+        params |= {"db_url": f"sqlite:///{tmp_path}/history.db", "output_dir": str(tmp_path / "adhoc")}
+        started = subprocess.run(
+            [sys.executable, "-m", "prefect", "deployment", "run", "judgebench-adhoc/adhoc"]
+            + [arg for key, value in params.items() for arg in ("--param", f"{key}={value}")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        worker = subprocess.run(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc", "--run-once"],
+            cwd=tmp_path,
+            env={**env, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        endpoint.terminate()
+        endpoint.wait(10)
+    from prefect.client.orchestration import get_client
+
+    [flow_run_id] = re.findall(r"UUID: ([0-9a-f-]{36})", started.stdout)
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(UUID(flow_run_id)).state
+    assert state and state.is_completed(), f"{state!r}\n{worker.stdout[-3000:]}\n{worker.stderr[-3000:]}"
+    results = json.loads((tmp_path / "adhoc" / "results.json").read_text())
+    assert results["overall_accuracy"]["accuracy"] == 0.0 and results["invalid"]["invalid_judgments"] == 0

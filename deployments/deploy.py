@@ -33,6 +33,10 @@ NIGHTLY_TIMEZONE = "UTC"
 NIGHTLY_ENTRYPOINT = "flows/nightly.py:nightly_benchmarks"
 ADHOC_ENTRYPOINT = "flows/nightly.py:judgebench_adhoc"
 
+# Runs send heartbeats, so a run whose machine died is marked Crashed and rescheduled by the automations
+# of `judgebench automations install` (deployments/automations.py); prefect.yaml sets the same.
+HEARTBEATS = {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}}
+
 _T = TypeVar("_T")
 
 
@@ -80,6 +84,7 @@ def nightly_deployment(
             parameters={"matrix_path": matrix_path},
             concurrency_limit=1,  # a late night must not overlap the next one on the same endpoint
             work_queue_name="nightly",
+            job_variables=HEARTBEATS,
             tags=["judgebench", "nightly"],
         )
     )
@@ -92,6 +97,7 @@ def adhoc_deployment(project_dir: Path = PROJECT_DIR) -> RunnerDeployment:
             name="adhoc",
             description="One JudgeBench configuration on demand: --param model=... [--param judge_type=...]",
             work_queue_name="adhoc",
+            job_variables=HEARTBEATS,
             tags=["judgebench", "adhoc"],
         )
     )

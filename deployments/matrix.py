@@ -145,6 +145,17 @@ class NightlyMatrix(BaseModel):
                 raise ValueError(f"unknown run option '{key}' (valid: {', '.join(valid)})")
         return options
 
+    def overridden(
+        self, repo_url: str | None = None, ref: str | None = None, data_files: list[str] | None = None
+    ) -> NightlyMatrix:
+        """This matrix with another JudgeBench copy, ref or data files (a deployment run's parameters),
+        validated as the file is: a bad override is one line naming it."""
+        given = {"repo_url": repo_url, "ref": ref, "data_files": data_files}
+        changes = {key: value for key, value in given.items() if value is not None}
+        if not changes:
+            return self
+        return parse_matrix({**self.model_dump(), **changes}, "parameters")
+
     def entries(self, base_url: str | None = None, max_samples: int | None = None) -> list[MatrixEntry]:
         """Every combination as a RunConfig with its own result file and output directory.
 

@@ -36,6 +36,7 @@ from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
+from judgebench_flows.flows.events import RunTrace, emit_run_event
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.shards import (
     JudgeSpec,
@@ -276,6 +277,47 @@ def publish(
 
 @flow(name="judgebench", log_prints=False, persist_result=False)
 async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
+    """Judge one configuration; its outcome is also announced as a `judgebench.run.*` Prefect event
+    (flows/events.py), whatever stopped it: automations, not this code, decide who hears of it."""
+    trace = RunTrace()
+    flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    try:
+        results = await evaluate(config, trace)
+    except BaseException as exc:
+        emit_run_event(config, getattr(exc, "results", None), trace, error=exc, flow_run_id=flow_run_id)
+        raise
+    emit_run_event(config, results, trace, flow_run_id=flow_run_id)
+    return results
+
+
+def run_info(
+    config: RunConfig,
+    spec: JudgeSpec,
+    run_id: str,
+    config_key: str,
+    flow_run_id: str,
+    started: datetime,
+    finished: datetime,
+    timings: Timings,
+) -> RunInfo:
+    """results.json's `run`: which run this was, how it judged, and how long each phase took."""
+    return RunInfo(
+        run_id=run_id,
+        config_key=config_key,
+        started=started.isoformat(),
+        finished=finished.isoformat(),
+        duration_s=round((finished - started).total_seconds(), 3),
+        flow_run_id=flow_run_id,
+        mode="single-game" if config.single_game else "both-orders",
+        shuffle_responses=config.shuffle_responses,
+        seed=config.seed,
+        requests=request_report_of(spec) if config.needs_endpoint else None,
+        timings=timings,
+    )
+
+
+async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
+    """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes."""
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
@@ -283,6 +325,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
     source = await fetch(config)
+    trace.commit, trace.data_file = source.commit, source.data_file
     spec = judge_spec(config, source.templates_dir)
     fetch_s = clock.lap()
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
@@ -291,6 +334,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
     check_worst_case(config, spec, index)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    trace.run_id, trace.config_key = run_id, config_key
     record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
     judge_name = output_judge_name(config)
     sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, judge_name)
@@ -310,8 +354,13 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             sent = await judge_shards(shards, spec, config, sink)
         except RunFailed as exc:  # stopped early: what was judged is still published, then exit 4
             stopped, sent = exc, None
-        judge_s = clock.lap()
         judge_cpu = time.process_time() - cpu_before
+        timings = Timings(
+            fetch_s=fetch_s,
+            load_s=load_s,
+            judge_s=clock.lap(),
+            judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3),
+        )
 
         finished = datetime.now(timezone.utc)
         results = RunResults.aggregate(
@@ -321,24 +370,7 @@ async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
             bootstrap_resamples=config.bootstrap_resamples,
             usage={**usage_of_calls(sent), **cost_of_calls(spec, sent, sink.tally)},
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
-            run=RunInfo(
-                run_id=run_id,
-                config_key=config_key,
-                started=clock.started.isoformat(),
-                finished=finished.isoformat(),
-                duration_s=round((finished - clock.started).total_seconds(), 3),
-                flow_run_id=flow_run_id,
-                mode="single-game" if config.single_game else "both-orders",
-                shuffle_responses=config.shuffle_responses,
-                seed=config.seed,
-                requests=request_report_of(spec) if config.needs_endpoint else None,
-                timings=Timings(
-                    fetch_s=fetch_s,
-                    load_s=load_s,
-                    judge_s=judge_s,
-                    judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3),
-                ),
-            ),
+            run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings),
         )
         too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:

@@ -5,10 +5,15 @@ another (each cell already runs its calls concurrently, and sequential cells kee
 one `concurrency`). A cell that fails or regresses does not stop the others; the flow fails at the end,
 after writing a summary artifact, so the schedule's run is red whenever any cell needs a look.
 
-Retries: the flow has `retries=1`. Subflows persist their result, so on the retry Prefect reuses every
-cell that finished in the first attempt (no new run, no second regression check against a run that
-itself regressed) and only failed cells run again, their answered calls and completed shards coming
-back from the call cache and the shard cache.
+Retries: a cell that failed for a reason that may pass (endpoint down or rate limiting past its calls'
+own retries, network lost: flows/retries.py) runs once more after `retry_delay_seconds`, its answered
+calls and completed shards coming back from the call cache and the shard cache. A regression, bad input
+or a repository/ref that does not exist is not retried: the night ends Failed at once, its events sent.
+A night whose process dies is Crashed and rescheduled by the automations (deployments/automations.py);
+subflows persist their result, so the rescheduled night reuses every cell that had finished.
+
+Events: each cell's judging run emits its `judgebench.run.*` event as it finishes, and each attempt of
+the night ends with `judgebench.night.completed|regressed|failed` listing every cell (flows/events.py).
 
 `judgebench_adhoc` takes plain parameters (`--param model=...` on the command line or in the UI), builds
 a RunConfig and runs the same `judgebench` subflow.
@@ -16,12 +21,14 @@ a RunConfig and runs the same `judgebench` subflow.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
+from prefect.context import get_run_context
 from prefect.states import State
 from pydantic import BaseModel
 
@@ -31,14 +38,12 @@ from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.pricing import BudgetReached, format_usd
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
+from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
+from judgebench_flows.flows.retries import BenchmarkFailed, is_transient
 from judgebench_flows.scoring.formatting import percent as _pct
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
-
-
-class BenchmarkFailed(Exception):
-    """Raised at the end of a flow run when a configuration failed or regressed."""
 
 
 class CellOutcome(BaseModel):
@@ -60,6 +65,7 @@ class CellOutcome(BaseModel):
     unpriced: bool = False
     result_path: str
     message: str | None = None
+    transient: bool = False  # failed for a reason a second attempt may not meet (flows/retries.py)
 
 
 def _counts(results: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +118,8 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
         counts = _counts(published) if published else {}
         if isinstance(error, BudgetReached):  # stopped at its budget: what it spent until then
             counts["cost_usd"] = error.spent
-        return CellOutcome(status="failed", message=reason[:500], **counts, **base)
+        transient = is_transient(error if isinstance(error, BaseException) else None, published)
+        return CellOutcome(status="failed", message=reason[:500], transient=transient, **counts, **base)
     results: dict[str, Any] = await state.aresult()
     regression = results.get("regression") or {}
     too_little = measured_too_little(results, entry.config.max_failed_fraction)
@@ -177,28 +184,46 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
     return "\n".join(lines)
 
 
-@flow(name="nightly-benchmarks", retries=1, retry_delay_seconds=60, log_prints=False)
+async def judge_cell(entry: MatrixEntry, retry_delay_seconds: float) -> tuple[CellOutcome, State]:
+    """A configuration's judging subflow, run once more after `retry_delay_seconds` if it failed for a
+    reason that may pass; persist_result lets a rescheduled night reuse a finished subflow."""
+    logger = get_run_logger()
+    subflow = judgebench_flow.with_options(flow_run_name=entry.name, persist_result=True)
+    state = await subflow(entry.config, return_state=True)
+    outcome = await outcome_of(entry, state)
+    if outcome.status == "failed" and outcome.transient:
+        logger.warning("%s failed (%s); trying once more in %g s", entry.name, outcome.message, retry_delay_seconds)
+        await asyncio.sleep(retry_delay_seconds)
+        state = await subflow(entry.config, return_state=True)
+        outcome = await outcome_of(entry, state)
+    return outcome, state
+
+
+@flow(name="nightly-benchmarks", log_prints=False)
 async def nightly_benchmarks(
     matrix_path: str = "deployments/nightly.yaml",
     base_url: str | None = None,
     max_samples: int | None = None,
+    repo_url: str | None = None,
+    ref: str | None = None,
+    data_files: list[str] | None = None,
+    retry_delay_seconds: float = 60,
 ) -> list[dict[str, Any]]:
     """Run every configuration of the matrix; fail at the end if any failed or regressed.
 
-    `base_url` and `max_samples` override the matrix file, e.g. for a quick smoke run of a deployment.
+    `base_url`, `max_samples`, `repo_url` (another JudgeBench copy: a URL or a local path), `ref` and
+    `data_files` override the matrix file, e.g. to point a deployment at a local checkout offline.
+    `retry_delay_seconds`: the wait before a configuration that failed for a passing reason runs again.
     """
     logger = get_run_logger()
-    matrix = load_matrix(matrix_path)
+    matrix = load_matrix(matrix_path).overridden(repo_url=repo_url, ref=ref, data_files=data_files)
     entries = matrix.entries(base_url=base_url, max_samples=max_samples)
     logger.info("%d configurations from %s", len(entries), matrix_path)
     outcomes: list[CellOutcome] = []
     for planned in entries:
         spent = sum(o.cost_usd or 0.0 for o in outcomes)
         entry = _within_night_budget(planned, None if matrix.max_cost is None else matrix.max_cost - spent)
-        # persist_result lets a retry of this flow reuse the finished subflow instead of running it again
-        subflow = judgebench_flow.with_options(flow_run_name=entry.name, persist_result=True)
-        state = await subflow(entry.config, return_state=True)
-        outcome = await outcome_of(entry, state)
+        outcome, _ = await judge_cell(entry, retry_delay_seconds)
         log = logger.info if outcome.status == "completed" else logger.error
         log(
             "%s: %s, accuracy %s%s",
@@ -219,6 +244,8 @@ async def nightly_benchmarks(
         key=NIGHTLY_ARTIFACT_KEY,
         description=f"JudgeBench nightly: {len(outcomes)} configurations",
     )
+    attempt = get_run_context().flow_run.run_count  # type: ignore[union-attr]
+    emit_night_event(matrix_path, [o.model_dump() for o in outcomes], attempt)
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
         raise BenchmarkFailed(
@@ -244,6 +271,7 @@ async def judgebench_adhoc(
     output_dir: str | None = None,
     api_key_env: str | None = None,
     api_key_secret: str | None = None,
+    retry_delay_seconds: float = 60,
 ) -> dict[str, Any]:
     """One configuration on demand, with plain parameters; fails if the run regressed or measured too little.
 
@@ -272,11 +300,10 @@ async def judgebench_adhoc(
         api_key_env=api_key_env,
         api_key_secret=api_key_secret,
     )
-    state = await judgebench_flow.with_options(flow_run_name=Path(folder).name)(config, return_state=True)
-    subflow_id = str(state.state_details.flow_run_id or "") or None
     entry = MatrixEntry(name=Path(folder).name, config=config)
+    outcome, state = await judge_cell(entry, retry_delay_seconds)
+    subflow_id = str(state.state_details.flow_run_id or "") or None
     results = await state.aresult() if state.is_completed() else _published_results(entry, subflow_id)
-    outcome = await outcome_of(entry, state)
     log = logger.info if outcome.status == "completed" else logger.error
     log(
         "%s: %s, accuracy %s (95%% CI %s - %s), %s pairs, failed judgments %s, invalid judgments %s%s",
@@ -297,9 +324,7 @@ async def judgebench_adhoc(
         key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), data_path or data_file)}",
         description=f"JudgeBench ad-hoc run: {entry.name}",
     )
-    if not state.is_completed():
-        await state.aresult()  # re-raises the subflow's error: this run is Failed for the same reason
-    if outcome.status != "completed":
+    if outcome.status != "completed":  # Failed for the subflow's reason; retried only if it may pass
         raise BenchmarkFailed(outcome.message or outcome.status)
     return {
         "run_id": outcome.run_id,

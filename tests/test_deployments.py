@@ -201,8 +201,8 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
 def test_nightly_runs_every_configuration_and_fails_at_the_end(
     prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
 ):
-    """One configuration fails (unknown model): the other still runs, the summary lists both, the flow is
-    Failed after its one retry, and the retry reused the finished configuration instead of running it again."""
+    """One configuration fails (unknown model): the other still runs, the summary lists both, and the flow
+    is Failed at once: an endpoint that does not know the model will not learn it on a second attempt."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
@@ -224,7 +224,7 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(
         )
         path = tmp_path / "matrix.yaml"
         path.write_text(yaml.safe_dump(matrix))
-        state = asyncio.run(nightly_benchmarks.with_options(retry_delay_seconds=0)(str(path), return_state=True))
+        state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
         answered = server.snapshot()["distinct_answered"]
 
     good, bad = cell_name("arena_hard", "judge-a", GPT4O_FILE), cell_name("arena_hard", "judge-missing", GPT4O_FILE)
@@ -232,17 +232,13 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(
     seen = f"{state!r}; runs: {[(r.model, r.status, r.message) for r in runs]}"
     assert state.is_failed() and f"{bad} (failed)" in state.message and good not in state.message, seen
     assert answered == 12, seen  # judge-a's 6 pairs x 2 orders, asked once
-    # the retry reused judge-a's finished subflow (no second run) and ran judge-missing again
-    assert sorted((r.model, r.status) for r in runs) == [
-        ("judge-a", "completed"),
-        ("judge-missing", "failed"),
-        ("judge-missing", "failed"),
-    ], seen
+    # no second attempt of anything: an unknown model is not a passing failure
+    assert sorted((r.model, r.status) for r in runs) == [("judge-a", "completed"), ("judge-missing", "failed")], seen
     results = json.loads((tmp_path / "nightly" / good / "results.json").read_text())
     assert results["overall_accuracy"]["accuracy"] == 1.0 and (tmp_path / "nightly" / good / "report.html").is_file()
 
     with get_client(sync_client=True) as client:
-        assert client.read_flow_run(state.state_details.flow_run_id).run_count == 2
+        assert client.read_flow_run(state.state_details.flow_run_id).run_count == 1
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(
                 key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),

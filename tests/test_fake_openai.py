@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer, request_key
+from tests.conftest import SHARED, requires_shared
 
 MODEL = "judge-model"
 
@@ -351,3 +352,19 @@ def test_command_line_serves_and_exits_on_sigterm() -> None:
             if process.poll() is None:
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+@requires_shared
+@pytest.mark.parametrize("judge_type", ["vanilla", "arena_hard", "auto_j", "prometheus_2", "skywork_critic"])
+@pytest.mark.parametrize("first", [True, False])
+def test_the_bundled_server_answers_every_judge_in_its_format(judge_type: str, first: bool) -> None:
+    """`python -m judgebench_flows.testing.fake_openai` without --answer: each built-in judge reads a valid
+    verdict from it, so the README's examples with it end Completed (at 0%: the verdict ignores the pair).
+    With a fixed arena-style answer, as the README had it, the vanilla judge read nothing and its run
+    failed for measuring too little."""
+    from judgebench_flows.judges import get_judge
+    from judgebench_flows.testing.fake_openai import judge_format_responder
+
+    judge = get_judge(judge_type, SHARED / "utils" / "templates")
+    answer = judge_format_responder(first)({"messages": judge.format("2+2?", "4", "5")})
+    assert judge.parse(answer) == ("A>B" if first else "B>A"), answer

@@ -351,6 +351,9 @@ def test_real_judgebench_clone(judgebench_repo: tuple[str, str], cache: Path) ->
         (UserError("cannot clone https://example.org/x.git: Connection reset by peer"), True),
         (UserError("cannot clone https://example.org/x.git: repository 'https://example.org/x.git/' not found"), False),
         (UserError("ref 'v9' not found in https://example.org/x.git"), False),
+        (UserError("cannot clone /srv/nowhere: fatal: repository '/srv/nowhere' does not exist"), False),
+        (UserError("cannot clone file:///srv/nowhere: fatal: Could not read from remote repository."), False),
+        (UserError("cannot clone ssh://git@example.org/x.git: fatal: Could not read from remote repository."), True),
         (OSError("git died"), True),
     ],
 )

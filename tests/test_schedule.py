@@ -10,6 +10,7 @@ other tests are not touched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -149,8 +150,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, server: LiveSe
         time.sleep(2)
 
 
-@pytest.fixture()
-def live_server(tmp_path) -> Iterator[LiveServer]:
+@contextlib.contextmanager
+def started_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """A live server with the `process` work pool, stopped on leaving."""
     server = LiveServer(tmp_path / "prefect-home")
     server.home.mkdir()
     server.start()
@@ -159,6 +161,12 @@ def live_server(tmp_path) -> Iterator[LiveServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture()
+def live_server(tmp_path) -> Iterator[LiveServer]:
+    with started_server(tmp_path) as server:
+        yield server
 
 
 def test_scheduler_creates_the_nightly_runs(live_server):

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     from judgebench_flows.cli.leaderboard import add_parsers as add_leaderboard_parsers
 
     add_leaderboard_parsers(sub)  # leaderboard, rescore
+    from judgebench_flows.cli.automations import add_parsers as add_automations_parsers
+
+    add_automations_parsers(sub)
     return parser
 
 
@@ -336,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.leaderboard import COMMANDS as LEADERBOARD_COMMANDS
 
     commands.update(LEADERBOARD_COMMANDS)
+    from judgebench_flows.cli.automations import COMMANDS as AUTOMATIONS_COMMANDS
+
+    commands.update(AUTOMATIONS_COMMANDS)
     try:
         return commands[args.command](args)
     except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost

@@ -13,6 +13,10 @@ Run it by hand or for benchmarks:
 
     python -m judgebench_flows.testing.fake_openai --port 8000 --latency 1.0 \
         --answer "My final verdict is [[A>B]]" --rate-429 0.1
+
+Without `--answer` it answers every judge in its own format ("the response shown first is better", or
+`--verdict second`), so any built-in judge runs against it and completes (at 0% accuracy: the verdict
+does not depend on the pair).
 """
 
 from __future__ import annotations
@@ -111,6 +115,32 @@ def sigmoid(value: float) -> float:
     17 all come back as 1.0 and tie (Skywork-Reward-Gemma-2-27B's 64.29% on the GPT-4o pairs reads 61.71%)."""
     exact = 1.0 / (1.0 + math.exp(-value)) if value >= 0 else math.exp(value) / (1.0 + math.exp(value))
     return float(struct.unpack("f", struct.pack("f", exact))[0])
+
+
+# A marker only one judge's prompt holds, and that judge's verdict for "the response shown first is better"
+# and for the other one: what `--verdict` answers, so every built-in judge reads a valid verdict.
+JUDGE_VERDICTS: tuple[tuple[str, str, str], ...] = (
+    ("Output (a)", "Output (a)", "Output (b)"),  # vanilla
+    ("[[A>>B]]", "My final verdict is [[A>B]]", "My final verdict is [[B>A]]"),  # arena_hard, compass_judger
+    ("[RESULT]", "Response A is better. [RESULT] A", "Response B is better. [RESULT] B"),  # prometheus_2
+    ("final decision", "So, the final decision is Response 1.", "So, the final decision is Response 2."),  # auto_j
+    ("[[A]]", "[[A]]", "[[B]]"),  # skywork_critic
+)
+
+
+def judge_format_responder(first: bool = True) -> Responder:
+    """Always the same verdict (the first response shown is better, or the second), in the format the
+    request's judge prompt asks for; the default answer when no prompt is recognised. Both orders get
+    the same position, so the two-order metric scores it 0 (not a failed run: every verdict is valid)."""
+
+    def respond(body: dict) -> str:
+        text = "\n".join(_message_texts(body))
+        for marker, shown_first, shown_second in JUDGE_VERDICTS:
+            if marker in text:
+                return shown_first if first else shown_second
+        return DEFAULT_ANSWER
+
+    return respond
 
 
 def _other_api_payload(
@@ -1084,7 +1114,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--answer", default=DEFAULT_ANSWER, help="assistant content returned for every request")
+    parser.add_argument("--answer", default=None, help="assistant content returned for every request")
+    parser.add_argument(
+        "--verdict",
+        choices=("first", "second"),
+        default="first",
+        help="without --answer: always this verdict, in the format of the request's judge (default: first)",
+    )
     parser.add_argument("--latency", type=float, default=0.0, help="seconds slept before every answer")
     parser.add_argument("--rate-429", type=float, default=0.0)
     parser.add_argument("--retry-after", type=float, default=0.05)
@@ -1128,7 +1164,7 @@ def main(argv: list[str] | None = None) -> int:
     """Serve until Ctrl-C or SIGTERM, then print the counters to stderr."""
     args = _parse_args(argv)
     server = FakeOpenAIServer(
-        args.answer,
+        args.answer if args.answer is not None else judge_format_responder(args.verdict == "first"),
         latency=args.latency,
         rate_429=args.rate_429,
         retry_after=args.retry_after,

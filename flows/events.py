@@ -1,0 +1,181 @@
+"""Prefect events for finished judging runs and nights, so Prefect automations can act on them.
+
+A result that needs a person (a regression, a run that failed) used to be a log line, an artifact and a
+Failed state: nothing Prefect's automations could match. Every finished `judgebench` run now emits
+`judgebench.run.completed`, `judgebench.run.regressed` or `judgebench.run.failed`, and every night
+`judgebench.night.completed|regressed|failed`; routing them (a webhook, Slack, e-mail, a rerun) is
+configured in Prefect (`judgebench automations install`), not in this code.
+
+The run event's resource is the configuration: `judgebench.config.<config_key>`, the key its history
+in the results database uses (judge, model, endpoint, data file, commit and prompts), so it is the same
+resource night after night while nothing about the configuration changed, and automations can match
+one configuration or all of them (`judgebench.config.*`). A run that failed before it knew its commit
+(an unreachable repository) names its configuration by the key without commit and prompts.
+
+Nothing secret goes into an event: the payload is built from results.json's public fields and the
+configuration's public form (no credentials in URLs), and failure messages pass the log redaction.
+Emitting never fails a run: without a Prefect API, or if the events client is down, the event is lost
+and the run's own state, artifacts and results still say everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect.events import emit_event
+from prefect.logging import get_logger
+
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.credentials import public_url
+from judgebench_flows.core.secrets import redact
+
+RunStatus = Literal["completed", "regressed", "failed"]
+RUN_EVENT_PREFIX = "judgebench.run."
+NIGHT_EVENT_PREFIX = "judgebench.night."
+CONFIG_RESOURCE_PREFIX = "judgebench.config."
+NIGHT_RESOURCE_PREFIX = "judgebench.night."
+MESSAGE_LIMIT = 500  # characters of a failure or regression message carried in a payload
+
+
+@dataclasses.dataclass
+class RunTrace:
+    """What a judging run has learned about itself so far, for the event of a run that fails midway:
+    filled in by the flow as it goes (run id once recorded, commit once fetched, key once known)."""
+
+    run_id: str | None = None
+    commit: str | None = None
+    config_key: str | None = None
+    data_file: str | None = None
+
+
+def _judge_name(config: RunConfig) -> str:
+    if config.judge_template:
+        return config.judge_template
+    if config.external_judge_path:
+        return f"external:{Path(config.external_judge_path).stem}"
+    return config.judge_type
+
+
+def config_resource(config: RunConfig, trace: RunTrace) -> dict[str, str]:
+    """The configuration as a Prefect resource: a stable id plus labels automations can match on."""
+    data_file = trace.data_file or (Path(config.data_path).name if config.data_path else config.data_file)
+    key = trace.config_key or config.config_key(trace.commit)
+    labels = {
+        "prefect.resource.id": f"{CONFIG_RESOURCE_PREFIX}{key}",
+        "prefect.resource.name": f"{_judge_name(config)} / {config.model} / {data_file}",
+        "judgebench.judge": _judge_name(config),
+        "judgebench.model": config.model,
+        "judgebench.dataset": data_file,
+        "judgebench.commit": trace.commit or "",
+        "judgebench.repo": public_url(config.repo_url) if not config.data_path else "",
+        "judgebench.endpoint": config.endpoint_identity() or "",
+    }
+    return labels
+
+
+def run_status(results: Mapping[str, Any] | None, error: BaseException | None) -> RunStatus:
+    """How the run ended, as the results database records it."""
+    if error is not None or not results or (results.get("run") or {}).get("status") == "failed":
+        return "failed"
+    return "regressed" if (results.get("regression") or {}).get("regressed") else "completed"
+
+
+def _change(regression: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The change against the baseline run with its interval (None without a baseline)."""
+    if not regression:
+        return None
+    keys = ("delta", "ci_low", "ci_high", "p_drop", "regressed", "baseline_run_id", "baseline_accuracy", "n_pairs")
+    return {key: regression.get(key) for key in keys}
+
+
+def run_payload(
+    results: Mapping[str, Any] | None, error: BaseException | None, trace: RunTrace, flow_run_id: str | None
+) -> dict[str, Any]:
+    """What a run measured, in plain JSON: enough for a notification without opening the run."""
+    results = results or {}
+    overall, invalid, usage = (results.get(k) or {} for k in ("overall_accuracy", "invalid", "usage"))
+    run = results.get("run") or {}
+    regression = results.get("regression")
+    message = (
+        redact(f"{type(error).__name__}: {error}")
+        if error is not None
+        else run.get("failure") or (regression or {}).get("message")
+    )
+    return {
+        "status": run_status(results, error),
+        "run_id": run.get("run_id") or trace.run_id,
+        "flow_run_id": flow_run_id,
+        "accuracy": overall.get("accuracy"),
+        "ci_low": overall.get("ci_low"),
+        "ci_high": overall.get("ci_high"),
+        "n_pairs": (results.get("dataset") or {}).get("n_pairs"),
+        "change": _change(regression),
+        "judgments": usage.get("judgments"),
+        "failed_judgments": invalid.get("failed_judgments"),
+        "invalid_judgments": invalid.get("invalid_judgments"),
+        "cost_usd": usage.get("cost_usd"),
+        "message": message[:MESSAGE_LIMIT] if message else None,
+    }
+
+
+def emit_run_event(
+    config: RunConfig,
+    results: Mapping[str, Any] | None,
+    trace: RunTrace,
+    error: BaseException | None = None,
+    flow_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Emit the run's `judgebench.run.<status>` event; returns it (name, resource, payload) for logs and
+    tests. Prefect adds the flow run, flow and deployment as related resources from the run context."""
+    payload = run_payload(results, error, trace, flow_run_id)
+    resource = config_resource(config, trace)
+    name = RUN_EVENT_PREFIX + payload["status"]
+    _emit(name, resource, payload)
+    return {"event": name, "resource": resource, "payload": payload}
+
+
+def night_status(statuses: Iterable[str]) -> RunStatus:
+    """A night is failed if any cell failed, else regressed if any regressed."""
+    seen = set(statuses)
+    return "failed" if "failed" in seen else "regressed" if "regressed" in seen else "completed"
+
+
+def emit_night_event(matrix_path: str, cells: list[dict[str, Any]], attempt: int = 1) -> dict[str, Any]:
+    """Emit `judgebench.night.<status>` with every cell's outcome; the matrix file is its resource.
+    Each attempt of a night emits one (`attempt` counts them), since a retried night ends twice."""
+    status = night_status(cell["status"] for cell in cells)
+    resource = {
+        "prefect.resource.id": f"{NIGHT_RESOURCE_PREFIX}{Path(matrix_path).stem}",
+        "prefect.resource.name": f"JudgeBench nightly ({matrix_path})",
+        "judgebench.matrix": matrix_path,
+    }
+    payload = {
+        "status": status,
+        "attempt": attempt,
+        "cells": cells,
+        "counts": {s: sum(c["status"] == s for c in cells) for s in ("completed", "regressed", "failed")},
+    }
+    name = NIGHT_EVENT_PREFIX + status
+    _emit(name, resource, payload)
+    return {"event": name, "resource": resource, "payload": payload}
+
+
+def _emit(name: str, resource: dict[str, str], payload: dict[str, Any]) -> None:
+    try:
+        emit_event(event=name, resource=resource, payload=payload)
+    except Exception as exc:  # an event is a courtesy to automations: the run's own outcome stands
+        get_logger("judgebench_flows.events").warning("could not emit %s: %s", name, exc)
+
+
+__all__ = [
+    "RunTrace",
+    "config_resource",
+    "emit_night_event",
+    "emit_run_event",
+    "night_status",
+    "run_payload",
+    "run_status",
+]

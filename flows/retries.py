@@ -1,0 +1,55 @@
+"""Which failures of a deployment's flow run are worth a second attempt.
+
+A second attempt replays a run (answered calls come back from the call cache, finished configurations
+from Prefect's results, so it pays for what is missing only), and it is worth it when the cause may have
+passed: the endpoint was down or rate limiting past every call's own retries, the Prefect server or the
+network went away. It is not worth it, and only delays the alert, for a result (a regression), for bad
+input (an option, a matrix, a key or model the endpoint refuses) or for a repository or ref that does not
+exist: those fail the same way again. An unexpected error (a bug) is not replayed either.
+
+Prefect 3 has `retry_condition_fn` for tasks only, and a flow-level retry would also replay what cannot
+recover, so the deployments' entry flows (flows/nightly.py) run a configuration's judging subflow once
+more when, and only when, `is_transient` says so. A night whose own process dies (its machine, or the
+Prefect server, lost) is Crashed and rescheduled by the automations (deployments/automations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from prefect.exceptions import PrefectHTTPStatusError
+
+from judgebench_flows.calls.retry import retryable
+from judgebench_flows.core.errors import RunFailed, UserError
+
+
+def calls_went_unanswered(results: Mapping[str, Any] | None) -> bool:
+    """A run that measured too little because its calls got no answer (endpoint down, rate limited past
+    its retries), not because the judge's answers were unparseable: asking again may work."""
+    invalid = (results or {}).get("invalid") or {}
+    failed = invalid.get("failed_judgments") or 0
+    return failed > 0 and failed >= (invalid.get("invalid_judgments") or 0)
+
+
+def is_transient(error: BaseException | None, results: Mapping[str, Any] | None = None) -> bool:
+    """Whether `error` (with the results the run published, if any) may not happen on a second attempt."""
+    if error is None:
+        return False
+    if isinstance(error, RunFailed):  # measured too little: transient only if the endpoint did not answer
+        return calls_went_unanswered(results if results is not None else error.results)
+    if isinstance(error, UserError):  # bad input, a refused key or model, an unknown repository or ref
+        return False
+    if isinstance(error, PrefectHTTPStatusError):
+        return error.response.status_code >= 500 or error.response.status_code in (408, 429)
+    if isinstance(error, (httpx.TransportError, ConnectionError, TimeoutError)):
+        return True
+    return retryable(error)
+
+
+class BenchmarkFailed(Exception):
+    """A deployment run ends Failed: some configuration regressed or failed."""
+
+
+__all__ = ["BenchmarkFailed", "calls_went_unanswered", "is_transient"]

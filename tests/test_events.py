@@ -1,0 +1,119 @@
+"""What a finished run tells Prefect's automations (flows/events.py), and which failures are retried
+(flows/retries.py): the event names, the configuration as a stable resource, the payload, no secrets."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.errors import FatalEndpointError, RunFailed, UserError
+from judgebench_flows.core.secrets import register_secret
+from judgebench_flows.deployments.matrix import parse_matrix
+from judgebench_flows.flows.events import RunTrace, config_resource, night_status, run_payload, run_status
+from judgebench_flows.flows.retries import is_transient
+from tests.conftest import CANARY_KEY, GPT4O_FILE
+
+
+def _results(accuracy: float = 0.5, regressed: bool | None = None, status: str = "completed") -> dict:
+    regression = (
+        None
+        if regressed is None
+        else {
+            "delta": -0.25,
+            "ci_low": -0.4,
+            "ci_high": -0.1,
+            "p_drop": 0.99,
+            "regressed": regressed,
+            "baseline_run_id": "b" * 32,
+            "baseline_accuracy": 0.75,
+            "n_pairs": 20,
+            "message": "accuracy dropped",
+        }
+    )
+    return {
+        "overall_accuracy": {"accuracy": accuracy, "ci_low": 0.3, "ci_high": 0.7},
+        "invalid": {"failed_judgments": 1, "invalid_judgments": 2},
+        "usage": {"judgments": 40, "cost_usd": 0.12},
+        "dataset": {"n_pairs": 20},
+        "regression": regression,
+        "run": {"run_id": "r" * 32, "status": status},
+    }
+
+
+def _config(**extra) -> RunConfig:
+    return RunConfig(model="judge-a", judge_type="vanilla", data_file=GPT4O_FILE, **extra)
+
+
+def test_run_status_follows_results() -> None:
+    assert run_status(_results(), None) == "completed"
+    assert run_status(_results(regressed=False), None) == "completed"
+    assert run_status(_results(regressed=True), None) == "regressed"
+    assert run_status(_results(status="failed"), None) == "failed"
+    assert run_status(None, RuntimeError("x")) == "failed"
+    assert night_status(["completed", "regressed"]) == "regressed"
+    assert night_status(["regressed", "failed", "completed"]) == "failed"
+    assert night_status([]) == "completed"
+
+
+def test_payload_holds_accuracy_change_counts_and_cost() -> None:
+    payload = run_payload(_results(regressed=True), None, RunTrace(), "f-1")
+    assert payload["status"] == "regressed" and payload["accuracy"] == 0.5 and payload["run_id"] == "r" * 32
+    assert payload["change"]["delta"] == -0.25 and payload["change"]["ci_low"] == -0.4
+    assert payload["change"]["baseline_run_id"] == "b" * 32
+    assert (payload["failed_judgments"], payload["invalid_judgments"], payload["judgments"]) == (1, 2, 40)
+    assert payload["cost_usd"] == 0.12 and payload["flow_run_id"] == "f-1"
+    assert run_payload(_results(), None, RunTrace(), None)["change"] is None  # no baseline
+    json.dumps(payload)  # plain JSON: what an event carries
+
+
+def test_configuration_is_a_stable_resource() -> None:
+    config = _config(base_url="http://127.0.0.1:9/v1")
+    trace = RunTrace(run_id="x", commit="c" * 40, config_key="k" * 16, data_file=GPT4O_FILE)
+    resource = config_resource(config, trace)
+    assert resource["prefect.resource.id"] == "judgebench.config." + "k" * 16
+    assert (resource["judgebench.judge"], resource["judgebench.model"]) == ("vanilla", "judge-a")
+    assert (resource["judgebench.dataset"], resource["judgebench.commit"]) == (GPT4O_FILE, "c" * 40)
+    assert all(isinstance(v, str) for v in resource.values())
+    # before the commit is known (the clone failed) the key is still the configuration's, night after night
+    early = config_resource(config, RunTrace())["prefect.resource.id"]
+    assert early == config_resource(_config(base_url="http://127.0.0.1:9/v1"), RunTrace())["prefect.resource.id"]
+
+
+def test_no_secret_reaches_an_event() -> None:
+    register_secret(CANARY_KEY)
+    config = _config(repo_url=f"https://user:{CANARY_KEY}@example.com/JudgeBench.git", base_url="http://127.0.0.1:9/v1")
+    error = RuntimeError(f"the endpoint said: bad key {CANARY_KEY}")
+    trace = RunTrace()
+    event = json.dumps([config_resource(config, trace), run_payload(None, error, trace, None)])
+    assert CANARY_KEY not in event and "user:" not in event
+
+
+def test_only_passing_failures_are_retried() -> None:
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    assert is_transient(openai.APIConnectionError(request=request))
+    assert is_transient(httpx.ConnectError("refused"))
+    assert is_transient(openai.RateLimitError("slow down", response=httpx.Response(429, request=request), body=None))
+    # measured too little because nothing answered: worth another try; because verdicts were garbage: not
+    unanswered = {"invalid": {"failed_judgments": 30, "invalid_judgments": 0}}
+    garbage = {"invalid": {"failed_judgments": 0, "invalid_judgments": 30}}
+    assert is_transient(RunFailed("too little"), unanswered)
+    assert not is_transient(RunFailed("too little"), garbage)
+    assert not is_transient(RunFailed("stopped early: all rejected"))  # nothing published: a refusal
+    assert not is_transient(UserError("cannot clone /nowhere: does not exist"))
+    assert not is_transient(FatalEndpointError("unknown model"))
+    assert not is_transient(ValueError("a bug"))
+
+
+def test_deployment_parameters_override_the_matrix(tmp_path) -> None:
+    matrix = parse_matrix({"judge_types": ["vanilla"], "models": ["judge-a"], "data_files": [GPT4O_FILE]})
+    other = matrix.overridden(repo_url=str(tmp_path), ref="abc1234", data_files=["a.jsonl", "b.jsonl"])
+    entries = other.entries()
+    assert [e.config.data_file for e in entries] == ["a.jsonl", "b.jsonl"]
+    assert {(e.config.repo_url, e.config.ref) for e in entries} == {(str(tmp_path), "abc1234")}
+    assert matrix.overridden() is matrix
+    with pytest.raises(UserError, match="^parameters: data_files"):
+        matrix.overridden(data_files=["a.jsonl", "a.jsonl"])

@@ -144,7 +144,7 @@ def test_each_model_has_its_endpoint_and_key_source():
 def _night(matrix_path):
     from judgebench_flows.flows.nightly import nightly_benchmarks
 
-    return asyncio.run(nightly_benchmarks.with_options(retries=0)(str(matrix_path), return_state=True))
+    return asyncio.run(nightly_benchmarks(str(matrix_path), retry_delay_seconds=0, return_state=True))
 
 
 def _summary(state) -> str:
@@ -215,7 +215,12 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
     runs = db.list_runs(db.open_database(db_url))
     seen = f"{state!r}; runs: {[(r.model, r.status, r.message) for r in runs]}"
     assert state.is_failed() and f"{bad} (failed)" in state.message and good not in state.message, seen
-    assert sorted((r.model, r.status) for r in runs) == [("judge-a", "completed"), ("judge-b", "failed")], seen
+    # judge-b's endpoint was down (no call answered): a passing failure, so it was tried once more
+    assert sorted((r.model, r.status) for r in runs) == [
+        ("judge-a", "completed"),
+        ("judge-b", "failed"),
+        ("judge-b", "failed"),
+    ], seen
     summary = _summary(state)
     assert "| failed judgments | invalid judgments |" in summary
     assert f"| {good} | completed | 100.00%" in summary and "| 0 / 8 | 0 / 8 |" in summary, summary
@@ -288,7 +293,7 @@ def test_adhoc_run_shows_results_and_links_on_its_own_page(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[results["run"]["flow_run_id"]]))
         )
         logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-    [page] = own
+    [page] = [a for a in own if a.key]  # not the record of the judging subflow's persisted result
     assert page.key.startswith("judgebench-adhoc-vanilla-judge-x-127-0-0-1-"), page.key
     assert (
         "| overall | 100.00%" in page.data

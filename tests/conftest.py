@@ -1,6 +1,7 @@
 """Shared fixtures: a real JudgeBench git repository, a real OpenAI-compatible server, a real Prefect server.
 
-Nothing here is a mock. `judgebench_repo` copies ../shared/judgebench into a temporary git repository
+Nothing here is a mock. `judgebench_repo` copies the JudgeBench data (tests/_benchmark_data.py says where
+it comes from: JUDGEBENCH_TEST_DATA, ../shared/judgebench, or a pinned clone) into a temporary git repository
 that the flow clones like any remote; `oracle_server` answers every prompt with the labelled verdict in
 the judge's own format; `prefect_server` starts one temporary Prefect API for the whole session and
 exports PREFECT_API_URL so CLI subprocesses use it too (instead of each booting its own).
@@ -18,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._benchmark_data import BESIDE_REPO, ENV_VAR, GPT4O_FILE, MISSING_DATA, find_benchmark_data
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "judgebench"
-GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
+SHARED = find_benchmark_data() or BESIDE_REPO
 CLAUDE_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
 CANARY_KEY = "sk-canary-5f3e9a1b7c2d4e6f8a0b"
 # Runs without PREFECT_API_URL stop their temporary server with them instead of keeping it 10 minutes for a
@@ -47,7 +48,13 @@ def shared_data_available() -> bool:
     return (SHARED / "data" / GPT4O_FILE).is_file()
 
 
-requires_shared = pytest.mark.skipif(not shared_data_available(), reason=f"JudgeBench data not found at {SHARED}")
+# The one reason every test that needs the benchmark skips with: how to supply it.
+NO_DATA_REASON = (
+    f"{ENV_VAR}={os.environ[ENV_VAR]} has no data/{GPT4O_FILE}: point it at a JudgeBench checkout"
+    if os.environ.get(ENV_VAR, "none") != "none" and not shared_data_available()
+    else MISSING_DATA
+)
+requires_shared = pytest.mark.skipif(not shared_data_available(), reason=NO_DATA_REASON)
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -66,7 +73,7 @@ def make_repo(path: Path, files: dict[str, str] | None = None, copy_shared: bool
     import shutil
 
     if copy_shared:
-        shutil.copytree(SHARED, path)
+        shutil.copytree(SHARED, path, ignore=shutil.ignore_patterns(".git"))
     path.mkdir(parents=True, exist_ok=True)
     for name, text in (files or {}).items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -79,9 +86,9 @@ def make_repo(path: Path, files: dict[str, str] | None = None, copy_shared: bool
 
 @pytest.fixture(scope="session")
 def judgebench_repo(tmp_path_factory) -> tuple[str, str]:
-    """(file:// URL, commit) of a git copy of ../shared/judgebench."""
+    """(file:// URL, commit) of a git copy of the JudgeBench data (SHARED)."""
     if not shared_data_available():
-        pytest.skip(f"JudgeBench data not found at {SHARED}")
+        pytest.skip(NO_DATA_REASON)
     path = tmp_path_factory.mktemp("remote") / "JudgeBench"
     sha = make_repo(path)
     return f"file://{path}", sha
@@ -115,7 +122,7 @@ def oracle_responder(pairs: list[dict], verdict: Callable[[bool], str], wrong: b
 @pytest.fixture(scope="session")
 def gpt4o_pairs() -> list[dict]:
     if not shared_data_available():
-        pytest.skip(f"JudgeBench data not found at {SHARED}")
+        pytest.skip(NO_DATA_REASON)
     return load_jsonl(SHARED / "data" / GPT4O_FILE)
 
 
@@ -172,3 +179,13 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "prefect_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every skip for want of the benchmark data reported at one place, so the summary folds them into one
+    line that says how to supply it (instead of one line per test file and line)."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].endswith(NO_DATA_REASON):
+        report.longrepr = (str(Path(__file__).with_name("_benchmark_data.py")), 1, f"Skipped: {NO_DATA_REASON}")
+    return report

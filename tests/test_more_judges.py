@@ -206,6 +206,7 @@ def test_a_question_longer_than_the_context_keeps_judgebench_slicing() -> None:
     )
 
 
+@requires_shared
 def test_tokenized_judge_without_tokenizer_fails_before_a_call() -> None:
     judge = get_judge("judge_lm", TEMPLATES) if importlib.util.find_spec("transformers") else None
     if judge is None:

@@ -15,7 +15,9 @@ from judgebench_flows.core.errors import UserError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    board = sub.add_parser("leaderboard", help="published JudgeBench judges and our runs in one table (no API key)")
+    from judgebench_flows.cli.main import add_command
+
+    board = add_command(sub, "leaderboard", "published JudgeBench judges and our runs in one table (no API key)")
     board.add_argument(
         "--repo-url",
         "--repo_url",
@@ -32,7 +34,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="results database to read our runs from (read only; default sqlite:///results/judgebench.db)",
     )
-    board.add_argument("--result-path", "--result_path", dest="result_path", default="results/leaderboard.json")
+    board.add_argument(
+        "--result-path",
+        "--result_path",
+        dest="result_path",
+        default="results/leaderboard.json",
+        help="where the leaderboard JSON is written (default results/leaderboard.json)",
+    )
     board.add_argument(
         "--output-dir",
         "--output_dir",
@@ -41,9 +49,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="directory for leaderboard.html",
     )
     board.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
-    board.add_argument("--bootstrap-resamples", dest="bootstrap_resamples", type=int, default=2000)
+    board.add_argument(
+        "--bootstrap-resamples",
+        dest="bootstrap_resamples",
+        type=int,
+        default=2000,
+        help="bootstrap resamples per interval (default 2000; 0: no intervals)",
+    )
     board.add_argument("--flow", action="store_true", help="run as a Prefect flow (adds a markdown artifact)")
-    rescore = sub.add_parser("rescore", help="re-parse a recorded outputs file's answers with our parser")
+    board.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (default: fits the terminal), or json/csv on standard output for scripts",
+    )
+    rescore = add_command(sub, "rescore", "re-parse a recorded outputs file's answers with our parser")
     rescore.add_argument("file", help="an outputs JSONL (JudgeBench's outputs/ or one of our runs)")
     rescore.add_argument(
         "--judge-type",
@@ -60,23 +80,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="custom judge class: path.py:Class or module:Class",
     )
-    rescore.add_argument("--templates-dir", dest="templates_dir", default=None)
+    rescore.add_argument(
+        "--templates-dir", dest="templates_dir", default=None, help="prompt templates folder (for a custom judge)"
+    )
     rescore.add_argument(
         "--result-path", "--result_path", dest="result_path", default=None, help="write the comparison as JSON"
     )
     rescore.add_argument("--output", default=None, help="write the file again with our decisions (JSONL)")
-    rescore.add_argument("--seed", type=int, default=42)
+    rescore.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
 
 
 def command_leaderboard(args: argparse.Namespace) -> int:
+    from judgebench_flows.cli import tables
     from judgebench_flows.cli.main import _db_url
     from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
-    from judgebench_flows.scoring.leaderboard import (
-        LeaderboardSettings,
-        build_leaderboard,
-        print_leaderboard,
-        write_outputs,
-    )
+    from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, write_outputs
 
     if args.bootstrap_resamples < 0:
         raise UserError("--bootstrap-resamples must be >= 0")
@@ -98,9 +116,14 @@ def command_leaderboard(args: argparse.Namespace) -> int:
             raise UserError(
                 f"cannot write the leaderboard ({args.result_path}, {args.output_dir}): {exc.strerror or exc}"
             ) from None
-    print_leaderboard(board)
-    for name, path in board["outputs"].items():
-        print(f"{name}: {path}")
+    if args.format == "json":
+        print(tables.to_json(board))
+    elif args.format == "csv":
+        print(tables.to_csv(tables.LEADERBOARD_FIELDS, tables.leaderboard_rows(board)), end="")
+    else:
+        tables.print_leaderboard(board)
+        for name, path in board["outputs"].items():
+            print(f"{name}: {tables.short_path(path)}")
     return 0
 
 

@@ -30,7 +30,7 @@ EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run:
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("run", help="judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)")
+    p = add_command(sub, "run", "judge a JudgeBench data file (or a CSV/JSONL/Parquet file with an external judge)")
     add = p.add_argument
     add(
         "--judge-type",
@@ -223,25 +223,43 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="judgebench", description="Benchmark LLM judges on JudgeBench with Prefect.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="judgebench",
+        description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
+        "3 unexpected error, 4 the run measured too little, 5 the Prefect server was lost.",
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _run_parser(sub)
-    history = sub.add_parser("history", help="list past runs")
-    history.add_argument("--db-url", default=None)
-    history.add_argument("--limit", type=int, default=20)
-    compare = sub.add_parser("compare", help="per-category deltas and flipped pairs between two runs")
-    compare.add_argument("run_a")
-    compare.add_argument("run_b")
-    compare.add_argument("--db-url", default=None)
-    compare.add_argument("--seed", type=int, default=42)
-    report = sub.add_parser("report", help="render the HTML report of a past run")
-    report.add_argument("run_id")
-    report.add_argument("--db-url", default=None)
-    report.add_argument("--output", default=None)
+    db_help = "results database (default: $JUDGEBENCH_DB_URL, else sqlite:///results/judgebench.db)"
+    history = add_command(sub, "history", "list past runs, newest first, with their whole run ids")
+    history.add_argument("--db-url", default=None, help=db_help)
+    history.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    history.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (default: fits the terminal), or json/csv on standard output for scripts",
+    )
+    compare = add_command(sub, "compare", "per-category deltas and flipped pairs between two runs")
+    compare.add_argument("run_a", help="the earlier run's id (as `judgebench history` shows it)")
+    compare.add_argument("run_b", help="the later run's id")
+    compare.add_argument("--db-url", default=None, help=db_help)
+    compare.add_argument("--seed", type=int, default=42, help="seed of the paired bootstrap (default 42)")
+    report = add_command(sub, "report", "render the HTML report of a past run")
+    report.add_argument("run_id", help="the run's id (as `judgebench history` shows it)")
+    report.add_argument("--db-url", default=None, help=db_help)
+    report.add_argument("--output", default=None, help="where to write it (default results/report-<run id>.html)")
     from judgebench_flows.cli.leaderboard import add_parsers as add_leaderboard_parsers
 
     add_leaderboard_parsers(sub)  # leaderboard, rescore
     return parser
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:
+    """A sub-command whose one-line help is also its --help description; options are never matched by prefix
+    (`--judge-typ` is an error, not --judge-type)."""
+    return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", allow_abbrev=False)
 
 
 RUN_OPTIONS = (
@@ -524,7 +542,7 @@ def _db_url(args: argparse.Namespace) -> str:
 
 
 def command_history(args: argparse.Namespace) -> int:
-    from judgebench_flows.cli import console
+    from judgebench_flows.cli import tables
     from judgebench_flows.data import db
 
     url = _db_url(args)
@@ -533,10 +551,14 @@ def command_history(args: argparse.Namespace) -> int:
     if engine is not None:
         db.mark_crashed(engine)  # a run whose process was killed is not "running" forever
         runs = db.list_runs(engine, limit=args.limit)
-    if not runs:
+    if args.format == "json":
+        print(tables.to_json(tables.history_rows(runs)))
+    elif args.format == "csv":
+        print(tables.to_csv(tables.HISTORY_FIELDS, tables.history_rows(runs)), end="")
+    elif not runs:
         print(f"no runs yet in {db.safe_url(url)}")
-        return 0
-    console.print_history(runs)
+    else:
+        tables.print_history(runs)
     return 0
 
 

@@ -209,16 +209,28 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     add("--no-report", dest="report", action="store_false", default=None, help="skip the HTML report")
     add("--verbose", action="store_true", help="show Prefect's logs")
-    add("--no-progress", dest="progress", action="store_false", default=True)
+    add("--no-progress", dest="progress", action="store_false", default=True, help="no progress bar on stderr")
     ext = p.add_argument_group("external judges (--judge-type external)")
-    ext.add_argument("--external-judge-path", dest="external_judge_path")
-    ext.add_argument("--external-judge-function", dest="external_judge_function")
+    ext.add_argument(
+        "--external-judge-path",
+        dest="external_judge_path",
+        help="external judge: Python file defining the judge function",
+    )
+    ext.add_argument(
+        "--external-judge-function",
+        dest="external_judge_function",
+        help="external judge: name of the function in that file (default evaluate)",
+    )
     ext.add_argument(
         "--external-judge-config", dest="external_judge_config", help="JSON object passed to the judge as config"
     )
     ext.add_argument("--config-path", dest="config_path", help="YAML file with the external judge's settings")
-    for column in ("model_input_column", "model_output_column", "reference_column", "qid_column"):
-        ext.add_argument(f"--{column.replace('_', '-')}", dest=column)
+    from judgebench_flows.judges.external.config import COLUMN_OPTIONS, ExternalJudgeConfig
+
+    for column in COLUMN_OPTIONS:
+        ext.add_argument(
+            f"--{column.replace('_', '-')}", dest=column, help=ExternalJudgeConfig.model_fields[column].description
+        )
     return p
 
 

@@ -28,43 +28,95 @@ SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    judge_type: str = "arena_hard"
-    judge_template: str | None = None
-    model: str = Field(min_length=1)
-    repo_url: str = DEFAULT_REPO_URL
-    ref: str | None = DEFAULT_REF
-    data_file: str = DEFAULT_DATA_FILE
-    data_path: str | None = None
-    templates_dir: str | None = None
+    judge_type: str = Field(
+        default="arena_hard",
+        description="arena_hard (default), vanilla, auto_j, prometheus_2, skywork_critic, compass_judger, judge_lm, panda_lm, reward_model, custom, external",
+    )
+    judge_template: str | None = Field(default=None, description="custom judge class: path.py:Class or module:Class")
+    model: str = Field(min_length=1, description="judge model name sent to the endpoint")
+    repo_url: str = Field(
+        default=DEFAULT_REPO_URL, description="git URL, file:// URL or local path of the JudgeBench repository"
+    )
+    ref: str | None = Field(
+        default=DEFAULT_REF, description="commit, tag or branch to check out (default: a pinned JudgeBench commit)"
+    )
+    data_file: str = Field(default=DEFAULT_DATA_FILE, description="data file inside the repository's data/ directory")
+    data_path: str | None = Field(default=None, description="judge a local file, no clone")
+    templates_dir: str | None = Field(
+        default=None, description="directory of judge prompt templates (default: the checkout's utils/templates)"
+    )
     # The endpoint and how it is called (core.endpoint), given as flat options (--base-url,
     # --concurrency, ...): the flat names stay the CLI's and the deployments' contract, and a dump is flat.
-    endpoint: EndpointSettings = Field(default_factory=EndpointSettings)
-    shard_size: int = Field(default=50, ge=1)
-    result_path: str = "results/judgebench.json"
-    output_dir: str = "results/run"
-    db_url: str = DEFAULT_DB_URL
-    max_samples: int | None = Field(default=None, ge=1)
-    single_game: bool = False
-    shuffle_responses: bool = False
-    seed: int = Field(default=42, ge=0)  # numpy's bootstrap refuses a negative seed: say so before paying
-    shard_retries: int = Field(default=2, ge=0)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_tokens: int | None = Field(default=None, ge=1)
+    endpoint: EndpointSettings = Field(
+        default_factory=EndpointSettings,
+        description="the endpoint and how it is called, also given as the flat options below",
+    )
+    shard_size: int = Field(default=50, ge=1, description="pairs per shard task (default 50)")
+    result_path: str = Field(
+        default="results/judgebench.json", description="results JSON (default results/judgebench.json)"
+    )
+    output_dir: str = Field(
+        default="results/run", description="directory for the per-judgment JSONL and report (default results/run)"
+    )
+    db_url: str = Field(
+        default=DEFAULT_DB_URL,
+        description="SQLAlchemy URL of the results database (default sqlite:///results/judgebench.db)",
+    )
+    max_samples: int | None = Field(default=None, ge=1, description="judge a seeded subset of N pairs")
+    single_game: bool = Field(default=False, description="judge one order only")
+    shuffle_responses: bool = Field(default=False, description="swap A/B per pair from the seed")
+    seed: int = Field(
+        default=42, ge=0, description="seed for sampling, shuffling and bootstrap (default 42)"
+    )  # numpy's bootstrap refuses a negative seed: say so before paying
+    shard_retries: int = Field(
+        default=2, ge=0, description="times Prefect retries a shard task whose calls did not all complete (default 2)"
+    )
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, description="override the judge's temperature (default: the judge's own, 0)"
+    )
+    max_tokens: int | None = Field(default=None, ge=1, description="override the judge's max_tokens")
     # A run with more failed or invalid judgments than this share ends Failed (exit 4), not as a measurement.
-    max_failed_fraction: float = Field(default=0.05, ge=0, le=1)
-    cache_dir: str | None = None
-    task_runner: Literal["thread", "dask"] = "thread"
-    dask_address: str | None = None
+    max_failed_fraction: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="the run fails (exit 4) when more than this share of judgments failed or were invalid (default 0.05)",
+    )
+    cache_dir: str | None = Field(
+        default=None, description="where cloned repositories are kept (default ~/.cache/judgebench-flows)"
+    )
+    task_runner: Literal["thread", "dask"] = Field(
+        default="thread", description="where shards run (default: in this process)"
+    )
+    dask_address: str | None = Field(default=None, description="tcp://HOST:PORT of a Dask scheduler")
     # None: a Prefect global limit only with --task-runner dask (the in-process semaphore is faster).
-    global_limit: bool | None = None
-    bootstrap_resamples: int = Field(default=2000, ge=0)
-    regression_min_drop: float = Field(default=0.0, ge=0)
-    report: bool = True
+    global_limit: bool | None = Field(
+        default=None,
+        description="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency limit (default: on with --task-runner dask, off in-process)",
+    )
+    bootstrap_resamples: int = Field(
+        default=2000, ge=0, description="bootstrap resamples per 95% interval (default 2000)"
+    )
+    regression_min_drop: float = Field(
+        default=0.0,
+        ge=0,
+        description="accuracy drop (fraction) below which a significant change is not called a regression (default 0)",
+    )
+    report: bool = Field(default=True, description="write the HTML report (--no-report skips it)")
     # reward_model only: score through the endpoint's Pooling API, or with transformers in this process.
-    reward_backend: Literal["pooling", "transformers"] = "pooling"
-    external_judge_path: str | None = None
-    external_judge_function: str = "evaluate"
-    external_judge_config: dict[str, Any] = Field(default_factory=dict)
+    reward_backend: Literal["pooling", "transformers"] = Field(
+        default="pooling",
+        description="reward_model: vLLM's Pooling API at --base-url (default), or the model run here with transformers",
+    )
+    external_judge_path: str | None = Field(
+        default=None, description="external judge: Python file defining the judge function"
+    )
+    external_judge_function: str = Field(
+        default="evaluate", description="external judge: name of the function in that file (default evaluate)"
+    )
+    external_judge_config: dict[str, Any] = Field(
+        default_factory=dict, description="JSON object passed to the judge as config"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -18,24 +18,53 @@ CacheMode = Literal["use", "off", "refresh"]
 class EndpointSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str | None = None
+    base_url: str | None = Field(
+        default=None, description="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else BASE_URL)"
+    )
     # Where the endpoint's key is read, by NAME only: an environment variable (default OPENAI_API_KEY)
     # or a Prefect Secret block. Never the key itself.
-    api_key_env: str | None = None
-    api_key_secret: str | None = None
-    concurrency: int = Field(default=16, ge=1, le=4096)
-    rpm: float | None = Field(default=None, gt=0)
-    request_timeout: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=6, ge=0, le=50)
-    retry_initial_wait: float = Field(default=1.0, ge=0)
-    retry_max_wait: float = Field(default=60.0, ge=0)
-    cache: CacheMode = "use"
-    adaptive_concurrency: bool = False
+    api_key_env: str | None = Field(
+        default=None, description="NAME of the environment variable holding the endpoint's key (default OPENAI_API_KEY)"
+    )
+    api_key_secret: str | None = Field(
+        default=None, description="NAME of a Prefect Secret block holding the endpoint's key"
+    )
+    concurrency: int = Field(default=16, ge=1, le=4096, description="calls in flight at once (default 16)")
+    rpm: float | None = Field(default=None, gt=0, description="at most this many requests per minute")
+    request_timeout: float = Field(
+        default=120.0, gt=0, description="seconds per call before it is retried (default 120)"
+    )
+    max_retries: int = Field(
+        default=6, ge=0, le=50, description="retries per call for 429/5xx/timeouts/dropped connections (default 6)"
+    )
+    retry_initial_wait: float = Field(
+        default=1.0, ge=0, description="seconds before the first retry; doubles each retry (default 1)"
+    )
+    retry_max_wait: float = Field(
+        default=60.0,
+        ge=0,
+        description="longest backoff between retries; a server's Retry-After is still honoured (default 60)",
+    )
+    cache: CacheMode = Field(
+        default="use",
+        description="use (default): reuse answered calls and finished shards; off (--no-cache): ignore the caches; refresh (--refresh-cache): pay again and overwrite them",
+    )
+    adaptive_concurrency: bool = Field(
+        default=False, description="halve the calls in flight on a 429, grow back by one after that many successes"
+    )
     # Reasoning models (request_rules): effort passed through, a request style forced for endpoints the
     # model table does not know, parameters never sent.
-    reasoning_effort: Literal["low", "medium", "high"] | None = None
-    request_style: Literal["auto", "standard", "o1", "reasoning"] = "auto"
-    drop_params: list[str] = Field(default_factory=list)
+    reasoning_effort: Literal["low", "medium", "high"] | None = Field(
+        default=None, description="reasoning models (o1, o3, o4, gpt-5, ...): passed through as reasoning_effort"
+    )
+    request_style: Literal["auto", "standard", "o1", "reasoning"] = Field(
+        default="auto",
+        description="how requests are shaped: auto (default: by model name), standard (as the judge asks), o1 (JudgeBench's o1 requests: system folded into the user turn, no sampling parameters), reasoning (no temperature/top_p, max_tokens sent as max_completion_tokens)",
+    )
+    drop_params: list[str] = Field(
+        default_factory=list,
+        description="comma-separated request parameters never to send (e.g. temperature,top_p) for endpoints that reject them",
+    )
 
     @field_validator("base_url")
     @classmethod

@@ -29,6 +29,9 @@ CANARY_KEY = "sk-canary-5f3e9a1b7c2d4e6f8a0b"
 os.environ.setdefault("JUDGEBENCH_SERVER_KEEPALIVE", "0")
 # Nor preloaded processes (cli/preload.py); tests/test_preload.py turns them on for its own commands.
 os.environ.setdefault("JUDGEBENCH_PRELOAD_KEEPALIVE", "0")
+# Tokenizers and models come from local folders only: a name that is not one is an error at once, not
+# Hugging Face Hub lookups retried for tens of seconds (or a download) on a machine with a network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
 VERDICTS: dict[str, Callable[[bool], str]] = {

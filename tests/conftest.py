@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from judgebench_flows.testing.oracle import VERDICTS, oracle_responder, shown_pair  # noqa: F401 - the tests import them from here
 from tests._benchmark_data import BESIDE_REPO, ENV_VAR, GPT4O_FILE, MISSING_DATA, find_benchmark_data
 
 SHARED = find_benchmark_data() or BESIDE_REPO
@@ -32,19 +33,6 @@ os.environ.setdefault("JUDGEBENCH_PRELOAD_KEEPALIVE", "0")
 # Tokenizers and models come from local folders only: a name that is not one is an error at once, not
 # Hugging Face Hub lookups retried for tens of seconds (or a download) on a machine with a network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-# A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
-VERDICTS: dict[str, Callable[[bool], str]] = {
-    "arena_hard": lambda first: (
-        f"After comparing both answers, my final verdict is {'[[A>>B]]' if first else '[[B>A]]'}."
-    ),
-    "vanilla": lambda first: "Output (a)" if first else "Output (b)",
-    "auto_j": lambda first: f"Both are close. So, the final decision is {'Response 1' if first else 'Response 2'}.",
-    "prometheus_2": lambda first: (
-        f"Response {'A' if first else 'B'} is factually correct. [RESULT] {'A' if first else 'B'}"
-    ),
-    "skywork_critic": lambda first: "[[A]]" if first else "[[B]]",
-}
 
 
 def shared_data_available() -> bool:
@@ -99,27 +87,6 @@ def judgebench_repo(tmp_path_factory) -> tuple[str, str]:
 
 def load_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def shown_pair(body: dict, pairs: list[dict]) -> tuple[dict, bool] | None:
-    """The pair a chat request shows its judge, and whether the better response is shown first."""
-    text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
-    for pair in pairs:
-        a, b = pair["response_A"], pair["response_B"]
-        ia, ib = text.find(a), text.find(b)
-        if ia >= 0 and ib >= 0 and a != b:
-            return pair, (ia < ib) == (pair["label"] == "A>B")
-    return None
-
-
-def oracle_responder(pairs: list[dict], verdict: Callable[[bool], str], wrong: bool = False) -> Callable[[dict], str]:
-    """Answers with the labelled verdict (or its opposite with `wrong`) in the judge's format."""
-
-    def respond(body: dict) -> str:
-        shown = shown_pair(body, pairs)
-        return "I cannot tell." if shown is None else verdict(shown[1] != wrong)
-
-    return respond
 
 
 @pytest.fixture(scope="session")

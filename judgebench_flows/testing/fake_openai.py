@@ -13,6 +13,10 @@ Run it by hand or for benchmarks:
 
     python -m judgebench_flows.testing.fake_openai --port 8000 --latency 1.0 \
         --answer "My final verdict is [[A>B]]" --rate-429 0.1
+
+or as a judge that is right on 75% of the pairs of a data file (a first run with a real number):
+
+    python -m judgebench_flows.testing.fake_openai --port 8000 --oracle DATA.jsonl --oracle-accuracy 0.75
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
 
 Responder = Callable[[dict], "str | dict"]
 """Gets the parsed request JSON body, returns the assistant message content, or a dict with `content` and
@@ -908,6 +914,24 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--answer", default=DEFAULT_ANSWER, help="assistant content returned for every request")
+    parser.add_argument(
+        "--oracle",
+        metavar="DATA.jsonl",
+        default=None,
+        help="answer as a judge that knows this JudgeBench data file's labels (instead of --answer)",
+    )
+    parser.add_argument(
+        "--oracle-judge",
+        default="arena_hard",
+        choices=sorted(VERDICTS),
+        help="whose verdict format the oracle answers in (default arena_hard)",
+    )
+    parser.add_argument(
+        "--oracle-accuracy",
+        type=float,
+        default=0.75,
+        help="share of pairs the oracle gets right, in both orders (default 0.75; seeded by --seed)",
+    )
     parser.add_argument("--latency", type=float, default=0.0, help="seconds slept before every answer")
     parser.add_argument("--rate-429", type=float, default=0.0)
     parser.add_argument("--retry-after", type=float, default=0.05)
@@ -947,8 +971,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Serve until Ctrl-C or SIGTERM, then print the counters to stderr."""
     args = _parse_args(argv)
+    answer: Responder | str = args.answer
+    if args.oracle:
+        answer = oracle_responder(
+            load_pairs(args.oracle), VERDICTS[args.oracle_judge], accuracy=args.oracle_accuracy, seed=args.seed
+        )
     server = FakeOpenAIServer(
-        args.answer,
+        answer,
         latency=args.latency,
         rate_429=args.rate_429,
         retry_after=args.retry_after,

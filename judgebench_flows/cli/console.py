@@ -163,6 +163,25 @@ def print_results(results: dict[str, Any]) -> None:
         out.print(f"{name}: {short_path(path)}")
 
 
+def print_external_summary(summary: dict[str, Any]) -> None:
+    """An external-judge run in a few lines (the whole summary is the JSON at `result_path`)."""
+    from judgebench_flows.cli.tables import short_path
+
+    mean = summary.get("mean_score")
+    out.print(
+        f"external judge {summary['judge_function']} ({short_path(summary['judge_path'])}) on {short_path(summary['data_path'])}"
+    )
+    out.print(
+        f"rows {summary['total']}: scored {summary['scored']}, NA {summary['na']}, errors {summary['errors']}; "
+        f"mean score {'n/a' if mean is None else f'{mean:.4f}'}"
+    )
+    for example in (summary.get("error_examples") or [])[:3]:
+        out.print(f"error in row {example.get('qid')}: {example.get('error')}")
+    out.print(f"summary: {short_path(summary['result_path'])}")
+    for path in summary.get("output_files") or []:
+        out.print(f"scores: {short_path(path)}")
+
+
 def print_comparison(comparison: dict[str, Any]) -> None:
     """Whole run ids (the title stacks them when the terminal is narrow); pair ids fold, never cut."""
     a, b = comparison["run_a"], comparison["run_b"]
@@ -206,4 +225,4 @@ def _flipped_table(flipped: list[dict[str, Any]], narrow: bool) -> Table:
     return table
 
 
-__all__ = ["run_with_progress", "print_results", "print_comparison"]
+__all__ = ["run_with_progress", "print_results", "print_comparison", "print_external_summary"]

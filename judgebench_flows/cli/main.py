@@ -538,10 +538,10 @@ def _run_external(args: argparse.Namespace, prefect: PrefectStart) -> int:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
     prefect.wait_ready()
+    from judgebench_flows.cli.console import print_external_summary
     from judgebench_flows.flows.external_flow import run_external
 
-    results = run_external(config)
-    print(json.dumps({k: v for k, v in results.items() if k != "distribution"}, indent=2, default=str))
+    print_external_summary(run_external(config))
     return 0
 
 

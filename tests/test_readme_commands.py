@@ -168,3 +168,5 @@ def test_documented_block_runs(block: Block, judgebench_home, workdirs, request)
         f"{block.id} exited {result.returncode}\n{block.code}\n{result.stdout}\n{result.stderr}"
     )
     assert "Traceback" not in result.stderr, result.stderr
+    wide = [line for line in (result.stdout + result.stderr).splitlines() if len(line.rstrip()) > 80]
+    assert not wide, f"{block.id}: lines over 80 columns at COLUMNS=80:\n" + "\n".join(wide)

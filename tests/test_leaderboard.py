@@ -430,6 +430,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # five CLI processes and two repositories
 def test_bad_inputs_exit_2_with_one_line(published, tmp_path) -> None:
     bare = tmp_path / "bare"
     sha = make_repo(bare)  # the shared copy: no outputs/
@@ -479,6 +480,7 @@ RESCORE_CASES = [
 ]
 
 
+@pytest.mark.slow  # CLI processes over the whole GPT-4o file
 def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> None:
     from judgebench_flows.judging.rescore import rescore_file
 
@@ -708,6 +710,7 @@ def test_a_subset_run_is_shown_apart_with_its_pair_count_never_ranked(published,
     assert "…" not in result.stdout
 
 
+@pytest.mark.slow  # two CLI processes; the quick loop keeps the 80-column one
 def test_listing_formats_for_scripts(published, tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'none.db'}"
     as_json = leaderboard_cli(published, tmp_path, url, "--format", "json")

@@ -238,6 +238,7 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # imports transformers and trains a tokenizer
 @requires_shared
 @needs_transformers
 def test_judge_lm_with_a_hugging_face_tokenizer_on_disk(tiny_tokenizer_dir: Path) -> None:

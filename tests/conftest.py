@@ -1,6 +1,7 @@
 """Shared fixtures: a real JudgeBench git repository, a real OpenAI-compatible server, a real Prefect server.
 
-Nothing here is a mock. `judgebench_repo` copies ../shared/judgebench into a temporary git repository
+Nothing here is a mock. `judgebench_repo` copies the JudgeBench data (tests/_benchmark_data.py says where
+it comes from: JUDGEBENCH_TEST_DATA, ../shared/judgebench, or a pinned clone) into a temporary git repository
 that the flow clones like any remote; `oracle_server` answers every prompt with the labelled verdict in
 the judge's own format; `prefect_server` starts one temporary Prefect API for the whole session and
 exports PREFECT_API_URL so CLI subprocesses use it too (instead of each booting its own).
@@ -18,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from judgebench_flows.testing.oracle import VERDICTS, oracle_responder, shown_pair  # noqa: F401 - the tests import them from here
+from tests._benchmark_data import BESIDE_REPO, ENV_VAR, GPT4O_FILE, MISSING_DATA, find_benchmark_data
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "judgebench"
-GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
+SHARED = find_benchmark_data() or BESIDE_REPO
 CLAUDE_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
 CANARY_KEY = "sk-canary-5f3e9a1b7c2d4e6f8a0b"
 
@@ -37,25 +39,22 @@ def _free_port() -> int:
 # Prefect's default 4200, which other servers on the machine use (tests/_runs.py gives each test its own).
 os.environ.setdefault("PREFECT_SERVER_API_PORT", str(_free_port()))
 
-# A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
-VERDICTS: dict[str, Callable[[bool], str]] = {
-    "arena_hard": lambda first: (
-        f"After comparing both answers, my final verdict is {'[[A>>B]]' if first else '[[B>A]]'}."
-    ),
-    "vanilla": lambda first: "Output (a)" if first else "Output (b)",
-    "auto_j": lambda first: f"Both are close. So, the final decision is {'Response 1' if first else 'Response 2'}.",
-    "prometheus_2": lambda first: (
-        f"Response {'A' if first else 'B'} is factually correct. [RESULT] {'A' if first else 'B'}"
-    ),
-    "skywork_critic": lambda first: "[[A]]" if first else "[[B]]",
-}
+# Tokenizers and models come from local folders only: a name that is not one is an error at once, not
+# Hugging Face Hub lookups retried for tens of seconds (or a download) on a machine with a network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def shared_data_available() -> bool:
     return (SHARED / "data" / GPT4O_FILE).is_file()
 
 
-requires_shared = pytest.mark.skipif(not shared_data_available(), reason=f"JudgeBench data not found at {SHARED}")
+# The one reason every test that needs the benchmark skips with: how to supply it.
+NO_DATA_REASON = (
+    f"{ENV_VAR}={os.environ[ENV_VAR]} has no data/{GPT4O_FILE}: point it at a JudgeBench checkout"
+    if os.environ.get(ENV_VAR, "none") != "none" and not shared_data_available()
+    else MISSING_DATA
+)
+requires_shared = pytest.mark.skipif(not shared_data_available(), reason=NO_DATA_REASON)
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -74,7 +73,7 @@ def make_repo(path: Path, files: dict[str, str] | None = None, copy_shared: bool
     import shutil
 
     if copy_shared:
-        shutil.copytree(SHARED, path)
+        shutil.copytree(SHARED, path, ignore=shutil.ignore_patterns(".git"))
     path.mkdir(parents=True, exist_ok=True)
     for name, text in (files or {}).items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -87,9 +86,9 @@ def make_repo(path: Path, files: dict[str, str] | None = None, copy_shared: bool
 
 @pytest.fixture(scope="session")
 def judgebench_repo(tmp_path_factory) -> tuple[str, str]:
-    """(file:// URL, commit) of a git copy of ../shared/judgebench."""
+    """(file:// URL, commit) of a git copy of the JudgeBench data (SHARED)."""
     if not shared_data_available():
-        pytest.skip(f"JudgeBench data not found at {SHARED}")
+        pytest.skip(NO_DATA_REASON)
     path = tmp_path_factory.mktemp("remote") / "JudgeBench"
     sha = make_repo(path)
     return f"file://{path}", sha
@@ -99,31 +98,10 @@ def load_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def shown_pair(body: dict, pairs: list[dict]) -> tuple[dict, bool] | None:
-    """The pair a chat request shows its judge, and whether the better response is shown first."""
-    text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
-    for pair in pairs:
-        a, b = pair["response_A"], pair["response_B"]
-        ia, ib = text.find(a), text.find(b)
-        if ia >= 0 and ib >= 0 and a != b:
-            return pair, (ia < ib) == (pair["label"] == "A>B")
-    return None
-
-
-def oracle_responder(pairs: list[dict], verdict: Callable[[bool], str], wrong: bool = False) -> Callable[[dict], str]:
-    """Answers with the labelled verdict (or its opposite with `wrong`) in the judge's format."""
-
-    def respond(body: dict) -> str:
-        shown = shown_pair(body, pairs)
-        return "I cannot tell." if shown is None else verdict(shown[1] != wrong)
-
-    return respond
-
-
 @pytest.fixture(scope="session")
 def gpt4o_pairs() -> list[dict]:
     if not shared_data_available():
-        pytest.skip(f"JudgeBench data not found at {SHARED}")
+        pytest.skip(NO_DATA_REASON)
     return load_jsonl(SHARED / "data" / GPT4O_FILE)
 
 
@@ -180,3 +158,13 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "prefect_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every skip for want of the benchmark data reported at one place, so the summary folds them into one
+    line that says how to supply it (instead of one line per test file and line)."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].endswith(NO_DATA_REASON):
+        report.longrepr = (str(Path(__file__).with_name("_benchmark_data.py")), 1, f"Skipped: {NO_DATA_REASON}")
+    return report

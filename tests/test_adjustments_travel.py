@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import pickle
 
-import pytest
 from prefect.logging import disable_run_logger
 
 from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
@@ -18,7 +17,7 @@ from judgebench_flows.data.loading import index_pairs
 from judgebench_flows.judging.shards import JudgeSpec, Shard, ShardRecords, close_runtimes, request_report_of
 from judgebench_flows.tasks.judge import ShardIncomplete, judge_shard
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import GPT4O_FILE, SHARED, shared_data_available
+from tests.conftest import GPT4O_FILE, SHARED, requires_shared
 
 MESSAGES = [{"role": "system", "content": "Judge."}, {"role": "user", "content": "Which is better?"}]
 SAMPLING = {"temperature": 0.0, "max_tokens": 4096}
@@ -83,7 +82,7 @@ def test_shard_records_and_incomplete_shards_carry_adjustments_through_pickling(
     assert incomplete.records.adjustments == [change]  # type: ignore[attr-defined]
 
 
-@pytest.mark.skipif(not shared_data_available(), reason="JudgeBench's data is not in shared/")
+@requires_shared
 def test_a_shard_given_known_adjustments_sends_no_rejected_request_and_returns_them(monkeypatch) -> None:
     """The shard task as a worker runs it: with what the flow knows it starts right (no 400); without, it
     learns from its first 400s and its records carry the adjustment back."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import CANARY_KEY, SHARED, make_repo, shared_data_available
+from tests.conftest import CANARY_KEY, NO_DATA_REASON, SHARED, make_repo, shared_data_available
 
 VALID_TEMPLATE_NAMES = ("arena_hard", "vanilla", "auto_j", "prometheus_2", "skywork_critic", "custom")
 
@@ -200,7 +200,7 @@ def test_unknown_judge_type_lists_the_valid_ones(run_cli, server, good_file: Pat
 
 def test_template_with_a_syntax_error(run_cli, server, good_file: Path, tmp_path: Path) -> None:
     if not shared_data_available():
-        pytest.skip(f"JudgeBench templates not found at {SHARED}")
+        pytest.skip(NO_DATA_REASON)
     templates = tmp_path / "templates"
     shutil.copytree(SHARED / "utils" / "templates", templates)
     (templates / "arena_hard_judge_prompt.jinja2").write_text("{{ prompt }\n{% if answer_a %}\n")

@@ -21,7 +21,7 @@ import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._runs import local_server_env, stop_background_server
-from tests.conftest import CANARY_KEY, SHARED, git, make_repo, shared_data_available
+from tests.conftest import CANARY_KEY, git, make_repo, requires_shared
 from tests.test_bad_input import assert_one_error, base_args, pair, write_jsonl
 
 VERDICT = "My final verdict is [[A>B]]"
@@ -117,7 +117,7 @@ async def _prefect_record(flow_run_id: str) -> str:
     )
 
 
-@pytest.mark.skipif(not shared_data_available(), reason=f"JudgeBench data not found at {SHARED}")
+@requires_shared
 @pytest.mark.skipif(
     not _postgres_reachable(), reason="PostgreSQL on 127.0.0.1:5432 (trust auth, database test) not reachable"
 )

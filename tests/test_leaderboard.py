@@ -10,7 +10,10 @@ plain implementation of JudgeBench's `compute_final_metrics` written here.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
+import os
 import random
 import re
 import subprocess
@@ -154,7 +157,9 @@ def published(tmp_path_factory) -> dict:
         ),
     }
     path = tmp_path_factory.mktemp("published") / "JudgeBench"
-    sha = make_repo(path, {name: jsonl(rows) for name, rows in files.items()})
+    # The data files hold the sampled pairs: a file of all of them is a full-benchmark result here.
+    data = {f"data/{GPT4O_FILE}": jsonl(gpt4o), f"data/{CLAUDE_FILE}": jsonl(claude)}
+    sha = make_repo(path, {**data, **{name: jsonl(rows) for name, rows in files.items()}})
     return {"url": f"file://{path}", "sha": sha, "files": files, "gpt4o": gpt4o, "claude": claude}
 
 
@@ -265,6 +270,7 @@ def test_published_numbers_equal_judgebench_metric(published, tmp_path) -> None:
     )
     single = entry_for(board, "vanilla", "gpt-4o-mini")
     assert single["mode"] == "single-game" and single["duplicate_lines"] == 1
+    assert single["missing_pairs"] == 40 and single["rank"] is not None  # 50 of 90 pairs: ranked, flagged
     assert_matches_official(single, files[output_name(GPT4O_FILE, "vanilla", "gpt-4o-mini")])
     claude = entry_for(board, "arena_hard", "claude-3-haiku-20240307")
     assert claude["response_model"] == "claude-3-5-sonnet-20240620"
@@ -424,6 +430,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # five CLI processes and two repositories
 def test_bad_inputs_exit_2_with_one_line(published, tmp_path) -> None:
     bare = tmp_path / "bare"
     sha = make_repo(bare)  # the shared copy: no outputs/
@@ -473,6 +480,7 @@ RESCORE_CASES = [
 ]
 
 
+@pytest.mark.slow  # CLI processes over the whole GPT-4o file
 def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> None:
     from judgebench_flows.judging.rescore import rescore_file
 
@@ -659,3 +667,57 @@ def test_a_password_given_in_db_url_is_used_to_connect(monkeypatch) -> None:
     runs, note = read_runs(public, seed=0, resamples=10)
     assert connected_with == ["pw-5f3e9a"]
     assert runs == [] and note is not None and "pw-5f3e9a" not in note
+
+
+def leaderboard_cli(published: dict, tmp_path: Path, db_url: str, *extra: str, columns: int = 80):
+    return subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli.main", "leaderboard", "--repo-url", published["url"]]
+        + ["--ref", published["sha"], "--cache-dir", str(tmp_path / "cache"), "--db-url", db_url]
+        + ["--result-path", str(tmp_path / "lb.json"), "--output-dir", str(tmp_path / "html"), *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+
+
+def test_a_subset_run_is_shown_apart_with_its_pair_count_never_ranked(published, tmp_path) -> None:
+    """A --max-samples 20 run beside full-benchmark results: its own table, marked "20 of 90 pairs",
+    no rank; the full run is ranked. At 80 columns no line is longer, and run ids are whole."""
+    from judgebench_flows.data import db
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    engine = db.open_database(url)
+    t0 = datetime(2026, 11, 20, 2, 0, tzinfo=timezone.utc)
+    full_id, subset_id = "f" * 32, "5" * 32
+    save_run(engine, full_id, "cfg-full", GPT4O_FILE, published["gpt4o"], t0, seed=7)
+    save_run(engine, subset_id, "cfg-20", GPT4O_FILE, published["gpt4o"][:20], t0, seed=8, model="tiny-run")
+    engine.dispose()
+    result = leaderboard_cli(published, tmp_path, url)
+    assert result.returncode == 0, result.stderr
+    board = json.loads((tmp_path / "lb.json").read_text())
+    subset = entry_for(board, "arena_hard", "tiny-run", origin="run")
+    full = entry_for(board, "arena_hard", "my-judge", origin="run")
+    assert subset["rank"] is None and subset["group"] == "gpt-4o-2024-05-13: runs on a subset, not ranked"
+    assert full["rank"] is not None and full["group"] == "gpt-4o-2024-05-13"
+    assert [e["group"] for e in board["entries"]][-1] == subset["group"]  # after every ranked table
+    lines = result.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80, result.stdout
+    ranked, _, apart = result.stdout.partition("runs on a subset, not ranked")
+    assert "tiny-run" not in ranked and "tiny-run" in apart and "20 of 90 pairs" in apart
+    assert full_id in ranked and subset_id in apart  # whole run ids, what `compare` takes
+    assert "…" not in result.stdout
+
+
+@pytest.mark.slow  # two CLI processes; the quick loop keeps the 80-column one
+def test_listing_formats_for_scripts(published, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    as_json = leaderboard_cli(published, tmp_path, url, "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert len(json.loads(as_json.stdout)["entries"]) == 4
+    as_csv = leaderboard_cli(published, tmp_path, url, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert rows[0]["rank"] == "1" and len(rows) == 4
+    assert {r["group"] for r in rows} == {"gpt-4o-2024-05-13", "claude-3-5-sonnet-20240620"}
+    assert all(0 <= float(r["accuracy"]) <= 1 for r in rows)

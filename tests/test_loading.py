@@ -12,7 +12,7 @@ import pytest
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import Pair
 from judgebench_flows.data.loading import load_pairs, sample_pairs, shuffle_responses
-from tests.conftest import GPT4O_FILE, SHARED, requires_shared
+from tests.conftest import GPT4O_FILE, NO_DATA_REASON, SHARED, requires_shared
 
 
 def row(pair_id: str = "p1", **overrides: object) -> dict:
@@ -45,7 +45,7 @@ def pairs_of(n: int) -> list[Pair]:
 @pytest.fixture(scope="module")
 def real_pairs() -> list[Pair]:
     if not (SHARED / "data" / GPT4O_FILE).is_file():
-        pytest.skip(f"JudgeBench data not found at {SHARED}")
+        pytest.skip(NO_DATA_REASON)
     return load_pairs(SHARED / "data" / GPT4O_FILE).pairs
 
 

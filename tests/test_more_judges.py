@@ -206,6 +206,7 @@ def test_a_question_longer_than_the_context_keeps_judgebench_slicing() -> None:
     )
 
 
+@requires_shared
 def test_tokenized_judge_without_tokenizer_fails_before_a_call() -> None:
     judge = get_judge("judge_lm", TEMPLATES) if importlib.util.find_spec("transformers") else None
     if judge is None:
@@ -237,6 +238,7 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # imports transformers and trains a tokenizer
 @requires_shared
 @needs_transformers
 def test_judge_lm_with_a_hugging_face_tokenizer_on_disk(tiny_tokenizer_dir: Path) -> None:

@@ -68,6 +68,7 @@ def direct_score(path: Path, question: str, response: str) -> float:
         return model(**tokenizer(text, return_tensors="pt")).logits[0][0].item()
 
 
+@pytest.mark.slow  # imports torch and builds a model
 def test_local_model_scores_as_judgebench_does(tiny_reward_model: Path) -> None:
     from judgebench_flows.calls.local_reward import LocalRewardModel
 
@@ -100,6 +101,7 @@ def test_a_model_that_cannot_load_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # imports torch and builds a model
 def test_whole_path_through_the_caller_with_the_call_cache(tiny_reward_model: Path, tmp_path: Path) -> None:
     """The local backend is an API of the same caller: scores cached by request, reused on a re-run."""
     from judgebench_flows.calls.llm import ChatCaller

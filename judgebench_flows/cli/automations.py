@@ -25,7 +25,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="install or remove the Prefect automations: alerts, crashed deployment runs rescheduled",
         description="Automations on the Prefect server in PREFECT_API_URL (docs/operations.md).",
     )
-    actions = parser.add_subparsers(dest="automations_command", required=True)
+    actions = parser.add_subparsers(
+        dest="automations_command", required=True, metavar="ACTION", help="install or remove"
+    )
     install = actions.add_parser(
         "install",
         help="create or update the automations (idempotent)",
@@ -41,7 +43,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="send alerts through this saved Prefect notification block (TYPE/NAME, e.g. slack-webhook/team)",
     )
     install.add_argument("--dry-run", action="store_true", help="print the automations; change nothing")
-    actions.add_parser("remove", help="delete the automations (and the webhook block) that install created")
+    actions.add_parser(
+        "remove",
+        help="delete the automations (and the webhook block) that install created",
+        description="Delete the automations (and the webhook block) that install created.",
+    )
 
 
 def command_automations(args: argparse.Namespace) -> int:

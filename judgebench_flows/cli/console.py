@@ -7,13 +7,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.pricing import format_usd, run_cost_text
+from judgebench_flows.core.pricing import format_usd
 
 if TYPE_CHECKING:
     from judgebench_flows.judging.estimate import Estimate
@@ -148,50 +149,38 @@ def print_results(results: dict[str, Any]) -> None:
     if results.get("regression"):
         style = "bold red" if results["regression"].get("regressed") else "green"
         out.print(f"[{style}]{results['regression']['message']}[/]")
+    from judgebench_flows.cli.tables import short_path
+
     for name, path in (results.get("outputs") or {}).items():
-        out.print(f"{name}: {path}")
+        out.print(f"{name}: {short_path(path)}")
 
 
-def print_history(runs: list) -> None:
-    table = Table(title="JudgeBench runs")
-    columns = (
-        "run",
-        "started (UTC)",
-        "judge",
-        "model",
-        "data",
-        "commit",
-        "status",
-        "accuracy",
-        "95% CI",
-        "pairs",
-        "cost",
+def print_external_summary(summary: dict[str, Any]) -> None:
+    """An external-judge run in a few lines (the whole summary is the JSON at `result_path`)."""
+    from judgebench_flows.cli.tables import short_path
+
+    mean = summary.get("mean_score")
+    out.print(
+        f"external judge {summary['judge_function']} ({short_path(summary['judge_path'])}) on {short_path(summary['data_path'])}"
     )
-    for column in columns:
-        table.add_column(column)
-    for run in runs:
-        ci = f"{_pct(run.ci_low)} - {_pct(run.ci_high)}" if run.ci_low is not None else ""
-        table.add_row(
-            run.run_id[:8],
-            run.started.strftime("%Y-%m-%d %H:%M"),
-            run.judge_type,
-            run.model,
-            (run.data_file or "")[-40:],
-            (run.commit or "")[:8],
-            run.status,
-            _pct(run.overall_accuracy),
-            ci,
-            str(run.n_pairs or ""),
-            run_cost_text(run.cost_usd, run.priced_as),
-        )
-    out.print(table)
+    out.print(
+        f"rows {summary['total']}: scored {summary['scored']}, NA {summary['na']}, errors {summary['errors']}; "
+        f"mean score {'n/a' if mean is None else f'{mean:.4f}'}"
+    )
+    for example in (summary.get("error_examples") or [])[:3]:
+        out.print(f"error in row {example.get('qid')}: {example.get('error')}")
+    out.print(f"summary: {short_path(summary['result_path'])}")
+    for path in summary.get("output_files") or []:
+        out.print(f"scores: {short_path(path)}")
 
 
 def print_comparison(comparison: dict[str, Any]) -> None:
+    """Whole run ids (the title stacks them when the terminal is narrow); pair ids fold, never cut."""
     a, b = comparison["run_a"], comparison["run_b"]
-    table = Table(title=f"{a[:8]} -> {b[:8]}")
+    out.print(f"A: run {a}\nB: run {b}")
+    table = Table()
     for column in ("slice", "A", "B", "delta", "pairs"):
-        table.add_column(column, justify="left" if column == "slice" else "right")
+        table.add_column(column, justify="left" if column == "slice" else "right", overflow="fold")
     for row in comparison["slices"]:
         delta = row["delta"]
         table.add_row(
@@ -214,14 +203,7 @@ def print_comparison(comparison: dict[str, Any]) -> None:
         f"{sum(1 for f in flipped if not f['now_correct'])} broken)"
     )
     if flipped:
-        pairs = Table()
-        for column in ("pair_id", "source", "label", "A verdicts", "B verdicts", "now"):
-            pairs.add_column(column)
-        for f in flipped[:200]:
-            pairs.add_row(
-                f["pair_id"], f["source"], f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong"
-            )
-        out.print(pairs)
+        out.print(_flipped_table(flipped[:200], narrow=out.width < 110))
 
 
 def cost_text(usage: dict[str, Any]) -> str:
@@ -255,4 +237,18 @@ def print_estimate(estimate: Estimate) -> None:
         out.print("expected: no finished run of this configuration yet")
 
 
-__all__ = ["run_with_progress", "print_results", "print_history", "print_comparison"]
+def _flipped_table(flipped: list[dict[str, Any]], narrow: bool) -> Table:
+    """The pairs whose verdict changed; on a narrow terminal the pair id and its source share a column, so
+    the id stays on one line."""
+    table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+    columns = ["pair / source"] if narrow else ["pair_id", "source"]
+    verdicts = ("A", "B") if narrow else ("A verdicts", "B verdicts")
+    for column in (*columns, "label", *verdicts, "now"):
+        table.add_column(column, overflow="fold", min_width=36 if column == "pair / source" else None)
+    for f in flipped:
+        where = [f"{f['pair_id']}\n{f['source']}"] if narrow else [f["pair_id"], f["source"]]
+        table.add_row(*where, f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong")
+    return table
+
+
+__all__ = ["run_with_progress", "print_results", "print_comparison", "print_external_summary", "print_estimate"]

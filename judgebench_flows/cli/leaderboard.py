@@ -16,13 +16,19 @@ from judgebench_flows.core.errors import UserError
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """`leaderboard` takes LeaderboardSettings' fields as options, `rescore` the judge's from RunConfig."""
-    from judgebench_flows.cli.options import add_model_options
+    from judgebench_flows.cli.options import add_command, add_model_options
     from judgebench_flows.core.config import RunConfig
     from judgebench_flows.scoring.leaderboard import LeaderboardSettings
 
-    board = sub.add_parser("leaderboard", help="published JudgeBench judges and our runs in one table (no API key)")
+    board = add_command(sub, "leaderboard", "published JudgeBench judges and our runs in one table (no API key)")
     add_model_options(board, LeaderboardSettings, skip={"require_published"})
-    board.add_argument("--result-path", "--result_path", dest="result_path", default="results/leaderboard.json")
+    board.add_argument(
+        "--result-path",
+        "--result_path",
+        dest="result_path",
+        default="results/leaderboard.json",
+        help="where the leaderboard JSON is written (default results/leaderboard.json)",
+    )
     board.add_argument(
         "--output-dir",
         "--output_dir",
@@ -31,7 +37,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="directory for leaderboard.html",
     )
     board.add_argument("--flow", action="store_true", help="run as a Prefect flow (adds a markdown artifact)")
-    rescore = sub.add_parser("rescore", help="re-parse a recorded outputs file's answers with our parser")
+    board.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (default: fits the terminal), or json/csv on standard output for scripts",
+    )
+    rescore = add_command(sub, "rescore", "re-parse a recorded outputs file's answers with our parser")
     rescore.add_argument("file", help="an outputs JSONL (JudgeBench's outputs/ or one of our runs)")
     rescore.add_argument(
         "--judge-type",
@@ -50,13 +62,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def command_leaderboard(args: argparse.Namespace) -> int:
+    from judgebench_flows.cli import tables
     from judgebench_flows.cli.options import given_options
     from judgebench_flows.core.config import results_db_url, validated
-    from judgebench_flows.scoring.leaderboard import (
-        LeaderboardSettings,
-        build_leaderboard,
-        print_leaderboard,
-    )
+    from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard
     from judgebench_flows.scoring.leaderboard_report import write_outputs
 
     options = given_options(args, LeaderboardSettings) | {"db_url": results_db_url(args.db_url)}
@@ -71,9 +80,14 @@ def command_leaderboard(args: argparse.Namespace) -> int:
             raise UserError(
                 f"cannot write the leaderboard ({args.result_path}, {args.output_dir}): {exc.strerror or exc}"
             ) from None
-    print_leaderboard(board)
-    for name, path in board["outputs"].items():
-        print(f"{name}: {path}")
+    if args.format == "json":
+        print(tables.to_json(board))
+    elif args.format == "csv":
+        print(tables.to_csv(tables.LEADERBOARD_FIELDS, tables.leaderboard_rows(board)), end="")
+    else:
+        tables.print_leaderboard(board)
+        for name, path in board["outputs"].items():
+            print(f"{name}: {tables.short_path(path)}")
     return 0
 
 

@@ -41,10 +41,10 @@ def _run_parser(
 ) -> argparse.ArgumentParser:
     """`judgebench run` (and `estimate`, which takes the same options): one option per settings field
     (RunConfig, EndpointSettings; cli/options.py), and the few that only concern this command."""
-    from judgebench_flows.cli.options import add_model_options
+    from judgebench_flows.cli.options import add_command, add_model_options
     from judgebench_flows.core.config import RunConfig
 
-    p = sub.add_parser(name, help=help, description=help)
+    p = add_command(sub, name, help)
     add_model_options(p, RunConfig)
     p.add_argument("--verbose", action="store_true", help="show Prefect's logs")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=True, help="no progress bar")
@@ -58,26 +58,38 @@ def _run_parser(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from judgebench_flows.cli.options import OneLineParser
+    from judgebench_flows.cli.options import OneLineParser, add_command
 
-    parser = OneLineParser(prog="judgebench", description="Benchmark LLM judges on JudgeBench with Prefect.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    parser = OneLineParser(
+        prog="judgebench",
+        description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
+        "3 unexpected error, 4 the run measured too little, 5 the Prefect server was lost, 6 the run spent its "
+        "--max-cost.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     _run_parser(sub)
     _run_parser(
         sub, "estimate", "worst-case and expected cost in USD of a run with these options, without calling the model"
     )
-    history = sub.add_parser("history", help="list past runs")
-    history.add_argument("--db-url", default=None)
-    history.add_argument("--limit", type=int, default=20)
-    compare = sub.add_parser("compare", help="per-category deltas and flipped pairs between two runs")
-    compare.add_argument("run_a")
-    compare.add_argument("run_b")
-    compare.add_argument("--db-url", default=None)
-    compare.add_argument("--seed", type=int, default=42)
-    report = sub.add_parser("report", help="render the HTML report of a past run")
-    report.add_argument("run_id")
-    report.add_argument("--db-url", default=None)
-    report.add_argument("--output", default=None)
+    db_help = "results database (default: $JUDGEBENCH_DB_URL, else sqlite:///results/judgebench.db)"
+    history = add_command(sub, "history", "list past runs, newest first, with their whole run ids")
+    history.add_argument("--db-url", default=None, help=db_help)
+    history.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    history.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (default: fits the terminal), or json/csv on standard output for scripts",
+    )
+    compare = add_command(sub, "compare", "per-category deltas and flipped pairs between two runs")
+    compare.add_argument("run_a", help="the earlier run's id (as `judgebench history` shows it)")
+    compare.add_argument("run_b", help="the later run's id")
+    compare.add_argument("--db-url", default=None, help=db_help)
+    compare.add_argument("--seed", type=int, default=42, help="seed of the paired bootstrap (default 42)")
+    report = add_command(sub, "report", "render the HTML report of a past run")
+    report.add_argument("run_id", help="the run's id (as `judgebench history` shows it)")
+    report.add_argument("--db-url", default=None, help=db_help)
+    report.add_argument("--output", default=None, help="where to write it (default results/report-<run id>.html)")
     from judgebench_flows.cli.leaderboard import add_parsers as add_leaderboard_parsers
 
     add_leaderboard_parsers(sub)  # leaderboard, rescore
@@ -261,12 +273,12 @@ def _run_external(args: argparse.Namespace) -> int:
     if args.shard_size is not None:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
+    from judgebench_flows.cli.console import print_external_summary
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.flows.external_flow import run_external
 
     with pointed_at(use_prefect_server()):
-        results = run_external(config)
-    print(json.dumps({k: v for k, v in results.items() if k != "distribution"}, indent=2, default=str))
+        print_external_summary(run_external(config))
     return 0
 
 
@@ -277,7 +289,7 @@ def _db_url(args: argparse.Namespace) -> str:
 
 
 def command_history(args: argparse.Namespace) -> int:
-    from judgebench_flows.cli import console
+    from judgebench_flows.cli import tables
     from judgebench_flows.data import db
 
     url = _db_url(args)
@@ -286,10 +298,14 @@ def command_history(args: argparse.Namespace) -> int:
     if engine is not None:
         db.mark_crashed(engine)  # a run whose process was killed is not "running" forever
         runs = db.list_runs(engine, limit=args.limit)
-    if not runs:
+    if args.format == "json":
+        print(tables.to_json(tables.history_rows(runs)))
+    elif args.format == "csv":
+        print(tables.to_csv(tables.HISTORY_FIELDS, tables.history_rows(runs)), end="")
+    elif not runs:
         print(f"no runs yet in {db.safe_url(url)}")
-        return 0
-    console.print_history(runs)
+    else:
+        tables.print_history(runs)
     return 0
 
 

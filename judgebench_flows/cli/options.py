@@ -38,6 +38,12 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def add_command(sub: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:
+    """A sub-command whose one-line help is also its --help description; options are never matched by prefix
+    (`--judge-typ` is an error, not --judge-type)."""
+    return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", allow_abbrev=False)
+
+
 def _plain(annotation: Any) -> Any:
     """`X | None` -> X."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):

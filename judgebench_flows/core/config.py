@@ -58,7 +58,10 @@ class RunConfig(BaseModel):
     )
     # The endpoint and how it is called (core.endpoint), given as flat options (--base-url,
     # --concurrency, ...): the flat names stay the CLI's and the deployments' contract, and a dump is flat.
-    endpoint: EndpointSettings = Field(default_factory=EndpointSettings)
+    endpoint: EndpointSettings = Field(
+        default_factory=EndpointSettings,
+        description="the endpoint and how it is called, also given as the flat options below",
+    )
     shard_size: int = Field(default=50, ge=1, description="pairs per shard task")
     result_path: str = Field(default="results/judgebench.json", description="results JSON")
     output_dir: str = Field(default="results/run", description="directory for the per-judgment JSONL and report")

@@ -160,14 +160,54 @@ def group_key(entry: Mapping[str, Any]) -> str:
     )
 
 
-def rank(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def benchmark_sizes(checkout_path: Path) -> dict[str, int]:
+    """Pairs in each of the checkout's data files, by leaderboard group: what a full-benchmark result covers."""
+    sizes = {}
+    for path in sorted((checkout_path / "data").glob("*.jsonl")):
+        dataset, response_model = data_file_parts(path.name)
+        if response_model is not None:
+            with path.open("rb") as lines:
+                sizes[group_key({"dataset": dataset, "response_model": response_model})] = sum(
+                    1 for line in lines if line.strip()
+                )
+    return sizes
+
+
+def _mark_coverage(entry: dict[str, Any], full: int | None) -> bool:
+    """Note how much of the benchmark an entry covers; True when it is a run on a subset, which is shown
+    apart and never ranked (a 20-pair run's accuracy is not comparable with a 350-pair result)."""
+    entry["benchmark_pairs"] = full
+    covered = distinct_pairs(entry)
+    if full is None or covered >= full:
+        return False
+    if entry["origin"] == "published":
+        entry["missing_pairs"] = full - covered  # ranked, but flagged: the file lacks lines
+        return False
+    return True
+
+
+def distinct_pairs(entry: Mapping[str, Any]) -> int:
+    """Pairs an entry judged: a published file's repeated lines count in its metric, not here."""
+    return int(entry["pairs"]) - int(entry.get("duplicate_lines") or 0)
+
+
+SUBSET_GROUP = "{group}: runs on a subset, not ranked"
+
+
+def rank(entries: Iterable[dict[str, Any]], benchmark_pairs: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
     """Entries grouped by response-model dataset (largest group first), best overall accuracy first, with
-    their rank in the group (ties share a rank)."""
+    their rank in the group (ties share a rank). With the benchmark's sizes, runs on fewer pairs than their
+    data file holds (`--max-samples`, a slice) go to a group of their own after the ranked ones, rank None."""
     groups: dict[str, list[dict[str, Any]]] = {}
+    subsets: set[str] = set()
     for entry in entries:
-        groups.setdefault(group_key(entry), []).append(entry)
+        key = group_key(entry)
+        if _mark_coverage(entry, (benchmark_pairs or {}).get(key)):
+            key = SUBSET_GROUP.format(group=key)
+            subsets.add(key)
+        groups.setdefault(key, []).append(entry)
     ordered: list[dict[str, Any]] = []
-    for key in sorted(groups, key=lambda k: (-len(groups[k]), k)):
+    for key in sorted(groups, key=lambda k: (k in subsets, -len(groups[k]), k)):
         members = sorted(
             groups[key], key=lambda e: (-_accuracy(e), e["origin"] != "published", e["judge_name"], e["judge_model"])
         )
@@ -175,7 +215,7 @@ def rank(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         for index, entry in enumerate(members, 1):
             if _accuracy(entry) != previous:
                 position, previous = index, _accuracy(entry)
-            entry["rank"] = position
+            entry["rank"] = None if key in subsets else position
             entry["group"] = key
         ordered.extend(members)
     return ordered
@@ -207,6 +247,7 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
         checkout.path, seed=settings.seed, resamples=settings.bootstrap_resamples, required=settings.require_published
     )
     ours, note = read_runs(settings.db_url, seed=settings.seed, resamples=settings.bootstrap_resamples)
+    sizes = benchmark_sizes(checkout.path)
     from sqlalchemy.engine import make_url
 
     return {
@@ -217,7 +258,8 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
         "seed": settings.seed,
         "bootstrap_resamples": settings.bootstrap_resamples,
         "categories": list(CATEGORIES),
-        "entries": rank([*entries, *ours]),
+        "benchmark_pairs": sizes,
+        "entries": rank([*entries, *ours], sizes),
     }
 
 
@@ -229,12 +271,19 @@ def _interval(acc: Mapping[str, Any]) -> str:
     return f"{_pct(low)}-{_pct(high)}" if low is not None and high is not None else ""
 
 
+def coverage(entry: Mapping[str, Any]) -> str:
+    """ ", 20 of 350 pairs" for a run on a subset or a published file with missing lines, else ""."""
+    full = entry.get("benchmark_pairs")
+    return f", {distinct_pairs(entry)} of {full} pairs" if full and distinct_pairs(entry) < full else ""
+
+
 def who(entry: Mapping[str, Any]) -> str:
-    """How a row is labelled: published rows by file, ours with run id and date."""
+    """How a row is labelled: published rows by file, ours with the whole run id (what `compare` takes) and
+    date; either with its pair count when it covers less than the benchmark."""
     if entry["origin"] == "run":
         cost = f", {entry['cost']}" if entry.get("cost") else ""
-        return f"ours, run {str(entry['run_id'])[:8]} {str(entry.get('date') or '')[:10]}".rstrip() + cost
-    return "published"
+        return f"ours, run {entry['run_id']} {str(entry.get('date') or '')[:10]}".rstrip() + coverage(entry) + cost
+    return "published" + coverage(entry)
 
 
 def groups_of(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
@@ -264,68 +313,16 @@ def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
             bold = "**" if e.get("run_id") in marked else ""
             cats = " | ".join(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES)
             lines.append(
-                f"| {e['rank']} | {bold}{e['judge_name']}{bold} | {bold}{e['judge_model']}{bold} | {who(e)} | {e['pairs']} | "
+                f"| {e['rank'] or '-'} | {bold}{e['judge_name']}{bold} | {bold}{e['judge_model']}{bold} | {who(e)} | {e['pairs']} | "
                 f"{bold}{_pct(e['overall_accuracy']['accuracy'])}{bold} | {_interval(e['overall_accuracy'])} | {cats} |"
             )
     return "\n".join(lines)
-
-
-def print_leaderboard(board: Mapping[str, Any]) -> None:
-    """One rich table per response-model dataset."""
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=None if sys.stdout.isatty() else 200)  # piped output keeps whole model names
-    console.print(
-        f"JudgeBench {board['dataset']['repo_url']} @ {str(board['dataset']['commit'])[:12]}: "
-        f"accuracy in % (JudgeBench's metric), 95% bootstrap interval",
-        soft_wrap=True,
-    )
-    for note in board.get("notes") or []:
-        console.print(f"[dim]{note}[/]", soft_wrap=True)
-    short = {
-        "mmlu-pro": "mmlu-pro",
-        "livebench-reasoning": "reasoning",
-        "livebench-math": "math",
-        "livecodebench": "code",
-    }
-    for group, members in groups_of(board["entries"]).items():
-        table = Table(title=f"responses by {group}")
-        for column in (
-            "#",
-            "judge",
-            "model",
-            "origin",
-            "pairs",
-            "overall",
-            "95% CI",
-            *(short.get(c, c) for c in CATEGORIES),
-        ):
-            text = column in ("judge", "model", "origin")
-            table.add_column(column, justify="left" if text else "right", no_wrap=column in ("model", "overall"))
-        for e in members:
-            style = "bold" if e["origin"] == "run" else None
-            table.add_row(
-                str(e["rank"]),
-                e["judge_name"],
-                e["judge_model"],
-                who(e),
-                str(e["pairs"]),
-                _pct(e["overall_accuracy"]["accuracy"]),
-                _interval(e["overall_accuracy"]),
-                *(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES),
-                style=style,
-            )
-        console.print(table)
 
 
 __all__ = [
     "LeaderboardSettings",
     "build_leaderboard",
     "markdown",
-    "print_leaderboard",
     "published_entries",
     "rank",
     "read_runs",

@@ -83,7 +83,7 @@ def _sorted(members: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str,
 
 def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "rank": entry.get("rank", ""),
+        "rank": entry.get("rank") or "",  # a run on a subset has none
         "judge": entry["judge_name"],
         "model": entry["judge_model"],
         "ours": entry["origin"] == "run",

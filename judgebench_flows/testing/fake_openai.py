@@ -17,6 +17,10 @@ Run it by hand or for benchmarks:
 Without `--answer` it answers every judge in its own format ("the response shown first is better", or
 `--verdict second`), so any built-in judge runs against it and completes (at 0% accuracy: the verdict
 does not depend on the pair).
+
+Or as a judge that is right on 75% of the pairs of a data file (a first run with a real number):
+
+    python -m judgebench_flows.testing.fake_openai --port 8000 --oracle DATA.jsonl --oracle-accuracy 0.75
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
 
 Responder = Callable[[dict], "str | dict"]
 """Gets the parsed request JSON body, returns the assistant message content, or a dict with `content` and
@@ -1121,6 +1127,24 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="first",
         help="without --answer: always this verdict, in the format of the request's judge (default: first)",
     )
+    parser.add_argument(
+        "--oracle",
+        metavar="DATA.jsonl",
+        default=None,
+        help="answer as a judge that knows this JudgeBench data file's labels (instead of --answer)",
+    )
+    parser.add_argument(
+        "--oracle-judge",
+        default="arena_hard",
+        choices=sorted(VERDICTS),
+        help="whose verdict format the oracle answers in (default arena_hard)",
+    )
+    parser.add_argument(
+        "--oracle-accuracy",
+        type=float,
+        default=0.75,
+        help="share of pairs the oracle gets right, in both orders (default 0.75; seeded by --seed)",
+    )
     parser.add_argument("--latency", type=float, default=0.0, help="seconds slept before every answer")
     parser.add_argument("--rate-429", type=float, default=0.0)
     parser.add_argument("--retry-after", type=float, default=0.05)
@@ -1163,8 +1187,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Serve until Ctrl-C or SIGTERM, then print the counters to stderr."""
     args = _parse_args(argv)
+    answer: Responder | str = (
+        args.answer if args.answer is not None else judge_format_responder(args.verdict == "first")
+    )
+    if args.oracle:
+        answer = oracle_responder(
+            load_pairs(args.oracle), VERDICTS[args.oracle_judge], accuracy=args.oracle_accuracy, seed=args.seed
+        )
     server = FakeOpenAIServer(
-        args.answer if args.answer is not None else judge_format_responder(args.verdict == "first"),
+        answer,
         latency=args.latency,
         rate_429=args.rate_429,
         retry_after=args.retry_after,

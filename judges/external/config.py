@@ -31,10 +31,18 @@ class ExternalJudgeConfig(BaseModel):
     external_judge_path: str
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, Any] = Field(default_factory=dict)
-    model_input_column: str | None = "model_input"
-    model_output_column: str | None = "response"
-    reference_column: str | None = "ground_truth"
-    qid_column: str | None = "id"
+    model_input_column: str | None = Field(
+        default="model_input",
+        description="column of --data-path with the prompt that was answered (default model_input)",
+    )
+    model_output_column: str | None = Field(
+        default="response", description="column with the answer to judge (default response)"
+    )
+    reference_column: str | None = Field(
+        default="ground_truth",
+        description="column with the reference answer the judge compares with (default ground_truth)",
+    )
+    qid_column: str | None = Field(default="id", description="column with each row's unique id (default id)")
     max_workers: int = Field(default=8, ge=1)
     shard_size: int = Field(default=500, ge=1)
     data_path: str

@@ -1,0 +1,263 @@
+"""The listing commands' output: tables that fit the terminal they are printed in, or JSON/CSV for scripts.
+
+A terminal narrower than a table's columns gets the same rows stacked (a row's names on lines of their
+own) rather than cut with "…"; run ids are always printed whole, since `compare` and `report` take them.
+Piped output without COLUMNS keeps the wide layout, so a script reading the text gets whole names.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from judgebench_flows.core.pricing import run_cost_text
+from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.scoring.formatting import percent
+from judgebench_flows.scoring.leaderboard import groups_of, who
+from judgebench_flows.scoring.published import data_file_parts
+
+FORMATS = ("table", "json", "csv")
+PIPED_WIDTH = 200  # no terminal and no COLUMNS: wide enough for every column
+WIDE_LEADERBOARD = 160  # every column side by side from this width on; stacked below it
+WIDE_HISTORY = 150
+SHORT_CATEGORY = {
+    "mmlu-pro": "mmlu",
+    "livebench-reasoning": "reason",
+    "livebench-math": "math",
+    "livecodebench": "code",
+}
+
+_pct = partial(percent, sign="")
+
+
+def stdout_console() -> Console:
+    """A console for standard output at the terminal's width (COLUMNS wins, as for any program)."""
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(width=PIPED_WIDTH if piped else None)
+
+
+def _table(title: str | None, wide: bool) -> Table:
+    """Wide: rich's boxed table. Narrow: no box, so the columns get the characters the borders would take."""
+    return Table(title=title, box=box.SQUARE if wide else box.SIMPLE_HEAD, pad_edge=wide, expand=False)
+
+
+def _interval(low: Any, high: Any) -> str:
+    return f"{_pct(low)}-{_pct(high)}" if low is not None and high is not None else ""
+
+
+def print_leaderboard(board: Mapping[str, Any], console: Console | None = None) -> None:
+    """One table per response-model dataset (runs on a subset in tables of their own, unranked)."""
+    console = console or stdout_console()
+    console.print(
+        f"JudgeBench {_short_source(board['dataset']['repo_url'])} @ {str(board['dataset']['commit'])[:12]}: "
+        "accuracy in % (JudgeBench's metric), 95% bootstrap interval"
+    )
+    for note in board.get("notes") or []:
+        console.print(f"[dim]{note}[/]")
+    wide = console.width >= WIDE_LEADERBOARD
+    for group, members in groups_of(board["entries"]).items():
+        full = (board.get("benchmark_pairs") or {}).get(group)
+        title = f"responses by {group}" + (f" ({full} pairs)" if full else "")
+        console.print(_leaderboard_table(title, members, wide, console.width))
+    if not wide:
+        console.print(
+            "[dim]columns in %: overall and per category (mmlu-pro, livebench reasoning and math, livecodebench); "
+            "--format csv or leaderboard.html for every column[/]"
+        )
+
+
+def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: bool, width: int) -> Table:
+    table = _table(title, wide)
+    categories = [SHORT_CATEGORY.get(c, c) for c in CATEGORIES] if wide or width >= 92 else []
+    if wide:
+        for name in ("#", "judge", "model", "origin", "pairs"):
+            table.add_column(name, justify="right" if name in ("#", "pairs") else "left", overflow="fold")
+    else:
+        table.add_column("#", justify="right")
+        table.add_column("judge / model / origin", overflow="fold", min_width=24)
+    for name in ("overall", "95% CI", *categories):
+        table.add_column(name, justify="right", no_wrap=True)
+    for e in members:
+        scores = [
+            _pct(e["overall_accuracy"]["accuracy"]),
+            _interval(e["overall_accuracy"].get("ci_low"), e["overall_accuracy"].get("ci_high")),
+        ]
+        if categories:
+            scores += [_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES]
+        rank = str(e["rank"]) if e.get("rank") else "-"
+        names = (
+            [e["judge_name"], e["judge_model"], who(e), str(e["pairs"])]
+            if wide
+            else [f"{e['judge_name']} / {e['judge_model']}" + ("" if who(e) == "published" else f"\n{who(e)}")]
+        )
+        table.add_row(rank, *names, *scores, style="bold" if e["origin"] == "run" else None)
+    return table
+
+
+def _short_source(url: str) -> str:
+    """A repository as a reader recognises it: the home directory as ~ (a long temporary path says nothing more)."""
+    home = os.path.expanduser("~")
+    return "~" + url[len(home) :] if home != "/" and url.startswith(home) else url
+
+
+def short_path(path: str | os.PathLike[str]) -> str:
+    """A path as short as it is unambiguous: relative to the working directory when under it, else from ~."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return relative if not relative.startswith("..") else _short_source(absolute)
+
+
+LEADERBOARD_FIELDS = (
+    "group",
+    "rank",
+    "judge_name",
+    "judge_model",
+    "origin",
+    "run_id",
+    "date",
+    "pairs",
+    "benchmark_pairs",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    *CATEGORIES,
+    "cost",
+)
+
+
+def leaderboard_rows(board: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+    """One flat row per entry, accuracies as fractions (the CSV's rows)."""
+    for e in board["entries"]:
+        overall = e["overall_accuracy"]
+        yield {
+            "group": e.get("group"),
+            "rank": e.get("rank"),
+            "judge_name": e["judge_name"],
+            "judge_model": e["judge_model"],
+            "origin": e["origin"],
+            "run_id": e.get("run_id"),
+            "date": e.get("date"),
+            "pairs": e["pairs"],
+            "benchmark_pairs": e.get("benchmark_pairs"),
+            "accuracy": overall.get("accuracy"),
+            "ci_low": overall.get("ci_low"),
+            "ci_high": overall.get("ci_high"),
+            **{c: (e["category_accuracy"].get(c) or {}).get("accuracy") for c in CATEGORIES},
+            "cost": e.get("cost"),
+        }
+
+
+def to_csv(fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(fields), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in fields})
+    return out.getvalue()
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str)
+
+
+HISTORY_FIELDS = (
+    "run_id",
+    "started",
+    "judge_type",
+    "model",
+    "data_file",
+    "commit",
+    "status",
+    "n_pairs",
+    "overall_accuracy",
+    "ci_low",
+    "ci_high",
+    "cost_usd",
+    "priced_as",
+)
+
+
+def history_rows(runs: Iterable[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            field: getattr(run, field).isoformat() if field == "started" else getattr(run, field)
+            for field in HISTORY_FIELDS
+        }
+        for run in runs
+    ]
+
+
+def _data_label(data_file: str | None) -> str:
+    """A JudgeBench data file by its response model (the part that differs), any other by its name."""
+    dataset, response_model = data_file_parts(data_file)
+    return f"{response_model} pairs" if response_model and dataset == "judgebench" else (data_file or "")
+
+
+def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
+    """Whole run ids, in a table when it fits, else one stacked block per run."""
+    console = console or stdout_console()
+    wide = console.width >= WIDE_HISTORY
+    table = _table("JudgeBench runs", wide)
+    table.show_lines = not wide  # stacked rows need a rule between them
+    if wide:
+        for column in ("run", "started (UTC)", "judge", "model", "data", "commit", "status", "accuracy", "95% CI"):
+            table.add_column(column, no_wrap=column == "run", overflow="fold")
+        table.add_column("pairs", justify="right")
+        table.add_column("cost", justify="right", no_wrap=True)
+    else:
+        table.add_column("run / judge / model / data", overflow="fold", min_width=32)
+        table.add_column("started (UTC)", overflow="fold", max_width=10)
+        table.add_column("status", overflow="fold")
+        table.add_column("accuracy", justify="right", overflow="fold")
+    for run in runs:
+        ci = _interval(run.ci_low, run.ci_high)
+        started = run.started.strftime("%Y-%m-%d %H:%M")
+        if wide:
+            table.add_row(
+                run.run_id,
+                started,
+                run.judge_type,
+                run.model,
+                _data_label(run.data_file),
+                (run.commit or "")[:8],
+                run.status,
+                _pct(run.overall_accuracy),
+                ci,
+                str(run.n_pairs or ""),
+                run_cost_text(run.cost_usd, run.priced_as),
+            )
+        else:
+            pairs = f"{run.n_pairs} pairs" if run.n_pairs else ""
+            cost = run_cost_text(run.cost_usd, run.priced_as)
+            table.add_row(
+                f"{run.run_id}\n{run.judge_type} / {run.model}\n{_data_label(run.data_file)}",
+                started,
+                run.status + (f"\ncommit\n{run.commit[:8]}" if run.commit else ""),
+                "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost) if part),
+            )
+    console.print(table)
+
+
+__all__ = [
+    "FORMATS",
+    "HISTORY_FIELDS",
+    "LEADERBOARD_FIELDS",
+    "history_rows",
+    "leaderboard_rows",
+    "print_history",
+    "print_leaderboard",
+    "short_path",
+    "stdout_console",
+    "to_csv",
+    "to_json",
+]

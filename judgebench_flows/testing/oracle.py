@@ -1,0 +1,65 @@
+"""A stand-in judge that knows the labels: it finds the pair a request shows and answers, in the judge's
+own verdict format, which response is better, right for a seeded share of the pairs.
+
+The tests use it to check that a run's number is the one the answers imply; the bundled server serves it
+(`python -m judgebench_flows.testing.fake_openai --oracle DATA.jsonl`) so a first run gives a real,
+reproducible accuracy instead of the 0% a fixed verdict scores under the two-order metric.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+# A verdict in each judge's own format, for "the answer shown first is better" (first=True) or not.
+VERDICTS: dict[str, Callable[[bool], str]] = {
+    "arena_hard": lambda first: (
+        f"After comparing both answers, my final verdict is {'[[A>>B]]' if first else '[[B>A]]'}."
+    ),
+    "vanilla": lambda first: "Output (a)" if first else "Output (b)",
+    "auto_j": lambda first: f"Both are close. So, the final decision is {'Response 1' if first else 'Response 2'}.",
+    "prometheus_2": lambda first: (
+        f"Response {'A' if first else 'B'} is factually correct. [RESULT] {'A' if first else 'B'}"
+    ),
+    "skywork_critic": lambda first: "[[A]]" if first else "[[B]]",
+}
+
+
+def shown_pair(body: dict, pairs: list[dict]) -> tuple[dict, bool] | None:
+    """The pair a chat request shows its judge, and whether the better response is shown first."""
+    text = "\n".join(m["content"] for m in body.get("messages") or [] if m["role"] == "user")
+    for pair in pairs:
+        a, b = pair["response_A"], pair["response_B"]
+        ia, ib = text.find(a), text.find(b)
+        if ia >= 0 and ib >= 0 and a != b:
+            return pair, (ia < ib) == (pair["label"] == "A>B")
+    return None
+
+
+def oracle_responder(
+    pairs: list[dict], verdict: Callable[[bool], str], wrong: bool = False, accuracy: float = 1.0, seed: int = 0
+) -> Callable[[dict], str]:
+    """Answers with the labelled verdict (or its opposite with `wrong`) in the judge's format; with
+    `accuracy` below 1, a seeded share of the pairs gets the opposite in both orders."""
+
+    def mistaken(pair: dict) -> bool:
+        digest = hashlib.sha256(f"{seed}:{pair['pair_id']}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") / 2**32 >= accuracy
+
+    def respond(body: dict) -> str:
+        shown = shown_pair(body, pairs)
+        if shown is None:
+            return "I cannot tell."
+        pair, better_first = shown
+        return verdict(better_first != (wrong != mistaken(pair)))
+
+    return respond
+
+
+def load_pairs(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+__all__ = ["VERDICTS", "load_pairs", "oracle_responder", "shown_pair"]

@@ -1,0 +1,172 @@
+"""Every shell block of README.md and docs/*.md runs as written, so an example cannot drift from what works.
+
+Each fenced `bash`/`sh`/`shell` block runs in `bash -euo pipefail`, in order, one working directory per
+document (later blocks read what earlier ones wrote), with the project's folders (`judges/`, ...) beside
+it as in a clone. The world the blocks expect is made real and local:
+
+- `~/src/JudgeBench` is a git copy of the JudgeBench data (tests/_benchmark_data.py) with published
+  judges' `outputs/` files, and HOME points at its parent; the pinned commit in the text becomes that
+  copy's commit and the GitHub URL its file:// URL;
+- port 8000/8001 of the bundled server become free ports;
+- `judgebench run` talks to the session's Prefect server.
+
+A block that cannot run here (it installs packages, needs GitHub or a paid API, starts long-lived
+services) says so in the Markdown with `<!-- readme-test: skip (reason) -->` on the line before it; a
+block over a few seconds says `<!-- readme-test: slow -->`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
+from tests.conftest import CANARY_KEY, CLAUDE_FILE, GPT4O_FILE, SHARED, load_jsonl, make_repo, requires_shared
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(bash|sh|shell|console)\s*$")
+MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|slow)\s*(?:\((.*)\))?\s*-->")
+PROJECT_FOLDERS = ("judges", "deployments", "templates", "flows", "tasks", "benchmarks", "prefect.yaml")
+
+
+@dataclass(frozen=True)
+class Block:
+    document: Path
+    line: int
+    code: str
+    marker: str | None  # "skip" or "slow"
+    reason: str | None
+
+    @property
+    def id(self) -> str:
+        return f"{self.document.name}:{self.line}"
+
+
+def shell_blocks(document: Path) -> list[Block]:
+    lines = document.read_text().splitlines()
+    blocks, index = [], 0
+    while index < len(lines):
+        if FENCE.match(lines[index]):
+            end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
+            before = next((lines[i] for i in range(index - 1, -1, -1) if lines[i].strip()), "")
+            marker = MARKER.search(before)
+            blocks.append(
+                Block(
+                    document,
+                    index + 1,
+                    "\n".join(lines[index + 1 : end]) + "\n",
+                    marker and marker.group(1),
+                    marker and marker.group(2),
+                )
+            )
+            index = end
+        index += 1
+    return blocks
+
+
+def every_block() -> list:
+    params = []
+    for document in DOCUMENTS:
+        for block in shell_blocks(document):
+            marks = [pytest.mark.slow] if block.marker == "slow" else []
+            if block.marker == "skip":
+                marks = [pytest.mark.skip(reason=f"{block.id}: {block.reason or 'marked skip'}")]
+            params.append(pytest.param(block, id=block.id, marks=marks))
+    return params
+
+
+def test_every_skip_says_why_and_every_block_is_found() -> None:
+    blocks = [block for document in DOCUMENTS for block in shell_blocks(document)]
+    assert len([b for b in blocks if b.document.name == "README.md" and b.marker != "skip"]) >= 6
+    assert all(block.reason for block in blocks if block.marker == "skip")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def judgebench_home(tmp_path_factory) -> tuple[Path, str]:
+    """A HOME whose ~/src/JudgeBench is a git copy of the data with published outputs; (home, commit)."""
+    from tests.test_leaderboard import jsonl, llm_file, output_name, reward_file
+
+    gpt4o, claude = load_jsonl(SHARED / "data" / GPT4O_FILE), load_jsonl(SHARED / "data" / CLAUDE_FILE)
+    files = {
+        output_name(GPT4O_FILE, "arena_hard", "o1-mini-2024-09-12"): llm_file(
+            gpt4o, "arena_hard", "o1-mini-2024-09-12", 3
+        ),
+        output_name(GPT4O_FILE, "reward_model", "Skywork/Skywork-Reward-Gemma-2-27B"): reward_file(
+            gpt4o, "Skywork/Skywork-Reward-Gemma-2-27B", 4
+        ),
+        output_name(CLAUDE_FILE, "arena_hard", "claude-3-haiku-20240307"): llm_file(
+            claude, "arena_hard", "claude-3-haiku-20240307", 6
+        ),
+    }
+    home = tmp_path_factory.mktemp("home")
+    commit = make_repo(home / "src" / "JudgeBench", {name: jsonl(rows) for name, rows in files.items()})
+    return home, commit
+
+
+@pytest.fixture(scope="module")
+def workdirs(tmp_path_factory) -> dict[str, Path]:
+    """One working directory per document, shaped like a clone of this project."""
+    made = {}
+    for document in DOCUMENTS:
+        path = tmp_path_factory.mktemp(document.stem.replace(".", "-"))
+        for name in PROJECT_FOLDERS:
+            if (ROOT / name).exists():
+                (path / name).symlink_to(ROOT / name)
+        made[document.name] = path
+    return made
+
+
+def as_here(code: str, home: Path, commit: str) -> str:
+    """The block with this machine's copy of JudgeBench and free ports in place of GitHub's and 8000."""
+    code = code.replace(DEFAULT_REF, commit).replace(DEFAULT_REPO_URL, f"file://{home / 'src' / 'JudgeBench'}")
+    for port in ("8000", "8001"):
+        code = code.replace(f"127.0.0.1:{port}", f"127.0.0.1:{{port{port}}}").replace(
+            f"--port {port}", f"--port {{port{port}}}"
+        )
+    ports = {f"port{port}": str(free_port()) for port in ("8000", "8001")}
+    for key, value in ports.items():
+        code = code.replace("{" + key + "}", value)
+    return code
+
+
+@requires_shared
+@pytest.mark.parametrize("block", every_block())
+def test_documented_block_runs(block: Block, judgebench_home, workdirs, request) -> None:
+    home, commit = judgebench_home
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "OPENAI_API_KEY": CANARY_KEY,
+        "JUDGEBENCH_CACHE_DIR": str(home / "cache"),
+        "COLUMNS": "80",
+    }
+    if "judgebench run" in block.code or "--flow" in block.code:
+        request.getfixturevalue("prefect_server")  # exports PREFECT_API_URL for the subprocess
+        env = {**env, "PREFECT_API_URL": os.environ["PREFECT_API_URL"], "PREFECT_HOME": os.environ["PREFECT_HOME"]}
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", as_here(block.code, home, commit)],
+        cwd=workdirs[block.document.name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, (
+        f"{block.id} exited {result.returncode}\n{block.code}\n{result.stdout}\n{result.stderr}"
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    wide = [line for line in (result.stdout + result.stderr).splitlines() if len(line.rstrip()) > 80]
+    assert not wide, f"{block.id}: lines over 80 columns at COLUMNS=80:\n" + "\n".join(wide)

@@ -1,0 +1,122 @@
+"""The listing commands at 80 columns, as a newcomer's terminal shows them: no line longer, run ids whole
+(what `compare` and `report` take), nothing cut with "…"; and JSON/CSV for scripts. A real results
+database written by the project's own db module, the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+LONG_DATA_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
+SOURCES = ["mmlu-pro-law", "livebench-reasoning", "livebench-math", "livecodebench"]
+
+
+def cli(tmp_path: Path, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "JUDGEBENCH_DB_URL"}
+    return subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**env, "COLUMNS": str(columns)},
+    )
+
+
+def save(engine, run_id: str, started: datetime, correct_every: int, model: str) -> None:
+    from judgebench_flows.data import db
+
+    db.save_run(
+        engine,
+        run_id=run_id,
+        config_key="cfg",
+        judge_type="arena_hard",
+        model=model,
+        repo_url="https://github.com/ScalerLab/JudgeBench.git",
+        commit="e2c52c284e735e139b3daa61c206ee208f36c461",
+        data_file=LONG_DATA_FILE,
+        status="completed",
+        started=started,
+        finished=started + timedelta(minutes=3),
+        n_pairs=40,
+        overall_accuracy=0.625,
+        ci_low=0.475,
+        ci_high=0.775,
+        results_json=json.dumps({"run": {"mode": "both-orders"}}),
+    )
+    rows = []
+    for i in range(40):
+        decision = "A>B" if i % correct_every else "B>A"
+        for order in (0, 1):
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "pair_id": f"{i:08d}-28d5-5a3c-b1af-fedcf5543e72",
+                    "order_index": order,
+                    "source": SOURCES[i % 4],
+                    "category": SOURCES[i % 4].removesuffix("-law"),
+                    "label": "A>B",
+                    "status": "ok",
+                    "decision": decision,
+                    "decision_for_pair": decision,
+                }
+            )
+    db.save_judgments(engine, rows)
+
+
+@pytest.fixture()
+def two_runs(tmp_path: Path) -> tuple[str, str, str]:
+    from judgebench_flows.data import db
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    engine = db.open_database(url)
+    t0 = datetime(2026, 11, 20, 2, 0, tzinfo=timezone.utc)
+    first, second = "6d4a" + "0" * 28, "6d4a" + "1" * 28  # the same 8-character start: only whole ids tell
+    save(engine, first, t0, 2, "Qwen/Qwen2.5-72B-Instruct-with-a-long-name")
+    save(engine, second, t0 + timedelta(days=1), 3, "Qwen/Qwen2.5-72B-Instruct-with-a-long-name")
+    engine.dispose()
+    return url, first, second
+
+
+def assert_fits(text: str, width: int = 80) -> None:
+    too_long = [line for line in text.splitlines() if len(line.rstrip()) > width]
+    assert not too_long, text
+    assert "…" not in text, text
+
+
+def test_history_fits_80_columns_with_whole_run_ids(tmp_path: Path, two_runs) -> None:
+    url, first, second = two_runs
+    result = cli(tmp_path, "history", "--db-url", url)
+    assert result.returncode == 0, result.stderr
+    assert_fits(result.stdout)
+    assert first in result.stdout and second in result.stdout
+    assert "Qwen/Qwen2.5-72B" in result.stdout and "claude-3-5-sonnet-20240620 pairs" in result.stdout
+    wide = cli(tmp_path, "history", "--db-url", url, columns=200)
+    assert first in wide.stdout and max(len(line) for line in wide.stdout.splitlines()) <= 200
+
+
+def test_history_as_json_and_csv(tmp_path: Path, two_runs) -> None:
+    url, first, second = two_runs
+    runs = json.loads(cli(tmp_path, "history", "--db-url", url, "--format", "json").stdout)
+    assert [r["run_id"] for r in runs] == [second, first]
+    assert runs[0]["data_file"] == LONG_DATA_FILE and runs[0]["overall_accuracy"] == 0.625
+    rows = list(csv.DictReader(io.StringIO(cli(tmp_path, "history", "--db-url", url, "--format", "csv").stdout)))
+    assert [r["run_id"] for r in rows] == [second, first] and rows[0]["n_pairs"] == "40"
+
+
+def test_compare_fits_80_columns_with_whole_run_ids(tmp_path: Path, two_runs) -> None:
+    url, first, second = two_runs
+    result = cli(tmp_path, "compare", first, second, "--db-url", url)
+    assert result.returncode == 0, result.stderr
+    assert_fits(result.stdout)
+    assert first in result.stdout and second in result.stdout
+    assert "pairs changed verdict" in result.stdout
+    assert "00000002-28d5-5a3c-b1af-fedcf5543e72" in result.stdout  # a pair id on one line, whole

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 from collections.abc import Callable
 
 import httpx
@@ -56,7 +56,9 @@ def command_automations(args: argparse.Namespace) -> int:
     try:
         return _commands()[args.automations_command](args)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        print(f"error: cannot reach the Prefect server at {os.environ.get('PREFECT_API_URL')}: {exc}")
+        from prefect.settings import PREFECT_API_URL
+
+        print(f"error: cannot reach the Prefect server at {PREFECT_API_URL.value()}: {exc}", file=sys.stderr)
         return EXIT_SERVER
 
 

@@ -19,9 +19,10 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.other_apis import endpoint_identity
+from judgebench_flows.calls.providers import cache_api, model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
 from judgebench_flows.calls.retry import FATAL, RetryPolicy, describe, error_of, fatal_error, retryable
-from judgebench_flows.calls.transport import BadAnswerBody, Transport
+from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
 from judgebench_flows.core.errors import FatalEndpointError, RunFailed
@@ -68,6 +69,8 @@ class ChatCaller:
     early_stop_calls: int = EARLY_STOP_CALLS
     # "chat" (/chat/completions), or what the judge needs instead (other_apis): "completions", "pooling".
     api: str = "chat"
+    # The wire (`providers.model_api`): "openai" (OpenAI-compatible) or "anthropic" (Messages API).
+    provider: str = "openai"
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -83,11 +86,14 @@ class ChatCaller:
             cache_mode=settings.cache,
             retry=RetryPolicy(settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait),
             adaptive=settings.adaptive_concurrency,
+            provider=settings.provider,
             **parts,
         )
 
     def __post_init__(self) -> None:
-        self.transport = Transport(self.base_url, self.model, self.api_key, self.request_timeout, self.concurrency)
+        self.transport = model_api(
+            self.provider, self.base_url, self.model, self.api_key, self.request_timeout, self.concurrency
+        )
         self.limits = CallLimits(
             self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
         )
@@ -111,7 +117,9 @@ class ChatCaller:
 
     def _key_under(self, rule: RequestRule, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
         sent_messages, params = shape(rule, list(messages), sampling)
-        return request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+        return request_key(
+            endpoint_identity(self.base_url, cache_api(self.provider, self.api)), self.model, sent_messages, params
+        )
 
     async def prefetch(self, keys: Iterable[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
@@ -234,7 +242,12 @@ class ChatCaller:
             completion.key = (
                 key
                 if key and rule is keyed_rule
-                else request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+                else request_key(
+                    endpoint_identity(self.base_url, cache_api(self.provider, self.api)),
+                    self.model,
+                    sent_messages,
+                    params,
+                )
             )
             return completion
         raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")

@@ -73,6 +73,13 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else BASE_URL)",
     )
     add(
+        "--provider",
+        dest="provider",
+        choices=["openai", "anthropic"],
+        help="the endpoint's API: openai (default, any OpenAI-compatible endpoint) or anthropic (Messages API; "
+        "key from ANTHROPIC_API_KEY, URL from ANTHROPIC_BASE_URL, else https://api.anthropic.com)",
+    )
+    add(
         "--api-key-env",
         dest="api_key_env",
         help="NAME of the environment variable holding the endpoint's key (default OPENAI_API_KEY)",
@@ -281,6 +288,7 @@ RUN_OPTIONS = (
     "report",
     "reasoning_effort",
     "request_style",
+    "provider",
     "drop_params",
     "max_failed_fraction",
     "reward_backend",

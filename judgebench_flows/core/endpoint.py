@@ -18,6 +18,12 @@ CacheMode = Literal["use", "off", "refresh"]
 class EndpointSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    provider: Literal["openai", "anthropic"] = Field(
+        default="openai",
+        description="the endpoint's wire protocol: openai (any OpenAI-compatible chat endpoint) or anthropic "
+        "(Anthropic's Messages API through the anthropic SDK; key from ANTHROPIC_API_KEY, URL from "
+        "ANTHROPIC_BASE_URL, else https://api.anthropic.com)",
+    )
     base_url: str | None = None
     # Where the endpoint's key is read, by NAME only: an environment variable (default OPENAI_API_KEY)
     # or a Prefect Secret block. Never the key itself.

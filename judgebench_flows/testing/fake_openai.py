@@ -585,7 +585,8 @@ class FakeOpenAIServer:
         """Read the body first (so keep-alive stays in sync), then answer the chat request."""
         body_bytes = handler.read_body()
         path = handler.path.split("?", 1)[0].rstrip("/")
-        if path not in (CHAT_PATH, COMPLETIONS_PATH, POOLING_PATH):
+        answer = self._model_paths().get(path)
+        if answer is None:
             self._send_unknown_path(handler)
             return
         handler.api_path = path
@@ -595,9 +596,14 @@ class FakeOpenAIServer:
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         handler.in_flight = True
         try:
-            self._answer_chat(handler, body_bytes)
+            answer(handler, body_bytes)
         finally:
             self._leave_flight(handler)
+
+    def _model_paths(self) -> dict[str, Callable[[_Handler, bytes], None]]:
+        """The POST paths that call the model (counted as requests), and what answers each: a server
+        speaking another API (`fake_anthropic`) names its own."""
+        return {CHAT_PATH: self._answer_chat, COMPLETIONS_PATH: self._answer_chat, POOLING_PATH: self._answer_chat}
 
     def _leave_flight(self, handler: _Handler) -> None:
         """The request stops counting as in flight before its answer is written: a client may send its next

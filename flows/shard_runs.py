@@ -21,6 +21,9 @@ from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.judging.shards import JudgeSpec, Shard, close_runtimes
 from judgebench_flows.tasks.judge import ShardIncomplete, shard_task
 
+# --batch: shards judged at once (all of a run's, in practice), so each round of calls is one batch.
+BATCH_SHARDS_IN_FLIGHT = 100_000
+
 ShardDone = Callable[[Shard, list[JudgmentRecord]], None]
 
 
@@ -56,6 +59,8 @@ async def shard_records(state: State) -> list[JudgmentRecord]:
 def shards_in_flight(config: RunConfig) -> int:
     """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
     more: memory then holds a few shards, not the whole dataset."""
+    if config.endpoint.batch:  # --batch: every shard at once, so a round of calls is one batch
+        return BATCH_SHARDS_IN_FLIGHT
     calls_per_shard = config.shard_size * (1 if config.single_game else 2)
     return max(2, math.ceil(2 * config.endpoint.concurrency / calls_per_shard))
 
@@ -78,7 +83,7 @@ async def judge_in_process(
             records = await shard_records(state)
             await asyncio.to_thread(on_shard_done, shard, records)
 
-    workers = [asyncio.create_task(worker()) for _ in range(shards_in_flight(config))]
+    workers = [asyncio.create_task(worker()) for _ in range(min(len(shards), shards_in_flight(config)))]
     try:
         await asyncio.gather(*workers)
     except BaseException:  # a fatal error (bad key, bad input) ends the run: no further shard starts

@@ -43,6 +43,11 @@ _STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
 }
 
 
+def status_error_class(status: int) -> type[openai.APIStatusError]:
+    """openai's exception class for an HTTP error status (what a synchronous openai call would raise)."""
+    return _STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
+
+
 def messages_body(model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
     """The Messages API body for chat messages and the parameters a rule let through."""
     system = ""
@@ -102,9 +107,9 @@ def as_openai_error(exc: anthropic.APIError, sent: dict[str, Any]) -> openai.API
     if param:
         error.update(code="unsupported_parameter", param=param)
     error.setdefault("message", message)
-    status = exc.status_code
-    kind = _STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
-    return kind(redact(message), response=cast(Any, exc.response), body={**body, "error": error})
+    return status_error_class(exc.status_code)(
+        redact(message), response=cast(Any, exc.response), body={**body, "error": error}
+    )
 
 
 class AnthropicTransport:

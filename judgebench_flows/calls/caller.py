@@ -32,6 +32,8 @@ from judgebench_flows.core.secrets import redact
 EARLY_STOP_CALLS = 20
 # Adjustments one call may go through after 400s naming an unsupported parameter (one per parameter).
 MAX_ADJUSTMENTS_PER_CALL = 8
+# Calls that may wait for their batch at once (--batch): a whole run's round.
+BATCH_IN_FLIGHT = 1_000_000
 
 
 @dataclass
@@ -71,6 +73,9 @@ class ChatCaller:
     api: str = "chat"
     # The wire (`providers.model_api`): "openai" (OpenAI-compatible) or "anthropic" (Messages API).
     provider: str = "openai"
+    # --batch: every call through the provider's batch API (`batch`), its status read this often.
+    batch: bool = False
+    batch_poll_seconds: float = 60.0
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -87,12 +92,23 @@ class ChatCaller:
             retry=RetryPolicy(settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait),
             adaptive=settings.adaptive_concurrency,
             provider=settings.provider,
+            batch=settings.batch,
+            batch_poll_seconds=settings.batch_poll_seconds,
             **parts,
         )
 
     def __post_init__(self) -> None:
+        if self.batch:  # a batch holds every request of a round: no in-process limit, no pacing
+            self.concurrency, self.rpm, self.adaptive = BATCH_IN_FLIGHT, None, False
         self.transport = model_api(
-            self.provider, self.base_url, self.model, self.api_key, self.request_timeout, self.concurrency
+            self.provider,
+            self.base_url,
+            self.model,
+            self.api_key,
+            self.request_timeout,
+            1 if self.batch else self.concurrency,
+            self.batch_poll_seconds if self.batch else None,
+            self.engine,
         )
         self.limits = CallLimits(
             self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit

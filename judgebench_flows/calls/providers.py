@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
+from sqlalchemy.engine import Engine
+
 from judgebench_flows.calls.anthropic_api import AnthropicTransport
+from judgebench_flows.calls.anthropic_batch import AnthropicBatches
 from judgebench_flows.calls.anthropic_rules import anthropic_rule
+from judgebench_flows.calls.batch import BatchAPI, BatchStore, BatchTransport
+from judgebench_flows.calls.openai_batch import OpenAIBatches
+from judgebench_flows.calls.other_apis import endpoint_identity
 from judgebench_flows.calls.request_rules import RequestRule, rule_for
 from judgebench_flows.calls.transport import Transport
 from judgebench_flows.core.completion import Completion
@@ -34,12 +40,31 @@ class ModelAPI(Protocol):
 
 
 def model_api(
-    provider: str, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int
+    provider: str,
+    base_url: str,
+    model: str,
+    api_key: str,
+    request_timeout: float,
+    concurrency: int,
+    batch_poll_seconds: float | None = None,
+    engine: Engine | None = None,
 ) -> ModelAPI:
-    """The wire for a run's provider."""
+    """The wire for a run's provider; with `batch_poll_seconds`, its batch API (`batch`), whose batches
+    are stored in `engine` to be re-attached to."""
+    wire: Transport | AnthropicTransport
     if provider == "anthropic":
-        return AnthropicTransport(base_url, model, api_key, request_timeout, concurrency)
-    return Transport(base_url, model, api_key, request_timeout, concurrency)
+        wire = AnthropicTransport(base_url, model, api_key, request_timeout, concurrency)
+    else:
+        wire = Transport(base_url, model, api_key, request_timeout, concurrency)
+    if batch_poll_seconds is None:
+        return wire
+    batches: BatchAPI = (
+        AnthropicBatches(wire.clients[0], model)
+        if isinstance(wire, AnthropicTransport)
+        else OpenAIBatches(wire.clients[0], model)
+    )
+    store = BatchStore(engine, provider, endpoint_identity(base_url, cache_api(provider, "chat")), model)
+    return BatchTransport(wire, batches, store, batch_poll_seconds)
 
 
 def provider_rule(provider: str, model: str, request_style: str, drop_params: tuple[str, ...]) -> RequestRule:

@@ -6,7 +6,8 @@ switch by changing the program name. Everything a user can get wrong is checked 
 Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error (one line;
 the traceback with --verbose), 4 the run measured too little (failed or invalid judgments above
 --max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 the Prefect
-server could not start, or stopped during the run (answered calls are cached: the same command resumes).
+server could not start, or stopped during the run (answered calls are cached: the same command resumes),
+7 with --batch, the provider refused a batch as a whole for a reason not in our input (6 is reserved).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from judgebench_flows.cli.prefect_server import PrefectServerError, PrefectStart, start_prefect
-from judgebench_flows.core.errors import RunFailed, UserError
+from judgebench_flows.core.errors import BatchRefused, RunFailed, UserError
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
+EXIT_BATCH_REFUSED = 7  # --batch: the provider refused a batch as a whole, for a reason not in our input
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -78,6 +80,19 @@ def _run_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         choices=["openai", "anthropic"],
         help="the endpoint's API: openai (default, any OpenAI-compatible endpoint) or anthropic (Messages API; "
         "key from ANTHROPIC_API_KEY, URL from ANTHROPIC_BASE_URL, else https://api.anthropic.com)",
+    )
+    add(
+        "--batch",
+        dest="batch",
+        action="store_true",
+        default=None,
+        help="every judgment through the provider's batch API (about half price, done within 24 h): nightly runs",
+    )
+    add(
+        "--batch-poll-seconds",
+        dest="batch_poll_seconds",
+        type=float,
+        help="with --batch: how often batch status is read (default 60)",
     )
     add(
         "--api-key-env",
@@ -289,6 +304,8 @@ RUN_OPTIONS = (
     "reasoning_effort",
     "request_style",
     "provider",
+    "batch",
+    "batch_poll_seconds",
     "drop_params",
     "max_failed_fraction",
     "reward_backend",
@@ -593,6 +610,11 @@ def main(argv: list[str] | None = None) -> int:
     commands.update(LEADERBOARD_COMMANDS)
     try:
         return commands[args.command](args)
+    except BatchRefused as exc:  # before UserError, its base
+        from judgebench_flows.core.secrets import redact
+
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_USER_ERROR if exc.our_input else EXIT_BATCH_REFUSED
     except RunFailed as exc:  # before UserError, its base: the run measured too little
         from judgebench_flows.core.secrets import redact
 

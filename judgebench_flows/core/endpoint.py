@@ -42,6 +42,14 @@ class EndpointSettings(BaseModel):
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     request_style: Literal["auto", "standard", "o1", "reasoning"] = "auto"
     drop_params: list[str] = Field(default_factory=list)
+    batch: bool = Field(
+        default=False,
+        description="send every judgment through the provider's batch API (OpenAI Batch, Anthropic Message "
+        "Batches): about half the price, answers within 24 hours; for nightly runs, not interactive ones",
+    )
+    batch_poll_seconds: float = Field(
+        default=60.0, gt=0, description="with --batch: how often the status of submitted batches is read"
+    )
 
     @field_validator("base_url")
     @classmethod

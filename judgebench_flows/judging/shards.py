@@ -383,6 +383,10 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
             update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
         )
     judge = build_judge(spec)
+    if spec.endpoint.batch and judge.api != "chat":
+        raise UserError(
+            f"--batch: the {config.judge_type} judge needs the {judge.api} API, which batch APIs do not serve"
+        )
     if spec.endpoint.provider != "openai" and judge.api != "chat":
         raise UserError(
             f"--provider {spec.endpoint.provider}: the {config.judge_type} judge needs the {judge.api} API, "

@@ -117,6 +117,29 @@ def _other_api_payload(
     }
 
 
+def chat_payload(model: str, text: str, extra: dict, prompt_tokens: int) -> dict:
+    """A chat completion answering `text` (`extra`: a responder's `reasoning_content`, `finish_reason`,
+    `reasoning_tokens`): what the chat endpoint and a batch's output lines carry."""
+    reasoning_tokens = int(extra.get("reasoning_tokens") or 0)
+    completion_tokens = _word_count(text) + reasoning_tokens
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if "reasoning_content" in extra:
+        message["reasoning_content"] = extra["reasoning_content"]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": extra.get("finish_reason", "stop")}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            **({"completion_tokens_details": {"reasoning_tokens": reasoning_tokens}} if reasoning_tokens else {}),
+        },
+    }
+
+
 def _word_count(text: str) -> int:
     """Rough, deterministic token count: whitespace-separated words."""
     return len(text.split())
@@ -790,28 +813,7 @@ class FakeOpenAIServer:
                 handler, 200, _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens), key
             )
             return
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if "reasoning_content" in extra:
-            message["reasoning_content"] = extra["reasoning_content"]
-        payload = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": extra.get("finish_reason", "stop"),
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-                **({"completion_tokens_details": {"reasoning_tokens": reasoning_tokens}} if reasoning_tokens else {}),
-            },
-        }
+        payload = chat_payload(model, text, extra, prompt_tokens)
         self._reply(handler, 200, payload, key)
 
     def _choose_fault(self, key: str, settings: FaultSettings) -> str | None:

@@ -21,12 +21,13 @@ from judgebench_flows.calls.providers import provider_rule
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
-from judgebench_flows.testing.fake_batches import FakeBatchServer
+from judgebench_flows.testing.fake_batches import FakeAnthropicBatchServer, FakeBatchServer
 from tests._helpers import run_command
 from tests._replay import judgment_set, official_score, replay_responder
-from tests.conftest import CANARY_KEY
+from tests.conftest import CANARY_KEY, CLAUDE_FILE, SHARED, load_jsonl
 
 O1_MINI = "o1-mini-2024-09-12"
+HAIKU = "claude-3-haiku-20240307"
 SAMPLING = {"temperature": 0.0, "max_tokens": 4096}
 
 
@@ -187,6 +188,52 @@ def test_a_run_killed_after_submitting_resumes_without_submitting_a_line_twice(
         again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
         assert "re-attached to batch_" in again.stderr
-        assert server.batches_created == 1 and set(server.submitted_lines.values()) == {1}
+        # The killed run's batch was re-attached; the only other batch is the follow-up turns' round.
+        assert set(server.submitted_lines.values()) == {1} and server.batches_created == 2
         assert server.requests == 0
     assert accuracy(tmp_path) == 65.71
+
+
+# ----- Anthropic Message Batches -------------------------------------------------------------------------
+
+
+def anthropic_batch_caller(server: FakeAnthropicBatchServer) -> ChatCaller:
+    return ChatCaller(
+        base_url=server.base_url,
+        model=HAIKU,
+        api_key=CANARY_KEY,
+        provider="anthropic",
+        batch=True,
+        batch_poll_seconds=0.1,
+        request_rule=provider_rule("anthropic", HAIKU, "auto", ()),
+    )
+
+
+def test_message_batches_answer_every_request_through_failures_and_expiry() -> None:
+    with FakeAnthropicBatchServer("[[A>B]]", line_failure_rate=0.2, expire_after=15, seed=1) as server:
+        answers = judge_all(anthropic_batch_caller(server), 20)
+        assert all(getattr(a, "text", None) == "[[A>B]]" for a in answers)
+        assert server.requests == 0 and set(server.answered_lines.values()) == {1}
+        first = next(iter(server.message_batches.values()))
+    params = first["requests"][0]["params"]
+    assert params["temperature"] == 0.0 and params["system"] == "Judge." and params["messages"][0]["role"] == "user"
+
+
+def test_a_message_batch_refused_whole_stops_the_run() -> None:
+    with FakeAnthropicBatchServer("[[A>B]]", max_lines=3) as server:
+        answers = judge_all(anthropic_batch_caller(server), 5)
+    assert all(isinstance(a, BatchRefused) for a in answers) and "at most 3 requests" in str(answers[0])
+
+
+@pytest.mark.slow
+def test_claude_3_haiku_batch_run_reproduces_32_22(run_cli, judgebench_repo, tmp_path: Path) -> None:
+    pairs = load_jsonl(SHARED / "data" / CLAUDE_FILE)
+    decisions = judgment_set(pairs, correct=87)
+    replay = replay_responder(pairs, decisions)
+    with FakeAnthropicBatchServer(replay, line_failure_rate=0.03, seed=2) as server:
+        command = [*batch_command(judgebench_repo, server, tmp_path), "--provider", "anthropic", "--model", HAIKU]
+        command[command.index("--data-file") + 1] = CLAUDE_FILE
+        result = run_cli(*command, env={"ANTHROPIC_API_KEY": CANARY_KEY})
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert server.requests == 0 and set(server.answered_lines.values()) == {1}
+    assert accuracy(tmp_path) == official_score(pairs, decisions) == 32.22

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import threading
 import time
 import uuid
@@ -29,6 +30,9 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
+from judgebench_flows.testing.fake_anthropic import FakeAnthropicServer, message_body, messages_problem, version_problem
+from judgebench_flows.testing.fake_anthropic import error_body as anthropic_error
+from judgebench_flows.testing.fake_anthropic import invalid as anthropic_invalid
 from judgebench_flows.testing.fake_openai import (
     FakeOpenAIServer,
     _error_body,
@@ -98,7 +102,36 @@ def file_problems(lines: list[Any], max_lines: int, size: int) -> list[dict[str,
     return problems
 
 
-class FakeBatchServer(FakeOpenAIServer):
+class BatchFaults:
+    """What a fake batch API injects and counts, whatever its wire (mixed into a fake server)."""
+
+    def _init_batches(
+        self, seed: int, max_lines: int, line_failure_rate: float, expire_after: int | None, hold: bool
+    ) -> None:
+        self.max_lines, self.line_failure_rate, self.expire_after, self.hold = (
+            max_lines,
+            line_failure_rate,
+            expire_after,
+            hold,
+        )
+        self.submitted_lines: Counter[str] = Counter()
+        self.answered_lines: Counter[str] = Counter()
+        self.batches_created = 0
+        self._batch_lock = threading.Lock()
+        self._line_rng = random.Random(seed)
+
+    def release(self) -> None:
+        """Let held batches finish at their next status read."""
+        self.hold = False
+
+    def _line_fault(self) -> int | None:
+        """The injected failure of one line: 500, 429, or None (seeded)."""
+        if self.line_failure_rate and self._line_rng.random() < self.line_failure_rate:
+            return 500 if self._line_rng.random() < 0.5 else 429
+        return None
+
+
+class FakeBatchServer(BatchFaults, FakeOpenAIServer):
     """OpenAI's chat endpoint plus its Files and Batch APIs (see the module docstring)."""
 
     def __init__(
@@ -111,19 +144,9 @@ class FakeBatchServer(FakeOpenAIServer):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.max_lines, self.line_failure_rate, self.expire_after, self.hold = (
-            max_lines,
-            line_failure_rate,
-            expire_after,
-            hold,
-        )
+        self._init_batches(kwargs.get("seed", 0), max_lines, line_failure_rate, expire_after, hold)
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, FakeBatch] = {}
-        self.submitted_lines: Counter[str] = Counter()
-        self.answered_lines: Counter[str] = Counter()
-        self.batches_created = 0
-        self._batch_lock = threading.Lock()
-        self._line_rng = random.Random(kwargs.get("seed", 0))
 
     # ----- routing ---------------------------------------------------------------------------------
 
@@ -224,10 +247,6 @@ class FakeBatchServer(FakeOpenAIServer):
                 self._finish(batch, done=0, final="cancelled")
             handler.send_json(200, batch.as_json())
 
-    def release(self) -> None:
-        """Let held batches finish at their next status read."""
-        self.hold = False
-
     def _advance(self, batch: FakeBatch) -> None:
         if batch.status == "validating":
             batch.status = "failed" if batch.errors else "in_progress"
@@ -266,9 +285,10 @@ class FakeBatchServer(FakeOpenAIServer):
 
     def _answer_line(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """One line as the chat endpoint answers it, or an injected 500/429."""
-        if self.line_failure_rate and self._line_rng.random() < self.line_failure_rate:
-            if self._line_rng.random() < 0.5:
-                return 500, _error_body("The server had an error processing your request.", "server_error", None)
+        fault = self._line_fault()
+        if fault == 500:
+            return 500, _error_body("The server had an error processing your request.", "server_error", None)
+        if fault == 429:
             return 429, _error_body("Rate limit reached for requests.", "requests", "rate_limit_exceeded")
         limit = self.settings.max_context_chars
         chars = sum(len(t) for t in _message_texts(body))
@@ -283,3 +303,125 @@ class FakeBatchServer(FakeOpenAIServer):
         text = str(extra.get("content", "")) if isinstance(answer, dict) else answer
         prompt_tokens = sum(_word_count(t) for t in _message_texts(body))
         return 200, chat_payload(str(body.get("model")), text, extra, prompt_tokens)
+
+
+ANTHROPIC_BATCHES_PATH = "/v1/messages/batches"
+CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+
+
+class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
+    """Anthropic's Messages API plus Message Batches: `POST /v1/messages/batches` (refused whole with a 400
+    for more than `max_lines` requests, over 256 MB, or a custom id that is malformed or repeated), `GET
+    /v1/messages/batches/{id}` and its `/results`. Each request's `params` is validated as a synchronous
+    request under the batch's `anthropic-version` (an invalid one is `errored`, the others answered)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        max_lines: int = 100_000,
+        line_failure_rate: float = 0.0,
+        expire_after: int | None = None,
+        hold: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_batches(kwargs.get("seed", 0), max_lines, line_failure_rate, expire_after, hold)
+        self.message_batches: dict[str, dict[str, Any]] = {}
+
+    def _handle_post(self, handler: _Handler) -> None:
+        if handler.path.split("?", 1)[0].rstrip("/") != ANTHROPIC_BATCHES_PATH:
+            super()._handle_post(handler)
+            return
+        body = handler.read_body()
+        version = handler.headers.get("anthropic-version")
+        problem = version_problem(version) or self._batch_problem(body)
+        if problem:
+            handler.send_json(400, anthropic_invalid(problem))
+            return
+        batch = {
+            "id": f"msgbatch_{uuid.uuid4().hex[:24]}",
+            "type": "message_batch",
+            "processing_status": "in_progress",
+            "requests": json.loads(body)["requests"],
+            "version": version,
+            "results": None,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        with self._batch_lock:
+            self.message_batches[batch["id"]] = batch
+            self.batches_created += 1
+            self.submitted_lines.update(str(r["custom_id"]) for r in batch["requests"])
+        handler.send_json(200, self._batch_json(batch))
+
+    def _batch_problem(self, body: bytes) -> str | None:
+        if len(body) > MAX_BATCH_BYTES:
+            return "requests: a batch is at most 256 MB"
+        try:
+            requests = json.loads(body).get("requests")
+        except (ValueError, AttributeError):
+            return "body: invalid JSON"
+        if not isinstance(requests, list) or not requests:
+            return "requests: at least one request is required"
+        if len(requests) > self.max_lines:
+            return f"requests: a batch holds at most {self.max_lines} requests"
+        ids = [r.get("custom_id") if isinstance(r, dict) else None for r in requests]
+        bad = next((i for i in ids if not isinstance(i, str) or not CUSTOM_ID.match(i)), "")
+        if bad != "":
+            return f"requests.custom_id: must match ^[a-zA-Z0-9_-]{{1,64}}$, got {bad!r}"
+        if len(set(ids)) != len(ids):
+            return "requests: custom_id values must be unique within a batch"
+        return None
+
+    def _handle_get(self, handler: _Handler) -> None:
+        path = handler.path.split("?", 1)[0].rstrip("/")
+        parts = path.split("/")
+        batch = self.message_batches.get(parts[4]) if path.startswith(ANTHROPIC_BATCHES_PATH + "/") else None
+        if batch is None:
+            handler.send_json(404, anthropic_error("not_found_error", f"no batch at {path}"))
+            return
+        with self._batch_lock:
+            if batch["processing_status"] == "in_progress" and not self.hold:
+                self._end(batch)
+        if path.endswith("/results") and batch["results"] is not None:
+            handler.send_raw(200, batch["results"], "application/binary")
+        else:
+            handler.send_json(200, self._batch_json(batch))
+
+    def _batch_json(self, batch: dict[str, Any]) -> dict[str, Any]:
+        ended = batch["processing_status"] == "ended"
+        counts = Counter(line["result"]["type"] for line in batch.get("lines", []))
+        return {
+            "id": batch["id"],
+            "type": "message_batch",
+            "processing_status": batch["processing_status"],
+            "request_counts": {
+                "processing": 0 if ended else len(batch["requests"]),
+                **{kind: counts.get(kind, 0) for kind in ("succeeded", "errored", "canceled", "expired")},
+            },
+            "created_at": batch["created_at"],
+            "results_url": f"{self.base_url}{ANTHROPIC_BATCHES_PATH}/{batch['id']}/results" if ended else None,
+        }
+
+    def _end(self, batch: dict[str, Any]) -> None:
+        done = len(batch["requests"]) if self.expire_after is None else self.expire_after
+        lines = [
+            {
+                "custom_id": r["custom_id"],
+                "result": self._result(r["params"], batch["version"]) if i < done else {"type": "expired"},
+            }
+            for i, r in enumerate(batch["requests"])
+        ]
+        batch["lines"], batch["processing_status"] = lines, "ended"
+        batch["results"] = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        self.answered_lines.update(line["custom_id"] for line in lines if line["result"]["type"] == "succeeded")
+
+    def _result(self, params: dict[str, Any], version: str) -> dict[str, Any]:
+        problem = messages_problem(params, version) if isinstance(params, dict) else "params: Field required"
+        fault = self._line_fault()
+        if problem or fault:
+            kind = "invalid_request_error" if problem else {500: "api_error", 429: "rate_limit_error"}[fault or 500]
+            return {"type": "errored", "error": anthropic_error(kind, problem or "Overloaded")}
+        text = self._responder(params)
+        text = str(text.get("content", "")) if isinstance(text, dict) else text
+        return {"type": "succeeded", "message": message_body(str(params["model"]), params, text, None)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -33,7 +33,9 @@ class ModelSpec(BaseModel):
     In the YAML a model is either a plain name (the matrix's shared `base_url` and key) or a mapping:
     `{model: gpt-4o-mini, base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}` or, for a
     locally served judge, `{model: qwen2.5-7b, base_url: http://gpu-host:8000/v1, api_key_env: VLLM_KEY}`.
-    `label` names the cell when the same model is served by two endpoints.
+    `label` names the cell when the same model is served by two endpoints. `provider: anthropic` calls
+    a Claude model through the Messages API (its own base_url or ANTHROPIC_BASE_URL, never the matrix's
+    shared OpenAI one; key ANTHROPIC_API_KEY unless named); `batch: true` judges it by batch.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -44,6 +46,9 @@ class ModelSpec(BaseModel):
     api_key_secret: str | None = None
     label: str | None = None
     max_cost: float | None = Field(default=None, gt=0, description="budget in USD of each run of this model")
+    # Its API (None: the matrix's `options`, else openai) and whether it is judged by batch (half price).
+    provider: Literal["openai", "anthropic"] | None = None
+    batch: bool | None = None
 
     @property
     def name(self) -> str:
@@ -175,8 +180,9 @@ class NightlyMatrix(BaseModel):
                             "data_file": data_file,
                             "repo_url": self.repo_url,
                             "ref": self.ref,
-                            "base_url": base_url or spec.base_url or self.base_url,
+                            "base_url": base_url or spec.base_url or (None if spec.provider else self.base_url),
                             **_key_source(spec, self),
+                            **{k: v for k, v in (("provider", spec.provider), ("batch", spec.batch)) if v is not None},
                             "concurrency": self.concurrency,
                             "db_url": self.db_url,
                             "max_samples": max_samples or self.max_samples,

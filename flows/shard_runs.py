@@ -54,7 +54,7 @@ async def judge_in_process(
             records = await shard_records(state)
             await asyncio.to_thread(on_shard_done, shard, records)
 
-    workers = [asyncio.create_task(worker()) for _ in range(shards_in_flight(config))]
+    workers = [asyncio.create_task(worker()) for _ in range(min(len(shards), shards_in_flight(config)))]
     try:
         await asyncio.gather(*workers)
     except BudgetReached:

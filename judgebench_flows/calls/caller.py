@@ -19,6 +19,7 @@ from judgebench_flows.calls.budget import AttemptLedger
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
+from judgebench_flows.calls.providers import cache_api, model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
 from judgebench_flows.calls.retry import (
     FATAL,
@@ -31,7 +32,7 @@ from judgebench_flows.calls.retry import (
     server_message,
     unknown_model,
 )
-from judgebench_flows.calls.transport import BadAnswerBody, Transport
+from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
 from judgebench_flows.core.errors import RunFailed
@@ -42,6 +43,8 @@ from judgebench_flows.core.secrets import redact
 EARLY_STOP_CALLS = 20
 # Adjustments one call may go through after 400s naming an unsupported parameter (one per parameter).
 MAX_ADJUSTMENTS_PER_CALL = 8
+# Calls that may wait for their batch at once (--batch): a whole run's round.
+BATCH_IN_FLIGHT = 1_000_000
 
 
 @dataclass
@@ -84,6 +87,11 @@ class ChatCaller:
     api: str = "chat"
     # The run's spend against its --max-cost (core.pricing); None for an unpriced model without a budget.
     spend: Spend | None = None
+    # The wire (`providers.model_api`): "openai" (OpenAI-compatible) or "anthropic" (Messages API).
+    provider: str = "openai"
+    # --batch: every call through the provider's batch API (`batch`), its status read this often.
+    batch: bool = False
+    batch_poll_seconds: float = 60.0
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -99,11 +107,25 @@ class ChatCaller:
             cache_mode=settings.cache,
             retry=RetryPolicy(settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait),
             adaptive=settings.adaptive_concurrency,
+            provider=settings.provider,
+            batch=settings.batch,
+            batch_poll_seconds=settings.batch_poll_seconds,
             **parts,
         )
 
     def __post_init__(self) -> None:
-        self.transport = Transport(self.base_url, self.model, self.api_key, self.request_timeout, self.concurrency)
+        if self.batch:  # a batch holds every request of a round: no in-process limit, no pacing
+            self.concurrency, self.rpm, self.adaptive = BATCH_IN_FLIGHT, None, False
+        self.transport = model_api(
+            self.provider,
+            self.base_url,
+            self.model,
+            self.api_key,
+            self.request_timeout,
+            1 if self.batch else self.concurrency,
+            self.batch_poll_seconds if self.batch else None,
+            self.engine,
+        )
         self.limits = CallLimits(
             self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
         )
@@ -125,7 +147,9 @@ class ChatCaller:
 
     def _key_under(self, rule: RequestRule, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
         sent_messages, params = shape(rule, list(messages), sampling)
-        return request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+        return request_key(
+            endpoint_identity(self.base_url, cache_api(self.provider, self.api)), self.model, sent_messages, params
+        )
 
     async def prefetch(self, keys: Iterable[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
@@ -170,7 +194,12 @@ class ChatCaller:
             sent_key = (
                 key
                 if key and rule is keyed_rule
-                else request_key(endpoint_identity(self.base_url, self.api), self.model, sent_messages, params)
+                else request_key(
+                    endpoint_identity(self.base_url, cache_api(self.provider, self.api)),
+                    self.model,
+                    sent_messages,
+                    params,
+                )
             )
             try:
                 completion = await self._send(sent_messages, params, sent_key)

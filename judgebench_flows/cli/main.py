@@ -10,6 +10,7 @@ server could not start, or stopped during the run (answered calls are cached: th
 6 the run spent its --max-cost and stopped (answered calls are cached: the same command with a larger
 budget resumes without paying for them again). A worst case above --max-cost is refused before any call
 with exit 2, like any other bad input (docs/cost.md).
+7 with --batch, the provider refused a batch as a whole for a reason not in our input.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from urllib.parse import unquote, urlsplit
 
 from judgebench_flows.cli.prefect_server import PrefectServerError
 from judgebench_flows.cli.quiet import quiet_prefect
-from judgebench_flows.core.errors import RunFailed, UserError
+from judgebench_flows.core.errors import BatchRefused, RunFailed, UserError
 from judgebench_flows.core.pricing import BudgetReached
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
 EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
+EXIT_BATCH_REFUSED = 7  # --batch: the provider refused a batch as a whole, for a reason not in our input
 
 
 def _run_parser(
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="judgebench",
         description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
         "3 unexpected error, 4 the run measured too little, 5 the Prefect server was lost, 6 the run spent its "
-        "--max-cost.",
+        "--max-cost, 7 the provider refused a batch.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     _run_parser(sub)
@@ -365,6 +367,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"stopped: {redact(str(exc))}", file=sys.stderr)
         return EXIT_BUDGET
+    except BatchRefused as exc:  # before UserError, its base
+        from judgebench_flows.core.secrets import redact
+
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_USER_ERROR if exc.our_input else EXIT_BATCH_REFUSED
     except RunFailed as exc:  # before UserError, its base: the run measured too little
         from judgebench_flows.core.secrets import redact
 

@@ -15,6 +15,8 @@ from typing import Any
 from judgebench_flows.core.errors import UserError
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+# The variable a provider's key is read from when the run names none.
+PROVIDER_KEY_ENVS = {"openai": DEFAULT_KEY_ENV, "anthropic": "ANTHROPIC_API_KEY"}
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BLOCK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -81,15 +83,16 @@ def describe(env_name: str | None, block_name: str | None) -> str:
     return f"Prefect Secret block '{block_name}'" if block_name else f"${env_name or DEFAULT_KEY_ENV}"
 
 
-def read_api_key(env_name: str | None, block_name: str | None, required: bool = False) -> str:
-    """The key itself, in the calling process only. An unset default variable gives "EMPTY" (local
-    endpoints take any key); a variable or block the run names explicitly must exist."""
+def read_api_key(env_name: str | None, block_name: str | None, required: bool = False, provider: str = "openai") -> str:
+    """The key itself, in the calling process only. An unset default variable (the provider's:
+    `PROVIDER_KEY_ENVS`) gives "EMPTY" (local endpoints take any key); a variable or block the run names
+    explicitly must exist."""
     from judgebench_flows.core.secrets import register_secret
 
     if block_name:
         key = _read_secret_block(block_name)
     else:
-        name = env_name or DEFAULT_KEY_ENV
+        name = env_name or PROVIDER_KEY_ENVS.get(provider, DEFAULT_KEY_ENV)
         key = os.environ.get(name) or ""
         if not key and (env_name or required):
             raise UserError(
@@ -118,4 +121,12 @@ def _read_secret_block(name: str) -> str:
     return value
 
 
-__all__ = ["DEFAULT_KEY_ENV", "check_block_name", "check_env_name", "describe", "looks_like_a_key", "read_api_key"]
+__all__ = [
+    "DEFAULT_KEY_ENV",
+    "PROVIDER_KEY_ENVS",
+    "check_block_name",
+    "check_env_name",
+    "describe",
+    "looks_like_a_key",
+    "read_api_key",
+]

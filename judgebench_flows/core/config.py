@@ -21,6 +21,7 @@ from judgebench_flows.core.errors import UserError
 
 DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 DEFAULT_DB_URL = "sqlite:///results/judgebench.db"
+ANTHROPIC_API_ROOT = "https://api.anthropic.com"
 # Options that name where a secret lives: an error never echoes their value (it may be a key pasted by mistake).
 SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -186,7 +187,10 @@ class RunConfig(BaseModel):
         )
 
     def _given_base_url(self) -> str | None:
-        """--base-url, else the environment's OPENAI_BASE_URL or BASE_URL, as given."""
+        """--base-url, else the environment's OPENAI_BASE_URL or BASE_URL, as given (Anthropic's Messages API:
+        ANTHROPIC_BASE_URL, else Anthropic's own API root)."""
+        if self.endpoint.provider == "anthropic":
+            return self.endpoint.base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API_ROOT
         return self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
 
     def resolved_base_url(self) -> str:
@@ -232,6 +236,8 @@ class RunConfig(BaseModel):
             "prompts": judge_fingerprint and hashlib.sha256(judge_fingerprint.encode()).hexdigest()[:16],
             "templates_dir": None if judge_fingerprint else self.templates_dir,
             "request": [self.endpoint.reasoning_effort, self.endpoint.request_style, sorted(self.endpoint.drop_params)],
+            # Only when not the default: the configuration keys of every earlier run stay what they were.
+            **({"provider": self.endpoint.provider} if self.endpoint.provider != "openai" else {}),
         }
 
     def endpoint_identity(self) -> str | None:

@@ -19,8 +19,16 @@ class EndpointSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Each field is a `judgebench run` option too (cli/options.py), its description the help text.
+    provider: Literal["openai", "anthropic"] = Field(
+        default="openai",
+        description="the endpoint's wire protocol: openai (any OpenAI-compatible chat endpoint) or anthropic "
+        "(Anthropic's Messages API through the anthropic SDK; key from ANTHROPIC_API_KEY, URL from "
+        "ANTHROPIC_BASE_URL, else https://api.anthropic.com)",
+    )
     base_url: str | None = Field(
-        default=None, description="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else BASE_URL)"
+        default=None,
+        description="the endpoint: an OpenAI-compatible API (else OPENAI_BASE_URL, else BASE_URL), or with "
+        "--provider anthropic the Messages API root (else ANTHROPIC_BASE_URL)",
     )
     # Where the endpoint's key is read, by NAME only: an environment variable (default OPENAI_API_KEY)
     # or a Prefect Secret block. Never the key itself.
@@ -74,6 +82,14 @@ class EndpointSettings(BaseModel):
         default_factory=list,
         description="comma-separated request parameters never to send (e.g. temperature,top_p) for endpoints "
         "that reject them",
+    )
+    batch: bool = Field(
+        default=False,
+        description="send every judgment through the provider's batch API (OpenAI Batch, Anthropic Message "
+        "Batches): about half the price, answers within 24 hours; for nightly runs, not interactive ones",
+    )
+    batch_poll_seconds: float = Field(
+        default=60.0, gt=0, description="with --batch: how often the status of submitted batches is read"
     )
 
     @field_validator("base_url")

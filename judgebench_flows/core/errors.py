@@ -13,6 +13,18 @@ class FatalEndpointError(UserError):
     """The endpoint refused the run as a whole (bad key, unknown model): retrying cannot help."""
 
 
+class BatchRefused(FatalEndpointError):
+    """A provider refused a whole batch (`--batch`): exit 2 when the refusal is about our input (an unknown
+    model, say), else exit 7: the provider's side, nothing the run could retry."""
+
+    def __init__(self, message: str, our_input: bool = False):
+        super().__init__(message)
+        self.our_input = our_input
+
+    def __reduce__(self):  # Prefect and Dask pickle exceptions
+        return (BatchRefused, (str(self), self.our_input))
+
+
 class RunFailed(FatalEndpointError):
     """The run measured too little: its first calls were all rejected alike, or more of its judgments
     failed or were invalid than `--max-failed-fraction` allows. Exit code 4, not 0 (nothing to trust)

@@ -126,6 +126,22 @@ class CallCacheRow(SQLModel, table=True):
     created: datetime = Field(default_factory=utcnow)
 
 
+class BatchRow(SQLModel, table=True):
+    """A provider batch this database's runs submitted (`calls/batch`), stored the moment it is created:
+    a run killed, crashed or retried re-attaches to it instead of paying for its requests again."""
+
+    __tablename__ = "provider_batches"
+
+    batch_id: str = Field(primary_key=True)
+    provider: str
+    endpoint: str = Field(index=True)
+    model: str
+    # The custom ids of its requests (a hash of each request body), as a JSON list.
+    custom_ids: str
+    status: str = "open"  # "open" until its results were read, then "done"
+    created: datetime = Field(default_factory=utcnow)
+
+
 class SchemaMeta(SQLModel, table=True):
     __tablename__ = "judgebench_schema"
 
@@ -172,7 +188,7 @@ def _table(model: type[SQLModel]) -> sa.Table:
     return model.__table__  # type: ignore[attr-defined]
 
 
-TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, SchemaMeta)]
+TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, BatchRow, SchemaMeta)]
 WRITE_ATTEMPTS = 8
 
 
@@ -499,6 +515,22 @@ def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
 
 def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
     _upsert(engine, CallCacheRow, rows, ["key"])
+
+
+def batch_save(engine: Engine, row: dict[str, Any]) -> None:
+    _upsert(engine, BatchRow, [row], ["batch_id"])
+
+
+def batches_open(engine: Engine, endpoint: str, model: str) -> list[BatchRow]:
+    with Session(engine) as session:
+        query = select(BatchRow).where(BatchRow.endpoint == endpoint, BatchRow.model == model)
+        return [row for row in session.exec(query) if row.status == "open"]
+
+
+def batch_done(engine: Engine, batch_id: str) -> None:
+    with engine.begin() as connection:
+        table = _table(BatchRow)
+        connection.execute(sa.update(table).where(table.c.batch_id == batch_id).values(status="done"))
 
 
 def list_runs(

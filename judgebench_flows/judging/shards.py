@@ -19,11 +19,13 @@ from pydantic import BaseModel
 
 from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.calls.llm import CallStats, ChatCaller
-from judgebench_flows.calls.request_rules import Learned, RequestRule, learned_for, request_report, rule_for
+from judgebench_flows.calls.providers import provider_rule
+from judgebench_flows.calls.request_rules import Learned, RequestRule, learned_for, request_report
 from judgebench_flows.core.api_keys import read_api_key
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
+from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
@@ -112,6 +114,8 @@ class JudgeSpec(BaseModel):
         request_style, drop_params = self.endpoint.request_style, self.endpoint.drop_params
         if request_style != "auto" or drop_params:  # only then: earlier shard keys stay valid
             parts.append(repr((request_style, sorted(drop_params))))
+        if self.endpoint.provider != "openai":
+            parts.append(self.endpoint.provider)
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -175,7 +179,7 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
                 update={"base_url": resolve_credentials(spec.base_url)}
             ),  # the spec's URL has no user:password@
             model=spec.model,
-            api_key=read_api_key(settings.api_key_env, settings.api_key_secret),
+            api_key=read_api_key(settings.api_key_env, settings.api_key_secret, provider=settings.provider),
             engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
             global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
@@ -189,7 +193,8 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
 
 
 def request_rule_of(spec: JudgeSpec) -> RequestRule:
-    return rule_for(spec.model, spec.endpoint.request_style, tuple(spec.endpoint.drop_params))
+    endpoint = spec.endpoint
+    return provider_rule(endpoint.provider, spec.model, endpoint.request_style, tuple(endpoint.drop_params))
 
 
 def learned_of(spec: JudgeSpec) -> Learned:
@@ -381,7 +386,17 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         spec = spec.model_copy(
             update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
         )
-    return spec.model_copy(update={"judge_fingerprint": build_judge(spec).fingerprint()})
+    judge = build_judge(spec)
+    if spec.endpoint.batch and judge.api != "chat":
+        raise UserError(
+            f"--batch: the {config.judge_type} judge needs the {judge.api} API, which batch APIs do not serve"
+        )
+    if spec.endpoint.provider != "openai" and judge.api != "chat":
+        raise UserError(
+            f"--provider {spec.endpoint.provider}: the {config.judge_type} judge needs the {judge.api} API, "
+            "which only OpenAI-compatible endpoints serve (use --provider openai)"
+        )
+    return spec.model_copy(update={"judge_fingerprint": judge.fingerprint()})
 
 
 def shard_cache_key_of(spec: JudgeSpec, shard: Shard) -> str:

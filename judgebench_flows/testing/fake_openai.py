@@ -195,6 +195,29 @@ def _other_api_payload(
     }
 
 
+def chat_payload(model: str, text: str, extra: dict, prompt_tokens: int) -> dict:
+    """A chat completion answering `text` (`extra`: a responder's `reasoning_content`, `finish_reason`,
+    `reasoning_tokens`): what the chat endpoint and a batch's output lines carry."""
+    reasoning_tokens = int(extra.get("reasoning_tokens") or 0)
+    completion_tokens = _word_count(text) + reasoning_tokens
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if "reasoning_content" in extra:
+        message["reasoning_content"] = extra["reasoning_content"]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": extra.get("finish_reason", "stop")}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            **({"completion_tokens_details": {"reasoning_tokens": reasoning_tokens}} if reasoning_tokens else {}),
+        },
+    }
+
+
 def _word_count(text: str) -> int:
     """Rough, deterministic token count: whitespace-separated words."""
     return len(text.split())
@@ -734,7 +757,8 @@ class FakeOpenAIServer:
         """Read the body first (so keep-alive stays in sync), then answer the chat request."""
         body_bytes = handler.read_body()
         path = handler.path.split("?", 1)[0].rstrip("/")
-        if path not in (CHAT_PATH, COMPLETIONS_PATH, POOLING_PATH):
+        answer = self._model_paths().get(path)
+        if answer is None:
             self._send_unknown_path(handler)
             return
         handler.api_path = path
@@ -744,9 +768,14 @@ class FakeOpenAIServer:
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         handler.in_flight = True
         try:
-            self._answer_chat(handler, body_bytes)
+            answer(handler, body_bytes)
         finally:
             self._leave_flight(handler)
+
+    def _model_paths(self) -> dict[str, Callable[[_Handler, bytes], None]]:
+        """The POST paths that call the model (counted as requests), and what answers each: a server
+        speaking another API (`fake_anthropic`) names its own."""
+        return {CHAT_PATH: self._answer_chat, COMPLETIONS_PATH: self._answer_chat, POOLING_PATH: self._answer_chat}
 
     def _leave_flight(self, handler: _Handler) -> None:
         """The request stops counting as in flight before its answer is written: a client may send its next
@@ -952,28 +981,7 @@ class FakeOpenAIServer:
             payload = _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens, settings)
             self._reply(handler, 200, payload, key)
             return
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if "reasoning_content" in extra:
-            message["reasoning_content"] = extra["reasoning_content"]
-        payload = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": extra.get("finish_reason", "stop"),
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-                **({"completion_tokens_details": {"reasoning_tokens": reasoning_tokens}} if reasoning_tokens else {}),
-            },
-        }
+        payload = chat_payload(model, text, extra, prompt_tokens)
         self._reply(handler, 200, payload, key)
 
     def _note_ignored(self, path: str, body: dict, settings: FaultSettings) -> None:

@@ -1,0 +1,164 @@
+"""The wire for Anthropic's Messages API: the official `anthropic` SDK posting one request, and its answer.
+
+The same job as `transport.Transport` (one attempt in, one response body or an exception out; no
+retries, limits or cache), for `--provider anthropic`. The request is what JudgeBench's `run_judge.py`
+sends a Claude judge: a leading system message as the top-level `system` (empty when there is none),
+the other turns as `messages`, the judge's `max_tokens` and sampling (`anthropic_rules` decides which).
+
+Errors come out in the vocabulary the rest of `calls/` speaks, the openai SDK's exception classes: both
+SDKs are generated from one template (same classes, same `status_code`/`body`/`response`), so a 429 or
+529 is retried after its `retry-after`, a bad key stops the run, and a 400 that names a sampling
+parameter is rewritten with the `code`/`param` that `request_rules.Learned` adapts to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from typing import Any, cast
+
+import anthropic
+import openai
+
+from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, SAMPLING_PARAMS
+from judgebench_flows.calls.transport import CONNECTIONS_PER_CLIENT, BadAnswerBody
+from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.secrets import redact
+
+MESSAGES_PATH = "/v1/messages"
+# Anthropic's stop reasons, as the judging code reads finish reasons ("length": out of tokens).
+FINISH_REASONS = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
+# openai's class for each status an Anthropic error can carry (5xx, 529 "overloaded" included: retried).
+_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+
+
+def status_error_class(status: int) -> type[openai.APIStatusError]:
+    """openai's exception class for an HTTP error status (what a synchronous openai call would raise)."""
+    return _STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
+
+
+def messages_body(model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+    """The Messages API body for chat messages and the parameters a rule let through."""
+    system = ""
+    if messages and messages[0].get("role") == "system":
+        system, messages = str(messages[0]["content"]), messages[1:]
+    return {
+        "model": model,
+        "max_tokens": DEFAULT_MAX_TOKENS,
+        **params,
+        "system": system,
+        "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+    }
+
+
+def completion_of(response: Any) -> Completion:
+    """The answer text (its text blocks; never a thinking block) and token counts of a Messages answer."""
+    if not isinstance(response, dict):
+        raise BadAnswerBody()
+    blocks = response.get("content") or []
+    text = "".join(b.get("text") or "" for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    usage = response.get("usage") or {}
+    stop = response.get("stop_reason")
+    return Completion(
+        redact(text),  # an API key echoed back must not reach the cache, the database or a report
+        int(usage.get("input_tokens") or 0),
+        int(usage.get("output_tokens") or 0),
+        finish_reason=FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
+    )
+
+
+# How a 400 says a parameter is refused outright (not merely out of range: that is our input's error).
+REFUSAL = re.compile(r"not (supported|permitted|allowed)|extra inputs|cannot both be specified", re.IGNORECASE)
+
+
+def named_parameter(message: str, sent: dict[str, Any]) -> str | None:
+    """The sampling parameter a 400's message refuses, if it names one this request carried."""
+    if not REFUSAL.search(message):
+        return None
+    for name in sorted(SAMPLING_PARAMS & sent.keys()):
+        if re.search(rf"(?<![A-Za-z_]){name}(?![A-Za-z_])", message):
+            return name
+    return None
+
+
+def as_openai_error(exc: anthropic.APIError, sent: dict[str, Any]) -> openai.APIError:
+    """The openai exception `calls/` handles for an anthropic one (see the module's docstring)."""
+    if isinstance(exc, anthropic.APITimeoutError):
+        return openai.APITimeoutError(request=cast(Any, exc.request))
+    if isinstance(exc, anthropic.APIConnectionError):
+        return openai.APIConnectionError(message=str(exc), request=cast(Any, exc.request))
+    if not isinstance(exc, anthropic.APIStatusError):
+        return openai.APIError(str(exc), cast(Any, exc.request), body=None)
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = dict(body.get("error") or {}) if isinstance(body.get("error"), dict) else {}
+    message = str(error.get("message") or exc.message)
+    param = named_parameter(message, sent) if exc.status_code == 400 else None
+    if param:
+        error.update(code="unsupported_parameter", param=param)
+    error.setdefault("message", message)
+    return status_error_class(exc.status_code)(
+        redact(message), response=cast(Any, exc.response), body={**body, "error": error}
+    )
+
+
+class AnthropicTransport:
+    """Several `anthropic.AsyncAnthropic` clients for one endpoint, used in turn (as `Transport` does, for
+    the same reason: one small connection pool per client). Every request names `version`
+    (`ANTHROPIC_VERSION` unless a test asks for another)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str,
+        request_timeout: float,
+        concurrency: int,
+        version: str = ANTHROPIC_VERSION,
+    ):
+        self.base_url = base_url
+        self.model = model
+        self.clients = [
+            anthropic.AsyncAnthropic(
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=request_timeout,
+                default_headers={"anthropic-version": version},
+            )
+            for _ in range(max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT)))
+        ]
+        self._next_client = itertools.cycle(self.clients)
+
+    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """One attempt: the response body as parsed JSON."""
+        if api != "chat":
+            raise UserError(f"--provider anthropic: this judge needs the {api} API, which the Messages API is not")
+        body = messages_body(self.model, messages, sampling)
+        try:
+            return await next(self._next_client).post(MESSAGES_PATH, cast_to=cast(Any, dict[str, object]), body=body)
+        except json.JSONDecodeError as exc:
+            raise BadAnswerBody() from exc
+        except anthropic.APIError as exc:
+            raise as_openai_error(exc, body) from None
+
+    @staticmethod
+    def answer(api: str, response: Any) -> Completion:
+        try:
+            return completion_of(response)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise BadAnswerBody() from exc
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.close()

@@ -1,0 +1,295 @@
+"""`--batch`: every call of a run through its provider's batch API, as one more `ModelAPI`.
+
+The caller's policies stay as they are (call cache, request rules and their 400 adjustments, retries);
+only the wire changes. `post` puts the request in the next batch and waits for its line's answer:
+requests that arrive together (a run's first turns; then the follow-up turns their answers ask for) are
+gathered for `GATHER_SECONDS` after the last one, split at the provider's limits, submitted, and polled
+every `--batch-poll-seconds`. A line's outcome comes back to its call as a synchronous answer would:
+a 200's body, or the openai exception its status maps to, so a 5xx or rate-limited line is retried in a
+later batch within the retry budget, and an invalid one fails its judgment with the API's message.
+
+Nothing paid twice: each line's custom id is a hash of its request body, and a batch's id and custom
+ids are stored (`data.db.BatchRow`) the moment it is created. A run killed, crashed or retried posts
+the same requests again and each is re-attached to the batch that holds it instead of being submitted.
+Lines an expired or cancelled batch never finished go into the next batch, without spending a retry.
+A batch the provider refuses whole stops the run (`BatchRefused`, exit 7; exit 2 when the refusal is
+about our input, such as an unknown model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx2
+import openai
+from sqlalchemy.engine import Engine
+
+from judgebench_flows.calls.anthropic_api import status_error_class
+from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.errors import BatchRefused
+from judgebench_flows.data import db
+
+GATHER_SECONDS = 2.0
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LineResult:
+    """One line of a finished batch: `status` 200 with the answer `body`, an HTTP error status with its
+    error body, or 0 when the batch ended (expired, cancelled) before the line was done."""
+
+    status: int
+    body: Any = None
+
+
+@dataclass
+class BatchState:
+    """Where a batch stands: `counts` for progress, `ended` once its results can be read, `refused`
+    (the provider's reason) when it rejected the batch as a whole, `our_input` when that reason is ours."""
+
+    status: str
+    counts: dict[str, int] = field(default_factory=dict)
+    ended: bool = False
+    refused: str | None = None
+    our_input: bool = False
+    handle: Any = None  # what `results` needs (the provider's batch object)
+
+
+class BatchAPI(Protocol):
+    """A provider's batch API: request bodies in, one `LineResult` per custom id out."""
+
+    provider: str
+    max_lines: int
+    max_bytes: int
+
+    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+        """The request body of one line: the same body a synchronous call sends."""
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        """One request as the provider's batch input holds it (its size counts toward `max_bytes`)."""
+
+    async def submit(self, lines: list[bytes]) -> str:
+        """Create a batch of these lines; its id."""
+
+    async def state(self, batch_id: str) -> BatchState: ...
+
+    async def results(self, state: BatchState) -> dict[str, LineResult]: ...
+
+
+def custom_id(body: dict[str, Any]) -> str:
+    """The line's id: a hash of its request body, so the same request posted after a restart finds it."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def line_error(result: LineResult) -> openai.APIStatusError:
+    """The exception a synchronous call would have raised for this line's status and error body."""
+    body = result.body if isinstance(result.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else body
+    message = str((error or {}).get("message") or f"batch line failed with HTTP {result.status}")
+    response = httpx2.Response(result.status, request=httpx2.Request("POST", "https://batch.invalid/line"))
+    return status_error_class(result.status)(message, response=response, body=body)
+
+
+class BatchStore:
+    """The stored batches of one endpoint and model (none without a database: nothing to re-attach to)."""
+
+    def __init__(self, engine: Engine | None, provider: str, endpoint: str, model: str):
+        self.engine, self.provider, self.endpoint, self.model = engine, provider, endpoint, model
+
+    async def open_batches(self) -> dict[str, list[str]]:
+        if self.engine is None:
+            return {}
+        rows = await asyncio.to_thread(db.batches_open, self.engine, self.endpoint, self.model)
+        return {row.batch_id: json.loads(row.custom_ids) for row in rows}
+
+    async def created(self, batch_id: str, ids: list[str]) -> None:
+        if self.engine is None:
+            return
+        row = {
+            "batch_id": batch_id,
+            "provider": self.provider,
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "custom_ids": json.dumps(ids),
+            "status": "open",
+            "created": db.utcnow(),
+        }
+        await asyncio.to_thread(db.batch_save, self.engine, row)
+
+    async def done(self, batch_id: str) -> None:
+        if self.engine is not None:
+            await asyncio.to_thread(db.batch_done, self.engine, batch_id)
+
+
+ProgressHook = Callable[[str], None]
+_progress_hooks: list[ProgressHook] = []
+
+
+def add_progress_hook(hook: ProgressHook) -> None:
+    """Also send each batch progress line to `hook` (a flow's logger): besides this module's logger and
+    the terminal's stderr."""
+    _progress_hooks.append(hook)
+
+
+def report(line: str) -> None:
+    log.info(line)
+    print(f"batch: {line}", file=sys.stderr, flush=True)
+    for hook in _progress_hooks:
+        hook(line)
+
+
+class BatchTransport:
+    """The `ModelAPI` of a batch run: `post` waits for its line in a batch (see the module docstring);
+    `answer` reads a line's body as the provider's synchronous wire would (`inner.answer`)."""
+
+    def __init__(self, inner: Any, batches: BatchAPI, store: BatchStore, poll_seconds: float):
+        self.inner, self.batches, self.store, self.poll_seconds = inner, batches, store, poll_seconds
+        self.base_url, self.model = inner.base_url, inner.model
+        self.gather_seconds = min(GATHER_SECONDS, poll_seconds)
+        self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
+        self._bodies: dict[str, dict[str, Any]] = {}
+        self._queued: list[str] = []
+        self._open: dict[str, list[str]] = {}  # batch id -> custom ids, polled while someone waits
+        self._stored: dict[str, str] | None = None  # custom id -> open stored batch (read once)
+        self._stored_batches: dict[str, list[str]] = {}
+        self._last_post = 0.0
+        self._seen: dict[str, str] = {}
+        self._runner: asyncio.Task[None] | None = None
+
+    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        body = self.batches.body(api, messages, sampling)
+        cid = custom_id(body)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        waiters = self._waiting.setdefault(cid, [])
+        waiters.append(future)
+        if len(waiters) == 1:
+            self._bodies[cid] = body
+            await self._place(cid)
+        return await future
+
+    async def _place(self, cid: str) -> None:
+        """Re-attach the request to the stored batch that holds it, or queue it for the next batch."""
+        if self._stored is None:
+            self._stored_batches = await self.store.open_batches()
+            self._stored = {i: batch for batch, ids in self._stored_batches.items() for i in ids}
+        batch_id = self._stored.pop(cid, None)
+        if batch_id is not None:
+            if batch_id not in self._open:
+                report(f"re-attached to {batch_id}")
+            self._open.setdefault(batch_id, self._stored_batches[batch_id])
+        else:
+            self._queued.append(cid)
+            self._last_post = asyncio.get_running_loop().time()
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        """Submit what was gathered, poll what is open, until nobody waits."""
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + self.poll_seconds
+        tick = min(0.25, self.gather_seconds / 4)
+        while self._queued or self._open:
+            await asyncio.sleep(tick)
+            if self._queued and loop.time() - self._last_post >= self.gather_seconds:
+                await self._submit_queued()
+            if self._open and loop.time() >= next_poll:
+                next_poll = loop.time() + self.poll_seconds
+                for batch_id in list(self._open):
+                    await self._poll(batch_id)
+
+    async def _submit_queued(self) -> None:
+        queued, self._queued = self._queued, []
+        chunk: list[str] = []
+        size = 0
+        for cid in queued:
+            line = self.batches.line(cid, self._bodies[cid])
+            if chunk and (len(chunk) >= self.batches.max_lines or size + len(line) > self.batches.max_bytes):
+                await self._submit(chunk)
+                chunk, size = [], 0
+            chunk.append(cid)
+            size += len(line)
+        if chunk:
+            await self._submit(chunk)
+
+    async def _submit(self, ids: list[str]) -> None:
+        try:
+            batch_id = await self.batches.submit([self.batches.line(cid, self._bodies[cid]) for cid in ids])
+        except openai.APIStatusError as exc:
+            if exc.status_code < 500 and exc.status_code != 429:
+                self._fail(ids, BatchRefused(f"{self.batches.provider} refused a batch of {len(ids)} requests: {exc}"))
+                return
+            self._fail(ids, exc)
+            return
+        except openai.APIError as exc:
+            self._fail(ids, exc)
+            return
+        await self.store.created(batch_id, ids)
+        self._open[batch_id] = ids
+        report(f"submitted {batch_id}: {len(ids)} requests to {self.model}")
+
+    async def _poll(self, batch_id: str) -> None:
+        try:
+            state = await self.batches.state(batch_id)
+        except openai.APIError as exc:  # the provider is unreachable for now: poll again later
+            report(f"{batch_id}: status unknown ({type(exc).__name__}); polling again")
+            return
+        progress = f"{batch_id}: {state.status} " + " ".join(f"{k} {v}" for k, v in state.counts.items())
+        if self._seen.get(batch_id) != progress:
+            self._seen[batch_id] = progress
+            report(progress)
+        if state.refused:
+            ids = self._open.pop(batch_id)
+            refusal = f"{self.batches.provider} refused batch {batch_id} as a whole: {state.refused}"
+            self._fail(ids, BatchRefused(refusal, our_input=state.our_input))
+            await self.store.done(batch_id)
+        elif state.ended:
+            await self._settle(batch_id, await self.batches.results(state))
+
+    async def _settle(self, batch_id: str, results: dict[str, LineResult]) -> None:
+        """Hand each waiting line its outcome; lines the batch never finished go into the next batch."""
+        ids = self._open.pop(batch_id)
+        unfinished = 0
+        for cid in ids:
+            result = results.get(cid, LineResult(0))
+            if cid not in self._waiting:
+                continue
+            if result.status == 0:
+                unfinished += 1
+                self._queued.append(cid)
+                self._last_post = asyncio.get_running_loop().time()
+                continue
+            outcome: Any = result.body if result.status == 200 else line_error(result)
+            for future in self._waiting.pop(cid):
+                if future.done():
+                    continue
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+            self._bodies.pop(cid, None)
+        if unfinished:
+            report(f"{batch_id}: {unfinished} unfinished requests go into the next batch")
+        await self.store.done(batch_id)
+
+    def _fail(self, ids: list[str], exc: BaseException) -> None:
+        for cid in ids:
+            for future in self._waiting.pop(cid, []):
+                if not future.done():
+                    future.set_exception(exc)
+            self._bodies.pop(cid, None)
+
+    def answer(self, api: str, response: Any) -> Completion:
+        return self.inner.answer(api, response)
+
+    async def aclose(self) -> None:
+        if self._runner is not None and not self._runner.done():
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
+        await self.inner.aclose()

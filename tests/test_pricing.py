@@ -21,6 +21,7 @@ from judgebench_flows.core.pricing import (
     price_for,
     run_cost_text,
 )
+from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.judging.estimate import Estimate, check_budget, worst_case
 from judgebench_flows.judging.shards import judge_spec
 
@@ -208,3 +209,43 @@ def test_budget_check_refuses_with_the_estimate_or_when_it_cannot_check(tmp_path
 def test_estimate_tokens_is_conservative_for_english() -> None:
     text = "The quick brown fox jumps over the lazy dog. " * 10
     assert estimate_tokens(text) >= len(text) / 4  # GPT tokenizers: ~4 characters per English token
+
+
+def _record(pair_id: str, order: int, cached: bool) -> JudgmentRecord:
+    return JudgmentRecord(
+        pair_id=pair_id,
+        order=order,  # type: ignore[arg-type]
+        source="mmlu-pro-math",
+        category="mmlu-pro",
+        label="A>B",
+        status="ok",
+        decision="A>B",
+        decision_for_pair="A>B" if order == 0 else "B>A",
+        judge_model="gpt-4o-2024-05-13",
+        calls=1,
+        cached_calls=int(cached),
+        prompt_tokens=100_000,
+        completion_tokens=10_000,
+    )
+
+
+def test_without_the_clients_counts_paid_judgments_are_priced_from_the_records(tmp_path: Path) -> None:
+    """On Dask the flow has no client counts: judgments none of whose calls came from a cache are paid."""
+    from judgebench_flows.calls.llm import CallStats
+    from judgebench_flows.flows.judgebench_flow import cost_of_calls
+    from judgebench_flows.scoring.metrics import Tally
+
+    config = RunConfig(
+        model="gpt-4o-2024-05-13", data_path=str(_pairs_file(tmp_path)), base_url="http://127.0.0.1:9/v1"
+    )
+    spec = judge_spec(config, None)
+    tally = Tally.of(
+        [_record("p0", 0, False), _record("p0", 1, True), _record("p1", 0, False), _record("p1", 1, False)]
+    )
+    usage = cost_of_calls(spec, None, tally)
+    assert usage["cost_usd"] == pytest.approx(3 * (0.1 * 5 + 0.01 * 15))  # three paid judgments at $5 / $15
+    assert usage["prices"]["model"] == "gpt-4o-2024-05-13" and usage["prices"]["batch"] is False
+    sent = CallStats(prompt_tokens=200_000, completion_tokens=0)  # in process: what the clients sent
+    assert cost_of_calls(spec, sent, tally)["cost_usd"] == pytest.approx(1.0)
+    unpriced = judge_spec(config.model_copy(update={"model": "judge-model"}), None)
+    assert cost_of_calls(unpriced, sent, tally) == {"cost_usd": None, "prices": None}

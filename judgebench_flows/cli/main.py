@@ -164,12 +164,11 @@ def preflight(config) -> None:
 def _check_prices(config) -> None:
     """The price file parses and, with --max-cost, the model has a price (else nothing can be checked)."""
     from judgebench_flows.core.pricing import batch_of, price_for
-    from judgebench_flows.judging.estimate import Estimate, check_budget
+    from judgebench_flows.judging.estimate import check_priced
 
     if config.needs_endpoint and (config.prices or config.max_cost is not None):
         price = price_for(config.model, config.prices, batch_of(config))
-        if price is None:
-            check_budget(Estimate(config.model, 0, 0, 0, 0, None), config.max_cost, config.prices)
+        check_priced(config.model, price, config.max_cost, config.prices)
 
 
 def _warm_clone(config) -> None:

@@ -126,16 +126,21 @@ def expected_cost(engine: Engine | None, config_key: str, estimate: Estimate) ->
             return
 
 
+def check_priced(model: str, price: PricedAs | None, max_cost: float | None, prices_file: str | None) -> None:
+    """A budget needs a price: an unpriced model with --max-cost cannot be checked (one line, exit 2)."""
+    if max_cost is not None and price is None:
+        where = f"in {prices_file} or " if prices_file else ""
+        raise UserError(
+            f"--max-cost: '{model}' has no price {where}in the bundled table, so the budget cannot be "
+            "checked: give its price with --prices FILE"
+        )
+
+
 def check_budget(estimate: Estimate, max_cost: float | None, prices_file: str | None) -> None:
     """Refuse a run whose worst case is above its budget, or that cannot be checked (one line, exit 2)."""
     if max_cost is None:
         return
-    if estimate.price is None:
-        where = f"in {prices_file} or " if prices_file else ""
-        raise UserError(
-            f"--max-cost: '{estimate.model}' has no price {where}in the bundled table, so the budget cannot be "
-            "checked: give its price with --prices FILE"
-        )
+    check_priced(estimate.model, estimate.price, max_cost, prices_file)
     worst = estimate.worst_usd
     if worst is None:
         raise UserError(

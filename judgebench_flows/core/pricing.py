@@ -76,8 +76,8 @@ def cost_usd(price: ModelPrice | PricedAs, prompt_tokens: int, completion_tokens
 
 
 def batch_of(config: Any) -> bool:
-    """Whether the run sends its calls as a batch (issue 27's `EndpointSettings.batch`; False before it)."""
-    return bool(getattr(config.endpoint, "batch", False))
+    """Whether the run sends its calls through the provider's batch API (priced at the batch discount)."""
+    return bool(config.endpoint.batch)
 
 
 def _groups(document: Any, where: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:

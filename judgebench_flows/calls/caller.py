@@ -144,16 +144,17 @@ class ChatCaller:
             raise RunFailed(self._stopped)
         self.stats.calls += 1
         for _ in range(MAX_ADJUSTMENTS_PER_CALL):
-            rule = self._learned.rule
-            sent_messages, params = shape(rule, messages, sampling)
+            sent: list[tuple[RequestRule, list[dict[str, str]], dict[str, Any]]] = []
             try:
-                completion = await self._send(sent_messages, params)
+                completion = await self._send(messages, sampling, sent)
             except openai.BadRequestError as exc:
+                _, sent_messages, params = sent[-1]
                 if self._learned.adjust(params, sent_messages, error_of(exc)):
                     continue
                 self._call_failed(exc)
             except openai.APIError as exc:
                 self._call_failed(exc)
+            rule, sent_messages, params = sent[-1]
             self._first_failures = None  # an answer: the run's endpoint works
             self.stats.answered += 1
             completion.key = (
@@ -185,8 +186,15 @@ class ChatCaller:
                     raise RunFailed(self._stopped)
         raise CallFailed(reason)
 
-    async def _send(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
-        """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON)."""
+    async def _send(
+        self,
+        messages: list[dict[str, str]],
+        sampling: dict[str, Any],
+        sent: list[tuple[RequestRule, list[dict[str, str]], dict[str, Any]]],
+    ) -> Completion:
+        """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON). Each attempt
+        is shaped by the model's rule once it holds a slot (`_post`), so a call that waited behind one
+        the endpoint rejected goes out as the rule learned from it; `sent` gets each attempt's shape."""
         api = self.api
         try:
             async for attempt in self.retry.attempts():
@@ -194,7 +202,7 @@ class ChatCaller:
                     if attempt.retry_state.attempt_number > 1:
                         self.stats.retries += 1
                     self.stats.attempts += 1
-                    response = await self.limits.run(self.transport.post, api, messages, sampling)
+                    response = await self.limits.run(self._post, api, messages, sampling, sent)
                     return self.transport.answer(api, response)
         except FATAL as exc:
             raise fatal_error(exc, self.base_url, self.model) from None
@@ -202,6 +210,18 @@ class ChatCaller:
             self.stats.failed += 1
             raise CallFailed(f"{describe(exc)} after {self.retry.max_retries + 1} attempts") from None
         raise AssertionError("unreachable: the retry loop returns or raises")
+
+    async def _post(
+        self,
+        api: str,
+        messages: list[dict[str, str]],
+        sampling: dict[str, Any],
+        sent: list[tuple[RequestRule, list[dict[str, str]], dict[str, Any]]],
+    ) -> Any:
+        rule = self._learned.rule
+        sent_messages, params = shape(rule, messages, sampling)
+        sent.append((rule, sent_messages, params))
+        return await self.transport.post(api, sent_messages, params)
 
     async def aclose(self) -> None:
         await self.flush()

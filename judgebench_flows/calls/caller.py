@@ -218,6 +218,8 @@ class ChatCaller:
         sampling: dict[str, Any],
         sent: list[tuple[RequestRule, list[dict[str, str]], dict[str, Any]]],
     ) -> Any:
+        if self._stopped:  # queued behind the calls that stopped the run: never sent
+            raise RunFailed(self._stopped)
         rule = self._learned.rule
         sent_messages, params = shape(rule, messages, sampling)
         sent.append((rule, sent_messages, params))

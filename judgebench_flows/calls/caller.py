@@ -41,6 +41,8 @@ from judgebench_flows.core.secrets import redact
 
 # Early stop: when this many first calls of a run all fail alike and cannot be retried, stop the run.
 EARLY_STOP_CALLS = 20
+# A request as one attempt sent it: the rule it was shaped by, its messages and its parameters.
+Shaped = tuple[RequestRule, list[dict[str, str]], dict[str, Any]]
 # Adjustments one call may go through after 400s naming an unsupported parameter (one per parameter).
 MAX_ADJUSTMENTS_PER_CALL = 8
 # Calls that may wait for their batch at once (--batch): a whole run's round.
@@ -180,18 +182,33 @@ class ChatCaller:
         key: str | None = None,
         keyed_rule: RequestRule | None = None,
     ) -> Completion:
-        """One call, shaped by the model's rule; a 400 naming an unsupported parameter or value adjusts the
-        rule for the run (`request_rules.Learned`) and the call is sent again in its new shape. `key` is
-        the request's key under the rule in force when the caller computed it (saves hashing it again)."""
+        """One call, shaped by the model's rule when it holds its slot; a 400 naming an unsupported
+        parameter or value adjusts the rule for the run (`request_rules.Learned`) and the call is sent
+        again in its new shape. `key` is the request's key under the rule in force when the caller
+        computed it (saves hashing it again); it also names the call's retry budget (`budget`), which
+        adjustments do not reset."""
         if self._stopped:
             raise RunFailed(self._stopped)
         if self.spend is not None:
             self.spend.check()  # the budget is spent: no new call (the ones in flight still finish)
         self.stats.calls += 1
+        budget_key = key or self._key_under(self._learned.rule, messages, sampling)
         for _ in range(MAX_ADJUSTMENTS_PER_CALL):
-            rule = self._learned.rule
-            sent_messages, params = shape(rule, messages, sampling)
-            sent_key = (
+            sent: list[Shaped] = []
+            try:
+                completion = await self._send(messages, sampling, sent, budget_key)
+            except openai.BadRequestError as exc:
+                if unknown_model(exc):
+                    raise fatal_error(exc, self.base_url, self.model, self.api) from None
+                _, sent_messages, params = sent[-1]
+                if self._learned.adjust(params, sent_messages, error_of(exc), server_message(exc)):
+                    continue
+                self._call_failed(exc, budget_key)
+            except openai.APIError as exc:
+                self._call_failed(exc, budget_key)
+            rule, sent_messages, params = sent[-1]
+            self._answered(completion, budget_key)
+            completion.key = (
                 key
                 if key and rule is keyed_rule
                 else request_key(
@@ -201,28 +218,20 @@ class ChatCaller:
                     params,
                 )
             )
-            try:
-                completion = await self._send(sent_messages, params, sent_key)
-            except openai.BadRequestError as exc:
-                if unknown_model(exc):
-                    raise fatal_error(exc, self.base_url, self.model, self.api) from None
-                if self._learned.adjust(params, sent_messages, error_of(exc), server_message(exc)):
-                    continue
-                self._call_failed(exc, sent_key)
-            except openai.APIError as exc:
-                self._call_failed(exc, sent_key)
-            self._first_failures = None  # an answer: the run's endpoint works
-            self.stats.answered += 1
-            self.stats.prompt_tokens += completion.prompt_tokens
-            self.stats.completion_tokens += completion.completion_tokens
-            if self.spend is not None:
-                self.spend.charge(completion.prompt_tokens, completion.completion_tokens)
-            self._ledger.answered(sent_key)
-            completion.key = sent_key
             if self.api == "pooling":
                 await self._raw_scores.check(self.base_url, completion, params, self._probe(sent_messages))
             return completion
         raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")
+
+    def _answered(self, completion: Completion, budget_key: str) -> None:
+        """Count an answer: the endpoint works, its tokens are used and paid for."""
+        self._first_failures = None
+        self.stats.answered += 1
+        self.stats.prompt_tokens += completion.prompt_tokens
+        self.stats.completion_tokens += completion.completion_tokens
+        if self.spend is not None:
+            self.spend.charge(completion.prompt_tokens, completion.completion_tokens)
+        self._ledger.answered(budget_key)
 
     def _call_failed(self, exc: openai.APIError, key: str) -> None:
         """Raise this call's failure (the request's budget is spent: `budget`). The reason keeps the
@@ -254,9 +263,13 @@ class ChatCaller:
                     raise RunFailed(self._stopped)
         raise CallFailed(reason)
 
-    async def _send(self, messages: list[dict[str, str]], sampling: dict[str, Any], key: str) -> Completion:
+    async def _send(
+        self, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped], key: str
+    ) -> Completion:
         """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON), within what is
-        left of the request's budget (`budget`: a request asked again does not start over)."""
+        left of the request's budget (`budget`: a request asked again does not start over). Each attempt
+        is shaped by the model's rule once it holds a slot (`_post`), so a call that waited behind one the
+        endpoint rejected goes out as the rule learned from it; `sent` gets each attempt's shape."""
         api = self.api
         budget = self.retry.max_retries + 1
         left = self._ledger.left(key, budget)
@@ -270,8 +283,8 @@ class ChatCaller:
                         self.stats.retries += 1
                     self.stats.attempts += 1
                     try:
-                        response = await self.limits.run(self._post, api, messages, sampling)
-                        if api == "completions" and (unsearched := unsearched_beams(sampling, response)):
+                        response = await self.limits.run(self._post, api, messages, sampling, sent)
+                        if api == "completions" and (unsearched := unsearched_beams(sent[-1][2], response)):
                             self._learned.note_ignored("use_beam_search", unsearched)
                         return self.transport.answer(api, response)
                     except Exception as exc:
@@ -287,12 +300,19 @@ class ChatCaller:
             raise CallFailed(reason) from None
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    async def _post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
-        """One attempt, sent only while the budget lasts: checked once the call holds its slot, so calls
-        that queued for a slot while the budget was being spent are not sent either."""
+    async def _post(
+        self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped]
+    ) -> Any:
+        """One attempt, once the call holds its slot: not sent when the run stopped early or spent its
+        budget while the call queued, and shaped by the rule in force now."""
+        if self._stopped:  # queued behind the calls that stopped the run: never sent
+            raise RunFailed(self._stopped)
         if self.spend is not None:
             self.spend.check()
-        return await self.transport.post(api, messages, sampling)
+        rule = self._learned.rule
+        sent_messages, params = shape(rule, messages, sampling)
+        sent.append((rule, sent_messages, params))
+        return await self.transport.post(api, sent_messages, params)
 
     def _probe(self, messages: list[dict[str, str]]) -> Callable[[dict[str, Any]], Awaitable[Completion | None]]:
         """One request of these messages with other parameters, no retries or cache (`RawScoreCheck`);

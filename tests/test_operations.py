@@ -205,6 +205,16 @@ def test_a_regression_reaches_the_webhook_and_fails_the_night_at_once(
     assert "judge-a" in alert[0]["subject"] and "regressed" in alert[0]["subject"], alert
     assert "vanilla" in alert[0]["body"] and "accuracy: 0.00%" in alert[0]["body"], alert[0]["body"]
     assert "change against the baseline: -100.00 points" in alert[0]["body"], alert[0]["body"]
+
+    # the server stores events in batches: the feed may show them a few seconds after the alert went out
+    def stored() -> bool:
+        nights, regressed = (
+            _events(live_prefect, "judgebench.night."),
+            _events(live_prefect, "judgebench.run.regressed"),
+        )
+        return len(nights) == 2 and len(regressed) == 1
+
+    wait_for("events in the feed", stored, 60, live_prefect)
     [regressed] = _events(live_prefect, "judgebench.run.regressed")
     assert regressed["resource"]["judgebench.model"] == "judge-a" and regressed["payload"]["accuracy"] == 0.0
     assert [e["event"] for e in _events(live_prefect, "judgebench.night.")] in (

@@ -300,9 +300,13 @@ def test_unparseable_verdicts_are_kept_counted_and_asked_again(judgebench_repo, 
 # ----- failed calls: the shard is retried, answered calls are not paid again ---------------------------
 
 
-def test_shard_with_failed_calls_is_retried_and_only_failed_calls_are_paid_again(
+def test_failing_attempts_are_retried_within_one_budget_and_answers_are_paid_once(
     judgebench_repo, gpt4o_pairs, tmp_path
 ) -> None:
+    """A call's retries and the shard task's retries share one budget (`calls.budget`): with --max-retries 2
+    a call that fails twice is answered by its third attempt, and nothing answered is paid again. (With
+    --max-retries 1 it would fail for good: the shard's retry no longer sends it a third time;
+    tests/test_real_servers.py counts that.)"""
     samples = 10
     judge = mixed_judge(gpt4o_pairs)
     failures: dict[str, int] = {}
@@ -317,14 +321,13 @@ def test_shard_with_failed_calls_is_retried_and_only_failed_calls_are_paid_again
         return judge(body)
 
     with FakeOpenAIServer(flaky) as server:
-        # --max-retries 1: two attempts per call, so those calls fail in the first try of the shard.
-        run(run_args(judgebench_repo, server, tmp_path, "--max-retries", "1", samples=samples), tmp_path)
+        run(run_args(judgebench_repo, server, tmp_path, "--max-retries", "2", samples=samples), tmp_path)
         results = results_of(tmp_path)
-        assert failures and all(n == 2 for n in failures.values()), "some calls failed in the shard's first try"
-        assert results["invalid"]["failed_judgments"] == 0, "the shard retry must finish the failed calls"
-        assert results["invalid"]["invalid_judgments"] == 0
+        assert failures and all(n == 2 for n in failures.values()), "some calls failed twice before their answer"
+        assert results["invalid"]["failed_judgments"] == 0 and results["invalid"]["invalid_judgments"] == 0
         paid = server.answered_keys()
-        assert len(paid) == 2 * samples and set(paid.values()) == {1}, "answered calls are not paid again by the retry"
+        assert len(paid) == 2 * samples and set(paid.values()) == {1}, "answered calls are not paid again"
+        assert server.requests == 2 * samples + 2 * len(failures)
 
 
 # ----- f. secrets ------------------------------------------------------------------------------------

@@ -71,7 +71,10 @@ def test_judging_ticks_per_shard_and_a_failed_shard_retried_stays_within_its_pla
                     await caller.aclose()
 
             first, again = asyncio.run(go())
-        assert {r.status for r in first} == {"failed"} and {r.status for r in again} == {"invalid"}
+            sent = server.requests
+        # The retry finds each call's budget spent (--max-retries 0: one attempt): failed again, nothing sent.
+        assert {r.status for r in first} == {"failed"} and {r.status for r in again} == {"failed"}
+        assert sent == len(first)
         assert counter.done == 10, "a retried shard's judgments are not counted twice"
         settle_progress(3, len(again))
         settle_progress(4, 10)  # a cached shard

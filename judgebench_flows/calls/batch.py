@@ -191,6 +191,14 @@ class BatchTransport:
             self._runner = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
+        """`_rounds`, and should it break, every waiting call fails with its error instead of waiting forever."""
+        try:
+            await self._rounds()
+        except Exception as exc:
+            self._fail(list(self._waiting), exc)
+            raise
+
+    async def _rounds(self) -> None:
         """Submit what was gathered, poll what is open, until nobody waits."""
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.poll_seconds

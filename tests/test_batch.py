@@ -158,7 +158,7 @@ def test_o1_mini_batch_run_reproduces_65_71_with_no_synchronous_call(
     run_cli, judgebench_repo, o1_replay, tmp_path: Path, faults: dict
 ) -> None:
     with FakeBatchServer(o1_replay, openai_rules=True, seed=11, **faults) as server:
-        result = run_cli(*batch_command(judgebench_repo, server, tmp_path))
+        result = run_cli(*batch_command(judgebench_repo, server, tmp_path), timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.requests == 0  # not one synchronous call
         answered = [b for b in server.batches.values()]
@@ -177,15 +177,17 @@ def test_a_run_killed_after_submitting_resumes_without_submitting_a_line_twice(
     with FakeBatchServer(o1_replay, openai_rules=True, hold=True) as server:
         command = [sys.executable, "-m", "judgebench_flows.cli.main", *batch_command(judgebench_repo, server, tmp_path)]
         first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 400
         while server.batches_created == 0 and time.monotonic() < deadline and first.poll() is None:
             time.sleep(0.2)
-        assert server.batches_created == 1, "the first run never submitted its batch"
+        if server.batches_created == 0:
+            first.kill()
+            pytest.fail(f"the first run never submitted its batch: {first.communicate()[1][-3000:]!r}")
         time.sleep(1.0)
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         server.release()
-        again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert again.returncode == 0, again.stderr[-3000:]
         assert "re-attached to batch_" in again.stderr
         # The killed run's batch was re-attached; the only other batch is the follow-up turns' round.
@@ -233,7 +235,7 @@ def test_claude_3_haiku_batch_run_reproduces_32_22(run_cli, judgebench_repo, tmp
     with FakeAnthropicBatchServer(replay, line_failure_rate=0.03, seed=2) as server:
         command = [*batch_command(judgebench_repo, server, tmp_path), "--provider", "anthropic", "--model", HAIKU]
         command[command.index("--data-file") + 1] = CLAUDE_FILE
-        result = run_cli(*command, env={"ANTHROPIC_API_KEY": CANARY_KEY})
+        result = run_cli(*command, env={"ANTHROPIC_API_KEY": CANARY_KEY}, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.requests == 0 and set(server.answered_lines.values()) == {1}
     assert accuracy(tmp_path) == official_score(pairs, decisions) == 32.22

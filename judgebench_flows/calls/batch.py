@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -128,21 +127,17 @@ class BatchStore:
             await asyncio.to_thread(db.batch_done, self.engine, batch_id)
 
 
-ProgressHook = Callable[[str], None]
-_progress_hooks: list[ProgressHook] = []
-
-
-def add_progress_hook(hook: ProgressHook) -> None:
-    """Also send each batch progress line to `hook` (a flow's logger): besides this module's logger and
-    the terminal's stderr."""
-    _progress_hooks.append(hook)
-
-
 def report(line: str) -> None:
-    log.info(line)
+    """A batch's progress: on the terminal (stderr) and in the Prefect run's logs (the task or flow that
+    started the batch), or this module's logger outside a run."""
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
     print(f"batch: {line}", file=sys.stderr, flush=True)
-    for hook in _progress_hooks:
-        hook(line)
+    try:
+        get_run_logger().info("batch: %s", line)
+    except MissingContextError:
+        log.info(line)
 
 
 class BatchTransport:
@@ -162,10 +157,15 @@ class BatchTransport:
         self._last_post = 0.0
         self._seen: dict[str, str] = {}
         self._runner: asyncio.Task[None] | None = None
+        # Answers already downloaded, by custom id: the same request posted again (two orders of a pair
+        # whose responses are the same text) is answered from here instead of being paid again.
+        self._answers: dict[str, Any] = {}
 
     async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         body = self.batches.body(api, messages, sampling)
         cid = custom_id(body)
+        if cid in self._answers:
+            return self._answers[cid]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         waiters = self._waiting.setdefault(cid, [])
         waiters.append(future)
@@ -191,6 +191,14 @@ class BatchTransport:
             self._runner = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
+        """`_rounds`, and should it break, every waiting call fails with its error instead of waiting forever."""
+        try:
+            await self._rounds()
+        except Exception as exc:
+            self._fail(list(self._waiting), exc)
+            raise
+
+    async def _rounds(self) -> None:
         """Submit what was gathered, poll what is open, until nobody waits."""
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.poll_seconds
@@ -266,6 +274,8 @@ class BatchTransport:
                 self._last_post = asyncio.get_running_loop().time()
                 continue
             outcome: Any = result.body if result.status == 200 else line_error(result)
+            if result.status == 200:
+                self._answers[cid] = outcome
             for future in self._waiting.pop(cid):
                 if future.done():
                     continue

@@ -580,7 +580,7 @@ def command_compare(args: argparse.Namespace) -> int:
 
     comparison = compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed)
     for warning in comparison.get("warnings", []):
-        print(f"warning: {warning}", file=sys.stderr)
+        console.err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
     console.print_comparison(comparison)
     return 0
 

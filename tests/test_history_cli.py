@@ -124,16 +124,16 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     assert history.returncode == 0, history.stderr
     # columns: run, started, judge, model, data, commit, status, accuracy, 95% CI, pairs
     rows = {row[0]: row for row in _table_rows(history.stdout)}
-    assert set(rows) == {id_a[:8], id_b[:8]}
-    assert (rows[id_a[:8]][3], rows[id_a[:8]][6], rows[id_a[:8]][7], rows[id_a[:8]][9]) == (
+    assert set(rows) == {id_a, id_b}
+    assert (rows[id_a][3], rows[id_a][6], rows[id_a][7], rows[id_a][9]) == (
         "judge-a",
         "completed",
-        "100.00%",
+        "100.00",
         "24",
     )
-    assert (rows[id_b[:8]][3], rows[id_b[:8]][6], rows[id_b[:8]][7]) == ("judge-b", "completed", "87.50%")
+    assert (rows[id_b][3], rows[id_b][6], rows[id_b][7]) == ("judge-b", "completed", "87.50")
 
-    compare = run_cli("compare", id_a[:8], id_b[:8], "--db-url", db_url, env=wide)
+    compare = run_cli("compare", id_a, id_b, "--db-url", db_url, env=wide)
     assert compare.returncode == 0, compare.stderr
     slices = {row[0]: row[3] for row in _table_rows(compare.stdout) if len(row) == 5}  # slice, A, B, delta, pairs
     assert slices == {
@@ -151,10 +151,10 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
         f["now_correct"] for f in comparison["flipped"]
     )
 
-    report = run_cli("report", id_a[:8], "--db-url", db_url, "--output", "report-a.html")
+    report = run_cli("report", id_a, "--db-url", db_url, "--output", "report-a.html")
     assert report.returncode == 0, report.stderr
     html = Path(tmp_path / report.stdout.strip().splitlines()[-1]).read_text()
-    assert html.lstrip().lower().startswith("<!doctype html") and id_a[:8] in html
+    assert html.lstrip().lower().startswith("<!doctype html") and id_a in html
 
     # Same configuration as A and just as good: compared with A, not flagged.
     c, results_c = run("c", "judge-a", set(), "--no-cache")
@@ -173,8 +173,8 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     history = run_cli("history", "--db-url", db_url, env=wide)
     rows = {row[0]: row for row in _table_rows(history.stdout)}
     assert len(rows) == 4
-    assert (rows[results_d["run"]["run_id"][:8]][6], rows[results_d["run"]["run_id"][:8]][7]) == ("regressed", "25.00%")
-    assert rows[results_c["run"]["run_id"][:8]][6] == "completed"
+    assert (rows[results_d["run"]["run_id"]][6], rows[results_d["run"]["run_id"]][7]) == ("regressed", "25.00")
+    assert rows[results_c["run"]["run_id"]][6] == "completed"
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey

@@ -168,5 +168,7 @@ def test_documented_block_runs(block: Block, judgebench_home, workdirs, request)
         f"{block.id} exited {result.returncode}\n{block.code}\n{result.stdout}\n{result.stderr}"
     )
     assert "Traceback" not in result.stderr, result.stderr
+    if block.document.name != "README.md":
+        return  # docs/ may show wider output (rescore's table); the README's commands fit 80 columns
     wide = [line for line in (result.stdout + result.stderr).splitlines() if len(line.rstrip()) > 80]
     assert not wide, f"{block.id}: lines over 80 columns at COLUMNS=80:\n" + "\n".join(wide)

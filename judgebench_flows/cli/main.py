@@ -315,12 +315,8 @@ def command_compare(args: argparse.Namespace) -> int:
     from judgebench_flows.scoring.compare import compare_runs
 
     comparison = compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed)
-    import shutil
-    import textwrap
-
-    width = shutil.get_terminal_size().columns
-    for warning in comparison.get("warnings", []):  # wrapped: a warning is read at the terminal's width
-        print(textwrap.fill(f"warning: {warning}", width=width, subsequent_indent="  "), file=sys.stderr)
+    for warning in comparison.get("warnings", []):
+        console.err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
     console.print_comparison(comparison)
     return 0
 

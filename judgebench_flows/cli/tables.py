@@ -48,7 +48,7 @@ def stdout_console() -> Console:
 
 def _table(title: str | None, wide: bool) -> Table:
     """Wide: rich's boxed table. Narrow: no box, so the columns get the characters the borders would take."""
-    return Table(title=title, box=box.SQUARE if wide else box.SIMPLE_HEAD, pad_edge=wide, expand=False)
+    return Table(title=title, box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD, pad_edge=wide, expand=False)
 
 
 def _interval(low: Any, high: Any) -> str:

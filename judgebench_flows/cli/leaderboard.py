@@ -16,7 +16,7 @@ from judgebench_flows.core.errors import UserError
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """`leaderboard` takes LeaderboardSettings' fields as options, `rescore` the judge's from RunConfig."""
-    from judgebench_flows.cli.options import add_command, add_model_options
+    from judgebench_flows.cli.options import add_command, add_format_option, add_model_options
     from judgebench_flows.core.config import RunConfig
     from judgebench_flows.scoring.leaderboard import LeaderboardSettings
 
@@ -37,12 +37,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="directory for leaderboard.html",
     )
     board.add_argument("--flow", action="store_true", help="run as a Prefect flow (adds a markdown artifact)")
-    board.add_argument(
-        "--format",
-        choices=("table", "json", "csv"),
-        default="table",
-        help="table (default: fits the terminal), or json/csv on standard output for scripts",
-    )
+    add_format_option(board)
     rescore = add_command(sub, "rescore", "re-parse a recorded outputs file's answers with our parser")
     rescore.add_argument("file", help="an outputs JSONL (JudgeBench's outputs/ or one of our runs)")
     rescore.add_argument(

@@ -60,7 +60,7 @@ def _run_parser(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from judgebench_flows.cli.options import OneLineParser, add_command
+    from judgebench_flows.cli.options import OneLineParser, add_command, add_format_option
 
     parser = OneLineParser(
         prog="judgebench",
@@ -77,12 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     history = add_command(sub, "history", "list past runs, newest first, with their whole run ids")
     history.add_argument("--db-url", default=None, help=db_help)
     history.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
-    history.add_argument(
-        "--format",
-        choices=("table", "json", "csv"),
-        default="table",
-        help="table (default: fits the terminal), or json/csv on standard output for scripts",
-    )
+    add_format_option(history)
     compare = add_command(sub, "compare", "per-category deltas and flipped pairs between two runs")
     compare.add_argument("run_a", help="the earlier run's id (as `judgebench history` shows it)")
     compare.add_argument("run_b", help="the later run's id")

@@ -44,6 +44,16 @@ def add_command(sub: argparse._SubParsersAction, name: str, text: str) -> argpar
     return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", allow_abbrev=False)
 
 
+def add_format_option(parser: argparse.ArgumentParser) -> None:
+    """`--format` of the listing commands: a table for people, JSON or CSV for scripts."""
+    parser.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (default: fits the terminal), or json/csv on standard output for scripts",
+    )
+
+
 def _plain(annotation: Any) -> Any:
     """`X | None` -> X."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):

@@ -1,8 +1,9 @@
 """`judgebench automations install|remove`: the Prefect automations of deployments/automations.py.
 
 Kept apart from main.py, which only registers it. Automations live on a Prefect server that outlives
-this command, so it needs PREFECT_API_URL (the temporary server `judgebench run` starts would forget
-them); an unreachable server is exit 5, as for a run that loses its server.
+this command and runs the deployments, so it needs PREFECT_API_URL naming that server (not the local
+background server a `judgebench run` falls back to); an unreachable server is exit 5, as for a run that
+loses its server.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`judgebench leaderboard` and `judgebench rescore`: the sub-commands that need no key and no endpoint.
 
-Kept apart from cli.py (which only registers them) so the run command's module stays as it is. Both
-commands score recorded verdicts; neither needs Prefect. `leaderboard` runs without it by default: the
+Kept apart from cli/main.py, which only registers them. Both commands score recorded verdicts; neither
+needs Prefect. `leaderboard` runs without it by default: the
 scoring takes about a second, a first Prefect server seconds to boot; `--flow` runs the same code
 as a Prefect flow for its artifact.
 """

@@ -101,6 +101,19 @@ class BatchStore:
 
     def __init__(self, engine: Engine | None, provider: str, endpoint: str, model: str):
         self.engine, self.provider, self.endpoint, self.model = engine, provider, endpoint, model
+        self._writes: set[asyncio.Future[None]] = set()
+
+    async def _write(self, write: Any, *args: Any) -> None:
+        """A write that finishes even when the task awaiting it is cancelled (the transport closing as its
+        last lines are handed out): `settle` waits for it before the transport is closed."""
+        task = asyncio.ensure_future(asyncio.to_thread(write, self.engine, *args))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+        await asyncio.shield(task)
+
+    async def settle(self) -> None:
+        """Wait for every write under way."""
+        await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def open_batches(self) -> dict[str, list[str]]:
         if self.engine is None:
@@ -120,11 +133,11 @@ class BatchStore:
             "status": "open",
             "created": db.utcnow(),
         }
-        await asyncio.to_thread(db.batch_save, self.engine, row)
+        await self._write(db.batch_save, row)
 
     async def done(self, batch_id: str) -> None:
         if self.engine is not None:
-            await asyncio.to_thread(db.batch_done, self.engine, batch_id)
+            await self._write(db.batch_done, batch_id)
 
 
 def report(line: str) -> None:
@@ -302,4 +315,5 @@ class BatchTransport:
         if self._runner is not None and not self._runner.done():
             self._runner.cancel()
             await asyncio.gather(self._runner, return_exceptions=True)
+        await self.store.settle()
         await self.inner.aclose()

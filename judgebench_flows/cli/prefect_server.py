@@ -29,6 +29,7 @@ START_TIMEOUT_ENV = "JUDGEBENCH_SERVER_START_TIMEOUT"
 # A first boot with a fresh PREFECT_HOME (creating and migrating Prefect's database) on a loaded small
 # machine takes tens of seconds: the ceiling is minutes, and a server process that exits fails at once.
 DEFAULT_START_TIMEOUT = 600.0
+SERVER_LOG = "prefect-server.log"  # the background server's output in PREFECT_HOME (its log lines, errors)
 PID_FILE = "server.pid"  # where `prefect server start --background` records its server (`prefect server stop` reads it)
 LOCK_FILE = "judgebench-server.lock"
 
@@ -83,15 +84,22 @@ def _background_pid(home: Path) -> int | None:
         return None
 
 
-def _prefect(*args: str) -> subprocess.CompletedProcess[str]:
-    """Prefect's own CLI, with this interpreter and environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "prefect", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false"},
-    )
+def _prefect(*args: str, log: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Prefect's own CLI, with this interpreter and environment. With `log`, its output goes to that file,
+    not a pipe: a background server inherits the descriptors and outlives this process. That server runs
+    without Prefect's telemetry unless the user set PREFECT_SERVER_ANALYTICS_ENABLED: on a machine that
+    cannot resolve Prefect's telemetry host, Prefect 3.9.1's background server exits about 20 s after
+    starting (seen on a machine without DNS; runs then ended with exit 5)."""
+    env = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false"}
+    if log is not None:
+        env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    command = [sys.executable, "-m", "prefect", *args]
+    if log is None:
+        return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env)
+    with open(log, "a", encoding="utf-8") as out:
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+    said = log.read_text(encoding="utf-8", errors="replace")[-2000:]
+    return subprocess.CompletedProcess(done.args, done.returncode, said, "")
 
 
 def _start_background_server(home: Path, host: str, port: int) -> None:
@@ -102,7 +110,7 @@ def _start_background_server(home: Path, host: str, port: int) -> None:
         return  # booting (started by hand, or by a run killed while waiting): wait for it
     if (home / PID_FILE).exists():
         _prefect("server", "stop")
-    done = _prefect("server", "start", "--background", "--host", host, "--port", str(port))
+    done = _prefect("server", "start", "--background", "--host", host, "--port", str(port), log=home / SERVER_LOG)
     if done.returncode != 0:
         said = " ".join((done.stdout + done.stderr).split())[-300:]
         raise PrefectServerError(f"`prefect server start --background` failed: {said}; {ADVICE}")

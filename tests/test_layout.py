@@ -1,8 +1,8 @@
 """The package's shape: one import name, and layers that only point down.
 
-core types -> data and storage -> model calls | scoring -> judges -> judging -> tasks -> flows and
-deployments -> CLI. A module may import its own layer and the layers below it, never one above: that is
-what lets a judge be tested without Prefect and a model client without judges.
+core types -> data and storage -> model calls | scoring -> judges -> judging -> views (what a person
+reads) | tasks -> flows and deployments -> CLI. A module may import its own layer and the layers below it,
+never one above: that is what lets a judge be tested without Prefect and a model client without judges.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ BELOW: dict[str, set[str]] = {
     "tasks": {"core", "data", "calls", "scoring", "judges", "judging"},
     "flows": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "deployments"},
     "deployments": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "flows"},
-    "cli": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "flows", "deployments"},
+    "views": {"core", "data", "calls", "scoring", "judges", "judging"},
+    "cli": {"core", "data", "calls", "scoring", "judges", "judging", "views", "tasks", "flows", "deployments"},
 }
 
 

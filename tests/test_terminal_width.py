@@ -120,3 +120,30 @@ def test_compare_fits_80_columns_with_whole_run_ids(tmp_path: Path, two_runs) ->
     assert first in result.stdout and second in result.stdout
     assert "pairs changed verdict" in result.stdout
     assert "00000002-28d5-5a3c-b1af-fedcf5543e72" in result.stdout  # a pair id on one line, whole
+
+
+def test_rescore_fits_80_columns_with_whole_pair_ids(tmp_path: Path) -> None:
+    """A JudgeBench outputs file whose recorded decisions our parser reads differently: the report and its
+    table of changed decisions fit 80 columns, pair ids whole."""
+    rows = []
+    for i in range(8):
+        answers = ("My final verdict is [[A>B]]", "I think [[A>>B]]. So: [[A>B]]")  # recorded: A>B, then None
+        rows.append(
+            {
+                "pair_id": f"{i:08d}-28d5-5a3c-b1af-fedcf5543e72",
+                "source": SOURCES[i % 4],
+                "label": "A>B",
+                "judge_name": "arena_hard",
+                "judgments": [
+                    {"judgment": {"response": text}, "decision": "A>B" if order == 0 else None}
+                    for order, text in enumerate(answers)
+                ],
+            }
+        )
+    path = tmp_path / "dataset=judgebench,response_model=gpt-4o-2024-05-13,judge_name=arena_hard.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = cli(tmp_path, "rescore", str(path), "--judge-type", "arena_hard")
+    assert result.returncode == 0, result.stderr
+    assert_fits(result.stdout)
+    assert "8 decisions differ from the recorded ones, in 8 pairs" in result.stdout
+    assert "00000007-28d5-5a3c-b1af-fedcf5543e72" in result.stdout

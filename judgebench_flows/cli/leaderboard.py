@@ -57,11 +57,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def command_leaderboard(args: argparse.Namespace) -> int:
-    from judgebench_flows.cli import tables
     from judgebench_flows.cli.options import given_options
     from judgebench_flows.core.config import results_db_url, validated
     from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard
     from judgebench_flows.scoring.leaderboard_report import write_outputs
+    from judgebench_flows.views import tables
 
     options = given_options(args, LeaderboardSettings) | {"db_url": results_db_url(args.db_url)}
     settings = validated(LeaderboardSettings, options)
@@ -115,7 +115,8 @@ def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def command_rescore(args: argparse.Namespace) -> int:
-    from judgebench_flows.judging.rescore import print_rescore, rescore_file
+    from judgebench_flows.judging.rescore import rescore_file
+    from judgebench_flows.views.summaries import print_rescore
 
     result = rescore_file(
         args.file,

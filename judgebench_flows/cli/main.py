@@ -23,7 +23,6 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from judgebench_flows.cli.prefect_server import PrefectServerError
 from judgebench_flows.cli.quiet import quiet_prefect
@@ -96,93 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
-    """A TCP connect to the endpoint, so an unreachable one fails in a second rather than after retries."""
-    from judgebench_flows.core.net import connect_error, host_port
-
-    problem = connect_error(base_url, timeout=timeout)
-    if problem is not None:
-        host, port = host_port(base_url)
-        raise UserError(f"cannot reach the endpoint {urlsplit(base_url).scheme}://{host}:{port}: {problem}")
-
-
-def _check_file_url(repo_url: str) -> None:
-    """A file:// repository that is not there fails now: in the flow, git's last words ("and the repository
-    exists.") name nothing, and the clone task would retry it as if it were a network hiccup."""
-    parts = urlsplit(repo_url.strip())
-    if parts.scheme.lower() == "file" and not Path(unquote(parts.path)).exists():
-        raise UserError(f"--repo-url: no repository at '{repo_url.strip()}'")
-
-
-def preflight(config) -> None:
-    """Check everything checkable before Prefect starts: judge, templates, database, data, endpoint."""
-    from judgebench_flows.data import db
-    from judgebench_flows.data.dataset import check_repo_url, is_pinned
-    from judgebench_flows.judges import JUDGE_TYPES, get_judge
-
-    if config.judge_template is None and config.judge_type not in JUDGE_TYPES:
-        raise UserError(f"unknown judge type '{config.judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
-    if config.judge_template or config.judge_type == "external":
-        get_judge(
-            config.judge_type,
-            None,
-            config.judge_template,
-            config.external_judge_path,
-            config.external_judge_function,
-            config.external_judge_config,
-        )
-    elif config.data_path or config.templates_dir:
-        get_judge(config.judge_type, config.templates_dir, model=config.model)
-    if config.data_path and not Path(config.data_path).is_file():
-        raise UserError(f"--data-path: file not found: {config.data_path}")
-    from judgebench_flows.data.outputs import check_directory, check_file
-
-    check_directory("--output-dir", config.output_dir)  # results are written after every call is paid for
-    check_file("--result-path", config.result_path)
-    if config.data_path:
-        from judgebench_flows.data.loading import index_pairs
-
-        index_pairs(config.data_path)  # duplicate ids or no usable row: say so before Prefect starts
-    if not config.data_path:
-        check_repo_url(config.repo_url)
-        _check_file_url(config.repo_url)
-        if is_pinned(config.ref):
-            _warm_clone(config)
-    db.open_database(config.db_url)
-    _check_prices(config)
-    if config.needs_endpoint:
-        check_endpoint_reachable(config.resolved_base_url())
-        if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
-            raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
-
-
-def _check_prices(config) -> None:
-    """The price file parses and, with --max-cost, the model has a price (else nothing can be checked)."""
-    from judgebench_flows.core.pricing import batch_of, price_for
-    from judgebench_flows.judging.estimate import check_priced
-
-    if config.needs_endpoint and (config.prices or config.max_cost is not None):
-        price = price_for(config.model, config.prices, batch_of(config))
-        check_priced(config.model, price, config.max_cost, config.prices)
-
-
-def _warm_clone(config) -> None:
-    """Clone a pinned commit now, while Prefect's server boots: the flow's fetch task then finds it in the
-    cache, and a missing data file or prompt template is reported before any flow run exists."""
-    from judgebench_flows.data.dataset import data_file_in, fetch_repository
-    from judgebench_flows.judges import get_judge
-
-    checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
-    data_file_in(checkout, config.data_file)
-    if not config.judge_template and config.judge_type != "external":
-        get_judge(config.judge_type, config.templates_dir or checkout.templates_dir, model=config.model)
-
-
 def command_run(args: argparse.Namespace) -> int:
     from judgebench_flows.core.secrets import install_log_redaction
 
     install_log_redaction()
-    if args.judge_type == "external" and not _holds_judgebench_pairs(args.data_path):
+    from judgebench_flows.judging.preflight import holds_judgebench_pairs, preflight
+
+    if args.judge_type == "external" and not holds_judgebench_pairs(args.data_path):
         return _run_external(args)
     config = _run_config(args)
     preflight(config)
@@ -219,30 +138,14 @@ def _run_config(args: argparse.Namespace):
 
 def command_estimate(args: argparse.Namespace) -> int:
     """`judgebench estimate`: what `run` with these options would cost at most, and probably."""
-    from judgebench_flows.cli import console
     from judgebench_flows.judging.estimate import estimate_run
+    from judgebench_flows.judging.preflight import check_prices
+    from judgebench_flows.views.summaries import print_estimate
 
     config = _run_config(args)
-    _check_prices(config)
-    console.print_estimate(estimate_run(config))
+    check_prices(config)
+    print_estimate(estimate_run(config))
     return 0
-
-
-def _holds_judgebench_pairs(data_path: str | None) -> bool:
-    """External judges score CLEAR-style tables, or decide JudgeBench pairs (a clone, or a JSONL of pairs)."""
-    if data_path is None:
-        return True
-    if not data_path.endswith(".jsonl") or not Path(data_path).is_file():
-        return False
-    with open(data_path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if line.strip():
-                try:
-                    first = json.loads(line)
-                except json.JSONDecodeError:
-                    return False
-                return isinstance(first, dict) and {"pair_id", "response_A", "response_B", "label"} <= first.keys()
-    return False
 
 
 def _run_external(args: argparse.Namespace) -> int:
@@ -269,9 +172,9 @@ def _run_external(args: argparse.Namespace) -> int:
     if args.shard_size is not None:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
-    from judgebench_flows.cli.console import print_external_summary
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.flows.external_flow import run_external
+    from judgebench_flows.views.summaries import print_external_summary
 
     with pointed_at(use_prefect_server()):
         print_external_summary(run_external(config))
@@ -285,8 +188,8 @@ def _db_url(args: argparse.Namespace) -> str:
 
 
 def command_history(args: argparse.Namespace) -> int:
-    from judgebench_flows.cli import tables
     from judgebench_flows.data import db
+    from judgebench_flows.views import tables
 
     url = _db_url(args)
     engine = db.open_existing(url)  # reading creates nothing: a missing database is an error
@@ -306,13 +209,13 @@ def command_history(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    from judgebench_flows.cli import console
     from judgebench_flows.scoring.compare import compare_runs
+    from judgebench_flows.views.summaries import err, print_comparison
 
     comparison = compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed)
     for warning in comparison.get("warnings", []):
-        console.err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
-    console.print_comparison(comparison)
+        err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
+    print_comparison(comparison)
     return 0
 
 

@@ -1,0 +1,118 @@
+"""Everything a run's user can get wrong, checked before Prefect starts and before the first paid call.
+
+Judge and templates, output paths, the data file, the repository (a pinned commit is cloned now, so a
+missing data file or prompt template is reported before any flow run exists), the results database, the
+price table and budget, and the endpoint (reachable, its key variable set). Each problem is one UserError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.errors import UserError
+
+
+def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
+    """A TCP connect to the endpoint, so an unreachable one fails in a second rather than after retries."""
+    from judgebench_flows.core.net import connect_error, host_port
+
+    problem = connect_error(base_url, timeout=timeout)
+    if problem is not None:
+        host, port = host_port(base_url)
+        raise UserError(f"cannot reach the endpoint {urlsplit(base_url).scheme}://{host}:{port}: {problem}")
+
+
+def _check_file_url(repo_url: str) -> None:
+    """A file:// repository that is not there fails now: in the flow, git's last words ("and the repository
+    exists.") name nothing, and the clone task would retry it as if it were a network hiccup."""
+    parts = urlsplit(repo_url.strip())
+    if parts.scheme.lower() == "file" and not Path(unquote(parts.path)).exists():
+        raise UserError(f"--repo-url: no repository at '{repo_url.strip()}'")
+
+
+def preflight(config: RunConfig) -> None:
+    """Check everything checkable before Prefect starts: judge, templates, database, data, endpoint."""
+    from judgebench_flows.data import db
+    from judgebench_flows.data.dataset import check_repo_url, is_pinned
+    from judgebench_flows.judges import JUDGE_TYPES, get_judge
+
+    if config.judge_template is None and config.judge_type not in JUDGE_TYPES:
+        raise UserError(f"unknown judge type '{config.judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
+    if config.judge_template or config.judge_type == "external":
+        get_judge(
+            config.judge_type,
+            None,
+            config.judge_template,
+            config.external_judge_path,
+            config.external_judge_function,
+            config.external_judge_config,
+        )
+    elif config.data_path or config.templates_dir:
+        get_judge(config.judge_type, config.templates_dir, model=config.model)
+    if config.data_path and not Path(config.data_path).is_file():
+        raise UserError(f"--data-path: file not found: {config.data_path}")
+    from judgebench_flows.data.outputs import check_directory, check_file
+
+    check_directory("--output-dir", config.output_dir)  # results are written after every call is paid for
+    check_file("--result-path", config.result_path)
+    if config.data_path:
+        from judgebench_flows.data.loading import index_pairs
+
+        index_pairs(config.data_path)  # duplicate ids or no usable row: say so before Prefect starts
+    if not config.data_path:
+        check_repo_url(config.repo_url)
+        _check_file_url(config.repo_url)
+        if is_pinned(config.ref):
+            _warm_clone(config)
+    db.open_database(config.db_url)
+    check_prices(config)
+    if config.needs_endpoint:
+        check_endpoint_reachable(config.resolved_base_url())
+        if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
+            raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
+
+
+def check_prices(config: RunConfig) -> None:
+    """The price file parses and, with --max-cost, the model has a price (else nothing can be checked)."""
+    from judgebench_flows.core.pricing import batch_of, price_for
+    from judgebench_flows.judging.estimate import check_priced
+
+    if config.needs_endpoint and (config.prices or config.max_cost is not None):
+        price = price_for(config.model, config.prices, batch_of(config))
+        check_priced(config.model, price, config.max_cost, config.prices)
+
+
+def _warm_clone(config: RunConfig) -> None:
+    """Clone a pinned commit now, while Prefect's server boots: the flow's fetch task then finds it in the
+    cache, and a missing data file or prompt template is reported before any flow run exists."""
+    from judgebench_flows.data.dataset import data_file_in, fetch_repository
+    from judgebench_flows.judges import get_judge
+
+    checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
+    data_file_in(checkout, config.data_file)
+    if not config.judge_template and config.judge_type != "external":
+        get_judge(config.judge_type, config.templates_dir or checkout.templates_dir, model=config.model)
+
+
+def holds_judgebench_pairs(data_path: str | None) -> bool:
+    """External judges score CLEAR-style tables, or decide JudgeBench pairs (a clone, or a JSONL of pairs)."""
+    if data_path is None:
+        return True
+    if not data_path.endswith(".jsonl") or not Path(data_path).is_file():
+        return False
+    with open(data_path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(first, dict) and {"pair_id", "response_A", "response_B", "label"} <= first.keys()
+    return False
+
+
+__all__ = ["check_endpoint_reachable", "check_prices", "holds_judgebench_pairs", "preflight"]

@@ -72,15 +72,24 @@ def test_three_first_runs_beside_two_busy_processes_all_succeed(tmp_path):
                 stop_background_server(env)
 
 
+def environment_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
 def test_the_next_run_uses_the_running_server(tmp_path):
+    """Also: the server a run starts for a user who did not set PREFECT_SERVER_ANALYTICS_ENABLED runs without
+    Prefect's telemetry (offline, Prefect 3.9.1's background server exits about 20 s after starting)."""
     home = tmp_path / "prefect-home"
     env = local_server_env(home)
+    del env["PREFECT_SERVER_ANALYTICS_ENABLED"]  # as a new user's shell: the variable is not set
     with FakeOpenAIServer("My final verdict is [[A>B]]", latency=0.05) as server:
         try:
             first = judgebench(server, tmp_path, env)
             assert first.returncode == 0, first.stderr[-3000:]
             kept = background_pid(home)
             assert alive(kept), "the server was not kept after its run"
+            assert environment_of(kept).get("PREFECT_SERVER_ANALYTICS_ENABLED", "").lower() == "false"
             second = judgebench(server, tmp_path, env, extra=("--no-cache",))  # pays again: proof it judged
             assert second.returncode == 0, second.stderr[-3000:]
             assert background_pid(home) == kept and server_processes(home) == [kept], "a second server was started"

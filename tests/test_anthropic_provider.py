@@ -85,10 +85,17 @@ def test_rate_limits_and_overload_are_retried_after_retry_after() -> None:
 
 
 def test_a_bad_key_stops_the_run_and_never_shows_the_key() -> None:
+    """The message names where an Anthropic run's key comes from, not OpenAI's variable."""
+    from judgebench_flows.core.endpoint import EndpointSettings
+
     with FakeAnthropicServer("[[A>B]]", api_key="the-right-key") as server:
+        settings = EndpointSettings(provider="anthropic", base_url=server.base_url)
+        rule = provider_rule("anthropic", HAIKU, "auto", ())
+        caller = ChatCaller.from_settings(settings, model=HAIKU, api_key=CANARY_KEY, request_rule=rule)
         with pytest.raises(FatalEndpointError) as caught:
-            complete(caller_for(server), [USER], {"max_tokens": 16})
-    assert "401" in str(caught.value) and CANARY_KEY not in str(caught.value)
+            complete(caller, [USER], {"max_tokens": 16})
+    message = str(caught.value)
+    assert "401" in message and "check $ANTHROPIC_API_KEY" in message and CANARY_KEY not in message
 
 
 def test_a_400_naming_a_sampling_parameter_drops_it_for_the_run_and_is_recorded() -> None:

@@ -33,6 +33,7 @@ from judgebench_flows.calls.retry import (
     unknown_model,
 )
 from judgebench_flows.calls.transport import BadAnswerBody
+from judgebench_flows.core.api_keys import describe as describe_key_source
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
 from judgebench_flows.core.errors import RunFailed
@@ -94,6 +95,8 @@ class ChatCaller:
     # --batch: every call through the provider's batch API (`batch`), its status read this often.
     batch: bool = False
     batch_poll_seconds: float = 60.0
+    # Where the key came from (`api_keys.describe`), for the message when the endpoint rejects it.
+    key_source: str = "$OPENAI_API_KEY"
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -112,6 +115,7 @@ class ChatCaller:
             provider=settings.provider,
             batch=settings.batch,
             batch_poll_seconds=settings.batch_poll_seconds,
+            key_source=describe_key_source(settings.api_key_env, settings.api_key_secret, settings.provider),
             **parts,
         )
 
@@ -199,7 +203,7 @@ class ChatCaller:
                 completion = await self._send(messages, sampling, sent, budget_key)
             except openai.BadRequestError as exc:
                 if unknown_model(exc):
-                    raise fatal_error(exc, self.base_url, self.model, self.api) from None
+                    raise fatal_error(exc, self.base_url, self.model, self.api, self.key_source) from None
                 _, sent_messages, params = sent[-1]
                 if self._learned.adjust(params, sent_messages, error_of(exc), server_message(exc)):
                     continue
@@ -292,7 +296,7 @@ class ChatCaller:
                             self._ledger.spend(key)
                         raise
         except FATAL as exc:
-            raise fatal_error(exc, self.base_url, self.model, api) from None
+            raise fatal_error(exc, self.base_url, self.model, api, self.key_source) from None
         except BadAnswerBody as exc:
             self.stats.failed += 1
             reason = f"{describe(exc)} after {budget} attempts"

@@ -132,16 +132,18 @@ def unknown_model(exc: BaseException) -> bool:
     )
 
 
-def fatal_error(exc: BaseException, base_url: str, model: str, api: str = "chat") -> FatalEndpointError:
+def fatal_error(
+    exc: BaseException, base_url: str, model: str, api: str = "chat", key_source: str = "$OPENAI_API_KEY"
+) -> FatalEndpointError:
     """The run-stopping error for one of `FATAL` (or an unknown model however said): no later call to this
-    endpoint can succeed either."""
+    endpoint can succeed either. `key_source` names where the key came from, never the key."""
     if isinstance(exc, openai.NotFoundError) or unknown_model(exc):
         return FatalEndpointError(
             f"the endpoint {base_url} does not know model '{model}' or its {API_NAMES.get(api, api + ' API')} "
             f"({describe(exc)})"
         )
     return FatalEndpointError(
-        f"the endpoint {base_url} rejected the API key (HTTP {getattr(exc, 'status_code', '?')}); check OPENAI_API_KEY"
+        f"the endpoint {base_url} rejected the API key (HTTP {getattr(exc, 'status_code', '?')}); check {key_source}"
     )
 
 

@@ -78,9 +78,11 @@ def check_block_name(value: str | None, option: str = "api_key_secret") -> str |
     return value
 
 
-def describe(env_name: str | None, block_name: str | None) -> str:
+def describe(env_name: str | None, block_name: str | None, provider: str = "openai") -> str:
     """Where the key comes from, for messages: never the key."""
-    return f"Prefect Secret block '{block_name}'" if block_name else f"${env_name or DEFAULT_KEY_ENV}"
+    if block_name:
+        return f"Prefect Secret block '{block_name}'"
+    return f"${env_name or PROVIDER_KEY_ENVS.get(provider, DEFAULT_KEY_ENV)}"
 
 
 def read_api_key(env_name: str | None, block_name: str | None, required: bool = False, provider: str = "openai") -> str:

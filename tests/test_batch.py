@@ -221,6 +221,18 @@ def test_message_batches_answer_every_request_through_failures_and_expiry() -> N
     assert params["temperature"] == 0.0 and params["system"] == "Judge." and params["messages"][0]["role"] == "user"
 
 
+def test_message_batch_lines_refused_for_a_parameter_adapt_the_rule_as_synchronous_calls_do() -> None:
+    """A Claude model that refuses `temperature`: its lines come back `errored` with the API's message, the
+    rule drops the parameter for the run, and the lines are answered in the next batch."""
+    with FakeAnthropicBatchServer("[[A>B]]", rejected_params={"temperature"}) as server:
+        caller = anthropic_batch_caller(server)
+        answers = judge_all(caller, 4)
+        batches = list(server.message_batches.values())
+    assert [getattr(a, "text", a) for a in answers] == ["[[A>B]]"] * 4
+    assert [a["param"] for a in caller.adjustments] == ["temperature"]
+    assert len(batches) == 2 and all("temperature" not in r["params"] for r in batches[1]["requests"])
+
+
 def test_a_message_batch_refused_whole_stops_the_run() -> None:
     with FakeAnthropicBatchServer("[[A>B]]", max_lines=3) as server:
         answers = judge_all(anthropic_batch_caller(server), 5)

@@ -155,6 +155,15 @@ class FakeAnthropicServer(FakeOpenAIServer):
             f"Bearer {settings.api_key}"
         )
 
+    def request_problem(self, body: Any, version: str) -> str | None:
+        """Why the API would refuse this Messages request under `version` (synchronous or in a batch), or
+        None: its validation, then a parameter this model refuses (`rejected_params`)."""
+        problem = messages_problem(body, version) if isinstance(body, dict) else "body: invalid JSON"
+        refused = next((name for name in sorted(self.settings.rejected_params) if name in (body or {})), None)
+        if problem is None and refused:
+            problem = f"{refused}: this parameter is not supported by this model"
+        return problem
+
     def _answer_messages(self, handler: _Handler, body_bytes: bytes) -> None:
         """Validate like the real API, then the faults, then the responder; counts one outcome."""
         settings = self.settings
@@ -166,12 +175,7 @@ class FakeAnthropicServer(FakeOpenAIServer):
             self._reply(handler, 401, error_body("authentication_error", "invalid x-api-key"))
             return
         version = handler.headers.get("anthropic-version")
-        problem = version_problem(version)
-        if problem is None:
-            problem = messages_problem(body, str(version)) if isinstance(body, dict) else "body: invalid JSON"
-        refused = next((name for name in sorted(settings.rejected_params) if name in (body or {})), None)
-        if problem is None and refused:  # a model that refuses this parameter (`rejected_params`)
-            problem = f"{refused}: this parameter is not supported by this model"
+        problem = version_problem(version) or self.request_problem(body, str(version))
         if problem is not None:
             self._reply(handler, 400, invalid(problem))
             return

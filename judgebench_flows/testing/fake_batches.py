@@ -30,7 +30,7 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from typing import Any
 
-from judgebench_flows.testing.fake_anthropic import FakeAnthropicServer, message_body, messages_problem, version_problem
+from judgebench_flows.testing.fake_anthropic import FakeAnthropicServer, message_body, version_problem
 from judgebench_flows.testing.fake_anthropic import error_body as anthropic_error
 from judgebench_flows.testing.fake_anthropic import invalid as anthropic_invalid
 from judgebench_flows.testing.fake_openai import (
@@ -417,7 +417,7 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
         self.answered_lines.update(line["custom_id"] for line in lines if line["result"]["type"] == "succeeded")
 
     def _result(self, params: dict[str, Any], version: str) -> dict[str, Any]:
-        problem = messages_problem(params, version) if isinstance(params, dict) else "params: Field required"
+        problem = self.request_problem(params, version) if isinstance(params, dict) else "params: Field required"
         fault = self._line_fault()
         if problem or fault:
             kind = "invalid_request_error" if problem else {500: "api_error", 429: "rate_limit_error"}[fault or 500]

@@ -3,7 +3,9 @@
 A result that needs a person (a regression, a run that failed) used to be a log line, an artifact and a
 Failed state: nothing Prefect's automations could match. Every finished `judgebench` run now emits
 `judgebench.run.completed`, `judgebench.run.regressed` or `judgebench.run.failed`, and every night
-`judgebench.night.completed|regressed|failed`; routing them (a webhook, Slack, e-mail, a rerun) is
+`judgebench.night.completed|regressed|failed`. A nightly cell that failed for a passing reason and will
+be tried once more (flows/retries.py) emits `judgebench.run.retrying` instead: the alert waits for the
+attempt that decides. Routing them (a webhook, Slack, e-mail, a rerun) is
 configured in Prefect (`judgebench automations install`), not in this code.
 
 The run event's resource is the configuration: `judgebench.config.<config_key>`, the key its history
@@ -121,20 +123,26 @@ def run_payload(
     }
 
 
-def emit_run_event(
+def run_event(
     config: RunConfig,
     results: Mapping[str, Any] | None,
     trace: RunTrace,
     error: BaseException | None = None,
     flow_run_id: str | None = None,
+    retrying: bool = False,
 ) -> dict[str, Any]:
-    """Emit the run's `judgebench.run.<status>` event; returns it (name, resource, payload) for logs and
-    tests. Prefect adds the flow run, flow and deployment as related resources from the run context."""
+    """The run's `judgebench.run.<status>` event as name, resource and payload: `retrying` instead of
+    `failed` for a failure that another attempt follows."""
     payload = run_payload(results, error, trace, flow_run_id)
-    resource = config_resource(config, trace)
-    name = RUN_EVENT_PREFIX + payload["status"]
-    _emit(name, resource, payload)
-    return {"event": name, "resource": resource, "payload": payload}
+    payload["retrying"] = retrying and payload["status"] == "failed"
+    name = RUN_EVENT_PREFIX + ("retrying" if payload["retrying"] else payload["status"])
+    return {"event": name, "resource": config_resource(config, trace), "payload": payload}
+
+
+def emit(event: Mapping[str, Any]) -> None:
+    """Send a `run_event` to Prefect, which adds the flow run, flow and deployment as related resources
+    from the run context."""
+    _emit(event["event"], dict(event["resource"]), dict(event["payload"]))
 
 
 def night_status(statuses: Iterable[str]) -> RunStatus:
@@ -173,8 +181,9 @@ def _emit(name: str, resource: dict[str, str], payload: dict[str, Any]) -> None:
 __all__ = [
     "RunTrace",
     "config_resource",
+    "run_event",
     "emit_night_event",
-    "emit_run_event",
+    "emit",
     "night_status",
     "run_payload",
     "run_status",

@@ -36,7 +36,8 @@ from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
-from judgebench_flows.flows.events import RunTrace, emit_run_event
+from judgebench_flows.flows.events import RunTrace, emit, run_event
+from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.shards import (
     JudgeSpec,
@@ -276,17 +277,21 @@ def publish(
 
 
 @flow(name="judgebench", log_prints=False, persist_result=False)
-async def judgebench_flow(config: RunConfig) -> dict[str, Any]:
+async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False) -> dict[str, Any]:
     """Judge one configuration; its outcome is also announced as a `judgebench.run.*` Prefect event
-    (flows/events.py), whatever stopped it: automations, not this code, decide who hears of it."""
+    (flows/events.py), whatever stopped it: automations, not this code, decide who hears of it.
+    `retried_if_transient`: the caller runs it once more after a passing failure (flows/nightly.py), so
+    such a failure is announced as `judgebench.run.retrying`, not `failed`."""
     trace = RunTrace()
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     try:
         results = await evaluate(config, trace)
     except BaseException as exc:
-        emit_run_event(config, getattr(exc, "results", None), trace, error=exc, flow_run_id=flow_run_id)
+        published = getattr(exc, "results", None)
+        retrying = retried_if_transient and is_transient(exc, published)
+        emit(run_event(config, published, trace, error=exc, flow_run_id=flow_run_id, retrying=retrying))
         raise
-    emit_run_event(config, results, trace, flow_run_id=flow_run_id)
+    emit(run_event(config, results, trace, flow_run_id=flow_run_id))
     return results
 
 

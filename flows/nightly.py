@@ -189,7 +189,7 @@ async def judge_cell(entry: MatrixEntry, retry_delay_seconds: float) -> tuple[Ce
     reason that may pass; persist_result lets a rescheduled night reuse a finished subflow."""
     logger = get_run_logger()
     subflow = judgebench_flow.with_options(flow_run_name=entry.name, persist_result=True)
-    state = await subflow(entry.config, return_state=True)
+    state = await subflow(entry.config, retried_if_transient=True, return_state=True)
     outcome = await outcome_of(entry, state)
     if outcome.status == "failed" and outcome.transient:
         logger.warning("%s failed (%s); trying once more in %g s", entry.name, outcome.message, retry_delay_seconds)

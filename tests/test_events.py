@@ -92,6 +92,16 @@ def test_no_secret_reaches_an_event() -> None:
     assert CANARY_KEY not in event and "user:" not in event
 
 
+def test_a_failure_another_attempt_follows_is_announced_as_retrying() -> None:
+    from judgebench_flows.flows.events import run_event
+
+    error = RuntimeError("endpoint down")
+    assert run_event(_config(), None, RunTrace(), error=error, retrying=True)["event"] == "judgebench.run.retrying"
+    assert run_event(_config(), None, RunTrace(), error=error)["event"] == "judgebench.run.failed"
+    done = run_event(_config(), _results(), RunTrace(), retrying=True)  # only a failure is retried
+    assert done["event"] == "judgebench.run.completed" and done["payload"]["retrying"] is False
+
+
 def test_only_passing_failures_are_retried() -> None:
     request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
     assert is_transient(openai.APIConnectionError(request=request))

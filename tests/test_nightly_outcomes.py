@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 
 import pytest
 import yaml
@@ -163,6 +164,27 @@ def _summary(state) -> str:
     return artifacts[-1].data
 
 
+def _run_events(model: str) -> list[str]:
+    """The `judgebench.run.*` events of `model`'s runs in the Prefect server's event feed, oldest first
+    (the session's server: the model names are this test's own)."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all()
+    query = {
+        "filter": {"event": {"prefix": ["judgebench.run."]}, "resource": {"labels": {"judgebench.model": [model]}}},
+        "limit": 50,
+    }
+    deadline = time.monotonic() + 60
+    while True:  # the server persists events a moment after they arrive
+        with get_client(sync_client=True) as client:
+            events = client.request("POST", "/events/filter", json=query).json()["events"]
+        names = [e["event"] for e in sorted(events, key=lambda e: e["occurred"])]
+        if names and names[-1] != "judgebench.run.retrying" or time.monotonic() > deadline:
+            return names
+        time.sleep(0.5)
+
+
 @pytest.mark.slow
 def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
     prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
@@ -221,6 +243,9 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
         ("judge-b", "failed"),
         ("judge-b", "failed"),
     ], seen
+    # its first attempt announced a retry, not a failure: one alert, for the attempt that decided
+    assert _run_events("judge-b") == ["judgebench.run.retrying", "judgebench.run.failed"]
+    assert _run_events("judge-a") == ["judgebench.run.completed"]
     summary = _summary(state)
     assert "| failed judgments | invalid judgments |" in summary
     assert f"| {good} | completed | 100.00%" in summary and "| 0 / 8 | 0 / 8 |" in summary, summary

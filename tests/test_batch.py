@@ -18,6 +18,7 @@ import pytest
 
 from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.providers import provider_rule
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
@@ -44,6 +45,7 @@ def batch_caller(server: FakeBatchServer, engine=None, model: str = O1_MINI, rul
         batch_poll_seconds=0.1,
         engine=engine,
         request_rule=provider_rule("openai", rule_of or model, "auto", ()),
+        retry=RetryPolicy(max_retries=6, initial_wait=0.05, max_wait=0.2),  # the budget as run's, waits short
     )
 
 
@@ -208,6 +210,7 @@ def anthropic_batch_caller(server: FakeAnthropicBatchServer) -> ChatCaller:
         batch=True,
         batch_poll_seconds=0.1,
         request_rule=provider_rule("anthropic", HAIKU, "auto", ()),
+        retry=RetryPolicy(max_retries=6, initial_wait=0.05, max_wait=0.2),
     )
 
 

@@ -127,3 +127,13 @@ def test_deployment_parameters_override_the_matrix(tmp_path) -> None:
     assert matrix.overridden() is matrix
     with pytest.raises(UserError, match="^parameters: data_files"):
         matrix.overridden(data_files=["a.jsonl", "a.jsonl"])
+
+
+def test_a_secret_inside_another_leaves_nothing_of_either() -> None:
+    """Redaction replaces the longest secret first, whatever order they were registered in: a short key
+    that is part of a longer one must not turn the longer into a partly visible `sk-***-tail`."""
+    from judgebench_flows.core.secrets import redact
+
+    register_secret("inner-7731")
+    register_secret("sk-outer-inner-7731-tail")
+    assert redact("key sk-outer-inner-7731-tail and inner-7731") == "key *** and ***"

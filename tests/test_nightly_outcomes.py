@@ -12,6 +12,7 @@ import asyncio
 import json
 import re
 import time
+from datetime import datetime, timezone
 
 import pytest
 import yaml
@@ -164,15 +165,19 @@ def _summary(state) -> str:
     return artifacts[-1].data
 
 
-def _run_events(model: str) -> list[str]:
-    """The `judgebench.run.*` events of `model`'s runs in the Prefect server's event feed, oldest first
-    (the session's server: the model names are this test's own)."""
+def _run_events(model: str, since: datetime) -> list[str]:
+    """The `judgebench.run.*` events of `model`'s runs since `since` in the Prefect server's event feed,
+    oldest first (the session's server: other tests' runs are older)."""
     from prefect.client.orchestration import get_client
     from prefect.events.worker import EventsWorker
 
     EventsWorker.drain_all()
     query = {
-        "filter": {"event": {"prefix": ["judgebench.run."]}, "resource": {"labels": {"judgebench.model": [model]}}},
+        "filter": {
+            "event": {"prefix": ["judgebench.run."]},
+            "resource": {"labels": {"judgebench.model": [model]}},
+            "occurred": {"since": since.isoformat()},
+        },
         "limit": 50,
     }
     deadline = time.monotonic() + 60
@@ -226,6 +231,7 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
         return path
 
     # night 1: judge-b's endpoint answers HTTP 500 to every call
+    started = datetime.now(timezone.utc)
     with (
         FakeOpenAIServer(oracle, api_key=CANARY_KEY, models={"judge-a"}) as a,
         FakeOpenAIServer(oracle, api_key=OTHER_KEY, models={"judge-b"}, rate_500=1.0) as b,
@@ -244,8 +250,8 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
         ("judge-b", "failed"),
     ], seen
     # its first attempt announced a retry, not a failure: one alert, for the attempt that decided
-    assert _run_events("judge-b") == ["judgebench.run.retrying", "judgebench.run.failed"]
-    assert _run_events("judge-a") == ["judgebench.run.completed"]
+    assert _run_events("judge-b", started) == ["judgebench.run.retrying", "judgebench.run.failed"]
+    assert _run_events("judge-a", started) == ["judgebench.run.completed"]
     summary = _summary(state)
     assert "| failed judgments | invalid judgments |" in summary
     assert f"| {good} | completed | 100.00%" in summary and "| 0 / 8 | 0 / 8 |" in summary, summary

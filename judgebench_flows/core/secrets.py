@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import os
 
-_SECRETS: set[str] = set()
+_SECRETS: tuple[str, ...] = ()  # longest first: a secret inside another must not leave the rest showing
 _installed = False
 
 
 def register_secret(value: str | None) -> None:
-    if value and len(value) >= 6:
-        _SECRETS.add(value)
+    global _SECRETS
+    if value and len(value) >= 6 and value not in _SECRETS:
+        _SECRETS = tuple(sorted((*_SECRETS, value), key=len, reverse=True))
 
 
 def redact(text: str) -> str:

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -158,6 +159,15 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "prefect_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    _long_files_first(items)
+
+
+def _long_files_first(items: list[pytest.Item]) -> None:
+    """Files with the most slow tests first, each file's tests in their order: the suite's workers
+    (pytest-xdist, `--dist loadfile` in pyproject.toml) start on the long files (Prefect servers,
+    workers, Dask) and end on short ones, instead of one worker finishing a long file alone."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 @pytest.hookimpl(wrapper=True)

@@ -23,7 +23,7 @@ import anthropic
 import openai
 
 from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, SAMPLING_PARAMS
-from judgebench_flows.calls.transport import CONNECTIONS_PER_CLIENT, BadAnswerBody
+from judgebench_flows.calls.transport import CONNECTIONS_PER_CLIENT, BadAnswerBody, status_error_class
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.secrets import redact
@@ -31,21 +31,6 @@ from judgebench_flows.core.secrets import redact
 MESSAGES_PATH = "/v1/messages"
 # Anthropic's stop reasons, as the judging code reads finish reasons ("length": out of tokens).
 FINISH_REASONS = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
-# openai's class for each status an Anthropic error can carry (5xx, 529 "overloaded" included: retried).
-_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
-}
-
-
-def status_error_class(status: int) -> type[openai.APIStatusError]:
-    """openai's exception class for an HTTP error status (what a synchronous openai call would raise)."""
-    return _STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
 
 
 def messages_body(model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:

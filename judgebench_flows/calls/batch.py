@@ -30,7 +30,7 @@ import httpx2
 import openai
 from sqlalchemy.engine import Engine
 
-from judgebench_flows.calls.anthropic_api import status_error_class
+from judgebench_flows.calls.transport import status_error_class
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db

@@ -8,12 +8,10 @@ adjustments, retries, limits); the wire underneath is a `ModelAPI`: the OpenAI-c
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sqlalchemy.engine import Engine
 
-from judgebench_flows.calls.anthropic_api import AnthropicTransport
-from judgebench_flows.calls.anthropic_batch import AnthropicBatches
 from judgebench_flows.calls.anthropic_rules import anthropic_rule
 from judgebench_flows.calls.batch import BatchAPI, BatchStore, BatchTransport
 from judgebench_flows.calls.openai_batch import OpenAIBatches
@@ -21,6 +19,9 @@ from judgebench_flows.calls.other_apis import endpoint_identity
 from judgebench_flows.calls.request_rules import RequestRule, rule_for
 from judgebench_flows.calls.transport import Transport
 from judgebench_flows.core.completion import Completion
+
+if TYPE_CHECKING:
+    from judgebench_flows.calls.anthropic_api import AnthropicTransport
 
 Provider = Literal["openai", "anthropic"]
 
@@ -50,19 +51,23 @@ def model_api(
     engine: Engine | None = None,
 ) -> ModelAPI:
     """The wire for a run's provider; with `batch_poll_seconds`, its batch API (`batch`), whose batches
-    are stored in `engine` to be re-attached to."""
+    are stored in `engine` to be re-attached to. The anthropic SDK is imported for Anthropic runs only:
+    it takes most of a second to import."""
     wire: Transport | AnthropicTransport
+    batches: BatchAPI
     if provider == "anthropic":
+        from judgebench_flows.calls.anthropic_api import AnthropicTransport
+        from judgebench_flows.calls.anthropic_batch import AnthropicBatches
+
         wire = AnthropicTransport(base_url, model, api_key, request_timeout, concurrency)
+        if batch_poll_seconds is None:
+            return wire
+        batches = AnthropicBatches(wire.clients[0], model)
     else:
         wire = Transport(base_url, model, api_key, request_timeout, concurrency)
-    if batch_poll_seconds is None:
-        return wire
-    batches: BatchAPI = (
-        AnthropicBatches(wire.clients[0], model)
-        if isinstance(wire, AnthropicTransport)
-        else OpenAIBatches(wire.clients[0], model)
-    )
+        if batch_poll_seconds is None:
+            return wire
+        batches = OpenAIBatches(wire.clients[0], model)
     store = BatchStore(engine, provider, endpoint_identity(base_url, cache_api(provider, "chat")), model)
     return BatchTransport(wire, batches, store, batch_poll_seconds)
 

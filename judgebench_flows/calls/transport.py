@@ -23,6 +23,24 @@ from judgebench_flows.core.secrets import redact
 CONNECTIONS_PER_CLIENT = 8
 
 
+# openai's class for each HTTP error status, for errors that reach us other than through the openai SDK
+# (Anthropic's SDK, a batch's failed line); 5xx, and Anthropic's 529 "overloaded", are retried.
+_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+
+
+def status_error_class(status: int) -> type[openai.APIStatusError]:
+    """openai's exception class for an HTTP error status (what a synchronous openai call would raise)."""
+    return _STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
+
+
 class BadAnswerBody(Exception):
     """A 200 whose body is not a JSON object: a broken answer, retried like a 5xx."""
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,18 +59,21 @@ def judgebench(
 
 
 def test_three_first_runs_beside_two_busy_processes_all_succeed(tmp_path):
-    """Each run boots Prefect's server in a fresh HOME and PREFECT_HOME (creating its database) while two
-    processes keep both cores busy: a fixed 20 s wait failed most of these."""
+    """Three users' first runs at once, each booting Prefect's server in a fresh HOME and PREFECT_HOME
+    (creating its database) while two processes keep both cores busy: each run waits for its server as
+    long as the boot takes, not a fixed time."""
+    users = [tmp_path / f"user{n}" for n in range(3)]
+    envs = [local_server_env(where / "prefect-home") for where in users]
     with FakeOpenAIServer("My final verdict is [[A>B]]", latency=0.2) as server, busy_processes(2):
-        for attempt in range(3):
-            where = tmp_path / f"user{attempt}"
-            env = local_server_env(where / "prefect-home")
-            try:
-                done = judgebench(server, where, env)
-                assert done.returncode == 0, done.stderr[-3000:]
-                assert not any(noise in done.stderr for noise in NOISE), done.stderr[-3000:]
-            finally:
+        try:
+            with ThreadPoolExecutor(len(users)) as pool:
+                runs = list(pool.map(lambda user: judgebench(server, *user), zip(users, envs, strict=True)))
+        finally:
+            for env in envs:
                 stop_background_server(env)
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert not any(noise in done.stderr for noise in NOISE), done.stderr[-3000:]
 
 
 def environment_of(pid: int) -> dict[str, str]:

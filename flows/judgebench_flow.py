@@ -102,13 +102,14 @@ def priced_as(spec: JudgeSpec) -> str:
     return f"{spec.price.model}{' batch' if spec.price.batch else ''} read {spec.price.read_on or '?'}"
 
 
-def check_worst_case(config: RunConfig, spec: JudgeSpec, index: PairIndex) -> None:
-    """With --max-cost, the run's worst case against it before any call (refused: exit 2)."""
+def check_worst_case(config: RunConfig, spec: JudgeSpec, index: PairIndex, engine: Engine) -> None:
+    """With --max-cost, the run's worst case (what the call cache does not answer) against it before
+    any call (refused: exit 2)."""
     if config.max_cost is None or not config.needs_endpoint:
         return
     from judgebench_flows.judging.estimate import check_budget, worst_case
 
-    estimate = worst_case(spec, index.path, index.offsets)
+    estimate = worst_case(spec, index.path, index.offsets, engine)
     check_budget(estimate, config.max_cost, config.prices)
     get_run_logger().info("worst case %s within --max-cost %s", estimate.worst_usd, config.max_cost)
 
@@ -336,7 +337,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
     announce_total(len(index.offsets) * len(spec.orders))
     header = run_header(config, source, index)
-    check_worst_case(config, spec, index)
+    await asyncio.to_thread(check_worst_case, config, spec, index, engine)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     trace.run_id, trace.config_key = run_id, config_key

@@ -102,7 +102,8 @@ def test_a_night_reports_its_cost_and_refuses_a_cell_above_what_is_left(
             ]
         )
         entries = parse_matrix(night2, "night2").entries()
-        worst_cheap, worst_dear = (estimate_run(e.config).worst_usd for e in entries)
+        uncached = {"db_url": f"sqlite:///{tmp_path}/empty.db"}  # the worst case of a first night, nothing cached
+        worst_cheap, worst_dear = (estimate_run(e.config.model_copy(update=uncached)).worst_usd for e in entries)
         assert worst_cheap is not None and worst_dear is not None and worst_dear > 10 * worst_cheap
         path.write_text(yaml.safe_dump({**night2, "max_cost": round(worst_cheap * 2, 6)}))
         state2 = _night(path)

@@ -160,6 +160,40 @@ def test_a_budget_below_the_worst_case_is_refused_before_any_call(
         assert server.requests == 0
 
 
+def test_a_repeated_run_is_checked_against_what_the_cache_does_not_answer(
+    run_cli: Callable[..., object], tmp_path: Path
+) -> None:
+    """The worst case leaves out judgments the call cache answers whole: once a run has paid for every
+    judgment, the same run passes a budget far below the full worst case and sends nothing."""
+    _pairs(tmp_path / "pairs.jsonl")
+    prices = _price_file(tmp_path / "prices.yaml", "priced-judge")
+    common = ("--prices", str(prices), "--max-tokens", "64")
+    with FakeOpenAIServer(VERDICT) as server:
+        first = run_cli(*_run_args(tmp_path, server.base_url, "priced-judge", *common, "--max-cost", "100"))
+        assert first.returncode == 0, first.stderr
+        paid = server.requests
+        config = build_config(
+            model="priced-judge",
+            base_url=server.base_url,
+            data_path=str(tmp_path / "pairs.jsonl"),
+            db_url=f"sqlite:///{tmp_path}/j.db",
+            prices=str(prices),
+            max_tokens=64,
+        )
+        cached = estimate_run(config)
+        assert (cached.judgments, cached.cached, cached.requests, cached.worst_usd) == (12, 12, 0, 0.0)
+        uncached = estimate_run(config.model_copy(update={"db_url": f"sqlite:///{tmp_path}/empty.db"}))
+        assert uncached.cached == 0 and (uncached.worst_usd or 0) > 0
+
+        again = run_cli(*_run_args(tmp_path, server.base_url, "priced-judge", *common, "--max-cost", "0.000001"))
+        assert again.returncode == 0, again.stderr
+        assert server.requests == paid  # nothing sent: every judgment came from the cache
+        refused = run_cli(
+            *_run_args(tmp_path, server.base_url, "priced-judge", *common, "--no-cache", "--max-cost", "0.000001")
+        )
+        assert refused.returncode == 2 and "worst case is $" in refused.stderr, refused.stderr
+
+
 def test_a_run_past_its_budget_stops_and_resumes_without_paying_twice(
     run_cli: Callable[..., object], tmp_path: Path
 ) -> None:

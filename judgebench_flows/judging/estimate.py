@@ -1,11 +1,13 @@
 """A run's cost before it runs: the worst case a budget is checked against, and the expected cost.
 
-The worst case sends every judgment uncached: each order's first request with its prompt tokens
-(`pricing.estimate_tokens`, a conservative count without the provider's tokenizer) and the request's
-output-token cap (the judge's `max_tokens` as the model's request rule sends it, else the model's own
-cap from the price table), plus the judge's follow-up turn where it has one (the first answer at its
-cap goes back in with it). The expected cost scales the tokens the latest finished run of the same
-configuration used per judgment to this run's judgments. Nothing here calls the model.
+The worst case sends every judgment the call cache cannot answer: each order's first request with its
+prompt tokens (`pricing.estimate_tokens`, a conservative count without the provider's tokenizer) and
+the request's output-token cap (the judge's `max_tokens` as the model's request rule sends it, else the
+model's own cap from the price table), plus the judge's follow-up turn where it has one (the first
+answer at its cap goes back in with it). A judgment whose requests are all in the call cache (a resumed
+or repeated run) costs nothing; one that is only partly there is counted whole. The expected cost scales
+the tokens the latest finished run of the same configuration used per judgment to this run's
+judgments. Nothing here calls the model.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy.engine import Engine
 
+from judgebench_flows.calls.cache import request_key
+from judgebench_flows.calls.other_apis import endpoint_identity
+from judgebench_flows.calls.providers import cache_api
 from judgebench_flows.calls.request_rules import shape
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
@@ -23,7 +29,7 @@ from judgebench_flows.core.pricing import MESSAGE_OVERHEAD_TOKENS, PricedAs, est
 from judgebench_flows.core.records import FINISHED, Pair
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import read_pairs_at
-from judgebench_flows.judges.procedure import Judge, Messages
+from judgebench_flows.judges.procedure import Judge, Messages, Prompted
 from judgebench_flows.judging.shards import JudgeSpec, build_judge, request_rule_of
 
 CHUNK = 500  # pairs read at a time: memory holds a chunk, not the data file
@@ -39,6 +45,7 @@ class Estimate:
     price: PricedAs | None
     expected_usd: float | None = None
     expected_from: str | None = None  # the earlier run the expectation scales
+    cached: int = 0  # judgments the call cache answers whole: not in the counts above
 
     @property
     def worst_usd(self) -> float | None:
@@ -52,12 +59,15 @@ class Estimate:
             if self.output_tokens is not None
             else "unbounded output"
         )
-        return f"{self.judgments:,} judgments, up to {self.requests:,} requests, {tokens}"
+        paid = self.judgments - self.cached
+        cached = f" ({self.cached:,} more answered by the call cache)" if self.cached else ""
+        return f"{paid:,} judgments{cached}, up to {self.requests:,} requests, {tokens}"
 
     def as_json(self) -> dict[str, object]:
         return {
             "model": self.model,
             "judgments": self.judgments,
+            "cached_judgments": self.cached,
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
@@ -79,35 +89,96 @@ def output_cap(spec: JudgeSpec, judge: Judge, messages: Messages, price: PricedA
     return int(cap) if cap else price.max_output_tokens if price else None
 
 
-def _pairs(path: str, offsets: list[int]) -> Iterator[Pair]:
+def _chunks(path: str, offsets: list[int]) -> Iterator[list[Pair]]:
     for start in range(0, len(offsets), CHUNK):
-        yield from read_pairs_at(path, offsets[start : start + CHUNK])
+        yield read_pairs_at(path, offsets[start : start + CHUNK])
 
 
-def worst_case(spec: JudgeSpec, path: str, offsets: list[int]) -> Estimate:
-    """Every judgment of these pairs sent uncached, each answer at its cap."""
-    judge = build_judge(spec)
+def _first_turn(judge: Judge, pair: Pair, order: int) -> Messages:
+    """The request one order's judgment opens with (a judge with a first turn)."""
+    first_turn = judge.first_turn
+    if first_turn is None:
+        raise ValueError(f"the {judge.name} judge has no first turn")
+    a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+    return first_turn(pair.question, a, b)
+
+
+class CallCacheView:
+    """The call cache as a run with these settings reads it: which judgments it answers whole. Keys are
+    computed as the caller computes them, under the model's request rule before any adjustment; a
+    judgment whose key differs (a rule the endpoint made the last run adjust) is counted as paid."""
+
+    def __init__(self, spec: JudgeSpec, judge: Judge, engine: Engine):
+        self.spec, self.judge, self.engine = spec, judge, engine
+        self.prompted = cast(Prompted, judge)  # a judge with a first turn formats and parses its prompts
+        self.endpoint = endpoint_identity(spec.base_url, cache_api(spec.endpoint.provider, judge.api))
+
+    def _key(self, messages: Messages) -> str:
+        sent, params = shape(request_rule_of(self.spec), list(messages), dict(self.judge.sampling))
+        return request_key(self.endpoint, self.spec.model, sent, params)
+
+    def _answers(self, turns: list[Messages]) -> list[str | None]:
+        keys = [self._key(messages) for messages in turns]
+        rows = db.cache_get_many(self.engine, keys)
+        return [rows[key].response if key in rows else None for key in keys]
+
+    def answered(self, judgments: list[tuple[Pair, int]]) -> set[int]:
+        """Indexes of the judgments whose first turn and, when the judge asks one, follow-up are cached."""
+        firsts = [_first_turn(self.judge, pair, order) for pair, order in judgments]
+        answers = self._answers(firsts)
+        done = {i for i, text in enumerate(answers) if text is not None and not self.prompted.wants_follow_up(text)}
+        asked = [i for i, text in enumerate(answers) if text is not None and i not in done]
+        follow_ups = [
+            [
+                *firsts[i],
+                {"role": "assistant", "content": answers[i] or ""},
+                {"role": "user", "content": self.prompted.follow_up or ""},
+            ]
+            for i in asked
+        ]
+        return done | {i for i, text in zip(asked, self._answers(follow_ups), strict=True) if text is not None}
+
+
+def _add_judgment(estimate: Estimate, spec: JudgeSpec, judge: Judge, pair: Pair, order: int) -> None:
+    """One judgment sent uncached, each answer at its cap."""
+    estimate.requests += 1
+    if judge.first_turn is None:  # a reward model scores both responses, no output tokens
+        a, b = pair.response_A, pair.response_B
+        estimate.prompt_tokens += estimate_tokens(pair.question + a) + estimate_tokens(pair.question + b)
+        return
+    messages = _first_turn(judge, pair, order)
+    prompt, cap = _prompt_tokens(messages), output_cap(spec, judge, messages, spec.price)
+    estimate.prompt_tokens += prompt
+    turns = 1
     follow_up = getattr(judge, "follow_up", None)
+    if follow_up:  # the first answer at its cap and the follow-up go back in
+        turns = 2
+        estimate.requests += 1
+        estimate.prompt_tokens += prompt + (cap or 0) + _prompt_tokens([{"content": follow_up}])
+    if cap is None or estimate.output_tokens is None:
+        estimate.output_tokens = None
+    else:
+        estimate.output_tokens += turns * cap
+
+
+def worst_case(spec: JudgeSpec, path: str, offsets: list[int], engine: Engine | None = None) -> Estimate:
+    """Every judgment of these pairs the call cache in `engine` does not answer, sent with each answer
+    at its cap (no engine, or a run that does not read the cache: every judgment)."""
+    judge = build_judge(spec)
+    cache = (
+        CallCacheView(spec, judge, engine)
+        if engine is not None and spec.endpoint.cache == "use" and judge.first_turn is not None
+        else None
+    )
     estimate = Estimate(spec.model, 0, 0, 0, 0, spec.price)
-    for pair in _pairs(path, offsets):
-        for order in spec.orders:
-            estimate.judgments += 1
-            a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
-            if judge.first_turn is None:  # a reward model scores both responses, no output tokens
-                estimate.requests += 1
-                estimate.prompt_tokens += estimate_tokens(pair.question + a) + estimate_tokens(pair.question + b)
-                continue
-            messages = judge.first_turn(pair.question, a, b)
-            prompt, cap = _prompt_tokens(messages), output_cap(spec, judge, messages, spec.price)
-            turns = 2 if follow_up else 1
-            estimate.requests += turns
-            estimate.prompt_tokens += prompt
-            if follow_up:  # the first answer at its cap and the follow-up go back in
-                estimate.prompt_tokens += prompt + (cap or 0) + _prompt_tokens([{"content": follow_up}])
-            if cap is None or estimate.output_tokens is None:
-                estimate.output_tokens = None
-            else:
-                estimate.output_tokens += turns * cap
+    for chunk in _chunks(path, offsets):
+        judgments = [(pair, order) for pair in chunk for order in spec.orders]
+        answered = cache.answered(judgments) if cache is not None else set()
+        estimate.judgments += len(judgments)
+        estimate.cached += len(answered)
+        for i, (pair, order) in enumerate(judgments):
+            if i not in answered:
+                _add_judgment(estimate, spec, judge, pair, order)
     return estimate
 
 
@@ -171,10 +242,10 @@ def estimate_run(config: RunConfig) -> Estimate:
         templates_dir, commit = templates_dir or str(checkout.templates_dir), checkout.commit
     spec = judge_spec(config, templates_dir)
     index = select_pairs(path, config.max_samples, config.seed)
-    estimate = worst_case(spec, index.path, index.offsets)
     try:
         engine = db.open_existing(config.db_url)
-    except UserError:  # no database yet: no earlier run to expect from
+    except UserError:  # no database yet: no earlier run to expect from, nothing cached
         engine = None
+    estimate = worst_case(spec, index.path, index.offsets, engine)
     expected_cost(engine, config.config_key(commit, spec.judge_fingerprint), estimate)
     return estimate

@@ -68,6 +68,18 @@ def _price_file(path: Path, model: str) -> Path:
     return path
 
 
+def _priced_config(tmp_path: Path, base_url: str, prices: Path, max_tokens: int):
+    """The settings `_run_args` gives a run of priced-judge, for estimating it in this process."""
+    return build_config(
+        model="priced-judge",
+        base_url=base_url,
+        data_path=str(tmp_path / "pairs.jsonl"),
+        db_url=f"sqlite:///{tmp_path}/j.db",
+        prices=str(prices),
+        max_tokens=max_tokens,
+    )
+
+
 def _run_args(tmp_path: Path, base_url: str, model: str, *extra: str, name: str = "run") -> list[str]:
     return [
         "run",
@@ -172,14 +184,7 @@ def test_a_repeated_run_is_checked_against_what_the_cache_does_not_answer(
         first = run_cli(*_run_args(tmp_path, server.base_url, "priced-judge", *common, "--max-cost", "100"))
         assert first.returncode == 0, first.stderr
         paid = server.requests
-        config = build_config(
-            model="priced-judge",
-            base_url=server.base_url,
-            data_path=str(tmp_path / "pairs.jsonl"),
-            db_url=f"sqlite:///{tmp_path}/j.db",
-            prices=str(prices),
-            max_tokens=64,
-        )
+        config = _priced_config(tmp_path, server.base_url, prices, max_tokens=64)
         cached = estimate_run(config)
         assert (cached.judgments, cached.cached, cached.requests, cached.worst_usd) == (12, 12, 0, 0.0)
         uncached = estimate_run(config.model_copy(update={"db_url": f"sqlite:///{tmp_path}/empty.db"}))
@@ -204,14 +209,7 @@ def test_a_run_past_its_budget_stops_and_resumes_without_paying_twice(
     priced = PricedServer(VERDICT + " and here is why" + " lorem" * 4000)
     common = ("--prices", str(prices), "--max-tokens", "5", "--concurrency", "1")
     with priced.server as server:
-        config = build_config(
-            model="priced-judge",
-            base_url=server.base_url,
-            data_path=str(tmp_path / "pairs.jsonl"),
-            db_url=f"sqlite:///{tmp_path}/j.db",
-            prices=str(prices),
-            max_tokens=5,
-        )
+        config = _priced_config(tmp_path, server.base_url, prices, max_tokens=5)
         worst = estimate_run(config).worst_usd
         assert worst is not None and worst < 12 * 4000 * OUTPUT_PER_MTOK / 1e6  # less than the answers will cost
         budget = f"{worst * 1.05:.6f}"

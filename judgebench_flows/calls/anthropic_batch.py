@@ -38,8 +38,6 @@ class AnthropicBatches:
         self.client, self.model = client, model
 
     def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
-        if api != "chat":
-            raise ValueError(f"--batch sends chat requests only, not {api}")
         return messages_body(self.model, messages, sampling)
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:

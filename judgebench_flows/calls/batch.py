@@ -69,7 +69,7 @@ class BatchAPI(Protocol):
     max_bytes: int
 
     def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
-        """The request body of one line: the same body a synchronous call sends."""
+        """The request body of one line: the same body a synchronous chat call sends."""
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
         """One request as the provider's batch input holds it (its size counts toward `max_bytes`)."""
@@ -175,6 +175,8 @@ class BatchTransport:
         self._answers: dict[str, Any] = {}
 
     async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        if api != "chat":  # both providers' batch APIs take chat requests only (the run refuses others first)
+            raise ValueError(f"--batch sends chat requests only, not {api}")
         body = self.batches.body(api, messages, sampling)
         cid = custom_id(body)
         if cid in self._answers:

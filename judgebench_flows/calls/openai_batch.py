@@ -30,8 +30,6 @@ class OpenAIBatches:
         self.client, self.model = client, model
 
     def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
-        if api != "chat":
-            raise ValueError(f"--batch sends chat requests only, not {api}")
         return {"model": self.model, "messages": messages, **sampling}
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:

@@ -105,20 +105,25 @@ def file_problems(lines: list[Any], max_lines: int, size: int) -> list[dict[str,
 class BatchFaults:
     """What a fake batch API injects and counts, whatever its wire (mixed into a fake server)."""
 
-    def _init_batches(
-        self, seed: int, max_lines: int, line_failure_rate: float, expire_after: int | None, hold: bool
+    MAX_LINES = 50_000  # the provider's per-batch request limit
+
+    def __init__(
+        self,
+        *args: Any,
+        max_lines: int | None = None,
+        line_failure_rate: float = 0.0,
+        expire_after: int | None = None,
+        hold: bool = False,
+        **kwargs: Any,
     ) -> None:
-        self.max_lines, self.line_failure_rate, self.expire_after, self.hold = (
-            max_lines,
-            line_failure_rate,
-            expire_after,
-            hold,
-        )
+        super().__init__(*args, **kwargs)
+        self.max_lines = self.MAX_LINES if max_lines is None else max_lines
+        self.line_failure_rate, self.expire_after, self.hold = line_failure_rate, expire_after, hold
         self.submitted_lines: Counter[str] = Counter()
         self.answered_lines: Counter[str] = Counter()
         self.batches_created = 0
         self._batch_lock = threading.Lock()
-        self._line_rng = random.Random(seed)
+        self._line_rng = random.Random(kwargs.get("seed", 0))
 
     def release(self) -> None:
         """Let held batches finish at their next status read."""
@@ -134,17 +139,8 @@ class BatchFaults:
 class FakeBatchServer(BatchFaults, FakeOpenAIServer):
     """OpenAI's chat endpoint plus its Files and Batch APIs (see the module docstring)."""
 
-    def __init__(
-        self,
-        *args: Any,
-        max_lines: int = 50_000,
-        line_failure_rate: float = 0.0,
-        expire_after: int | None = None,
-        hold: bool = False,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._init_batches(kwargs.get("seed", 0), max_lines, line_failure_rate, expire_after, hold)
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, FakeBatch] = {}
 
@@ -316,17 +312,10 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
     /v1/messages/batches/{id}` and its `/results`. Each request's `params` is validated as a synchronous
     request under the batch's `anthropic-version` (an invalid one is `errored`, the others answered)."""
 
-    def __init__(
-        self,
-        *args: Any,
-        max_lines: int = 100_000,
-        line_failure_rate: float = 0.0,
-        expire_after: int | None = None,
-        hold: bool = False,
-        **kwargs: Any,
-    ) -> None:
+    MAX_LINES = 100_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._init_batches(kwargs.get("seed", 0), max_lines, line_failure_rate, expire_after, hold)
         self.message_batches: dict[str, dict[str, Any]] = {}
 
     def _handle_post(self, handler: _Handler) -> None:

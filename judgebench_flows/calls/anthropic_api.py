@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import re
 from typing import Any, cast
 
@@ -23,7 +22,7 @@ import anthropic
 import openai
 
 from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, SAMPLING_PARAMS
-from judgebench_flows.calls.transport import CONNECTIONS_PER_CLIENT, BadAnswerBody, status_error_class
+from judgebench_flows.calls.transport import BadAnswerBody, clients_for, status_error_class
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.secrets import redact
@@ -121,7 +120,7 @@ class AnthropicTransport:
                 timeout=request_timeout,
                 default_headers={"anthropic-version": version},
             )
-            for _ in range(max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT)))
+            for _ in range(clients_for(concurrency))
         ]
         self._next_client = itertools.cycle(self.clients)
 

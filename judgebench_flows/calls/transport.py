@@ -23,6 +23,11 @@ from judgebench_flows.core.secrets import redact
 CONNECTIONS_PER_CLIENT = 8
 
 
+def clients_for(concurrency: int) -> int:
+    """How many SDK clients carry `concurrency` calls, at `CONNECTIONS_PER_CLIENT` each."""
+    return max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
+
+
 # openai's class for each HTTP error status, for errors that reach us other than through the openai SDK
 # (Anthropic's SDK, a batch's failed line); 5xx, and Anthropic's 529 "overloaded", are retried.
 _STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
@@ -99,7 +104,7 @@ class Transport:
                 timeout=request_timeout,
                 http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
             )
-            for _ in range(max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT)))
+            for _ in range(clients_for(concurrency))
         ]
         self._next_client = itertools.cycle(self.clients)
 

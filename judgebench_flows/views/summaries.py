@@ -5,6 +5,7 @@ Rich renders them at the terminal's width; the listing commands' tables are in v
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -165,18 +166,27 @@ def print_estimate(estimate: Estimate) -> None:
         out.print("expected: no finished run of this configuration yet")
 
 
-def _flipped_table(flipped: list[dict[str, Any]], narrow: bool) -> Table:
-    """The pairs whose verdict changed; on a narrow terminal the pair id and its source share a column, so
-    the id stays on one line."""
-    table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-    columns = ["pair / source"] if narrow else ["pair_id", "source"]
-    verdicts = ("A", "B") if narrow else ("A verdicts", "B verdicts")
-    for column in (*columns, "label", *verdicts, "now"):
+def _pair_table(
+    columns: list[str], rows: Iterable[tuple[str, str, list[str]]], narrow: bool, title: str | None = None
+) -> Table:
+    """Rows about pairs (pair id, source, then `columns`); on a narrow terminal the pair id and its
+    source share a column, so the id stays on one line."""
+    table = Table(title=title, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+    for column in (*(["pair / source"] if narrow else ["pair_id", "source"]), *columns):
         table.add_column(column, overflow="fold", min_width=36 if column == "pair / source" else None)
-    for f in flipped:
-        where = [f"{f['pair_id']}\n{f['source']}"] if narrow else [f["pair_id"], f["source"]]
-        table.add_row(*where, f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong")
+    for pair_id, source, cells in rows:
+        table.add_row(*([f"{pair_id}\n{source}"] if narrow else [pair_id, source]), *cells)
     return table
+
+
+def _flipped_table(flipped: list[dict[str, Any]], narrow: bool) -> Table:
+    """The pairs whose verdict changed."""
+    verdicts = ["A", "B"] if narrow else ["A verdicts", "B verdicts"]
+    rows = (
+        (f["pair_id"], f["source"], [f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong"])
+        for f in flipped
+    )
+    return _pair_table(["label", *verdicts, "now"], rows, narrow)
 
 
 def print_rescore(result: dict[str, Any], limit: int = 50) -> None:
@@ -218,21 +228,16 @@ def print_rescore(result: dict[str, Any], limit: int = 50) -> None:
 
 
 def _changes_table(changes: list[dict[str, Any]], limit: int, narrow: bool) -> Table:
-    table = Table(
-        title=f"changed decisions (first {min(limit, len(changes))} of {len(changes)})",
-        box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
-        pad_edge=not narrow,
-    )
-    columns = ["pair / source"] if narrow else ["pair_id", "source"]
-    for column in (*columns, "order", "label", "recorded", "ours"):
-        table.add_column(column, overflow="fold", min_width=36 if column == "pair / source" else None)
-    for c in changes[:limit]:
-        source = str(c["source"] or "")
-        where = [f"{c['pair_id']}\n{source}"] if narrow else [c["pair_id"], source]
-        table.add_row(
-            *where, str(c["order"]), str(c["label"] or ""), str(c["recorded"] or "none"), str(c["ours"] or "none")
+    rows = (
+        (
+            c["pair_id"],
+            str(c["source"] or ""),
+            [str(c["order"]), str(c["label"] or ""), str(c["recorded"] or "none"), str(c["ours"] or "none")],
         )
-    return table
+        for c in changes[:limit]
+    )
+    title = f"changed decisions (first {min(limit, len(changes))} of {len(changes)})"
+    return _pair_table(["order", "label", "recorded", "ours"], rows, narrow, title)
 
 
 __all__ = [

@@ -94,13 +94,12 @@ def _chunks(path: str, offsets: list[int]) -> Iterator[list[Pair]]:
         yield read_pairs_at(path, offsets[start : start + CHUNK])
 
 
-def _first_turn(judge: Judge, pair: Pair, order: int) -> Messages:
-    """The request one order's judgment opens with (a judge with a first turn)."""
-    first_turn = judge.first_turn
-    if first_turn is None:
-        raise ValueError(f"the {judge.name} judge has no first turn")
+def _first_turn(judge: Judge, pair: Pair, order: int) -> Messages | None:
+    """The request one order's judgment opens with; None for a judge without one (a reward model)."""
+    if judge.first_turn is None:
+        return None
     a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
-    return first_turn(pair.question, a, b)
+    return judge.first_turn(pair.question, a, b)
 
 
 class CallCacheView:
@@ -122,9 +121,9 @@ class CallCacheView:
         rows = db.cache_get_many(self.engine, keys)
         return [rows[key].response if key in rows else None for key in keys]
 
-    def answered(self, judgments: list[tuple[Pair, int]]) -> set[int]:
-        """Indexes of the judgments whose first turn and, when the judge asks one, follow-up are cached."""
-        firsts = [_first_turn(self.judge, pair, order) for pair, order in judgments]
+    def answered(self, firsts: list[Messages]) -> set[int]:
+        """Indexes of the judgments (by their first turns) whose first turn and, when the judge asks one,
+        follow-up are cached."""
         answers = self._answers(firsts)
         done = {i for i, text in enumerate(answers) if text is not None and not self.prompted.wants_follow_up(text)}
         asked = [i for i, text in enumerate(answers) if text is not None and i not in done]
@@ -139,14 +138,13 @@ class CallCacheView:
         return done | {i for i, text in zip(asked, self._answers(follow_ups), strict=True) if text is not None}
 
 
-def _add_judgment(estimate: Estimate, spec: JudgeSpec, judge: Judge, pair: Pair, order: int) -> None:
-    """One judgment sent uncached, each answer at its cap."""
+def _add_judgment(estimate: Estimate, spec: JudgeSpec, judge: Judge, pair: Pair, messages: Messages | None) -> None:
+    """One judgment sent uncached, opening with `messages`, each answer at its cap."""
     estimate.requests += 1
-    if judge.first_turn is None:  # a reward model scores both responses, no output tokens
+    if messages is None:  # a reward model scores both responses, no output tokens
         a, b = pair.response_A, pair.response_B
         estimate.prompt_tokens += estimate_tokens(pair.question + a) + estimate_tokens(pair.question + b)
         return
-    messages = _first_turn(judge, pair, order)
     prompt, cap = _prompt_tokens(messages), output_cap(spec, judge, messages, spec.price)
     estimate.prompt_tokens += prompt
     turns = 1
@@ -172,13 +170,14 @@ def worst_case(spec: JudgeSpec, path: str, offsets: list[int], engine: Engine | 
     )
     estimate = Estimate(spec.model, 0, 0, 0, 0, spec.price)
     for chunk in _chunks(path, offsets):
-        judgments = [(pair, order) for pair in chunk for order in spec.orders]
-        answered = cache.answered(judgments) if cache is not None else set()
+        judgments = [(pair, _first_turn(judge, pair, order)) for pair in chunk for order in spec.orders]
+        firsts = [messages for _, messages in judgments if messages is not None]  # all of them with a cache
+        answered = cache.answered(firsts) if cache is not None else set()
         estimate.judgments += len(judgments)
         estimate.cached += len(answered)
-        for i, (pair, order) in enumerate(judgments):
+        for i, (pair, messages) in enumerate(judgments):
             if i not in answered:
-                _add_judgment(estimate, spec, judge, pair, order)
+                _add_judgment(estimate, spec, judge, pair, messages)
     return estimate
 
 

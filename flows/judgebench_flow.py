@@ -36,6 +36,7 @@ from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
+from judgebench_flows.data.outputs import for_run, point_latest
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
@@ -250,6 +251,13 @@ class Stopwatch:
         return round(elapsed, 3)
 
 
+def with_run_paths(config: RunConfig, run_id: str) -> RunConfig:
+    """The run's own result path and output folder (`{run_id}` in them replaced by its id)."""
+    return config.model_copy(
+        update={"result_path": for_run(config.result_path, run_id), "output_dir": for_run(config.output_dir, run_id)}
+    )
+
+
 def publish(
     run_id: str,
     results: RunResults,
@@ -327,6 +335,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
+    layout, config = config.output_dir, with_run_paths(config, run_id)
     engine = db.open_database(config.db_url)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
@@ -383,6 +392,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
         results.outputs = publish(run_id, results, sink, config, source, header, spec)
+        point_latest(layout, run_id)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()

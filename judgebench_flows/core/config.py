@@ -64,8 +64,15 @@ class RunConfig(BaseModel):
         description="the endpoint and how it is called, also given as the flat options below",
     )
     shard_size: int = Field(default=50, ge=1, description="pairs per shard task")
-    result_path: str = Field(default="results/judgebench.json", description="results JSON")
-    output_dir: str = Field(default="results/run", description="directory for the per-judgment JSONL and report")
+    # Each run its own folder ({run_id} is replaced; results/latest links the newest): a run never
+    # overwrites what an earlier one wrote unless these options name the same files.
+    result_path: str = Field(
+        default="results/{run_id}/judgebench.json", description="results JSON ({run_id}: the run's id)"
+    )
+    output_dir: str = Field(
+        default="results/{run_id}",
+        description="directory for the per-judgment JSONL and report ({run_id}: the run's id; results/latest links the newest)",
+    )
     db_url: str = Field(default=DEFAULT_DB_URL, description="SQLAlchemy URL of the results database")
     max_samples: int | None = Field(default=None, ge=1, description="judge a seeded subset of N pairs")
     single_game: bool = Field(default=False, description="judge one order only")

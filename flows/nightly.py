@@ -29,7 +29,7 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import get_run_context
-from prefect.states import State
+from prefect.states import Failed, State
 from pydantic import BaseModel
 
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
@@ -40,7 +40,7 @@ from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
-from judgebench_flows.flows.retries import BenchmarkFailed, is_transient
+from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.scoring.formatting import percent as _pct
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
@@ -110,7 +110,7 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
     if not state.is_completed():
         error = await state.aresult(raise_on_failure=False)
         reason = (
-            f"{type(error).__name__}: {error}"
+            failure_line(error)
             if isinstance(error, BaseException)
             else (state.message or state.name or state.type.value)
         )
@@ -324,8 +324,10 @@ async def judgebench_adhoc(
         key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), data_path or data_file)}",
         description=f"JudgeBench ad-hoc run: {entry.name}",
     )
-    if outcome.status != "completed":  # Failed for the subflow's reason; retried only if it may pass
-        raise BenchmarkFailed(outcome.message or outcome.status)
+    if outcome.status != "completed":  # Failed with the subflow's reason, as one line (`--watch`, the UI)
+        line = " ".join((outcome.message or outcome.status).split())
+        logger.error(line)
+        return Failed(message=line, data=BenchmarkFailed(line))  # type: ignore[return-value]
     return {
         "run_id": outcome.run_id,
         "accuracy": outcome.accuracy,

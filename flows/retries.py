@@ -22,7 +22,7 @@ import httpx
 from prefect.exceptions import PrefectHTTPStatusError
 
 from judgebench_flows.calls.retry import retryable
-from judgebench_flows.core.errors import RunFailed, UserError
+from judgebench_flows.core.errors import BatchRefused, RunFailed, UserError
 
 
 def calls_went_unanswered(results: Mapping[str, Any] | None) -> bool:
@@ -52,4 +52,20 @@ class BenchmarkFailed(Exception):
     """A deployment run ends Failed: some configuration regressed or failed."""
 
 
-__all__ = ["BenchmarkFailed", "calls_went_unanswered", "is_transient"]
+def failure_line(error: BaseException) -> str:
+    """The one line `judgebench run` prints for `error` (cli/main.py), for a deployment run's state
+    message and log: the reason reads the same on the terminal, in `--watch` and in the UI."""
+    from judgebench_flows.core.pricing import BudgetReached
+    from judgebench_flows.core.secrets import redact
+
+    text = " ".join(redact(str(error)).split()) or type(error).__name__
+    if isinstance(error, BudgetReached):
+        return f"stopped: {text}"
+    if isinstance(error, RunFailed):
+        return f"run failed: {text}"
+    if isinstance(error, (UserError, BatchRefused)):
+        return f"error: {text}"
+    return f"{type(error).__name__}: {text}"
+
+
+__all__ = ["BenchmarkFailed", "calls_went_unanswered", "failure_line", "is_transient"]

@@ -254,3 +254,46 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(
     # the embedded leaderboard lists tonight's run in bold (this checkout publishes no outputs/)
     assert "## Leaderboard" in summary and "| **arena_hard** | **judge-a** |" in summary, summary
     assert (tmp_path / "nightly" / "leaderboard.html").is_file()
+
+
+@pytest.mark.slow
+def test_a_failed_adhoc_run_says_why_in_its_state(prefect_server, tmp_path):
+    """An ad-hoc deployment run that cannot clone its repository (offline, a wrong URL) ends Failed with the
+    one-line reason the CLI prints as its state message: `--watch` and the UI show it, not only the
+    worker's tracebacks."""
+    from prefect.deployments import run_deployment
+
+    from judgebench_flows.deployments.deploy import deploy_all
+
+    deploy_all(ROOT, POOL)
+    missing = tmp_path / "no-such-clone"
+    flow_run = run_deployment(
+        "judgebench-adhoc/adhoc",
+        parameters={
+            "model": "judge-x",
+            "repo_url": str(missing),
+            "base_url": "http://127.0.0.1:9/v1",
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_dir": str(tmp_path / "adhoc"),
+            "retry_delay_seconds": 0,
+        },
+        timeout=0,
+    )
+    worker = subprocess.run(
+        [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc", "--run-once"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={
+            **os.environ,
+            "PREFECT_API_URL": prefect_server,
+            "OPENAI_API_KEY": CANARY_KEY,
+            "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"),
+        },
+    )
+    finished = _wait_final(flow_run.id)
+    seen = f"{finished.state!r}\n{worker.stdout[-3000:]}\n{worker.stderr[-3000:]}"
+    assert finished.state.is_failed(), seen
+    message = finished.state.message or ""
+    assert message == f"error: --repo-url: no repository at local path '{missing}'", seen

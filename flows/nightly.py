@@ -199,6 +199,24 @@ async def judge_cell(entry: MatrixEntry, retry_delay_seconds: float) -> tuple[Ce
     return outcome, state
 
 
+async def preflight_night(matrix_path: str, entries: list[MatrixEntry]) -> State | None:
+    """The night's repositories, refs and data files checked once, before the first cell
+    (judging/preflight.check_night). A problem ends the night at once: a Failed state whose message is
+    the one line, that line in the log, and a `judgebench.night.failed` event naming it; else None."""
+    from judgebench_flows.core.errors import UserError
+    from judgebench_flows.judging.preflight import check_night
+
+    try:
+        await asyncio.to_thread(check_night, [entry.config for entry in entries])
+    except UserError as exc:
+        line = failure_line(exc)
+        get_run_logger().error(line)
+        cell = {"name": "preflight", "status": "failed", "message": line}
+        emit_night_event(matrix_path, [cell], get_run_context().flow_run.run_count)  # type: ignore[union-attr]
+        return Failed(message=line, data=BenchmarkFailed(line))
+    return None
+
+
 @flow(name="nightly-benchmarks", log_prints=False)
 async def nightly_benchmarks(
     matrix_path: str = "deployments/nightly.yaml",
@@ -219,6 +237,9 @@ async def nightly_benchmarks(
     matrix = load_matrix(matrix_path).overridden(repo_url=repo_url, ref=ref, data_files=data_files)
     entries = matrix.entries(base_url=base_url, max_samples=max_samples)
     logger.info("%d configurations from %s", len(entries), matrix_path)
+    refused = await preflight_night(matrix_path, entries)
+    if refused is not None:
+        return refused  # type: ignore[return-value]
     outcomes: list[CellOutcome] = []
     for planned in entries:
         spent = sum(o.cost_usd or 0.0 for o in outcomes)

@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_b", help="the later run's id")
     compare.add_argument("--db-url", default=None, help=db_help)
     compare.add_argument("--seed", type=int, default=42, help="seed of the paired bootstrap (default 42)")
+    compare.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table (default), or json: the whole comparison on standard output, for scripts",
+    )
     report = add_command(sub, "report", "render the HTML report of a past run")
     report.add_argument("run_id", help="the run's id (as `judgebench history` shows it)")
     report.add_argument("--db-url", default=None, help=db_help)
@@ -213,6 +219,11 @@ def command_compare(args: argparse.Namespace) -> int:
     from judgebench_flows.views.summaries import err, print_comparison
 
     comparison = compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed)
+    if args.format == "json":
+        from judgebench_flows.views.tables import to_json
+
+        print(to_json(comparison))  # its warnings are in it
+        return 0
     for warning in comparison.get("warnings", []):
         err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
     print_comparison(comparison)

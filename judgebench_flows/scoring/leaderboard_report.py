@@ -84,6 +84,7 @@ def _sorted(members: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str,
 def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "rank": entry.get("rank") or "",  # a run on a subset has none
+        "tier": entry.get("tier") or "",  # none: not compared (a subset, other pairs)
         "judge": entry["judge_name"],
         "model": entry["judge_model"],
         "ours": entry["origin"] == "run",

@@ -60,7 +60,8 @@ def print_leaderboard(board: Mapping[str, Any], console: Console | None = None) 
     console = console or stdout_console()
     console.print(
         f"JudgeBench {_short_source(board['dataset']['repo_url'])} @ {str(board['dataset']['commit'])[:12]}: "
-        "accuracy in % (JudgeBench's metric), 95% bootstrap interval"
+        "accuracy in % (JudgeBench's metric), 95% bootstrap interval; tier: not significantly worse than "
+        "the tier's best row (exact McNemar test on the same pairs, Bonferroni-corrected)"
     )
     for note in board.get("notes") or []:
         console.print(f"[dim]{note}[/]")
@@ -80,10 +81,11 @@ def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: b
     table = _table(title, wide)
     categories = [SHORT_CATEGORY.get(c, c) for c in CATEGORIES] if wide or width >= 92 else []
     if wide:
-        for name in ("#", "judge", "model", "origin", "pairs"):
-            table.add_column(name, justify="right" if name in ("#", "pairs") else "left", overflow="fold")
+        for name in ("#", "tier", "judge", "model", "origin", "pairs"):
+            table.add_column(name, justify="right" if name in ("#", "tier", "pairs") else "left", overflow="fold")
     else:
         table.add_column("#", justify="right")
+        table.add_column("tier", justify="right")
         table.add_column("judge / model / origin", overflow="fold", min_width=24)
     for name in ("overall", "95% CI", *categories):
         table.add_column(name, justify="right", no_wrap=True)
@@ -95,12 +97,13 @@ def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: b
         if categories:
             scores += [_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES]
         rank = str(e["rank"]) if e.get("rank") else "-"
+        tier = str(e["tier"]) if e.get("tier") else "-"
         names = (
             [e["judge_name"], e["judge_model"], who(e), str(e["pairs"])]
             if wide
             else [f"{e['judge_name']} / {e['judge_model']}" + ("" if who(e) == "published" else f"\n{who(e)}")]
         )
-        table.add_row(rank, *names, *scores, style="bold" if e["origin"] == "run" else None)
+        table.add_row(rank, tier, *names, *scores, style="bold" if e["origin"] == "run" else None)
     return table
 
 
@@ -120,6 +123,7 @@ def short_path(path: str | os.PathLike[str]) -> str:
 LEADERBOARD_FIELDS = (
     "group",
     "rank",
+    "tier",
     "judge_name",
     "judge_model",
     "origin",
@@ -142,6 +146,7 @@ def leaderboard_rows(board: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
         yield {
             "group": e.get("group"),
             "rank": e.get("rank"),
+            "tier": e.get("tier"),
             "judge_name": e["judge_name"],
             "judge_model": e["judge_model"],
             "origin": e["origin"],

@@ -234,6 +234,7 @@ def record_finish(
         results_json=json.dumps(final, default=str),
         cost_usd=final["usage"]["cost_usd"],
         priced_as=priced_as(spec),
+        consistency=results.consistency,
     )
 
 

@@ -68,7 +68,8 @@ def print_results(results: dict[str, Any]) -> None:
         f"{dataset.get('skipped_rows', 0)} rows skipped"
     )
     out.print(
-        f"consistency {_pct(results['consistency'].get('consistency'))}; invalid verdicts {invalid['invalid_judgments']}, "
+        f"consistency {_pct(results['consistency'].get('consistency'))}, "
+        f"first-position rate {_pct(results['consistency'].get('first_position_rate'))}; invalid verdicts {invalid['invalid_judgments']}, "
         f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "
         f"paid {usage.get('paid_calls')}"
         + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "")

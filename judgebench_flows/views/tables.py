@@ -189,6 +189,8 @@ HISTORY_FIELDS = (
     "ci_high",
     "cost_usd",
     "priced_as",
+    "order_consistency",
+    "first_position_rate",
 )
 
 
@@ -208,6 +210,14 @@ def _data_label(data_file: str | None) -> str:
     return f"{response_model} pairs" if response_model and dataset == "judgebench" else (data_file or "")
 
 
+def _bias(run: Any) -> str:
+    """Position bias in a stacked history row: order consistency and first-position rate ("" before they were kept)."""
+    consistent, first = getattr(run, "order_consistency", None), getattr(run, "first_position_rate", None)
+    if consistent is None and first is None:
+        return ""
+    return f"consistent {_pct(consistent)}\n1st pos {_pct(first)}"
+
+
 def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
     """Whole run ids, in a table when it fits, else one stacked block per run."""
     console = console or stdout_console()
@@ -219,6 +229,8 @@ def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
             table.add_column(column, no_wrap=column == "run", overflow="fold")
         table.add_column("pairs", justify="right")
         table.add_column("cost", justify="right", no_wrap=True)
+        table.add_column("consistent", justify="right")
+        table.add_column("1st pos", justify="right")
     else:
         table.add_column("run / judge / model / data", overflow="fold", min_width=32)
         table.add_column("started (UTC)", overflow="fold", max_width=10)
@@ -240,6 +252,8 @@ def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
                 ci,
                 str(run.n_pairs or ""),
                 run_cost_text(run.cost_usd, run.priced_as),
+                _pct(getattr(run, "order_consistency", None)),
+                _pct(getattr(run, "first_position_rate", None)),
             )
         else:
             pairs = f"{run.n_pairs} pairs" if run.n_pairs else ""
@@ -248,7 +262,7 @@ def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
                 f"{run.run_id}\n{run.judge_type} / {run.model}\n{_data_label(run.data_file)}",
                 started,
                 run.status + (f"\ncommit\n{run.commit[:8]}" if run.commit else ""),
-                "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost) if part),
+                "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost, _bias(run)) if part),
             )
     console.print(table)
 

@@ -30,7 +30,7 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.pricing import BudgetReached
+from judgebench_flows.core.pricing import BudgetReached, retirement_notice
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
@@ -328,6 +328,9 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
+    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if retiring:  # deployments' runs: the CLI says it before the flow starts
+        logger.warning(retiring)
     engine = db.open_database(config.db_url)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 

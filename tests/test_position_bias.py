@@ -267,7 +267,7 @@ def test_a_judge_turned_order_biased_is_reported_and_a_rerun_is_not(run_cli, pre
     with FakeOpenAIServer() as probe:  # one endpoint address: the endpoint is part of a configuration
         port = probe.port
 
-    def run(name: str, biased: bool):
+    def run(name: str, biased: bool, *extra: str):
         with FakeOpenAIServer(_responder(pairs, biased), port=port) as server:
             proc = run_cli(
                 "run",
@@ -286,11 +286,20 @@ def test_a_judge_turned_order_biased_is_reported_and_a_rerun_is_not(run_cli, pre
                 "--no-progress",
                 "--no-report",
                 "--no-cache",
+                *extra,
             )
         return proc, json.loads((tmp_path / name / "results.json").read_text()) | {"dir": tmp_path / name}
 
-    first, results_1 = run("first", biased=False)
+    # --prices adds a shutdown date: the run says so in one line before it starts
+    soon = (datetime.now(timezone.utc).date() + timedelta(days=10)).isoformat()
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps({"models": {"judge-bias": {"input_per_mtok": 1, "output_per_mtok": 1, "shutdown_date": soon}}})
+    )
+    first, results_1 = run("first", False, "--prices", str(prices))
     assert first.returncode == 0, first.stderr[-3000:]
+    notice = f"warning: judge-bias shuts down in 10 days ({soon}, its provider's announced date): plan a replacement"
+    assert notice in first.stderr.splitlines()
     again, results_2 = run("again", biased=False)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert results_2["regression"]["regressed"] is False

@@ -111,6 +111,7 @@ def command_run(args: argparse.Namespace) -> int:
         return _run_external(args)
     config = _run_config(args)
     preflight(config)
+    _say_retirement(config)
     from judgebench_flows.cli import console
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.cli.server_watch import RESUME, ServerWatch
@@ -150,8 +151,18 @@ def command_estimate(args: argparse.Namespace) -> int:
 
     config = _run_config(args)
     check_prices(config)
+    _say_retirement(config, to=sys.stdout)
     print_estimate(estimate_run(config))
     return 0
+
+
+def _say_retirement(config: Any, to: Any = None) -> None:
+    """One line when the judge model is past its provider's shutdown date or within 30 days of it."""
+    from judgebench_flows.core.pricing import retirement_notice
+
+    notice = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if notice:
+        print(f"warning: {notice}", file=to or sys.stderr)
 
 
 def _run_external(args: argparse.Namespace) -> int:

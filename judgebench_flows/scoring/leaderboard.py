@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.pricing import cost_of_results
+from judgebench_flows.core.pricing import cost_of_results, retirement_of
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.formatting import percent
@@ -307,6 +307,11 @@ class LeaderboardSettings(BaseModel):
     seed: int = Field(default=42, ge=0, description="bootstrap seed")
     bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
     require_published: bool = Field(default=True, description="fail when the checkout has no published outputs/")
+    prices: str | None = Field(
+        default=None,
+        description="YAML or JSON price file over the bundled table: its shutdown_date entries add or correct "
+        "the retirement dates the leaderboard marks",
+    )
 
 
 def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
@@ -331,8 +336,27 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
         "categories": list(CATEGORIES),
         "benchmark_pairs": sizes,
         "tiers": {"alpha": TIER_ALPHA, "method": TIER_METHOD},
-        "entries": rank([*entries, *ours], sizes),
+        "entries": mark_retirements(rank([*entries, *ours], sizes), settings.prices),
     }
+
+
+def mark_retirements(entries: list[dict[str, Any]], prices_file: str | None) -> list[dict[str, Any]]:
+    """Each entry whose judge model is past its provider's shutdown date, or within 30 days of it, gets
+    `retirement` ({"shutdown_date", "days_left", "retired"}): its number cannot be reproduced for long."""
+    for entry in entries:
+        retirement = retirement_of(str(entry.get("judge_model") or ""), prices_file)
+        if retirement:
+            entry["retirement"] = retirement
+    return entries
+
+
+def model_label(entry: Mapping[str, Any]) -> str:
+    """The judge model as the tables show it: with "(shut down DATE)" or "(shuts down DATE)" when marked."""
+    retirement = entry.get("retirement")
+    if not retirement:
+        return str(entry["judge_model"])
+    verb = "shut down" if retirement["retired"] else "shuts down"
+    return f"{entry['judge_model']} ({verb} {retirement['shutdown_date']})"
 
 
 _pct = partial(percent, sign="")
@@ -386,7 +410,7 @@ def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
             bold = "**" if e.get("run_id") in marked else ""
             cats = " | ".join(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES)
             lines.append(
-                f"| {e['rank'] or '-'} | {e.get('tier') or '-'} | {bold}{e['judge_name']}{bold} | {bold}{e['judge_model']}{bold} | {who(e)} | {e['pairs']} | "
+                f"| {e['rank'] or '-'} | {e.get('tier') or '-'} | {bold}{e['judge_name']}{bold} | {bold}{model_label(e)}{bold} | {who(e)} | {e['pairs']} | "
                 f"{bold}{_pct(e['overall_accuracy']['accuracy'])}{bold} | {_interval(e['overall_accuracy'])} | {cats} |"
             )
     return "\n".join(lines)
@@ -396,6 +420,7 @@ __all__ = [
     "LeaderboardSettings",
     "build_leaderboard",
     "markdown",
+    "model_label",
     "published_entries",
     "rank",
     "read_runs",

@@ -23,7 +23,7 @@ from rich.table import Table
 from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
-from judgebench_flows.scoring.leaderboard import groups_of, who
+from judgebench_flows.scoring.leaderboard import groups_of, model_label, who
 from judgebench_flows.scoring.published import data_file_parts
 
 FORMATS = ("table", "json", "csv")
@@ -99,9 +99,9 @@ def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: b
         rank = str(e["rank"]) if e.get("rank") else "-"
         tier = str(e["tier"]) if e.get("tier") else "-"
         names = (
-            [e["judge_name"], e["judge_model"], who(e), str(e["pairs"])]
+            [e["judge_name"], model_label(e), who(e), str(e["pairs"])]
             if wide
-            else [f"{e['judge_name']} / {e['judge_model']}" + ("" if who(e) == "published" else f"\n{who(e)}")]
+            else [f"{e['judge_name']} / {model_label(e)}" + ("" if who(e) == "published" else f"\n{who(e)}")]
         )
         table.add_row(rank, tier, *names, *scores, style="bold" if e["origin"] == "run" else None)
     return table
@@ -136,6 +136,7 @@ LEADERBOARD_FIELDS = (
     "ci_high",
     *CATEGORIES,
     "cost",
+    "shutdown_date",
 )
 
 
@@ -159,6 +160,7 @@ def leaderboard_rows(board: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
             "ci_high": overall.get("ci_high"),
             **{c: (e["category_accuracy"].get(c) or {}).get("accuracy") for c in CATEGORIES},
             "cost": e.get("cost"),
+            "shutdown_date": (e.get("retirement") or {}).get("shutdown_date"),
         }
 
 

@@ -30,7 +30,7 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.pricing import BudgetReached
+from judgebench_flows.core.pricing import BudgetReached, retirement_notice
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
@@ -235,6 +235,7 @@ def record_finish(
         results_json=json.dumps(final, default=str),
         cost_usd=final["usage"]["cost_usd"],
         priced_as=priced_as(spec),
+        consistency=results.consistency,
     )
 
 
@@ -336,6 +337,9 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
     layout, config = config.output_dir, with_run_paths(config, run_id)
+    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if retiring:  # deployments' runs: the CLI says it before the flow starts
+        logger.warning(retiring)
     engine = db.open_database(config.db_url)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 

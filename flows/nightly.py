@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
-from judgebench_flows.core.pricing import BudgetReached, format_usd
+from judgebench_flows.core.pricing import BudgetReached, format_usd, retirement_notice
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
@@ -217,6 +217,19 @@ async def preflight_night(matrix_path: str, entries: list[MatrixEntry]) -> State
     return None
 
 
+def retirements(entries: list[MatrixEntry]) -> list[str]:
+    """The night's preflight of its models: one line per model past its provider's shutdown date or within
+    30 days of it (each model once, however many cells use it)."""
+    notices: dict[str, str] = {}
+    for entry in entries:
+        config = entry.config
+        if config.needs_endpoint and config.model not in notices:
+            notice = retirement_notice(config.model, config.prices)
+            if notice:
+                notices[config.model] = notice
+    return list(notices.values())
+
+
 @flow(name="nightly-benchmarks", log_prints=False)
 async def nightly_benchmarks(
     matrix_path: str = "deployments/nightly.yaml",
@@ -240,6 +253,9 @@ async def nightly_benchmarks(
     refused = await preflight_night(matrix_path, entries)
     if refused is not None:
         return refused  # type: ignore[return-value]
+    retiring = retirements(entries)
+    for notice in retiring:
+        logger.warning(notice)
     outcomes: list[CellOutcome] = []
     for planned in entries:
         spent = sum(o.cost_usd or 0.0 for o in outcomes)
@@ -261,7 +277,7 @@ async def nightly_benchmarks(
 
     leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
-        summary_markdown(outcomes) + leaderboard,
+        summary_markdown(outcomes) + "".join(f"\n\nWarning: {notice}" for notice in retiring) + leaderboard,
         key=NIGHTLY_ARTIFACT_KEY,
         description=f"JudgeBench nightly: {len(outcomes)} configurations",
     )

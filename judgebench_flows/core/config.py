@@ -104,6 +104,11 @@ class RunConfig(BaseModel):
     regression_min_drop: float = Field(
         default=0.0, ge=0, description="a drop in accuracy below this is not reported as a regression"
     )
+    position_bias_check: bool = Field(
+        default=True,
+        description="report a significant change of order consistency or first-position rate against the "
+        "previous run of the configuration as a regression (exit 1, judgebench.run.regressed)",
+    )
     report: bool = Field(default=True, description="the HTML report")
     reward_backend: Literal["pooling", "transformers"] = Field(
         default="pooling",

@@ -9,14 +9,17 @@ beam-searches as vLLM's completions API does.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from judgebench_flows.calls.caller import ChatCaller
+from judgebench_flows.calls.other_apis import honours_raw
 from judgebench_flows.calls.request_rules import STANDARD, rejected_parameter
 from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.completion import CallFailed
@@ -28,6 +31,8 @@ from judgebench_flows.testing.fake_openai import (
     VLLM_COMPLETION_FIELDS,
     VLLM_POOLING_FIELDS,
     FakeOpenAIServer,
+    batch_wobble,
+    sigmoid,
 )
 from tests._helpers import run_command
 
@@ -235,6 +240,92 @@ def test_a_server_that_ignores_use_activation_stops_the_run_with_one_line(score:
     assert "returned activated scores" in str(failure) and "vLLM >= 0.11.1" in str(failure)
     assert "\n" not in str(failure)
     assert "present in the request but ignored: {'use_activation'}" in server.ignored_log[0]
+
+
+def test_a_server_that_ignores_use_activation_is_caught_although_its_last_bits_move() -> None:
+    """A real vLLM answers one text with different last bits in a batch and alone: an exact comparison
+    took such a server for one that honours the field."""
+    with FakeOpenAIServer("-2.0", honours_use_activation=False, score_wobble=True) as server:
+        caller = caller_for(server, "rm", api="pooling")
+        (failure,) = calls(caller, [(MESSAGES, {"use_activation": False})])
+    assert isinstance(failure, FatalEndpointError) and "returned activated scores" in str(failure)
+    raw, activated = re.findall(r"([0-9.e-]+) asked raw, ([0-9.e-]+) activated", str(failure))[0]
+    assert raw != activated and server.requests == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "honoured"),
+    [(2.0, True), (0.25, True), (0.0, True), (-3.0, True), (0.6590460684, None)],
+)
+def test_two_answers_for_one_text_tell_raw_from_activated(raw: float, honoured: bool | None) -> None:
+    """Honoured: the server answers `raw` and its sigmoid; ignored: the sigmoid twice, its bits moved."""
+    activated = sigmoid(raw)
+    assert honours_raw(batch_wobble(raw, 1), batch_wobble(activated, 2)) is honoured
+    if honoured is not None:
+        assert honours_raw(batch_wobble(activated, 1), batch_wobble(activated, 2)) is False
+
+
+def test_a_raw_score_at_the_sigmoids_fixed_point_leaves_the_check_to_the_next_call() -> None:
+    """0.659... is its own sigmoid: one text cannot tell; the next call's text does (4 requests)."""
+    with FakeOpenAIServer(lambda body: "0.6590460684" if body["messages"][0]["content"] == "a" else "0.25") as server:
+        caller = caller_for(server, "rm", api="pooling")
+        texts = ["a", "b", "c"]
+        results = calls(caller, [([{"role": "user", "content": t}], {"use_activation": False}) for t in texts])
+    assert [float(r.text) for r in results] == [0.6590460684, 0.25, 0.25]
+    assert server.requests == 5  # a and its probe, b and its probe, then c alone
+
+
+def test_calls_wait_for_the_check_so_nothing_is_scored_by_a_server_that_ignores_the_field() -> None:
+    """Many calls at once: only the first goes out until the check is decided; the others fail with
+    the same line without sending anything."""
+    with FakeOpenAIServer("0.5", honours_use_activation=False, score_wobble=True, latency=0.05) as server:
+        caller = caller_for(server, "rm", api="pooling")
+
+        async def go() -> list[Any]:
+            try:
+                texts = [[{"role": "user", "content": f"text {i}"}] for i in range(40)]
+                return await asyncio.gather(
+                    *(caller.complete(t, {"use_activation": False}) for t in texts), return_exceptions=True
+                )
+            finally:
+                await caller.aclose()
+
+        results = asyncio.run(go())
+    assert all(isinstance(r, FatalEndpointError) for r in results)
+    assert len({str(r) for r in results}) == 1 and server.requests == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pairs", [20, 60, 350])
+def test_a_run_against_a_server_ignoring_use_activation_stops_after_the_probe(
+    pairs: int, run_cli, judgebench_repo, gpt4o_pairs, tmp_path: Path
+) -> None:
+    """vLLM before 0.11.1 with float32 bits moving by batch: exit 2 after at most 4 requests, at any size,
+    and no accuracy published from activated scores."""
+
+    def score(body: dict) -> str:
+        text = body["messages"][-1]["content"]
+        return repr(int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 600 / 100 - 3.0)
+
+    with FakeOpenAIServer(score, honours_use_activation=False, score_wobble=True) as server:
+        args = run_command(
+            judgebench_repo,
+            server,
+            tmp_path,
+            judge_type="reward_model",
+            model="Skywork/Skywork-Reward-Llama-3.1-8B",
+            max_samples=pairs if pairs < len(gpt4o_pairs) else None,
+            concurrency=16,
+        )
+        result = run_cli(*args)
+        requests = server.requests
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "returned activated scores although asked for raw ones" in result.stderr
+    assert requests <= 4, requests
+    assert not (tmp_path / "results/judgebench.json").exists()  # no accuracy from activated scores
+    assert not list((tmp_path / "results").glob("**/*.jsonl")) or all(
+        not path.read_text().strip() for path in (tmp_path / "results").glob("**/*.jsonl")
+    )
 
 
 # ----- 2. PandaLM's beam search on vLLM -----------------------------------------------------------------------

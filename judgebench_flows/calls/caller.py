@@ -186,6 +186,23 @@ class ChatCaller:
         key: str | None = None,
         keyed_rule: RequestRule | None = None,
     ) -> Completion:
+        """One call; a Pooling API's calls one at a time until its scores are shown raw (`RawScoreCheck`:
+        the call holding the turn is the probe), so a server that ignores `use_activation` is stopped
+        after the probe's requests, before any score is used."""
+        probing = self.api == "pooling" and await self._raw_scores.admit(sampling)
+        try:
+            return await self._call_adjusted(messages, sampling, key, keyed_rule)
+        finally:
+            if probing:
+                self._raw_scores.done()
+
+    async def _call_adjusted(
+        self,
+        messages: list[dict[str, str]],
+        sampling: dict[str, Any],
+        key: str | None = None,
+        keyed_rule: RequestRule | None = None,
+    ) -> Completion:
         """One call, shaped by the model's rule when it holds its slot; a 400 naming an unsupported
         parameter or value adjusts the rule for the run (`request_rules.Learned`) and the call is sent
         again in its new shape. `key` is the request's key under the rule in force when the caller

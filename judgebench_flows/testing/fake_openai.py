@@ -116,11 +116,22 @@ VLLM_POOLING_FIELDS = frozenset(
 )
 
 
+def float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
 def sigmoid(value: float) -> float:
     """The activation of a one-label reward head, as vLLM returns it: in float32, so scores above about
     17 all come back as 1.0 and tie (Skywork-Reward-Gemma-2-27B's 64.29% on the GPT-4o pairs reads 61.71%)."""
     exact = 1.0 / (1.0 + math.exp(-value)) if value >= 0 else math.exp(value) / (1.0 + math.exp(value))
-    return float(struct.unpack("f", struct.pack("f", exact))[0])
+    return float32(exact)
+
+
+def batch_wobble(value: float, batch: int) -> float:
+    """`value` as a batched float32 pass returns it: its last bits move with the batch it was computed in
+    (a real vLLM answered 0.00039572230889461935 for a text in a batch, 0.0003957213484682143 alone: a
+    relative 2.4e-6). `batch` stands for the batch: consecutive requests land in different ones."""
+    return float32(value * (1.0 + ((batch % 5) - 2) * 2.0**-19))
 
 
 # A marker only one judge's prompt holds, and that judge's verdict for "the response shown first is better"
@@ -157,18 +168,24 @@ def _other_api_payload(
     prompt_tokens: int,
     completion_tokens: int,
     settings: FaultSettings,
+    batch: int = 0,
 ) -> dict:
     """A text-completions or Pooling API response body, in vLLM's shape.
 
     Pooling: the responder's score is the head's raw output; as vLLM does, the server applies the head's
     activation (a sigmoid: a one-label reward head's) unless asked `use_activation: false` (and only when it
-    `honours_use_activation`). Completions: a beam search (`use_beam_search`, beam width `n`) answers `n`
+    `honours_use_activation`); with `score_wobble`, each score's last bits move with its `batch`
+    (`batch_wobble`), as a real vLLM's float32 scores do. Completions: a beam search (`use_beam_search`, beam width `n`) answers `n`
     choices, the best first, as vLLM's beam-search path does; a server without `beam_search` answers one.
     """
     if path == POOLING_PATH:
         value = json.loads(text)
         data = value if isinstance(value, list) else [value]
         raw = settings.honours_use_activation and body.get("use_activation") is False
+        if settings.score_wobble:
+            data = [
+                [batch_wobble(v, batch) for v in i] if isinstance(i, list) else batch_wobble(i, batch) for i in data
+            ]
         if not raw:
             data = [[sigmoid(v) for v in item] if isinstance(item, list) else sigmoid(item) for item in data]
         return {
@@ -311,6 +328,8 @@ class FaultSettings:
     honours_use_activation: bool = True
     # vLLM's completions API beam-searches (`use_beam_search`, beam width `n`); False: a server that cannot.
     beam_search: bool = True
+    # Pooling scores' last bits move with the batch a request lands in (`batch_wobble`), as vLLM's float32 do.
+    score_wobble: bool = False
 
     def validate(self) -> None:
         """Fail at configuration time, not in a handler thread where the error would be easy to miss."""
@@ -472,6 +491,7 @@ class FakeOpenAIServer:
         error_style: str = "openai",
         honours_use_activation: bool = True,
         beam_search: bool = True,
+        score_wobble: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -495,6 +515,7 @@ class FakeOpenAIServer:
             error_style=error_style,
             honours_use_activation=honours_use_activation,
             beam_search=beam_search,
+            score_wobble=score_wobble,
         )
         settings.validate()
         self._settings = settings
@@ -978,7 +999,9 @@ class FakeOpenAIServer:
         path = getattr(handler, "api_path", CHAT_PATH)
         if path != CHAT_PATH:
             self._note_ignored(path, body, settings)
-            payload = _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens, settings)
+            with self._lock:
+                batch = self._requests + self._in_flight  # which batch a real server would have put it in
+            payload = _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens, settings, batch)
             self._reply(handler, 200, payload, key)
             return
         payload = chat_payload(model, text, extra, prompt_tokens)

@@ -23,7 +23,10 @@ from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, 
 
 # How many attempts a failure took, and that a request asked again was not resent: left out when failures
 # are grouped by reason, so the server's words (kept whole: `calls.retry.describe`) group alike.
-ATTEMPTS = re.compile(r" after \d+ attempts| \(its \d+ attempts are spent: not sent again\)")
+ATTEMPTS = re.compile(
+    r" after \d+ attempts| \((?:sent once|sent \d+ times): not sent again\)"
+    r"| \(its \d+ attempts are spent: not sent again\)"  # as runs before 0.x said it (stored records)
+)
 MAX_REASON_CHARS = 500
 DIGITS = re.compile(r"\d+")
 

@@ -270,8 +270,8 @@ def styled_error(style: str, status: int, payload: dict) -> dict:
     error = payload.get("error")
     if not isinstance(error, dict):
         return payload
-    refused_value = error.get("value")
-    error = {name: value for name, value in error.items() if name != "value"}
+    refused_value, model = error.get("value"), error.get("model_group")
+    error = {name: value for name, value in error.items() if name not in ("value", "model_group")}
     if style == "openai":
         return {"error": error}
     message, param = str(error.get("message") or ""), error.get("param")
@@ -282,7 +282,13 @@ def styled_error(style: str, status: int, payload: dict) -> dict:
         return {"object": "error", "message": message, "type": exception, "param": param, "code": status}
     if style == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
-    if error.get("code") in ("unsupported_value", "unsupported_parameter") and param in REASONING_SAMPLING:
+    if error.get("code") == "context_length_exceeded":  # LiteLLM 1.108 through its router, as measured
+        message = (
+            f"ContextWindowExceededError: OpenAIException - {message}\n"
+            f"Received Model Group={model}\nAvailable Model Group Fallbacks=None"
+        )
+        exception = "ContextWindowExceededError: litellm.BadRequestError"
+    elif error.get("code") in ("unsupported_value", "unsupported_parameter") and param in REASONING_SAMPLING:
         message = (
             f"O-series models don't support {param}={refused_value}. Only {param}=1 "
             "is supported. To drop unsupported openai params from the call, set `litellm.drop_params = True`"
@@ -534,6 +540,7 @@ class FakeOpenAIServer:
         self._answered = 0
         self._status_counts: Counter[int | str] = Counter()
         self._answered_keys: Counter[str] = Counter()
+        self._refused_keys: Counter[str] = Counter()
         self._in_flight = 0
         self._max_in_flight = 0
         self._ignored: Counter[str] = Counter()
@@ -682,6 +689,13 @@ class FakeOpenAIServer:
         with self._lock:
             return Counter(self._answered_keys)
 
+    def refused_keys(self) -> Counter[str]:
+        """How often each distinct request body (all its fields: a call's shapes are distinct) was refused
+        (`_refusal`: a context too long, a parameter rejected, an unknown model): one refused twice was
+        sent twice."""
+        with self._lock:
+            return Counter(self._refused_keys)
+
     def snapshot(self) -> dict[str, Any]:
         """All counters at one instant, for assertions and benchmark reports."""
         with self._lock:
@@ -700,6 +714,7 @@ class FakeOpenAIServer:
             self._answered = 0
             self._status_counts.clear()
             self._answered_keys.clear()
+            self._refused_keys.clear()
             self._attempts.clear()
             self._max_in_flight = self._in_flight
             self._ignored.clear()
@@ -868,6 +883,8 @@ class FakeOpenAIServer:
             return
         refusal = self._refusal(body, settings, handler.api_path)
         if refusal is not None:
+            with self._lock:
+                self._refused_keys[hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()] += 1
             self._reply(handler, *refusal)
             return
         key = request_key(body)
@@ -891,26 +908,37 @@ class FakeOpenAIServer:
                     "stream=true is not supported by the fake OpenAI server", "invalid_request_error", None, "stream"
                 ),
             )
-        context_chars = sum(len(text) for text in _message_texts(body)) + len(str(body.get("prompt") or ""))
-        if settings.max_context_chars is not None and context_chars > settings.max_context_chars:
-            return (
-                400,
-                _error_body(
-                    # OpenAI's wording, or vLLM's; characters stand in for tokens here.
-                    f"This model's maximum context length is {settings.max_context_chars} tokens. "
-                    + (
-                        f"However, your request has {context_chars} input tokens. "
-                        "Please reduce the length of the input messages."
-                        if settings.error_style.startswith("vllm") or api_path == POOLING_PATH
-                        else f"However, your messages resulted in {context_chars} tokens. "
-                        "Please reduce the length of the messages."
-                    ),
-                    "invalid_request_error",
-                    "context_length_exceeded",
-                    "messages",
-                ),
-            )
+        # A gateway (LiteLLM) refuses parameters itself, before its upstream sees the request and its length.
+        if settings.error_style == "litellm":
+            return self._rejected_parameter(body, settings) or self._too_long(body, settings, api_path)
+        return self._too_long(body, settings, api_path) or self._rejected_parameter(body, settings)
 
+    @staticmethod
+    def _too_long(body: dict[str, Any], settings: FaultSettings, api_path: str) -> tuple[int, dict[str, Any]] | None:
+        """The context-length 400, when the request's text is longer than `max_context_chars`."""
+        context_chars = sum(len(text) for text in _message_texts(body)) + len(str(body.get("prompt") or ""))
+        if settings.max_context_chars is None or context_chars <= settings.max_context_chars:
+            return None
+        refusal = _error_body(
+            # OpenAI's wording, or vLLM's; characters stand in for tokens here.
+            f"This model's maximum context length is {settings.max_context_chars} tokens. "
+            + (
+                f"However, your request has {context_chars} input tokens. "
+                "Please reduce the length of the input messages."
+                if settings.error_style.startswith("vllm") or api_path == POOLING_PATH
+                else f"However, your messages resulted in {context_chars} tokens. "
+                "Please reduce the length of the messages."
+            ),
+            "invalid_request_error",
+            "context_length_exceeded",
+            "messages",
+        )
+        refusal["error"]["model_group"] = body.get("model")  # for `styled_error`'s wording; never sent
+        return 400, refusal
+
+    @staticmethod
+    def _rejected_parameter(body: dict[str, Any], settings: FaultSettings) -> tuple[int, dict[str, Any]] | None:
+        """A 400 for a parameter the model does not take (`openai_rules`, `rejected_params`)."""
         rejection = openai_rejection(body) if settings.openai_rules else None
         rejected = next((name for name in sorted(settings.rejected_params) if name in body), None)
         if rejection is None and rejected is not None:

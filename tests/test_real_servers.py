@@ -173,6 +173,12 @@ def test_a_run_behind_litellm_sends_each_over_long_call_once(
     assert reason.startswith(f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is {sizes[6]}")
     assert reason.endswith("Received Model Group=team-judge Available Model Group Fallbacks=None")
     assert "\n" not in reason and "sent" not in reason
+    # The adjustment is printed whole, wrapped at words by the console (it used to end "... To drop )").
+    (change,) = published["run"]["requests"]["adjustments"]
+    assert change["endpoint_said"].endswith("set `litellm.drop_params = True`")
+    assert f"request adjusted for team-judge: temperature dropped (the endpoint said: {change['endpoint_said']})" in (
+        " ".join(result.stdout.split())
+    )
 
 
 @pytest.mark.parametrize(

@@ -1240,6 +1240,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--error-style", choices=ERROR_STYLES, default="openai", help="whose error bodies to answer with"
     )
+    parser.add_argument(
+        "--ignore-use-activation",
+        action="store_true",
+        help="/pooling: apply the activation even when asked `use_activation: false`, as vLLM before 0.11.1",
+    )
+    parser.add_argument(
+        "--score-wobble",
+        action="store_true",
+        help="/pooling: move a score's last bits with its batch, as vLLM's float32 scores do",
+    )
     return parser.parse_args(argv)
 
 
@@ -1272,6 +1282,8 @@ def main(argv: list[str] | None = None) -> int:
         openai_rules=args.openai_rules,
         rejected_params=set(args.rejected_params),
         error_style=args.error_style,
+        honours_use_activation=not args.ignore_use_activation,
+        score_wobble=args.score_wobble,
         host=args.host,
         port=args.port,
     )

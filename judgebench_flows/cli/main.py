@@ -317,6 +317,7 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
     import traceback
 
     from judgebench_flows.core.secrets import redact
+    from judgebench_flows.core.text import shorten
 
     trace = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     where = ""
@@ -334,7 +335,8 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
         except OSError:
             where = " (--verbose shows the traceback)"
     line = redact(str(exc)).splitlines()[0] if str(exc).strip() else ""
-    print(f"unexpected error: {type(exc).__name__}{': ' + line[:300] if line else ''}{where}", file=sys.stderr)
+    line = shorten(line, 300, "the traceback")
+    print(f"unexpected error: {type(exc).__name__}{': ' + line if line else ''}{where}", file=sys.stderr)
     return EXIT_BUG
 
 

@@ -20,17 +20,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, flip
+from judgebench_flows.core.text import shorten
 
 # How many attempts a failure took, and that a request asked again was not resent: left out when failures
 # are grouped by reason, so the server's words (kept whole: `calls.retry.describe`) group alike.
-ATTEMPTS = re.compile(r" after \d+ attempts| \(its \d+ attempts are spent: not sent again\)")
-MAX_REASON_CHARS = 500
+ATTEMPTS = re.compile(
+    r" after \d+ attempts| \((?:sent once|sent \d+ times): not sent again\)"
+    r"| \(its \d+ attempts are spent: not sent again\)"  # as runs before 0.x said it (stored records)
+)
+MAX_REASON_CHARS = 2000  # the server's words whole; a longer body is cut at a word (each judgment's error is whole)
 DIGITS = re.compile(r"\d+")
 
 
 def reason_of(error: str) -> str:
     """A failure's reason as results.json groups it: the server's message kept, attempts left out."""
-    return ATTEMPTS.sub("", error)[:MAX_REASON_CHARS]
+    return shorten(ATTEMPTS.sub("", error), MAX_REASON_CHARS, "the judgments' error")
 
 
 class Verdict(Protocol):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from judgebench_flows.core.pricing import format_usd
@@ -52,14 +53,16 @@ def print_results(results: dict[str, Any]) -> None:
     out.print(table)
     problems = _problems(results)
     if problems:
-        out.print(f"[bold yellow]{problems}[/]")
+        out.print(f"[bold yellow]{escape(problems)}[/]")
     failure = (results.get("run") or {}).get("failure")
     if failure:
-        out.print(f"[bold red]run failed: {failure}[/]")
+        out.print(f"[bold red]run failed: {escape(failure)}[/]")
     adjusted = ((results.get("run") or {}).get("requests") or {}).get("adjustments") or []
-    for change in adjusted:
+    for change in adjusted:  # whole, wrapped at words by the console; the server's words are not markup
         out.print(
-            f"request adjusted for {results['model']}: {change['param']} {change['action']} (the endpoint said: {change['endpoint_said'][:120]})"
+            f"request adjusted for {results['model']}: {change['param']} {change['action']} "
+            f"(the endpoint said: {change['endpoint_said']})",
+            markup=False,
         )
     dataset, invalid, usage = results["dataset"], results["invalid"], results["usage"]
     where = f"commit {str(dataset['commit'])[:12]}" if dataset.get("commit") else "local file"

@@ -414,3 +414,65 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
         text = self._responder(params)
         text = str(text.get("content", "")) if isinstance(text, dict) else text
         return {"type": "succeeded", "message": message_body(str(params["model"]), params, text, None)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a batch API (OpenAI's Files + Batches, or Anthropic's Message Batches) on loopback until
+    Ctrl-C or SIGTERM; print its base URL first and the counters to stderr at the end."""
+    import argparse
+    import signal
+    import sys
+
+    from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
+
+    parser = argparse.ArgumentParser(
+        prog="python -m judgebench_flows.testing.fake_batches",
+        description="Serve a fake batch API on loopback: OpenAI's Files and Batch APIs (with its chat "
+        "endpoint), or Anthropic's Message Batches (with its Messages API), validated as the real APIs "
+        "validate them. For `judgebench run --batch` without a provider's key.",
+    )
+    parser.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 (the default) picks a free port")
+    parser.add_argument("--answer", default="My final verdict is [[A>B]]", help="the text of every answer")
+    parser.add_argument(
+        "--oracle", metavar="DATA.jsonl", default=None, help="answer as a judge that knows this data file's labels"
+    )
+    parser.add_argument("--oracle-accuracy", type=float, default=0.75, help="share of pairs it gets right")
+    parser.add_argument("--line-failure-rate", type=float, default=0.0, help="share of lines failing (500/429)")
+    parser.add_argument("--expire-after", type=int, default=None, help="expire a batch after this many lines")
+    parser.add_argument("--api-key", default=None, help="require this key")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    answer: Any = args.answer
+    if args.oracle:
+        answer = oracle_responder(
+            load_pairs(args.oracle), VERDICTS["arena_hard"], accuracy=args.oracle_accuracy, seed=args.seed
+        )
+    kind = FakeBatchServer if args.provider == "openai" else FakeAnthropicBatchServer
+    server = kind(
+        answer,
+        line_failure_rate=args.line_failure_rate,
+        expire_after=args.expire_after,
+        api_key=args.api_key,
+        seed=args.seed,
+        host=args.host,
+        port=args.port,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
+    server.start()
+    print(server.base_url, flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        print(json.dumps(server.snapshot(), default=str), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

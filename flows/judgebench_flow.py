@@ -22,6 +22,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
+from prefect.exceptions import TerminationSignal
 from prefect.utilities.annotations import quote
 from sqlalchemy.engine import Engine
 
@@ -57,6 +58,19 @@ from judgebench_flows.scoring.run_results import DatasetInfo, RunHeader, RunInfo
 from judgebench_flows.tasks.fetch import fetch_dataset
 from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
+
+
+def stop_request(exc: BaseException) -> str | None:
+    """How the run was asked to stop (Ctrl-C, SIGTERM, a cancellation from Prefect), or None when `exc`
+    is a failure. SIGTERM reaches the flow as Prefect's `TerminationSignal`, or as the cancellation of its
+    task when the signal arrived while the event loop was waiting."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C); the same command resumes it"
+    if isinstance(exc, TerminationSignal):
+        return "stopped by SIGTERM; the same command resumes it"
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled; the same command resumes it"
+    return None
 
 
 def output_judge_name(config: RunConfig) -> str:
@@ -393,7 +407,11 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             raise RunFailed(too_little, final)
         return final
     except BaseException as exc:
-        db.fail_run(engine, run_id, exc)
+        stop = stop_request(exc)
+        if stop:
+            db.interrupt_run(engine, run_id, stop)
+        else:
+            db.fail_run(engine, run_id, exc)
         if isinstance(exc, BudgetReached):  # what it spent before it stopped
             db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
         raise

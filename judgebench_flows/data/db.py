@@ -468,6 +468,12 @@ def fail_run(engine: Engine, run_id: str, error: BaseException) -> None:
     update_run(engine, run_id, status="failed", finished=utcnow(), message=message)
 
 
+def interrupt_run(engine: Engine, run_id: str, message: str) -> None:
+    """A run stopped on request (Ctrl-C, SIGTERM, cancelled from the Prefect UI): not a failure of the
+    run or its endpoint; the same command resumes it from the call cache."""
+    update_run(engine, run_id, status="interrupted", finished=utcnow(), message=message[:500])
+
+
 def save_judgments(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
     _upsert(engine, JudgmentRow, list(rows), ["run_id", "pair_id", "order_index"])
 

@@ -79,7 +79,6 @@ class ChatCaller:
     rpm: float | None = None
     engine: Engine | None = None
     cache_mode: CacheMode = "use"
-    global_limit: str | None = None
     global_rate_limit: str | None = None
     adaptive: bool = False
     stats: CallStats = field(default_factory=CallStats)
@@ -133,7 +132,7 @@ class ChatCaller:
             self.engine,
         )
         self.limits = CallLimits(
-            self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
+            self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_rate_limit
         )
         self.cache = CallCache(self.engine, self.cache_mode, self.model)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)

@@ -135,19 +135,21 @@ def command_run(args: argparse.Namespace) -> int:
     preflight(config)
     from judgebench_flows.cli import console
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
-    from judgebench_flows.cli.server_watch import RESUME, ServerWatch
+    from judgebench_flows.cli.server_watch import RESUME, ServerWatch, mark_run_failed
 
     server = use_prefect_server()
-    # A Prefect server that stops mid-run ends it with exit 5 within seconds, not a hang (server_watch).
-    watch = ServerWatch(server.api_url, server.pid, config.db_url).start()
+    # A Prefect server lost mid-run ends it with exit 5 (server_watch cancels it), not a hang.
+    watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_timeout).start()
     try:
         with pointed_at(server):
             return console.run_with_progress(config, show_progress=args.progress)
-    except Exception as exc:  # a configured server that stopped outlasts Prefect's retries, which fail the flow
-        lost = None if isinstance(exc, UserError) else watch.gone()
-        if lost is not None:
-            raise PrefectServerError(f"{lost}; {RESUME}") from exc
-        raise
+    except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
+        lost = watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
+        if lost is None:
+            raise
+        watch.disarm()
+        mark_run_failed(config.db_url, lost)
+        raise PrefectServerError(f"{lost}; {RESUME}") from None
     finally:
         watch.disarm()
 

@@ -597,16 +597,20 @@ def mark_crashed(engine: Engine) -> list[str]:
 
 
 def fail_this_process_runs(engine: Engine, message: str) -> None:
-    """This process's runs still 'running' become 'failed' with `message`: for a process about to end
-    without finishing them (its Prefect server is gone), which `mark_crashed` would otherwise only call
-    'crashed' later, without the reason."""
+    """This process's runs still 'running' (or 'interrupted' by the cancellation that ended them) become
+    'failed' with `message`: for a process whose Prefect server is gone, which `mark_crashed` would
+    otherwise only call 'crashed' later, without the reason."""
 
     def write() -> None:
         with engine.begin() as connection:
             table = _table(RunRow)
             connection.execute(
                 sa.update(table)
-                .where(table.c.status == "running", table.c.host == socket.gethostname(), table.c.pid == os.getpid())
+                .where(
+                    table.c.status.in_(("running", "interrupted")),
+                    table.c.host == socket.gethostname(),
+                    table.c.pid == os.getpid(),
+                )
                 .values(status="failed", finished=utcnow(), message=message[:500])
             )
 

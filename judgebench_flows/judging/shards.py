@@ -181,7 +181,6 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             model=spec.model,
             api_key=read_api_key(settings.api_key_env, settings.api_key_secret, provider=settings.provider),
             engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
-            global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
             request_rule=request_rule_of(spec),
             spend=Spend(spec.price, spec.max_cost) if spec.price is not None else None,

@@ -37,6 +37,7 @@ from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
+from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
@@ -71,6 +72,25 @@ def stop_request(exc: BaseException) -> str | None:
     if isinstance(exc, asyncio.CancelledError):
         return "cancelled; the same command resumes it"
     return None
+
+
+async def hold_configuration(engine: Engine, config_key: str, run_id: str) -> ConfigurationLock:
+    """This run judges its configuration alone in this results database (`data/run_lock`): an identical
+    run in progress is waited for, saying so in one line, and its answers then come from the call cache."""
+    logger = get_run_logger()
+
+    def waiting(holder: Any) -> None:
+        logger.warning(
+            "waiting for run %s of the same configuration (on %s, pid %s) to finish; its answers will come "
+            "from the call cache",
+            holder.run_id[:8],
+            holder.host,
+            holder.pid,
+        )
+
+    lock = ConfigurationLock(engine, config_key, run_id)
+    await asyncio.to_thread(lock.hold, waiting)
+    return lock
 
 
 def output_judge_name(config: RunConfig) -> str:
@@ -355,9 +375,14 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     trace.run_id, trace.config_key = run_id, config_key
-    record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
-    judge_name = output_judge_name(config)
-    sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, judge_name)
+    lock = await hold_configuration(engine, config_key, run_id)
+    try:
+        record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
+        judge_name = output_judge_name(config)
+        sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, judge_name)
+    except BaseException:
+        lock.release()
+        raise
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info(
@@ -415,6 +440,8 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         if isinstance(exc, BudgetReached):  # what it spent before it stopped
             db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
         raise
+    finally:
+        lock.release()
 
 
 __all__ = ["judgebench_flow", "make_shards"]

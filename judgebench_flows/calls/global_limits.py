@@ -50,7 +50,9 @@ LEASE_SECONDS = 60.0  # the shortest lease the Prefect server gives: how long a 
 RENEW_EVERY_SECONDS = LEASE_SECONDS / 3  # two renewals may fail before a lease expires
 POLL_MIN_SECONDS = 0.05  # first wait after the server says the limit is full
 POLL_MAX_SECONDS = 1.0  # longest wait between asks: bounds how long freed slots stay unused
+UNREACHABLE_SECONDS = 600.0  # a wait for slots ends when the server has not answered this long
 LOCKED, NOT_FOUND = 423, 404
+TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
 LEASE_TAG = "judgebench-lease"
 
 logger = logging.getLogger("judgebench_flows.global_limits")
@@ -238,6 +240,7 @@ class SlotLeases:
         self._thread: threading.Thread | None = None
         self._local = threading.local()
         self.requests = 0  # API requests made for slots (the benchmark reports them)
+        self.unreachable_since: float | None = None
 
     def _client(self) -> Any:
         client = getattr(self._local, "client", None)
@@ -266,23 +269,32 @@ class SlotLeases:
 
     def take(self, slots: int, stop: threading.Event | None = None) -> int:
         """Wait for `slots` slots (polling with a short backoff, not the server's Retry-After of up to
-        30 s, so freed slots are not left idle); `stop` ends the wait with `GlobalLimitError`."""
+        30 s, so freed slots are not left idle); `stop` ends the wait with `GlobalLimitError`, and so
+        does a server that has not answered for `UNREACHABLE_SECONDS`."""
         wait = POLL_MIN_SECONDS
         while True:
             handle = self.try_take(slots)
             if handle is not None:
                 return handle
+            if self.unreachable_since and time.monotonic() - self.unreachable_since > UNREACHABLE_SECONDS:
+                raise GlobalLimitError(
+                    f"the Prefect server did not answer for {UNREACHABLE_SECONDS:g} s: no slots of '{self.name}'"
+                )
             if (stop or self._stop).wait(random.uniform(wait / 2, wait)):
                 raise GlobalLimitError(f"stopped waiting for slots of the global concurrency limit '{self.name}'")
             wait = min(POLL_MAX_SECONDS, wait * 2)
 
     def give_back(self, handle: int) -> None:
-        """Return the slots of `handle`: by lease if it still exists, else by count (it was lost)."""
+        """Return the slots of `handle`: by lease if it still exists, else by count (it was lost). A server
+        that does not answer lets the lease expire (`LEASE_SECONDS`); the next run start repairs a lost one."""
         with self._lock:
             held = self._held.pop(handle, None)
         if held is None or held.lease_id is None:
             return
-        self._return(held)
+        try:
+            self._return(held)
+        except (httpx.HTTPError, GlobalLimitError) as exc:
+            logger.warning("could not give back slots of %s: %s", self.name, exc)
 
     def close(self) -> None:
         """Give back every slot still held and stop renewing."""
@@ -300,6 +312,8 @@ class SlotLeases:
             self._local.client = None
 
     def _lease(self, slots: int) -> UUID | None:
+        """A lease on `slots` slots, or None when the limit is full or the server does not answer now
+        (restarting: the run's server watch bounds how long that may last)."""
         client = self._client()
         self.requests += 1
         try:
@@ -308,8 +322,16 @@ class SlotLeases:
             )
         except httpx.HTTPStatusError as exc:
             if _status(exc) == LOCKED:
+                self.unreachable_since = None
+                return None
+            if _status(exc) in TRANSIENT:
+                self.unreachable_since = self.unreachable_since or time.monotonic()
                 return None
             raise GlobalLimitError(f"the Prefect server refused slots of '{self.name}': {exc}") from None
+        except httpx.TransportError:
+            self.unreachable_since = self.unreachable_since or time.monotonic()
+            return None
+        self.unreachable_since = None
         body = response.json()
         if not body.get("limits"):
             raise GlobalLimitError(

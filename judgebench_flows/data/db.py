@@ -142,6 +142,20 @@ class BatchRow(SQLModel, table=True):
     created: datetime = Field(default_factory=utcnow)
 
 
+class RunLockRow(SQLModel, table=True):
+    """Which run judges a configuration now (`data/run_lock`): one row per configuration key, held while
+    its run is alive (renewed before `expires`), so a second identical run waits and then reads the first's
+    answers from the call cache instead of paying for them again."""
+
+    __tablename__ = "run_locks"
+
+    config_key: str = Field(primary_key=True, max_length=64)
+    run_id: str
+    host: str
+    pid: int
+    expires: datetime
+
+
 class SchemaMeta(SQLModel, table=True):
     __tablename__ = "judgebench_schema"
 
@@ -188,7 +202,7 @@ def _table(model: type[SQLModel]) -> sa.Table:
     return model.__table__  # type: ignore[attr-defined]
 
 
-TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, BatchRow, SchemaMeta)]
+TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, BatchRow, RunLockRow, SchemaMeta)]
 WRITE_ATTEMPTS = 8
 
 

@@ -114,18 +114,22 @@ def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> 
     )
 
 
-def cost_of_calls(spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> dict[str, Any]:
+def cost_of_calls(
+    spec: JudgeSpec, sent: CallStats | None, tally: Tally, paid: tuple[int, int, int] | None = None
+) -> dict[str, Any]:
     """results.json's `usage.cost_usd` (None: unpriced, never 0) and `usage.prices` (the entry used).
 
     Paid tokens only: this process's clients count the calls they sent (a cache hit sends none); on Dask
-    the records stand in (judgments none of whose calls came from a cache)."""
+    the answers the call cache holds as paid by this run (`paid`, see `usage_on_dask`), else the records
+    (judgments none of whose calls came from a cache)."""
     if spec.price is None:
         return {"cost_usd": None, "prices": None}
-    prompt, completion = (
-        (sent.prompt_tokens, sent.completion_tokens)
-        if sent is not None
-        else (tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"])
-    )
+    if sent is not None:
+        prompt, completion = sent.prompt_tokens, sent.completion_tokens
+    elif paid is not None and paid[0] >= tally.usage["paid_calls"]:
+        prompt, completion = paid[1], paid[2]
+    else:
+        prompt, completion = tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"]
     return {"cost_usd": round(spec.price.cost(prompt, completion), 6), "prices": spec.price.model_dump()}
 
 
@@ -155,6 +159,18 @@ def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
     if sent is None:
         return {"attempts": None, "errors": None}
     return {"paid_calls": sent.answered, "attempts": sent.attempts, "errors": sent.attempts - sent.answered}
+
+
+def usage_on_dask(paid: tuple[int, int, int] | None, tally: Tally) -> dict[str, int]:
+    """Paid and cached calls of a Dask run, counting what its lost attempts paid.
+
+    A worker that dies mid-shard has paid for the answers it already wrote to the call cache; the shard's
+    retry elsewhere reads them from there, so its records call them cached. The call cache notes the run
+    that paid each answer (`paid`: this run's answers, tokens), so they count as paid, not cached."""
+    if paid is None or paid[0] < tally.usage["paid_calls"]:  # no call cache to ask: the records say it
+        return {}
+    lost_attempts = paid[0] - tally.usage["paid_calls"]
+    return {"paid_calls": paid[0], "cached_calls": max(0, tally.usage["cached_calls"] - lost_attempts)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,7 +382,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
 
     source = await fetch(config)
     trace.commit, trace.data_file = source.commit, source.data_file
-    spec = judge_spec(config, source.templates_dir)
+    spec = judge_spec(config, source.templates_dir).model_copy(update={"run_id": run_id})
     fetch_s = clock.lap()
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
     announce_total(len(index.offsets) * len(spec.orders))
@@ -400,6 +416,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         except RunFailed as exc:  # stopped early: what was judged is still published, then exit 4
             stopped, sent = exc, None
         judge_cpu = time.process_time() - cpu_before
+        paid = await asyncio.to_thread(db.paid_by_run, engine, run_id) if sent is None else None
         timings = Timings(
             fetch_s=fetch_s,
             load_s=load_s,
@@ -413,7 +430,11 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
-            usage={**usage_of_calls(sent), **cost_of_calls(spec, sent, sink.tally)},
+            usage={
+                **usage_of_calls(sent),
+                **(usage_on_dask(paid, sink.tally) if sent is None else {}),
+                **cost_of_calls(spec, sent, sink.tally, paid),
+            },
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings),
         )

@@ -141,7 +141,7 @@ def test_a_run_outlives_a_restarted_prefect_server_or_ends_with_exit_5_and_resum
                 data_path=data,
                 db_url=f"sqlite:///{db}",
             )
-            port = endpoint.port
+            port, base_url = endpoint.port, endpoint.base_url
             run = subprocess.Popen(
                 command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
@@ -168,7 +168,7 @@ def test_a_run_outlives_a_restarted_prefect_server_or_ends_with_exit_5_and_resum
                     run.kill()
                     run.wait()
             answered_first = endpoint.answered_keys()
-        name, _ = limit_names(endpoint.base_url, "judge")
+        name, _ = limit_names(base_url, "judge")
         if back:
             assert run.returncode == 0, stderr[-3000:]
             assert rows(db, "select status from runs") == [("completed",)]

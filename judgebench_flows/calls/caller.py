@@ -96,6 +96,8 @@ class ChatCaller:
     batch_poll_seconds: float = 60.0
     # Where the key came from (`api_keys.describe`), for the message when the endpoint rejects it.
     key_source: str = "$OPENAI_API_KEY"
+    # The run these calls are for, noted with each cached answer (its cost counts lost attempts' answers).
+    paid_by: str | None = None
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -134,7 +136,7 @@ class ChatCaller:
         self.limits = CallLimits(
             self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_rate_limit
         )
-        self.cache = CallCache(self.engine, self.cache_mode, self.model)
+        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
         self._ledger = AttemptLedger()  # one retry budget per request for the run (`budget`)
         self._raw_scores = RawScoreCheck()  # a Pooling API's scores are raw, not activated (`other_apis`)

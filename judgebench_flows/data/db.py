@@ -124,6 +124,9 @@ class CallCacheRow(SQLModel, table=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     created: datetime = Field(default_factory=utcnow)
+    # The run that paid for the answer: a run's cost counts it even when the attempt that paid was lost
+    # (a Dask worker that died after writing it) and the retry read it from here.
+    paid_by: str | None = Field(default=None, max_length=32, index=True)
 
 
 class BatchRow(SQLModel, table=True):
@@ -535,6 +538,17 @@ def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
 
 def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
     _upsert(engine, CallCacheRow, rows, ["key"])
+
+
+def paid_by_run(engine: Engine, run_id: str) -> tuple[int, int, int]:
+    """(answers, prompt tokens, completion tokens) the call cache holds from calls `run_id` paid for."""
+    table = _table(CallCacheRow)
+    query = sa.select(
+        sa.func.count(), sa.func.sum(table.c.prompt_tokens), sa.func.sum(table.c.completion_tokens)
+    ).where(table.c.paid_by == run_id)
+    with engine.connect() as connection:
+        calls, prompt, completion = connection.execute(query).one()
+    return int(calls or 0), int(prompt or 0), int(completion or 0)
 
 
 def batch_save(engine: Engine, row: dict[str, Any]) -> None:

@@ -173,6 +173,27 @@ def usage_on_dask(paid: tuple[int, int, int] | None, tally: Tally) -> dict[str, 
     return {"paid_calls": paid[0], "cached_calls": max(0, tally.usage["cached_calls"] - lost_attempts)}
 
 
+def usage_of_run(engine: Engine, run_id: str, spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> dict[str, Any]:
+    """results.json's `usage` beyond the records': calls sent and what they cost."""
+    paid = db.paid_by_run(engine, run_id) if sent is None else None
+    return {
+        **usage_of_calls(sent),
+        **(usage_on_dask(paid, tally) if sent is None else {}),
+        **cost_of_calls(spec, sent, tally, paid),
+    }
+
+
+def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec) -> None:
+    """The run's row when it ends without results: `interrupted` on request, else `failed`."""
+    stop = stop_request(exc)
+    if stop:
+        db.interrupt_run(engine, run_id, stop)
+    else:
+        db.fail_run(engine, run_id, exc)
+    if isinstance(exc, BudgetReached):  # what it spent before it stopped
+        db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
     """Where the pairs come from: a checkout of the benchmark at a commit, or a local file (`--data-path`)."""
@@ -394,8 +415,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     lock = await hold_configuration(engine, config_key, run_id)
     try:
         record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
-        judge_name = output_judge_name(config)
-        sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, judge_name)
+        sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, output_judge_name(config))
     except BaseException:
         lock.release()
         raise
@@ -416,7 +436,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         except RunFailed as exc:  # stopped early: what was judged is still published, then exit 4
             stopped, sent = exc, None
         judge_cpu = time.process_time() - cpu_before
-        paid = await asyncio.to_thread(db.paid_by_run, engine, run_id) if sent is None else None
+        usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)
         timings = Timings(
             fetch_s=fetch_s,
             load_s=load_s,
@@ -430,11 +450,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
-            usage={
-                **usage_of_calls(sent),
-                **(usage_on_dask(paid, sink.tally) if sent is None else {}),
-                **cost_of_calls(spec, sent, sink.tally, paid),
-            },
+            usage=usage,
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings),
         )
@@ -453,13 +469,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             raise RunFailed(too_little, final)
         return final
     except BaseException as exc:
-        stop = stop_request(exc)
-        if stop:
-            db.interrupt_run(engine, run_id, stop)
-        else:
-            db.fail_run(engine, run_id, exc)
-        if isinstance(exc, BudgetReached):  # what it spent before it stopped
-            db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
+        record_stop(engine, run_id, exc, spec)
         raise
     finally:
         lock.release()

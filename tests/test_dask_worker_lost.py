@@ -105,6 +105,12 @@ def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
     env["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path / "prefect-results")
 
+    with FakeOpenAIServer(VERDICT, api_key=CANARY_KEY) as warm_endpoint:  # workers import and connect once
+        warm = subprocess.run(
+            run_on(tmp_path, address, warm_endpoint, "warm"), env=env, cwd=tmp_path, capture_output=True, text=True
+        )
+        assert warm.returncode == 0, warm.stderr[-3000:]
+
     with FakeOpenAIServer(VERDICT, latency=LATENCY, api_key=CANARY_KEY) as clean_endpoint:
         started = time.monotonic()
         clean = subprocess.run(

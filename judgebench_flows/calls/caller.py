@@ -79,7 +79,6 @@ class ChatCaller:
     rpm: float | None = None
     engine: Engine | None = None
     cache_mode: CacheMode = "use"
-    global_limit: str | None = None
     global_rate_limit: str | None = None
     adaptive: bool = False
     stats: CallStats = field(default_factory=CallStats)
@@ -97,6 +96,8 @@ class ChatCaller:
     batch_poll_seconds: float = 60.0
     # Where the key came from (`api_keys.describe`), for the message when the endpoint rejects it.
     key_source: str = "$OPENAI_API_KEY"
+    # The run these calls are for, noted with each cached answer (its cost counts lost attempts' answers).
+    paid_by: str | None = None
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -133,9 +134,9 @@ class ChatCaller:
             self.engine,
         )
         self.limits = CallLimits(
-            self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
+            self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_rate_limit
         )
-        self.cache = CallCache(self.engine, self.cache_mode, self.model)
+        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
         # One retry budget per request for the run; deterministic rejections for the loop (`budget`).
         self._ledger = AttemptLedger(rejected=rejections_here(self.base_url, self.model))

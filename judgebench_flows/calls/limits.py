@@ -2,8 +2,9 @@
 
 One `asyncio.Semaphore` per caller (one caller per endpoint and event loop) bounds attempts in flight
 across all shards; an optional requests-per-minute pacer spaces their starts; with
-`--adaptive-concurrency` the in-process limit halves on a 429 and grows back slowly; on Dask a Prefect
-global concurrency limit (`global_limits`) also bounds every worker together.
+`--adaptive-concurrency` the in-process limit halves on a 429 and grows back slowly. Across processes
+(Dask workers, separate runs) the run holds slots of a Prefect global concurrency limit for each shard
+(`global_limits`), and the shard's semaphore is its share: attempts take no slot of their own.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 import openai
 
-from judgebench_flows.calls.global_limits import GlobalSlots, wait_for_rate
+from judgebench_flows.calls.global_limits import wait_for_rate
 
 T = TypeVar("T")
 
@@ -108,15 +109,12 @@ class CallLimits:
         request_timeout: float,
         rpm: float | None = None,
         adaptive: bool = False,
-        global_limit: str | None = None,
         global_rate_limit: str | None = None,
     ):
         self.slots = asyncio.Semaphore(concurrency)
         self.pacer = RatePacer(rpm) if rpm else None
         self.adaptive = AdaptiveLimit(concurrency) if adaptive else None
-        self.global_slots = GlobalSlots(global_limit, request_timeout) if global_limit else None
         self.global_rate_limit = global_rate_limit
-        self._only_semaphore = self.adaptive is None and self.global_slots is None
 
     async def run(self, send: Callable[..., Awaitable[T]], *args: Any) -> T:
         """`send(*args)` (one attempt) once the rate budget and a slot allow it."""
@@ -124,42 +122,20 @@ class CallLimits:
             await self.pacer.wait()
         if self.global_rate_limit:
             await wait_for_rate(self.global_rate_limit)
-        if self._only_semaphore:  # the default: nothing but the semaphore
+        if self.adaptive is None:  # the default: nothing but the semaphore
             async with self.slots:
                 return await send(*args)
-        return await self._limited(send, *args)
+        return await self._adaptive(self.adaptive, send, *args)
 
-    async def _limited(self, send: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """An in-process slot (adaptive, or the semaphore), then a slot of the global limit.
-
-        The in-process slot is freed first and the global one given back a loop tick later, so the call
-        that was waiting for the in-process slot is already waiting for a global one and takes the lease
-        over directly. With equal limits (in-process runs) every lease would otherwise go back to the
-        Prefect server and be asked for again.
-        """
-        epoch = 0
-        if self.adaptive:
-            epoch = await self.adaptive.acquire()
-        else:
-            await self.slots.acquire()
-        lease = None
+    async def _adaptive(self, adaptive: AdaptiveLimit, send: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """A slot of the adaptive limit, cut when the endpoint answers 429."""
+        epoch = await adaptive.acquire()
         try:
-            if self.global_slots:
-                lease = await self.global_slots.take()
-            try:
-                response = await send(*args)
-            except openai.RateLimitError:
-                if self.adaptive:
-                    self.adaptive.rate_limited(epoch)
-                raise
+            response = await send(*args)
+        except openai.RateLimitError:
+            adaptive.rate_limited(epoch)
+            raise
         finally:
-            if self.adaptive:
-                self.adaptive.release()
-            else:
-                self.slots.release()
-            if lease is not None:
-                await asyncio.sleep(0)
-                await self.global_slots.give_back(lease)  # type: ignore[union-attr]
-        if self.adaptive:
-            self.adaptive.succeeded()
+            adaptive.release()
+        adaptive.succeeded()
         return response

@@ -95,6 +95,12 @@ class RunConfig(BaseModel):
     )
     task_runner: Literal["thread", "dask"] = Field(default="thread", description="where shards run")
     dask_address: str | None = Field(default=None, description="tcp://HOST:PORT of a Dask scheduler")
+    server_lost_timeout: float | None = Field(
+        default=None,
+        ge=0,
+        description="seconds a run waits for a Prefect server that stopped answering before it ends with exit 5 "
+        "(default: $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120); a server back in time lets the run go on",
+    )
     global_limit: bool | None = Field(
         default=None,
         description="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency "

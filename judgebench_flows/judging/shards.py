@@ -85,6 +85,8 @@ class JudgeSpec(BaseModel):
     sampling_overrides: dict[str, Any] = {}
     orders: tuple[int, ...] = (0, 1)
     db_url: str | None = None
+    # The run judging (not part of any cache key): noted with each answer it pays for (`db.paid_by_run`).
+    run_id: str | None = None
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, Any] = {}
@@ -181,8 +183,8 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             model=spec.model,
             api_key=read_api_key(settings.api_key_env, settings.api_key_secret, provider=settings.provider),
             engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
-            global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
+            paid_by=spec.run_id,
             request_rule=request_rule_of(spec),
             spend=Spend(spec.price, spec.max_cost) if spec.price is not None else None,
         )

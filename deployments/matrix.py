@@ -49,6 +49,10 @@ class ModelSpec(BaseModel):
     # Its API (None: the matrix's `options`, else openai) and whether it is judged by batch (half price).
     provider: Literal["openai", "anthropic"] | None = None
     batch: bool | None = None
+    # The limit of the model's endpoint, shared by every cell calling it (None: the matrix's). Models
+    # that share an endpoint and give different values share the smallest.
+    concurrency: int | None = Field(default=None, ge=1, le=4096, description="calls in flight to its endpoint")
+    rpm: float | None = Field(default=None, gt=0, description="requests per minute to its endpoint")
 
     @property
     def name(self) -> str:
@@ -79,10 +83,21 @@ class ModelSpec(BaseModel):
 
 
 class MatrixEntry(BaseModel):
-    """One cell of the matrix: its name (also the subflow run's name and output folder) and its config."""
+    """One cell of the matrix: its name (also the subflow run's name and output folder), its config, and
+    the endpoint whose limit it shares with every other cell calling it (`endpoint_of`)."""
 
     name: str
     config: RunConfig
+    endpoint: str = ""
+
+
+def endpoint_of(config: RunConfig) -> str:
+    """The endpoint a cell's calls go to, as cells share its limit: its provider and URL (the provider's
+    default URL when none is given), never credentials; `local` for a judge that calls none."""
+    identity = config.endpoint_identity()
+    if not config.needs_endpoint:
+        return "local"
+    return f"{config.endpoint.provider} {identity or '(default URL)'}"
 
 
 class NightlyMatrix(BaseModel):
@@ -107,6 +122,8 @@ class NightlyMatrix(BaseModel):
         description="the night's budget in USD: each run's --max-cost is what the night has left (or less)",
     )
     options: dict[str, Any] = Field(default_factory=dict)
+    # Cells judged at once (batch cells, which mostly wait, are not counted): bounds the night's memory.
+    cells_in_flight: int = Field(default=8, ge=1, le=256)
 
     @field_validator("judge_types", "data_files")
     @classmethod
@@ -166,7 +183,7 @@ class NightlyMatrix(BaseModel):
 
         `base_url` and `max_samples` override the file (the flow's parameters, for a quick manual run).
         """
-        entries = []
+        entries, specs = [], []
         for judge_type in self.judge_types:
             for spec in self.models:
                 for data_file in self.data_files:
@@ -191,8 +208,29 @@ class NightlyMatrix(BaseModel):
                             "output_dir": str(folder),
                         }
                     )
-                    entries.append(MatrixEntry(name=name, config=config))
-        return entries
+                    entries.append(MatrixEntry(name=name, config=config, endpoint=endpoint_of(config)))
+                    specs.append(spec)
+        return self._endpoint_limits(entries, specs)
+
+    def _endpoint_limits(self, entries: list[MatrixEntry], specs: list[ModelSpec]) -> list[MatrixEntry]:
+        """Every cell on one endpoint gets the endpoint's one `concurrency` and `rpm` (the cells then share
+        one limit in the process: `calls.limits`): the value its models give (the smallest, should they
+        differ), else the matrix's."""
+        given: dict[str, tuple[list[int], list[float]]] = {}
+        for entry, spec in zip(entries, specs, strict=True):
+            concurrencies, rpms = given.setdefault(entry.endpoint, ([], []))
+            concurrencies += [spec.concurrency] if spec.concurrency else []
+            rpms += [spec.rpm] if spec.rpm else []
+        shaped = []
+        for entry in entries:
+            concurrencies, rpms = given[entry.endpoint]
+            limit = {
+                "concurrency": min(concurrencies, default=self.concurrency),
+                "rpm": min(rpms, default=entry.config.endpoint.rpm),
+            }
+            endpoint = entry.config.endpoint.model_copy(update=limit)
+            shaped.append(entry.model_copy(update={"config": entry.config.model_copy(update={"endpoint": endpoint})}))
+        return shaped
 
 
 def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]:
@@ -283,4 +321,4 @@ def load_matrix(path: str | Path) -> NightlyMatrix:
     return parse_matrix(data, str(path))
 
 
-__all__ = ["NightlyMatrix", "MatrixEntry", "cell_name", "load_matrix", "parse_matrix"]
+__all__ = ["NightlyMatrix", "MatrixEntry", "cell_name", "endpoint_of", "load_matrix", "parse_matrix"]

@@ -332,7 +332,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
 
     source = await fetch(config)
     trace.commit, trace.data_file = source.commit, source.data_file
-    spec = judge_spec(config, source.templates_dir)
+    spec = judge_spec(config, source.templates_dir).model_copy(update={"run_id": run_id})
     fetch_s = clock.lap()
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
     announce_total(len(index.offsets) * len(spec.orders))

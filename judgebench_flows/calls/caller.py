@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.budget import AttemptLedger
 from judgebench_flows.calls.cache import CallCache, request_key
-from judgebench_flows.calls.limits import CallLimits
+from judgebench_flows.calls.limits import endpoint_label, shared_limits
 from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
 from judgebench_flows.calls.providers import cache_api, model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
@@ -132,8 +132,14 @@ class ChatCaller:
             self.batch_poll_seconds if self.batch else None,
             self.engine,
         )
-        self.limits = CallLimits(
-            self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
+        self.limits = shared_limits(  # one limit per endpoint for every caller of it in this event loop
+            endpoint_label(self.provider, self.base_url),
+            self.concurrency,
+            self.request_timeout,
+            self.rpm,
+            self.adaptive,
+            self.global_limit,
+            self.global_rate_limit,
         )
         self.cache = CallCache(self.engine, self.cache_mode, self.model)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)

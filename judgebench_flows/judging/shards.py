@@ -98,6 +98,9 @@ class JudgeSpec(BaseModel):
     # caller tracks the spend of the calls it sends. Not part of any cache key: prices change no answer.
     price: PricedAs | None = None
     max_cost: float | None = None
+    # The run this spec judges for: runs side by side in one process (the nightly matrix's cells) each
+    # get their own caller, counted and closed apart, even when they judge alike. Part of no cache key.
+    run_id: str = ""
 
     @property
     def base_url(self) -> str:
@@ -239,11 +242,18 @@ def callers_by_loop() -> list[tuple[asyncio.AbstractEventLoop, list[ChatCaller]]
     ]
 
 
-async def close_runtimes() -> CallStats:
-    """Close this loop's endpoint clients (their connections belong to the loop that is about to end);
-    returns what they sent, summed (see `usage_of_calls`)."""
+async def close_runtimes(spec: JudgeSpec | None = None) -> CallStats:
+    """Close this loop's endpoint clients (their connections belong to the loop that is about to end), or
+    only `spec`'s (a run ending while others go on in the same loop); returns what they sent, summed (see
+    `usage_of_calls`)."""
     total = CallStats()
-    for runtime in _runtimes.pop(asyncio.get_running_loop(), {}).values():
+    loop = asyncio.get_running_loop()
+    if spec is None:
+        closing = list(_runtimes.pop(loop, {}).values())
+    else:
+        runtime = _runtimes.get(loop, {}).pop(spec.model_dump_json(), None)
+        closing = [runtime] if runtime is not None else []
+    for runtime in closing:
         await runtime.caller.aclose()
         for name in (f.name for f in dataclasses.fields(CallStats)):
             setattr(total, name, getattr(total, name) + getattr(runtime.caller.stats, name))

@@ -48,9 +48,12 @@ from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_mat
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.flows.retries import BenchmarkFailed, is_transient
+from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
+# How long synchronous cells wait for the batch cells to start judging (their batches to go out first).
+BATCH_HEAD_START_SECONDS = 120.0
 
 
 class CellOutcome(BaseModel):
@@ -301,13 +304,28 @@ async def nightly_benchmarks(
     budgets = await night_budgets(entries, matrix.max_cost)
     places = asyncio.Semaphore(matrix.cells_in_flight)
 
+    batch_judging = [asyncio.Event() for e in entries if e.config.endpoint.batch]
+    batch_started = iter(batch_judging)
+
     async def run_cell(planned: MatrixEntry, budget: float | None) -> CellOutcome:
-        """One cell once it has a place among the cells in flight (a batch cell needs none)."""
+        """One cell once it has a place among the cells in flight (a batch cell needs none, and the
+        synchronous cells give the batch cells a head start: Prefect sets subflows up one at a time)."""
         queued = time.monotonic()
-        async with contextlib.nullcontext() if planned.config.endpoint.batch else places:
+        judging = next(batch_started) if planned.config.endpoint.batch else None
+        if judging is None and batch_judging:
+            waits = [asyncio.create_task(event.wait()) for event in batch_judging]
+            await asyncio.wait(waits, timeout=BATCH_HEAD_START_SECONDS)
+            for waiting in waits:
+                waiting.cancel()
+        async with contextlib.nullcontext() if judging else places:
             began = time.monotonic()
             entry = _within_night_budget(planned, budget)
-            outcome, _ = await judge_cell(entry, retry_delay_seconds)
+            judging_begins.set(judging.set if judging else None)
+            try:
+                outcome, _ = await judge_cell(entry, retry_delay_seconds)
+            finally:
+                if judging:  # failed before judging: nobody waits for it any longer
+                    judging.set()
         outcome.endpoint = planned.endpoint
         outcome.wait_s, outcome.duration_s = round(began - queued, 3), round(time.monotonic() - began, 3)
         log = logger.info if outcome.status == "completed" else logger.error
@@ -320,7 +338,11 @@ async def nightly_benchmarks(
         )
         return outcome
 
-    outcomes = list(await asyncio.gather(*(run_cell(e, b) for e, b in zip(entries, budgets, strict=True))))
+    # Batch cells start first, so their batches are submitted at the start of the night; outcomes stay
+    # in matrix order.
+    order = sorted(range(len(entries)), key=lambda i: not entries[i].config.endpoint.batch)
+    started_cells = {i: asyncio.create_task(run_cell(entries[i], budgets[i])) for i in order}
+    outcomes = list(await asyncio.gather(*(started_cells[i] for i in range(len(entries)))))
     wall_s = round(time.monotonic() - started, 3)
     endpoints = endpoint_usage()
 

@@ -9,6 +9,7 @@ client.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import hashlib
 import weakref
@@ -63,9 +64,19 @@ def add_total_hook(hook: TotalHook) -> None:
     _total_hooks.append(hook)
 
 
+# Told when the run of this context starts judging, its data read: the nightly flow starts its
+# synchronous cells once its batch cells are that far, so their batches go out first.
+judging_begins: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "judging_begins", default=None
+)
+
+
 def announce_total(judgments: int) -> None:
     for hook in _total_hooks:
         hook(judgments)
+    begun = judging_begins.get()
+    if begun is not None:
+        begun()
 
 
 def clear_progress_hooks() -> None:

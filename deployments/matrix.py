@@ -9,8 +9,10 @@ unknown key or a bad value is a `UserError` naming the key, and every combinatio
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -124,6 +126,39 @@ class NightlyMatrix(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     # Cells judged at once (batch cells, which mostly wait, are not counted): bounds the night's memory.
     cells_in_flight: int = Field(default=8, ge=1, le=256)
+    # When the night must be done: a time of day in a time zone ("07:00 Europe/Berlin": the next such
+    # moment after the night's scheduled start), or minutes after that start. At the deadline, what
+    # batches have not answered is cancelled and judged synchronously (calls.batch).
+    finish_by: str | None = None
+    deadline_minutes: float | None = Field(default=None, gt=0)
+
+    @field_validator("finish_by")
+    @classmethod
+    def _time_of_day(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_finish_by(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_deadline(self) -> NightlyMatrix:
+        if self.finish_by is not None and self.deadline_minutes is not None:
+            raise ValueError("give one deadline: finish_by or deadline_minutes, not both")
+        return self
+
+    def deadline(self, start: datetime) -> datetime | None:
+        """The night's deadline for a night that started (or was scheduled) at `start` (aware)."""
+        if self.deadline_minutes is not None:
+            return start + timedelta(minutes=self.deadline_minutes)
+        if self.finish_by is None:
+            return None
+        hour, minute, zone = parse_finish_by(self.finish_by)
+        local = start.astimezone(zone)
+        moment = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        return (
+            moment
+            if moment > local
+            else (local + timedelta(days=1)).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        )
 
     @field_validator("judge_types", "data_files")
     @classmethod
@@ -233,6 +268,18 @@ class NightlyMatrix(BaseModel):
         return shaped
 
 
+def parse_finish_by(value: str) -> tuple[int, int, ZoneInfo]:
+    """`HH:MM Area/City` (IANA time zone; `UTC` too): the hour, minute and zone, or ValueError."""
+    match = re.fullmatch(r"\s*(\d{1,2}):(\d{2})\s+(\S+)\s*", value)
+    if not match or int(match[1]) > 23 or int(match[2]) > 59:
+        raise ValueError(f"expected a time of day and a time zone, such as '07:00 Europe/Berlin', got {value!r}")
+    try:
+        zone = ZoneInfo(match[3])
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {match[3]!r} (an IANA name such as Europe/Berlin)") from None
+    return int(match[1]), int(match[2]), zone
+
+
 def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]:
     """A model's own key source wins over the matrix's; the two kinds never mix."""
     if spec.api_key_env or spec.api_key_secret:
@@ -286,7 +333,7 @@ def parse_matrix(data: Any, source: str = "matrix") -> NightlyMatrix:
             if error["type"] == "extra_forbidden"
             else error["msg"].removeprefix("Value error, ")
         )
-        raise UserError(f"{source}: {key}: {message}") from None
+        raise UserError(f"{source}: {key}: {message}" if error["loc"] else f"{source}: {message}") from None
     _check_judge_types(matrix, source)
     try:
         matrix.entries()

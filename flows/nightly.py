@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -215,6 +216,34 @@ async def night_budgets(entries: list[MatrixEntry], max_cost: float | None) -> l
     ]
 
 
+def night_start() -> datetime:
+    """When the night was scheduled to start (a rescheduled or retried night keeps its deadline), else now."""
+    run = get_run_context().flow_run  # type: ignore[union-attr]
+    expected = getattr(run, "expected_start_time", None)
+    return expected if isinstance(expected, datetime) and expected.tzinfo else datetime.now(timezone.utc)
+
+
+def with_deadline(entries: list[MatrixEntry], deadline: datetime | None) -> list[MatrixEntry]:
+    """Batch cells with the night's deadline: then their open batches are cancelled and what they have
+    not answered is judged synchronously (calls.batch), so the morning's report exists."""
+    if deadline is None:
+        return entries
+    get_run_logger().info("deadline %s: unanswered batch requests then go synchronous", deadline.isoformat())
+    moment = deadline.isoformat()
+    return [
+        e.model_copy(
+            update={
+                "config": e.config.model_copy(
+                    update={"endpoint": e.config.endpoint.model_copy(update={"batch_deadline": moment})}
+                )
+            }
+        )
+        if e.config.endpoint.batch
+        else e
+        for e in entries
+    ]
+
+
 def night_markdown(wall_s: float, endpoints: dict[str, dict[str, Any]], outcomes: list[CellOutcome]) -> str:
     """The night's timing: its wall time, each endpoint's calls and busy time, each cell's wait."""
     lines = [
@@ -259,19 +288,77 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
     return "\n".join(lines)
 
 
-async def judge_cell(entry: MatrixEntry, retry_delay_seconds: float) -> tuple[CellOutcome, State]:
+async def judge_cell(
+    entry: MatrixEntry, retry_delay_seconds: float, place: asyncio.Semaphore | None = None
+) -> tuple[CellOutcome, State]:
     """A configuration's judging subflow, run once more after `retry_delay_seconds` if it failed for a
-    reason that may pass; persist_result lets a rescheduled night reuse a finished subflow."""
+    reason that may pass; persist_result lets a rescheduled night reuse a finished subflow. `place`: the
+    cell's place among the cells in flight, given up while it waits to try again."""
     logger = get_run_logger()
     subflow = judgebench_flow.with_options(flow_run_name=entry.name, persist_result=True)
     state = await subflow(entry.config, retried_if_transient=True, return_state=True)
     outcome = await outcome_of(entry, state)
     if outcome.status == "failed" and outcome.transient:
         logger.warning("%s failed (%s); trying once more in %g s", entry.name, outcome.message, retry_delay_seconds)
-        await asyncio.sleep(retry_delay_seconds)
+        if place is not None:
+            place.release()
+        try:
+            await asyncio.sleep(retry_delay_seconds)
+        finally:
+            if place is not None:
+                await place.acquire()
         state = await subflow(entry.config, return_state=True)
         outcome = await outcome_of(entry, state)
     return outcome, state
+
+
+async def judge_cells(
+    entries: list[MatrixEntry], budgets: list[float | None], cells_in_flight: int, retry_delay_seconds: float
+) -> list[CellOutcome]:
+    """Every cell side by side, up to `cells_in_flight` synchronous ones at once; outcomes in matrix order."""
+    logger = get_run_logger()
+    places = asyncio.Semaphore(cells_in_flight)
+
+    batch_judging = [asyncio.Event() for e in entries if e.config.endpoint.batch]
+    batch_started = iter(batch_judging)
+
+    async def run_cell(planned: MatrixEntry, budget: float | None) -> CellOutcome:
+        """One cell once it has a place among the cells in flight (a batch cell needs none, and the
+        synchronous cells give the batch cells a head start: Prefect sets subflows up one at a time)."""
+        queued = time.monotonic()
+        judging = next(batch_started) if planned.config.endpoint.batch else None
+        if judging is None and batch_judging:
+            waits = [asyncio.create_task(event.wait()) for event in batch_judging]
+            await asyncio.wait(waits, timeout=BATCH_HEAD_START_SECONDS)
+            for waiting in waits:
+                waiting.cancel()
+        async with contextlib.nullcontext() if judging else places:
+            began = time.monotonic()
+            entry = _within_night_budget(planned, budget)
+            judging_begins.set(judging.set if judging else None)
+            try:
+                outcome, _ = await judge_cell(entry, retry_delay_seconds, None if judging else places)
+            finally:
+                if judging:  # failed before judging: nobody waits for it any longer
+                    judging.set()
+        outcome.endpoint = planned.endpoint
+        outcome.wait_s, outcome.duration_s = round(began - queued, 3), round(time.monotonic() - began, 3)
+        log = logger.info if outcome.status == "completed" else logger.error
+        log(
+            "%s: %s, accuracy %s%s",
+            entry.name,
+            outcome.status,
+            _pct(outcome.accuracy),
+            f" ({outcome.message})" if outcome.message else "",
+        )
+        return outcome
+
+    # Batch cells start first, so their batches are submitted at the start of the night; outcomes stay
+    # in matrix order.
+    order = sorted(range(len(entries)), key=lambda i: not entries[i].config.endpoint.batch)
+    started_cells = {i: asyncio.create_task(run_cell(entries[i], budgets[i])) for i in order}
+    outcomes = list(await asyncio.gather(*(started_cells[i] for i in range(len(entries)))))
+    return outcomes
 
 
 @flow(name="nightly-benchmarks", log_prints=False)
@@ -302,47 +389,8 @@ async def nightly_benchmarks(
         matrix.cells_in_flight,
     )
     budgets = await night_budgets(entries, matrix.max_cost)
-    places = asyncio.Semaphore(matrix.cells_in_flight)
-
-    batch_judging = [asyncio.Event() for e in entries if e.config.endpoint.batch]
-    batch_started = iter(batch_judging)
-
-    async def run_cell(planned: MatrixEntry, budget: float | None) -> CellOutcome:
-        """One cell once it has a place among the cells in flight (a batch cell needs none, and the
-        synchronous cells give the batch cells a head start: Prefect sets subflows up one at a time)."""
-        queued = time.monotonic()
-        judging = next(batch_started) if planned.config.endpoint.batch else None
-        if judging is None and batch_judging:
-            waits = [asyncio.create_task(event.wait()) for event in batch_judging]
-            await asyncio.wait(waits, timeout=BATCH_HEAD_START_SECONDS)
-            for waiting in waits:
-                waiting.cancel()
-        async with contextlib.nullcontext() if judging else places:
-            began = time.monotonic()
-            entry = _within_night_budget(planned, budget)
-            judging_begins.set(judging.set if judging else None)
-            try:
-                outcome, _ = await judge_cell(entry, retry_delay_seconds)
-            finally:
-                if judging:  # failed before judging: nobody waits for it any longer
-                    judging.set()
-        outcome.endpoint = planned.endpoint
-        outcome.wait_s, outcome.duration_s = round(began - queued, 3), round(time.monotonic() - began, 3)
-        log = logger.info if outcome.status == "completed" else logger.error
-        log(
-            "%s: %s, accuracy %s%s",
-            entry.name,
-            outcome.status,
-            _pct(outcome.accuracy),
-            f" ({outcome.message})" if outcome.message else "",
-        )
-        return outcome
-
-    # Batch cells start first, so their batches are submitted at the start of the night; outcomes stay
-    # in matrix order.
-    order = sorted(range(len(entries)), key=lambda i: not entries[i].config.endpoint.batch)
-    started_cells = {i: asyncio.create_task(run_cell(entries[i], budgets[i])) for i in order}
-    outcomes = list(await asyncio.gather(*(started_cells[i] for i in range(len(entries)))))
+    entries = with_deadline(entries, matrix.deadline(night_start()))
+    outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
     wall_s = round(time.monotonic() - started, 3)
     endpoints = endpoint_usage()
 

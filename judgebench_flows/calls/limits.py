@@ -227,7 +227,11 @@ def shared_limits(
     same values: runs side by side in one process (the nightly matrix's cells) hold one `concurrency`
     and one `rpm` per endpoint together, not one each."""
     key = (endpoint, concurrency, request_timeout, rpm, adaptive, global_limit, global_rate_limit)
-    per_loop = _shared.setdefault(asyncio.get_running_loop(), {})
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # made outside a loop (a script's caller): its own limits
+        return CallLimits(concurrency, request_timeout, rpm, adaptive, global_limit, global_rate_limit)
+    per_loop = _shared.setdefault(loop, {})
     limits = per_loop.get(key)
     if limits is None:
         limits = CallLimits(concurrency, request_timeout, rpm, adaptive, global_limit, global_rate_limit)

@@ -75,6 +75,15 @@ def cost_usd(price: ModelPrice | PricedAs, prompt_tokens: int, completion_tokens
     return round(dollars * (price.batch_discount if batch else 1.0), 10)
 
 
+def split_cost(
+    price: PricedAs, prompt_tokens: int, completion_tokens: int, sync_prompt: int = 0, sync_completion: int = 0
+) -> float:
+    """Dollars for a run's tokens, of which `sync_*` were sent synchronously by a batch run (deadline
+    passed, batches expired): those pay the synchronous price, the rest the run's own."""
+    batched = price.cost(prompt_tokens - sync_prompt, completion_tokens - sync_completion)
+    return round(batched + cost_usd(price, sync_prompt, sync_completion, False), 10)
+
+
 def batch_of(config: Any) -> bool:
     """Whether the run sends its calls through the provider's batch API (priced at the batch discount)."""
     return bool(config.endpoint.batch)
@@ -205,11 +214,16 @@ class Spend:
     spent: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Tokens of a batch run's synchronous answers (past its deadline): paid without the batch discount.
+    synchronous_tokens: tuple[int, int] = (0, 0)
 
-    def charge(self, prompt_tokens: int, completion_tokens: int) -> None:
+    def charge(self, prompt_tokens: int, completion_tokens: int, synchronous: bool = False) -> None:
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
-        self.spent = self.price.cost(self.prompt_tokens, self.completion_tokens)
+        if synchronous:
+            sync_prompt, sync_completion = self.synchronous_tokens
+            self.synchronous_tokens = (sync_prompt + prompt_tokens, sync_completion + completion_tokens)
+        self.spent = split_cost(self.price, self.prompt_tokens, self.completion_tokens, *self.synchronous_tokens)
 
     def check(self) -> None:
         if self.max_cost is not None and self.spent >= self.max_cost:

@@ -368,4 +368,49 @@ def load_matrix(path: str | Path) -> NightlyMatrix:
     return parse_matrix(data, str(path))
 
 
+def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:
+    """What a night of this matrix runs: each endpoint with its one limit and its cells, and the deadline."""
+    entries = matrix.entries()
+    lines = [f"{len(entries)} configurations, up to {matrix.cells_in_flight} synchronous ones at once"]
+    for endpoint in dict.fromkeys(e.endpoint for e in entries):
+        cells = [e for e in entries if e.endpoint == endpoint]
+        settings = cells[0].config.endpoint
+        rpm = f", rpm {settings.rpm:g}" if settings.rpm else ""
+        lines.append(f"{endpoint}: concurrency {settings.concurrency}{rpm} shared by {len(cells)} cells")
+        lines += [f"  {e.name}{' (batch)' if e.config.endpoint.batch else ''}" for e in cells]
+    deadline = matrix.deadline(now)
+    if deadline is not None:
+        lines.append(f"deadline: {deadline.isoformat()} for a night starting {now.isoformat(timespec='minutes')}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m judgebench_flows.deployments.matrix MATRIX`: check a matrix as the night will, before
+    any call, and print its endpoints, their limits and cells, and the deadline; bad input: one line, exit 2."""
+    import argparse
+    import sys
+    from datetime import timezone
+
+    parser = argparse.ArgumentParser(description="Check a nightly matrix and show what a night of it runs.")
+    parser.add_argument("matrix", help="the matrix file (e.g. deployments/nightly.yaml)")
+    parser.add_argument("--start", help="the night's start (ISO 8601 with offset; default: now) for its deadline")
+    args = parser.parse_args(argv)
+    try:
+        now = datetime.fromisoformat(args.start) if args.start else datetime.now(timezone.utc)
+        if now.tzinfo is None:
+            raise UserError("--start: give its UTC offset (+01:00, Z)")
+        print("\n".join(describe(load_matrix(args.matrix), now)))
+    except ValueError as exc:
+        print(f"error: --start: {exc}", file=sys.stderr)
+        return 2
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
 __all__ = ["NightlyMatrix", "MatrixEntry", "cell_name", "endpoint_of", "load_matrix", "parse_matrix"]

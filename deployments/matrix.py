@@ -9,6 +9,7 @@ unknown key or a bad value is a `UserError` naming the key, and every combinatio
 from __future__ import annotations
 
 import re
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -376,12 +377,17 @@ def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:
         cells = [e for e in entries if e.endpoint == endpoint]
         settings = cells[0].config.endpoint
         rpm = f", rpm {settings.rpm:g}" if settings.rpm else ""
-        lines.append(f"{endpoint}: concurrency {settings.concurrency}{rpm} shared by {len(cells)} cells")
-        lines += [f"  {e.name}{' (batch)' if e.config.endpoint.batch else ''}" for e in cells]
+        lines.append(f"{endpoint}: concurrency {settings.concurrency}{rpm} shared by {_cells(len(cells))}")
+        models = Counter(f"{e.config.model}{' (batch)' if e.config.endpoint.batch else ''}" for e in cells)
+        lines += [f"  {model}: {_cells(count)}" for model, count in models.items()]
     deadline = matrix.deadline(now)
     if deadline is not None:
         lines.append(f"deadline: {deadline.isoformat()} for a night starting {now.isoformat(timespec='minutes')}")
     return lines
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell{'s' if count != 1 else ''}"
 
 
 def main(argv: list[str] | None = None) -> int:

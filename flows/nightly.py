@@ -43,7 +43,7 @@ from judgebench_flows.calls.limits import endpoint_usage
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
-from judgebench_flows.core.pricing import BudgetReached, format_usd
+from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, night_spend
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
@@ -390,6 +390,8 @@ async def nightly_benchmarks(
     )
     budgets = await night_budgets(entries, matrix.max_cost)
     entries = with_deadline(entries, matrix.deadline(night_start()))
+    if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
+        night_spend.set(NightSpend(matrix.max_cost))
     outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
     wall_s = round(time.monotonic() - started, 3)
     endpoints = endpoint_usage()

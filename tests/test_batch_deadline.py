@@ -84,3 +84,16 @@ def test_synchronous_answers_of_a_batch_run_pay_the_synchronous_price() -> None:
 def test_a_bad_batch_deadline_is_refused(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RunConfig(model="m", batch=True, batch_deadline=value)
+
+
+def test_cells_side_by_side_count_their_spending_against_the_nights_budget() -> None:
+    from judgebench_flows.core.pricing import BudgetReached, NightSpend
+
+    price = PricedAs(model="m", input_per_mtok=1.0, output_per_mtok=0.0)
+    night = NightSpend(max_cost=1.5)
+    a, b = Spend(price, max_cost=1.0, night=night), Spend(price, max_cost=1.0, night=night)
+    a.charge(800_000, 0)
+    b.charge(800_000, 0)  # each cell within its own budget, the two together past the night's
+    assert night.spent == pytest.approx(1.6)
+    with pytest.raises(BudgetReached, match="the night's budget is reached"):
+        a.check()

@@ -27,7 +27,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
+from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, night_spend, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
@@ -198,7 +198,7 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
             request_rule=request_rule_of(spec),
-            spend=Spend(spec.price, spec.max_cost) if spec.price is not None else None,
+            spend=Spend(spec.price, spec.max_cost, night=night_spend.get()) if spec.price is not None else None,
         )
         runtime = Runtime(build_judge(spec), caller)
         caller.api = runtime.judge.api  # judge_lm/panda_lm: completions; reward_model: pooling

@@ -31,7 +31,7 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.pricing import BudgetReached, retirement_notice
+from judgebench_flows.core.pricing import BudgetReached, cost_usd, retirement_notice, split_cost
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
@@ -123,14 +123,22 @@ def cost_of_calls(
     Paid tokens only: this process's clients count the calls they sent (a cache hit sends none); on Dask
     the answers the call cache holds as paid by this run (`paid`, see `usage_on_dask`), else the records
     (judgments none of whose calls came from a cache)."""
+    synchronous: dict[str, Any] = (
+        {"synchronous_calls": sent.synchronous} if sent is not None and sent.synchronous else {}
+    )
     if spec.price is None:
-        return {"cost_usd": None, "prices": None}
+        return {"cost_usd": None, "prices": None, **synchronous}
     if sent is not None:
         prompt, completion = sent.prompt_tokens, sent.completion_tokens
     elif paid is not None and paid[0] >= tally.usage["paid_calls"]:
         prompt, completion = paid[1], paid[2]
     else:
         prompt, completion = tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"]
+    if synchronous and sent is not None:  # a batch run past its deadline: those calls at the synchronous price
+        sync_tokens = (sent.synchronous_prompt_tokens, sent.synchronous_completion_tokens)
+        synchronous["synchronous_cost_usd"] = round(cost_usd(spec.price, *sync_tokens, False), 6)
+        cost = split_cost(spec.price, prompt, completion, *sync_tokens)
+        return {"cost_usd": round(cost, 6), "prices": spec.price.model_dump(), **synchronous}
     return {"cost_usd": round(spec.price.cost(prompt, completion), 6), "prices": spec.price.model_dump()}
 
 

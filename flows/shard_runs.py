@@ -73,5 +73,5 @@ async def judge_in_process(
         await asyncio.gather(*workers, return_exceptions=True)
         raise
     finally:
-        sent = await close_runtimes()
+        sent = await close_runtimes(spec)
     return sent

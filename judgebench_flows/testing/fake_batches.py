@@ -10,7 +10,9 @@ batch `failed` with the reasons in `errors`, as the real API does after `validat
 Each line is answered as the chat endpoint would answer it (400 for what the model refuses), unless
 one of the injected outcomes applies: `line_failure_rate` of the lines fail with a 500 or a 429
 (seeded), and `expire_after` makes a batch expire once that many of its lines were done, the rest in
-its error file as `batch_expired`. `hold` keeps every batch `in_progress` until released. Counters:
+its error file as `batch_expired` (`expire_after=0`: every batch expires with nothing done). `hold`
+keeps every batch `in_progress` until released (a batch that never finishes, unless cancelled);
+`turnaround` answers a batch no sooner than that many seconds after it was created. Counters:
 `submitted_lines` (custom id -> how often it was submitted), `answered_lines` (how often it was
 answered: paid), `batches_created`; `requests` still counts
 synchronous chat calls only.
@@ -114,11 +116,14 @@ class BatchFaults:
         line_failure_rate: float = 0.0,
         expire_after: int | None = None,
         hold: bool = False,
+        turnaround: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.max_lines = self.MAX_LINES if max_lines is None else max_lines
         self.line_failure_rate, self.expire_after, self.hold = line_failure_rate, expire_after, hold
+        self.turnaround = turnaround
+        self.cancelled_batches = 0
         self.submitted_lines: Counter[str] = Counter()
         self.answered_lines: Counter[str] = Counter()
         self.batches_created = 0
@@ -128,6 +133,10 @@ class BatchFaults:
     def release(self) -> None:
         """Let held batches finish at their next status read."""
         self.hold = False
+
+    def _due(self, created: float) -> bool:
+        """Whether a batch created at `created` (time.time()) may be answered now."""
+        return not self.hold and time.time() >= created + self.turnaround
 
     def _line_fault(self) -> int | None:
         """The injected failure of one line: 500, 429, or None (seeded)."""
@@ -240,13 +249,14 @@ class FakeBatchServer(BatchFaults, FakeOpenAIServer):
         with self._batch_lock:
             batch = self.batches[batch_id]
             if batch.status in ("validating", "in_progress"):
+                self.cancelled_batches += 1
                 self._finish(batch, done=0, final="cancelled")
             handler.send_json(200, batch.as_json())
 
     def _advance(self, batch: FakeBatch) -> None:
         if batch.status == "validating":
             batch.status = "failed" if batch.errors else "in_progress"
-        if batch.status == "in_progress" and not self.hold:
+        if batch.status == "in_progress" and self._due(batch.created_at):
             expire = self.expire_after
             self._finish(batch, done=len(batch.lines) if expire is None else expire, final="completed")
 
@@ -319,7 +329,12 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
         self.message_batches: dict[str, dict[str, Any]] = {}
 
     def _handle_post(self, handler: _Handler) -> None:
-        if handler.path.split("?", 1)[0].rstrip("/") != ANTHROPIC_BATCHES_PATH:
+        path = handler.path.split("?", 1)[0].rstrip("/")
+        if path.startswith(ANTHROPIC_BATCHES_PATH + "/") and path.endswith("/cancel"):
+            handler.read_body()
+            self._cancel(handler, path.split("/")[4])
+            return
+        if path != ANTHROPIC_BATCHES_PATH:
             super()._handle_post(handler)
             return
         body = handler.read_body()
@@ -336,6 +351,7 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
             "version": version,
             "results": None,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created": time.time(),
         }
         with self._batch_lock:
             self.message_batches[batch["id"]] = batch
@@ -370,7 +386,7 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
             handler.send_json(404, anthropic_error("not_found_error", f"no batch at {path}"))
             return
         with self._batch_lock:
-            if batch["processing_status"] == "in_progress" and not self.hold:
+            if batch["processing_status"] == "in_progress" and self._due(batch["created"]):
                 self._end(batch)
         if path.endswith("/results") and batch["results"] is not None:
             handler.send_raw(200, batch["results"], "application/binary")
@@ -392,12 +408,25 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
             "results_url": f"{self.base_url}{ANTHROPIC_BATCHES_PATH}/{batch['id']}/results" if ended else None,
         }
 
-    def _end(self, batch: dict[str, Any]) -> None:
-        done = len(batch["requests"]) if self.expire_after is None else self.expire_after
+    def _cancel(self, handler: _Handler, batch_id: str) -> None:
+        """`POST .../{id}/cancel`: an unfinished batch ends with its requests `canceled`."""
+        batch = self.message_batches.get(batch_id)
+        if batch is None:
+            handler.send_json(404, anthropic_error("not_found_error", f"no batch {batch_id}"))
+            return
+        with self._batch_lock:
+            if batch["processing_status"] == "in_progress":
+                self.cancelled_batches += 1
+                self._end(batch, canceled=True)
+        handler.send_json(200, self._batch_json(batch))
+
+    def _end(self, batch: dict[str, Any], canceled: bool = False) -> None:
+        done = 0 if canceled else len(batch["requests"]) if self.expire_after is None else self.expire_after
+        unfinished = {"type": "canceled" if canceled else "expired"}
         lines = [
             {
                 "custom_id": r["custom_id"],
-                "result": self._result(r["params"], batch["version"]) if i < done else {"type": "expired"},
+                "result": self._result(r["params"], batch["version"]) if i < done else unfinished,
             }
             for i, r in enumerate(batch["requests"])
         ]

@@ -92,10 +92,20 @@ def provider_rule(provider: str, model: str, request_style: str, drop_params: tu
     return rule_for(model, request_style, drop_params)
 
 
+def wire_params(provider: str, model: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters the provider's wire sends for these (what an answer may cost): Gemini 2.5 models
+    get room to think on top of the judge's `max_tokens` (`google_api.token_budget`)."""
+    if provider in GOOGLE:
+        from judgebench_flows.calls.google_api import token_budget
+
+        return token_budget(model, params)
+    return params
+
+
 def cache_api(provider: str, api: str) -> str:
     """The API a call's cache key names (`other_apis.endpoint_identity`): the judge's, or the provider's
     when that is not OpenAI's (the same messages sent as chat and as Messages are different requests)."""
     return api if provider == "openai" else f"{provider}-{api}"
 
 
-__all__ = ["ModelAPI", "Provider", "cache_api", "model_api", "provider_rule"]
+__all__ = ["ModelAPI", "Provider", "cache_api", "model_api", "provider_rule", "wire_params"]

@@ -176,6 +176,13 @@ class FakeGoogleServer(FakeOpenAIServer):
                 f"Unable to submit request because it has a maxOutputTokens value of {asked} but the supported "
                 f"range is from 1 (inclusive) to {cap + 1} (exclusive). Update the value and try again.",
             )
+        temperature = body.get("temperature")
+        if isinstance(temperature, (int, float)) and not 0 <= temperature <= 2:
+            return 400, google_error(
+                400,
+                f"Unable to submit request because it has a temperature value of {temperature:g} but the supported "
+                "range is from 0 (inclusive) to 2.0001 (exclusive). Update the value and try again.",
+            )
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return 400, google_error(400, "* GenerateContentRequest.contents: contents is not specified")
         return None

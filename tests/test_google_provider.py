@@ -241,3 +241,30 @@ def test_a_vertex_run_longer_than_three_token_lifetimes_has_no_failed_judgment(
         written = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file())
         assert "ya29." not in written + result.stdout + result.stderr
         assert "PRIVATE KEY" not in written + result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_gemini_run_is_estimated_budgeted_and_costed_at_geminis_prices(
+    run_cli, judgebench_repo, tmp_path: Path
+) -> None:
+    """`judgebench estimate --provider gemini --model gemini-2.5-flash` prices a run (its worst case with
+    the room a 2.5 model gets to think); a budget below it is refused before any call; a run's cost is in
+    results.json and the history."""
+    env = {"GEMINI_API_KEY": CANARY_KEY, "OPENAI_API_KEY": ""}
+    model = "gemini-2.5-flash"
+    with FakeGoogleServer("My final verdict is [[A>B]]", api_key=CANARY_KEY, thinking_tokens=200) as server:
+        command = run_command(judgebench_repo, server, tmp_path, "--provider", "gemini", model=model, max_samples=10)
+        estimate = run_cli("estimate", *command[1:], env=env)
+        assert estimate.returncode == 0, estimate.stderr
+        assert "worst case: $" in estimate.stdout and "2025-09-01" in estimate.stdout, estimate.stdout
+        refused = run_cli(*command, "--max-cost", "0.01", env=env)
+        assert refused.returncode == 2 and "worst case is $" in refused.stderr, refused.stderr
+        assert server.requests == 0
+        result = run_cli(*command, "--max-cost", "5", env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+    usage = json.loads((tmp_path / "results/judgebench.json").read_text())["usage"]
+    assert usage["prices"]["model"] == model and usage["prices"]["input_per_mtok"] == 0.30
+    expected = (usage["prompt_tokens"] * 0.30 + usage["completion_tokens"] * 2.50) / 1e6
+    assert usage["cost_usd"] == pytest.approx(expected, abs=1e-6) and usage["completion_tokens"] >= 200 * 20
+    history = run_cli("history", "--db-url", f"sqlite:///{tmp_path}/judgebench.db", env={"COLUMNS": "250"})
+    assert f"${usage['cost_usd']:.4f}" in history.stdout, history.stdout

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from judgebench_flows.testing.fake_batches import BatchFaults
 from judgebench_flows.testing.fake_openai import (
     FakeOpenAIServer,
     FaultSettings,
@@ -355,3 +356,212 @@ class FakeTokenServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+
+
+class FakeGeminiBatchServer(BatchFaults, FakeGoogleServer):
+    """The Gemini API's Batch Mode and Files API beside its OpenAI-compatible chat (`mode="gemini"`):
+
+    - `POST /upload/v1beta/files` starts a resumable upload (`x-goog-upload-url` answered), the upload URL
+      takes the bytes (`upload, finalize`; `x-goog-upload-status: final`) and answers the File;
+    - `POST /v1beta/models/{model}:batchGenerateContent` with `{"batch": {"inputConfig": {"fileName"}}}`
+      creates a batch (an unknown model or file: 404/400); each line must be a JSON object with a unique
+      `key` and a `request` holding `contents`, else the batch ends BATCH_STATE_FAILED;
+    - `GET /v1beta/batches/{id}` reads it (pending while `hold`), and once done its responses file
+      (`{"key", "response"}` or `{"key", "error"}` per line) is at `GET /v1beta/files/{id}:download?alt=media`.
+
+    Lines are answered as the chat endpoint answers the same request (thinking, token caps, refused
+    fields), `line_failure_rate` of them fail with a 500 or 429, and `expire_after` makes a batch
+    BATCH_STATE_EXPIRED after that many lines (the rest never run). The key is `x-goog-api-key`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, mode="gemini", **kwargs)
+        self.files: dict[str, bytes] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._uploads: dict[str, bytearray] = {}
+
+    def _key_problem(self, handler: _Handler) -> tuple[int, Any] | None:
+        key = self.settings.api_key
+        given = handler.headers.get("x-goog-api-key")
+        if key is None or given == key:
+            return None
+        reason = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]
+        return 400, google_error(400, "API key not valid. Please pass a valid API key.", reason)
+
+    def _send(self, handler: _Handler, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _handle_post(self, handler: _Handler) -> None:
+        path, _, query = handler.path.partition("?")
+        if not path.startswith("/upload/") and not path.endswith(":batchGenerateContent"):
+            super()._handle_post(handler)
+            return
+        body = handler.read_body()
+        problem = self._key_problem(handler) if "upload_id=" not in query else None
+        if problem is not None:
+            self._send(handler, *problem)
+        elif path == "/upload/v1beta/files" and "upload_id=" not in query:
+            upload_id = uuid.uuid4().hex
+            with self._batch_lock:
+                self._uploads[upload_id] = bytearray()
+            url = f"http://{self._host}:{self.port}/upload/v1beta/files?upload_id={upload_id}&upload_protocol=resumable"
+            self._send(handler, 200, {}, {"X-Goog-Upload-URL": url, "X-Goog-Upload-Status": "active"})
+        elif path == "/upload/v1beta/files":
+            self._upload(handler, parse_qs(query)["upload_id"][0], body)
+        else:
+            self._create_job(handler, path.split("/")[-1].removesuffix(":batchGenerateContent"), body)
+
+    def _upload(self, handler: _Handler, upload_id: str, chunk: bytes) -> None:
+        with self._batch_lock:
+            buffer = self._uploads.get(upload_id)
+            if buffer is None:
+                self._send(handler, 404, google_error(404, "No such upload."))
+                return
+            buffer.extend(chunk)
+            if "finalize" not in handler.headers.get("X-Goog-Upload-Command", ""):
+                self._send(handler, 200, {}, {"X-Goog-Upload-Status": "active"})
+                return
+            name = f"files/{uuid.uuid4().hex[:12]}"
+            self.files[name] = bytes(self._uploads.pop(upload_id))
+        document = {"name": name, "mimeType": "application/jsonl", "sizeBytes": str(len(buffer)), "state": "ACTIVE"}
+        self._send(handler, 200, {"file": {**document, "source": "UPLOADED"}}, {"X-Goog-Upload-Status": "final"})
+
+    def _create_job(self, handler: _Handler, model: str, body: bytes) -> None:
+        request = json.loads(body or b"{}").get("batch") or {}
+        name = str((request.get("inputConfig") or {}).get("fileName"))
+        settings = self.settings
+        if settings.models is not None and model not in settings.models:
+            self._send(handler, 404, google_error(404, f"models/{model} is not found for API version v1beta."))
+            return
+        if name not in self.files:
+            self._send(handler, 400, google_error(400, f"File {name} not found or not accessible."))
+            return
+        lines: list[Any] = []
+        for text in self.files[name].decode().splitlines():
+            try:
+                lines.append(json.loads(text))
+            except ValueError:
+                lines.append(None)
+        keys = [line.get("key") if isinstance(line, dict) else None for line in lines]
+        valid = all(isinstance(line, dict) and isinstance(line.get("request"), dict) for line in lines)
+        valid = valid and None not in keys and len(set(keys)) == len(keys) and len(lines) <= self.max_lines
+        job: dict[str, Any] = {
+            "name": f"batches/{uuid.uuid4().hex[:16]}",
+            "model": f"models/{model}",
+            "lines": lines,
+            "state": "BATCH_STATE_PENDING" if valid else "BATCH_STATE_FAILED",
+        }
+        with self._batch_lock:
+            self.jobs[job["name"]] = job
+            self.batches_created += 1
+            if valid:
+                self.submitted_lines.update(str(k) for k in keys)
+        self._send(handler, 200, self._operation(job))
+
+    @staticmethod
+    def _operation(job: dict[str, Any]) -> dict[str, Any]:
+        metadata: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatch",
+            "model": job["model"],
+            "displayName": "judgebench-flows",
+            "state": job["state"],
+            "createTime": "2026-11-25T00:00:00Z",
+        }
+        if job.get("output"):
+            metadata["output"] = {"responsesFile": job["output"]}
+        return {"name": job["name"], "metadata": metadata, "done": job["state"] != "BATCH_STATE_PENDING"}
+
+    def _handle_get(self, handler: _Handler) -> None:
+        path = handler.path.split("?", 1)[0]
+        if path.startswith("/v1beta/batches/"):
+            problem = self._key_problem(handler)
+            if problem is not None:
+                self._send(handler, *problem)
+                return
+            with self._batch_lock:
+                job = self.jobs.get(path.removeprefix("/v1beta/"))
+                if job is not None:
+                    self._advance(job)
+            if job is None:
+                self._send(handler, 404, google_error(404, "Batch not found."))
+            else:
+                self._send(handler, 200, self._operation(job))
+        elif path.startswith("/v1beta/files/") and path.endswith(":download"):
+            content = self.files.get(path.removeprefix("/v1beta/").removesuffix(":download"))
+            if content is None:
+                self._send(handler, 404, google_error(404, "File not found."))
+            else:
+                handler.send_raw(200, content, "application/octet-stream")
+        else:
+            super()._handle_get(handler)
+
+    def _advance(self, job: dict[str, Any]) -> None:
+        """Answer a pending batch's lines unless held: all of them, or `expire_after` of them (expired)."""
+        if job["state"] != "BATCH_STATE_PENDING" or self.hold:
+            return
+        done = len(job["lines"]) if self.expire_after is None else min(self.expire_after, len(job["lines"]))
+        model = job["model"].removeprefix("models/")
+        records = [{"key": line["key"], **self._answer_line(line["request"], model)} for line in job["lines"][:done]]
+        job["state"] = "BATCH_STATE_SUCCEEDED" if done == len(job["lines"]) else "BATCH_STATE_EXPIRED"
+        if records:
+            job["output"] = f"files/batch-{job['name'].split('/')[-1]}"
+            self.files[job["output"]] = "".join(json.dumps(r) + "\n" for r in records).encode()
+
+    def _answer_line(self, request: dict[str, Any], model: str) -> dict[str, Any]:
+        """One line's `response` (a native GenerateContentResponse) or `error`."""
+        fault = self._line_fault()
+        if fault is not None:
+            return {
+                "error": google_error(fault, "Internal error" if fault == 500 else "Resource exhausted")[0]["error"]
+            }
+        chat = chat_of(request, model)
+        problem = self.request_problem(chat, self.settings)
+        if problem is not None:
+            return {"error": problem[1][0]["error"]}
+        answer = self.answer_body(chat)
+        self.answered_lines[request_key(chat)] += 1
+        choice, usage = answer["choices"][0], answer["usage"]
+        text = choice["message"]["content"]
+        return {
+            "response": {
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": [{"text": text}] if text else []},
+                        "finishReason": "MAX_TOKENS" if choice["finish_reason"] == "length" else "STOP",
+                        "index": 0,
+                    }
+                ],
+                "usageMetadata": {
+                    "promptTokenCount": usage["prompt_tokens"],
+                    "candidatesTokenCount": usage["completion_tokens"],
+                    "totalTokenCount": usage["total_tokens"],
+                    "thoughtsTokenCount": usage["total_tokens"] - usage["prompt_tokens"] - usage["completion_tokens"],
+                },
+                "modelVersion": "fake",
+            }
+        }
+
+
+# A GenerateContentRequest's GenerationConfig fields and the chat parameters they are.
+CHAT_PARAMS = {"temperature": "temperature", "topP": "top_p", "maxOutputTokens": "max_tokens"}
+
+
+def chat_of(request: dict[str, Any], model: str) -> dict[str, Any]:
+    """A native request as the chat body the responder and the validation read (the batch's model)."""
+    messages = []
+    system = request.get("systemInstruction")
+    if isinstance(system, dict):
+        messages.append({"role": "system", "content": "".join(p.get("text", "") for p in system.get("parts") or [])})
+    for content in request.get("contents") or []:
+        role = "assistant" if content.get("role") == "model" else "user"
+        messages.append({"role": role, "content": "".join(p.get("text", "") for p in content.get("parts") or [])})
+    config = request.get("generationConfig") or {}
+    params = {CHAT_PARAMS.get(k, k): v for k, v in config.items()}
+    return {"model": model, "messages": messages, **params}

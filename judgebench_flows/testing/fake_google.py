@@ -565,3 +565,51 @@ def chat_of(request: dict[str, Any], model: str) -> dict[str, Any]:
     config = request.get("generationConfig") or {}
     params = {CHAT_PARAMS.get(k, k): v for k, v in config.items()}
     return {"model": model, "messages": messages, **params}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve Google's endpoints on loopback until Ctrl-C or SIGTERM (the docs' examples run against it):
+
+        python -m judgebench_flows.testing.fake_google --port 8000 --oracle DATA.jsonl --api-key KEY
+        python -m judgebench_flows.testing.fake_google --port 8000 --oracle DATA.jsonl --mode vertex \\
+            --service-account sa.json --token-lifetime 60
+
+    Gemini mode serves Batch Mode too. Vertex mode also serves the token endpoint, and writes a
+    service-account file for it (`--service-account`) to point GOOGLE_APPLICATION_CREDENTIALS at."""
+    import argparse
+    import signal
+    import sys
+
+    from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
+
+    parser = argparse.ArgumentParser(prog="python -m judgebench_flows.testing.fake_google")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--mode", choices=("gemini", "vertex"), default="gemini")
+    parser.add_argument("--oracle", required=True, help="a JudgeBench data file: answers as arena_hard, right on 75%%")
+    parser.add_argument("--api-key", default=None, help="gemini: the key it takes (default: any)")
+    parser.add_argument("--project", default="judge-project")
+    parser.add_argument("--service-account", default="service-account.json")
+    parser.add_argument("--token-lifetime", type=int, default=3600)
+    parser.add_argument("--thinking-tokens", type=int, default=0)
+    args = parser.parse_args(argv)
+    answer = oracle_responder(load_pairs(args.oracle), VERDICTS["arena_hard"], accuracy=0.75)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    common = {"port": args.port, "thinking_tokens": args.thinking_tokens}
+    with FakeTokenServer(lifetime=args.token_lifetime) as tokens:
+        server: FakeGoogleServer
+        if args.mode == "vertex":
+            tokens.service_account(Path(args.service_account), args.project)
+            server = FakeGoogleServer(answer, mode="vertex", tokens=tokens, project=args.project, **common)
+        else:
+            server = FakeGeminiBatchServer(answer, api_key=args.api_key, **common)
+        with server:
+            print(server.base_url, flush=True)
+            try:
+                threading.Event().wait()
+            except (KeyboardInterrupt, SystemExit):
+                pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

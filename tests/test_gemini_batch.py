@@ -213,3 +213,25 @@ def test_a_gemini_batch_run_killed_after_submitting_resumes_without_submitting_a
         assert set(server.submitted_lines.values()) == {1} and server.batches_created == 2
         assert server.requests == 0
     assert accuracy(tmp_path) == 65.71
+
+
+def test_lines_refusing_a_field_adapt_the_rule_and_empty_answers_are_asked_again() -> None:
+    """A line refused for a GenerationConfig field drops its chat parameter for the run (as a synchronous
+    400 does) and is answered in the next batch; a line answered without a message goes into a later
+    batch instead of being read as an empty verdict."""
+    with FakeGeminiBatchServer("[[A>B]]", rejected_params={"top_p"}, rate_empty=0.3, seed=4) as server:
+        caller = batch_caller(server)
+
+        async def go():
+            try:
+                return await asyncio.gather(*(caller.complete(m, {**SAMPLING, "top_p": 1.0}) for m in requests(10)))
+            finally:
+                await caller.aclose()
+
+        answers = asyncio.run(go())
+        jobs = list(server.jobs.values())
+    assert [a.text for a in answers] == ["[[A>B]]"] * 10
+    assert [a["param"] for a in caller.adjustments] == ["top_p"]
+    assert "topP" in jobs[0]["lines"][0]["request"]["generationConfig"]
+    assert all("topP" not in line["request"]["generationConfig"] for job in jobs[1:] for line in job["lines"])
+    assert server.empty_answers > 0 and len(jobs) >= 3

@@ -184,6 +184,14 @@ def test_vertex_refuses_batch_and_keys_in_one_line(run_cli, tmp_path: Path) -> N
         assert result.returncode == 2, result.stderr
         errors = [line for line in result.stderr.splitlines() if line.strip()]
         assert len(errors) == 1 and said in errors[0] and "Traceback" not in result.stderr, result.stderr
+    missing, data = str(tmp_path / "no-such-file.json"), tmp_path / "pairs.jsonl"
+    pair = {"pair_id": "p", "source": "livebench-math", "question": "q", "response_A": "a", "response_B": "b"}
+    data.write_text(json.dumps({**pair, "label": "A>B"}) + "\n")
+    result = run_cli(
+        "run", "--provider", "vertex", "--model", FLASH, "--vertex-project", "p-1", "--data-path", str(data),
+        env={"GOOGLE_APPLICATION_CREDENTIALS": missing},
+    )  # fmt: skip
+    assert result.returncode == 2 and "no Application Default Credentials" in result.stderr, result.stderr
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import httpx2
@@ -24,8 +25,8 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from judgebench_flows.calls.batch import BatchState, LineResult
-from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, GoogleTransport
-from judgebench_flows.calls.transport import status_error_class
+from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, REFUSED, GoogleTransport
+from judgebench_flows.calls.transport import BadAnswerBody, status_error_class
 
 ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
 OPENAI_SUFFIX = "/v1beta/openai"
@@ -39,6 +40,7 @@ GENERATION_CONFIG = {
     "frequency_penalty": "frequencyPenalty",
     "seed": "seed",
     "n": "candidateCount",
+    "top_k": "topK",
 }
 FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter"}
 
@@ -96,11 +98,33 @@ def chat_completion(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def line_result(line: dict[str, Any]) -> tuple[str, LineResult]:
-    error = line.get("error")
+    """A responses-file line as the synchronous wire's outcome: the chat completion, or the error with a
+    refused field named by its chat parameter (so the run drops it, as a synchronous 400 would). An
+    answer without a message (Gemini under load) is a failed line, asked again in a later batch."""
+    key, error = str(line.get("key")), line.get("error")
     if isinstance(error, dict):
         status = int(error.get("code") or 500)
-        return str(line.get("key")), LineResult(status, {"error": error})
-    return str(line.get("key")), LineResult(200, chat_completion(line.get("response") or {}))
+        message = str(error.get("message") or "")
+        param = refused_parameter(message) if status == 400 else None
+        if param:
+            error = {**error, "code": "unsupported_parameter", "param": param}
+        return key, LineResult(status, {"error": error})
+    completion = chat_completion(line.get("response") or {})
+    try:
+        GoogleTransport.answer("chat", completion)
+    except BadAnswerBody:
+        return key, LineResult(500, {"error": {"message": "Gemini answered without a message"}})
+    return key, LineResult(200, completion)
+
+
+def refused_parameter(message: str) -> str | None:
+    """The chat parameter whose GenerationConfig field a 400 refuses (`Unknown name "topK"`), if any."""
+    if not REFUSED.search(message):
+        return None
+    for chat_name, native in GENERATION_CONFIG.items():
+        if re.search(rf"(?<![A-Za-z_])({native}|{chat_name})(?![A-Za-z_])", message):
+            return chat_name
+    return None
 
 
 def as_openai_error(exc: genai_errors.APIError) -> openai.APIStatusError:

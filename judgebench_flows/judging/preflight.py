@@ -71,10 +71,10 @@ def preflight(config: RunConfig) -> None:
     db.open_database(config.db_url)
     check_prices(config)
     if config.needs_endpoint:
+        check_google_credentials(config)
         check_endpoint_reachable(config.resolved_base_url())
         if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
             raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
-        check_google_credentials(config)
 
 
 def check_google_credentials(config: RunConfig) -> None:

@@ -521,6 +521,18 @@ class FakeGeminiBatchServer(BatchFaults, FakeGoogleServer):
             return {
                 "error": google_error(fault, "Internal error" if fault == 500 else "Resource exhausted")[0]["error"]
             }
+        config = request.get("generationConfig") or {}
+        refused = next((f for f in sorted(config) if CHAT_PARAMS.get(f, f) in self.settings.rejected_params), None)
+        if refused:
+            message = (
+                f"Invalid JSON payload received. Unknown name \"{refused}\" at 'generation_config': Cannot find field."
+            )
+            return {"error": google_error(400, message)[0]["error"]}
+        with self._lock:
+            empty = self.rate_empty > 0 and self._empty_rng.random() < self.rate_empty
+            self.empty_answers += empty
+        if empty:  # Gemini under load: a candidate without content
+            return {"response": {"candidates": [{"finishReason": "STOP", "index": 0}], "usageMetadata": {}}}
         chat = chat_of(request, model)
         problem = self.request_problem(chat, self.settings)
         if problem is not None:
@@ -550,7 +562,7 @@ class FakeGeminiBatchServer(BatchFaults, FakeGoogleServer):
 
 
 # A GenerateContentRequest's GenerationConfig fields and the chat parameters they are.
-CHAT_PARAMS = {"temperature": "temperature", "topP": "top_p", "maxOutputTokens": "max_tokens"}
+CHAT_PARAMS = {"temperature": "temperature", "topP": "top_p", "topK": "top_k", "maxOutputTokens": "max_tokens"}
 
 
 def chat_of(request: dict[str, Any], model: str) -> dict[str, Any]:

@@ -30,6 +30,10 @@ MATRIX_FIELDS = frozenset(
 )
 
 
+# A model's own endpoint settings, passed to its cells as given.
+CELL_ENDPOINT = {"provider", "batch", "vertex_project", "vertex_location"}
+
+
 class ModelSpec(BaseModel):
     """A model of the matrix with its own endpoint and key source (a name, never the key itself).
 
@@ -38,7 +42,9 @@ class ModelSpec(BaseModel):
     locally served judge, `{model: qwen2.5-7b, base_url: http://gpu-host:8000/v1, api_key_env: VLLM_KEY}`.
     `label` names the cell when the same model is served by two endpoints. `provider: anthropic` calls
     a Claude model through the Messages API (its own base_url or ANTHROPIC_BASE_URL, never the matrix's
-    shared OpenAI one; key ANTHROPIC_API_KEY unless named); `batch: true` judges it by batch.
+    shared OpenAI one; key ANTHROPIC_API_KEY unless named); `provider: gemini` through the Gemini API (key
+    GEMINI_API_KEY unless named), `provider: vertex` through Vertex AI (`vertex_project`, `vertex_location`;
+    Application Default Credentials, no key); `batch: true` judges it by batch.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -50,12 +56,14 @@ class ModelSpec(BaseModel):
     label: str | None = None
     max_cost: float | None = Field(default=None, gt=0, description="budget in USD of each run of this model")
     # Its API (None: the matrix's `options`, else openai) and whether it is judged by batch (half price).
-    provider: Literal["openai", "anthropic"] | None = None
+    provider: Literal["openai", "anthropic", "gemini", "vertex"] | None = None
     batch: bool | None = None
     # The limit of the model's endpoint, shared by every cell calling it (None: the matrix's). Models
     # that share an endpoint and give different values share the smallest.
     concurrency: int | None = Field(default=None, ge=1, le=4096, description="calls in flight to its endpoint")
     rpm: float | None = Field(default=None, gt=0, description="requests per minute to its endpoint")
+    vertex_project: str | None = None
+    vertex_location: str | None = None
 
     @property
     def name(self) -> str:
@@ -235,7 +243,7 @@ class NightlyMatrix(BaseModel):
                             "ref": self.ref,
                             "base_url": base_url or spec.base_url or (None if spec.provider else self.base_url),
                             **_key_source(spec, self),
-                            **{k: v for k, v in (("provider", spec.provider), ("batch", spec.batch)) if v is not None},
+                            **{k: v for k, v in spec.model_dump(include=CELL_ENDPOINT).items() if v is not None},
                             "concurrency": self.concurrency,
                             "db_url": self.db_url,
                             "max_samples": max_samples or self.max_samples,
@@ -282,8 +290,12 @@ def parse_finish_by(value: str) -> tuple[int, int, ZoneInfo]:
 
 
 def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]:
-    """A model's own key source wins over the matrix's; the two kinds never mix."""
-    if spec.api_key_env or spec.api_key_secret:
+    """A model's own key source wins over the matrix's; the two kinds never mix. A model of another
+    provider than OpenAI never takes the matrix's (OpenAI) key: its provider's variable unless it names
+    one (Vertex takes no key at all)."""
+    if spec.provider == "vertex":
+        return {"api_key_env": None, "api_key_secret": None}
+    if spec.api_key_env or spec.api_key_secret or spec.provider not in (None, "openai"):
         return {"api_key_env": spec.api_key_env, "api_key_secret": spec.api_key_secret}
     return {"api_key_env": matrix.api_key_env, "api_key_secret": matrix.api_key_secret}
 

@@ -267,7 +267,7 @@ def styled_error(style: str, status: int, payload: dict) -> dict:
     status as a string in `code`, no param; a reasoning model's sampling parameter is refused in its own
     words (`UnsupportedParamsError`). Anthropic: `{"type": "error", "error": {"type", "message"}}`.
     """
-    error = payload.get("error")
+    error = payload.get("error") if isinstance(payload, dict) else None  # Google's bodies are lists
     if not isinstance(error, dict):
         return payload
     refused_value, model = error.get("value"), error.get("model_group")

@@ -410,15 +410,25 @@ def run_info(
     )
 
 
+def warn_if_retiring(config: RunConfig) -> None:
+    """A model past or near its provider's shutdown date, in the run's log (deployments' runs: the CLI
+    says it before the flow starts)."""
+    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if retiring:
+        get_run_logger().warning(retiring)
+
+
+def orders_of(config: RunConfig) -> str:
+    return "single game" if config.single_game else "both orders"
+
+
 async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes."""
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
     layout, config = config.output_dir, with_run_paths(config, run_id)
-    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
-    if retiring:  # deployments' runs: the CLI says it before the flow starts
-        logger.warning(retiring)
+    warn_if_retiring(config)
     engine = db.open_database(config.db_url)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
@@ -442,12 +452,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         raise
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
-        logger.info(
-            "judging %d pairs in %d shards (%s)",
-            header.dataset.n_pairs,
-            len(shards),
-            "single game" if config.single_game else "both orders",
-        )
+        logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
         load_s = clock.lap()
         cpu_before = time.process_time()
         await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)

@@ -61,6 +61,24 @@ from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
 
 
+async def prefect_api_answering(timeout: float) -> None:
+    """Wait, at most `timeout` seconds, until the Prefect API answers: after a server restart the run's
+    judging went on, but a Prefect client made now (publishing the artifact) fails at once on a refused
+    connection, where one that had connected before retries. Past the timeout the run's server watch has
+    ended the run (exit 5)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            async with get_client() as client:
+                if await client.api_healthcheck() is None:
+                    return
+        except Exception:  # refused or reset while the server boots
+            pass
+        await asyncio.sleep(1.0)
+
+
 def stop_request(exc: BaseException) -> str | None:
     """How the run was asked to stop (Ctrl-C, SIGTERM, a cancellation from Prefect), or None when `exc`
     is a failure. SIGTERM reaches the flow as Prefect's `TerminationSignal`, or as the cancellation of its
@@ -427,8 +445,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             len(shards),
             "single game" if config.single_game else "both orders",
         )
-        load_s = clock.lap()
-        cpu_before = time.process_time()
+        load_s, cpu_before = clock.lap(), time.process_time()
         await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
         stopped: RunFailed | None = None
         try:
@@ -458,6 +475,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         if too_little:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
+        await prefect_api_answering(config.server_lost_seconds())
         results.outputs = publish(run_id, results, sink, config, source, header, spec)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()

@@ -62,6 +62,24 @@ from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
 
 
+async def prefect_api_answering(timeout: float) -> None:
+    """Wait, at most `timeout` seconds, until the Prefect API answers: after a server restart the run's
+    judging went on, but a Prefect client made now (publishing the artifact) fails at once on a refused
+    connection, where one that had connected before retries. Past the timeout the run's server watch has
+    ended the run (exit 5)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            async with get_client() as client:
+                if await client.api_healthcheck() is None:
+                    return
+        except Exception:  # refused or reset while the server boots
+            pass
+        await asyncio.sleep(1.0)
+
+
 def stop_request(exc: BaseException) -> str | None:
     """How the run was asked to stop (Ctrl-C, SIGTERM, a cancellation from Prefect), or None when `exc`
     is a failure. SIGTERM reaches the flow as Prefect's `TerminationSignal`, or as the cancellation of its
@@ -453,8 +471,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
-        load_s = clock.lap()
-        cpu_before = time.process_time()
+        load_s, cpu_before = clock.lap(), time.process_time()
         await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
         stopped: RunFailed | None = None
         try:
@@ -484,6 +501,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         if too_little:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
+        await prefect_api_answering(config.server_lost_seconds())
         results.outputs = publish(run_id, results, sink, config, source, header, spec)
         point_latest(layout, run_id)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)

@@ -51,6 +51,9 @@ SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
+DEFAULT_SERVER_LOST_SECONDS = 120.0
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -209,6 +212,16 @@ class RunConfig(BaseModel):
         if self.task_runner == "dask" and not self.dask_address:
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
         return self
+
+    def server_lost_seconds(self) -> float:
+        """How long the run waits for a Prefect server that stopped answering (`--server-lost-timeout`, else
+        $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120 s)."""
+        if self.server_lost_timeout is not None:
+            return self.server_lost_timeout
+        try:
+            return max(0.0, float(os.environ.get("JUDGEBENCH_SERVER_LOST_TIMEOUT", DEFAULT_SERVER_LOST_SECONDS)))
+        except ValueError:
+            return DEFAULT_SERVER_LOST_SECONDS
 
     @property
     def uses_global_limit(self) -> bool:

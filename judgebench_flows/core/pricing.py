@@ -164,6 +164,7 @@ def price_for(
     bundled table when `base_url` is the provider's own API; None otherwise (unpriced). Reads and checks
     the file each time it is asked."""
     user = load_price_file(prices_file) if prices_file else {}
+    price: ModelPrice | None
     if model in user:
         price, table = user[model], prices_file
     else:

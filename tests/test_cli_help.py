@@ -56,8 +56,6 @@ def test_automations_dry_run_is_a_short_summary_and_json_in_full() -> None:
     """`automations install --dry-run` says in a few lines what it would create; `--format json` gives
     every automation as Prefect's JSON (no server needed for either)."""
     import json
-    import subprocess
-    import sys
 
     base = [sys.executable, "-m", "judgebench_flows.cli.main", "automations", "install"]
     base += ["--webhook-url", "https://hooks.example.com/judgebench", "--dry-run"]

@@ -144,6 +144,7 @@ class GeminiBatches:
         self.wire, self.model = wire, wire.model
         options = genai_types.HttpOptions(base_url=sdk_root(wire.base_url), api_version="v1beta")
         self.client = genai.Client(api_key=api_key, http_options=options).aio
+        wire.closers.append(self.client.aclose)
 
     def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return native_request(self.wire.body(messages, sampling))

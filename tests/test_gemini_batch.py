@@ -235,3 +235,12 @@ def test_lines_refusing_a_field_adapt_the_rule_and_empty_answers_are_asked_again
     assert "topP" in jobs[0]["lines"][0]["request"]["generationConfig"]
     assert all("topP" not in line["request"]["generationConfig"] for job in jobs[1:] for line in job["lines"])
     assert server.empty_answers > 0 and len(jobs) >= 3
+
+
+def test_a_batch_for_a_model_google_does_not_know_stops_the_run_as_our_input() -> None:
+    from judgebench_flows.core.errors import BatchRefused
+
+    with FakeGeminiBatchServer("[[A>B]]", models={FLASH}) as server:
+        answers = judge_all(batch_caller(server, model="gemini-9-nonexistent"), 3)
+    assert all(isinstance(a, BatchRefused) and a.our_input for a in answers), answers
+    assert "gemini-9-nonexistent" in str(answers[0])

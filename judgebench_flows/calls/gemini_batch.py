@@ -27,6 +27,7 @@ from google.genai import types as genai_types
 from judgebench_flows.calls.batch import BatchState, LineResult
 from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, REFUSED, GoogleTransport
 from judgebench_flows.calls.transport import BadAnswerBody, status_error_class
+from judgebench_flows.core.errors import BatchRefused
 
 ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
 OPENAI_SUFFIX = "/v1beta/openai"
@@ -144,6 +145,7 @@ class GeminiBatches:
         self.wire, self.model = wire, wire.model
         options = genai_types.HttpOptions(base_url=sdk_root(wire.base_url), api_version="v1beta")
         self.client = genai.Client(api_key=api_key, http_options=options).aio
+        wire.closers.append(self.client.aclose)
 
     def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return native_request(self.wire.body(messages, sampling))
@@ -161,6 +163,8 @@ class GeminiBatches:
                 model=self.model, src=str(upload.name), config={"display_name": "judgebench-flows"}
             )
         except genai_errors.APIError as exc:
+            if exc.code == 404:  # no such model (or not for Batch Mode): our input, exit 2
+                raise BatchRefused(f"gemini refused a batch for {self.model}: {exc.message}", our_input=True) from None
             raise as_openai_error(exc) from None
         return str(job.name)
 

@@ -243,7 +243,7 @@ class RunConfig(BaseModel):
 
     def _given_base_url(self) -> str | None:
         """--base-url, else the environment's OPENAI_BASE_URL or BASE_URL, as given (Anthropic's Messages API:
-        ANTHROPIC_BASE_URL, else Anthropic's own API root)."""
+        ANTHROPIC_BASE_URL, else Anthropic's own API root; Gemini and Vertex AI: Google's, `google_base_url`)."""
         if self.endpoint.provider == "anthropic":
             return self.endpoint.base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API_ROOT
         if self.endpoint.provider in ("gemini", "vertex"):

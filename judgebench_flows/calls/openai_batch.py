@@ -61,6 +61,9 @@ class OpenAIBatches:
             state.our_input = any(e.code in OUR_INPUT_CODES for e in errors)
         return state
 
+    async def cancel(self, batch_id: str) -> None:
+        await self.client.batches.cancel(batch_id)
+
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         batch = state.handle
         results: dict[str, LineResult] = {}

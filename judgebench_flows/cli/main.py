@@ -11,6 +11,8 @@ server could not start, or stopped during the run (answered calls are cached: th
 budget resumes without paying for them again). A worst case above --max-cost is refused before any call
 with exit 2, like any other bad input (docs/cost.md).
 7 with --batch, the provider refused a batch as a whole for a reason not in our input.
+130 interrupted by Ctrl-C, 143 stopped by SIGTERM (systemd, Docker, Kubernetes, CI): one line, the run recorded
+`interrupted`, answered calls cached, so the same command resumes paying only for the calls that were in flight.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import atexit
 import json
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -33,6 +36,31 @@ EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
 EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
 EXIT_BATCH_REFUSED = 7  # --batch: the provider refused a batch as a whole, for a reason not in our input
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM): how service managers and CI stop a process
+RESUME_LINE = "answered calls are cached; run the same command again to resume"
+
+
+_TERMINATED = threading.Event()
+
+
+class Terminated(BaseException):
+    """SIGTERM outside a flow run (Prefect's own handler raises `TerminationSignal` inside one, then sends
+    the signal again to the handler it replaced: this one)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    """Raise once: a second SIGTERM (Prefect's re-sent one, or an impatient supervisor) must not
+    interrupt the clean-up the first one started."""
+    if not _TERMINATED.is_set():
+        _TERMINATED.set()
+        raise Terminated()
+
+
+def _stopped_by_sigterm(exc: BaseException) -> bool:
+    from prefect.exceptions import TerminationSignal
+
+    return _TERMINATED.is_set() or isinstance(exc, Terminated | TerminationSignal)
 
 
 def _run_parser(
@@ -65,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="judgebench",
         description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
         "3 unexpected error, 4 the run measured too little, 5 the Prefect server was lost, 6 the run spent its "
-        "--max-cost, 7 the provider refused a batch.",
+        "--max-cost, 7 the provider refused a batch, 130 Ctrl-C, 143 SIGTERM.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     _run_parser(sub)
@@ -82,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_b", help="the later run's id")
     compare.add_argument("--db-url", default=None, help=db_help)
     compare.add_argument("--seed", type=int, default=42, help="seed of the paired bootstrap (default 42)")
+    compare.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table (default), or json: the whole comparison on standard output, for scripts",
+    )
     report = add_command(sub, "report", "render the HTML report of a past run")
     report.add_argument("run_id", help="the run's id (as `judgebench history` shows it)")
     report.add_argument("--db-url", default=None, help=db_help)
@@ -105,21 +139,24 @@ def command_run(args: argparse.Namespace) -> int:
         return _run_external(args)
     config = _run_config(args)
     preflight(config)
+    _say_retirement(config)
     from judgebench_flows.cli import console
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
-    from judgebench_flows.cli.server_watch import RESUME, ServerWatch
+    from judgebench_flows.cli.server_watch import RESUME, ServerWatch, mark_run_failed
 
     server = use_prefect_server()
-    # A Prefect server that stops mid-run ends it with exit 5 within seconds, not a hang (server_watch).
-    watch = ServerWatch(server.api_url, server.pid, config.db_url).start()
+    # A Prefect server lost mid-run ends it with exit 5 (server_watch cancels it), not a hang.
+    watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_seconds()).start()
     try:
         with pointed_at(server):
             return console.run_with_progress(config, show_progress=args.progress)
-    except Exception as exc:  # a configured server that stopped outlasts Prefect's retries, which fail the flow
-        lost = None if isinstance(exc, UserError) else watch.gone()
-        if lost is not None:
-            raise PrefectServerError(f"{lost}; {RESUME}") from exc
-        raise
+    except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
+        lost = watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
+        if lost is None:
+            raise
+        watch.disarm()
+        mark_run_failed(config.db_url, lost)
+        raise PrefectServerError(f"{lost}; {RESUME}") from None
     finally:
         watch.disarm()
 
@@ -144,8 +181,18 @@ def command_estimate(args: argparse.Namespace) -> int:
 
     config = _run_config(args)
     check_prices(config)
+    _say_retirement(config, to=sys.stdout)
     print_estimate(estimate_run(config))
     return 0
+
+
+def _say_retirement(config: Any, to: Any = None) -> None:
+    """One line when the judge model is past its provider's shutdown date or within 30 days of it."""
+    from judgebench_flows.core.pricing import retirement_notice
+
+    notice = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if notice:
+        print(f"warning: {notice}", file=to or sys.stderr)
 
 
 def _run_external(args: argparse.Namespace) -> int:
@@ -213,6 +260,11 @@ def command_compare(args: argparse.Namespace) -> int:
     from judgebench_flows.views.summaries import err, print_comparison
 
     comparison = compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed)
+    if args.format == "json":
+        from judgebench_flows.views.tables import to_json
+
+        print(to_json(comparison))  # its warnings are in it
+        return 0
     for warning in comparison.get("warnings", []):
         err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
     print_comparison(comparison)
@@ -257,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.automations import COMMANDS as AUTOMATIONS_COMMANDS
 
     commands.update(AUTOMATIONS_COMMANDS)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)  # a stop request ends like Ctrl-C: one line, not a traceback
     try:
         return commands[args.command](args)
     except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost
@@ -283,10 +337,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SERVER
     except KeyboardInterrupt:
-        print("interrupted: answered calls are cached; run the same command again to resume", file=sys.stderr)
-        return 130
+        print(f"interrupted: {RESUME_LINE}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line (exit 3); the traceback with --verbose, else in a log file
         return _unexpected(exc, getattr(args, "verbose", False))
+    except BaseException as exc:
+        if not _stopped_by_sigterm(exc):
+            raise
+        print(f"stopped by SIGTERM: {RESUME_LINE}", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 def _unexpected(exc: Exception, verbose: bool) -> int:
@@ -295,6 +354,7 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
     import traceback
 
     from judgebench_flows.core.secrets import redact
+    from judgebench_flows.core.text import shorten
 
     trace = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     where = ""
@@ -312,7 +372,8 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
         except OSError:
             where = " (--verbose shows the traceback)"
     line = redact(str(exc)).splitlines()[0] if str(exc).strip() else ""
-    print(f"unexpected error: {type(exc).__name__}{': ' + line[:300] if line else ''}{where}", file=sys.stderr)
+    line = shorten(line, 300, "the traceback")
+    print(f"unexpected error: {type(exc).__name__}{': ' + line if line else ''}{where}", file=sys.stderr)
     return EXIT_BUG
 
 

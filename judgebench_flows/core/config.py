@@ -51,6 +51,9 @@ SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
+DEFAULT_SERVER_LOST_SECONDS = 120.0
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,8 +91,15 @@ class RunConfig(BaseModel):
         description="the endpoint and how it is called, also given as the flat options below",
     )
     shard_size: int = Field(default=50, ge=1, description="pairs per shard task")
-    result_path: str = Field(default="results/judgebench.json", description="results JSON")
-    output_dir: str = Field(default="results/run", description="directory for the per-judgment JSONL and report")
+    # Each run its own folder ({run_id} is replaced; results/latest links the newest): a run never
+    # overwrites what an earlier one wrote unless these options name the same files.
+    result_path: str = Field(
+        default="results/{run_id}/judgebench.json", description="results JSON ({run_id}: the run's id)"
+    )
+    output_dir: str = Field(
+        default="results/{run_id}",
+        description="directory for the per-judgment JSONL and report ({run_id}: the run's id; results/latest links the newest)",
+    )
     db_url: str = Field(default=DEFAULT_DB_URL, description="SQLAlchemy URL of the results database")
     max_samples: int | None = Field(default=None, ge=1, description="judge a seeded subset of N pairs")
     single_game: bool = Field(default=False, description="judge one order only")
@@ -112,6 +122,12 @@ class RunConfig(BaseModel):
     )
     task_runner: Literal["thread", "dask"] = Field(default="thread", description="where shards run")
     dask_address: str | None = Field(default=None, description="tcp://HOST:PORT of a Dask scheduler")
+    server_lost_timeout: float | None = Field(
+        default=None,
+        ge=0,
+        description="seconds a run waits for a Prefect server that stopped answering before it ends with exit 5 "
+        "(default: $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120); a server back in time lets the run go on",
+    )
     global_limit: bool | None = Field(
         default=None,
         description="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency "
@@ -120,6 +136,11 @@ class RunConfig(BaseModel):
     bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
     regression_min_drop: float = Field(
         default=0.0, ge=0, description="a drop in accuracy below this is not reported as a regression"
+    )
+    position_bias_check: bool = Field(
+        default=True,
+        description="report a significant change of order consistency or first-position rate against the "
+        "previous run of the configuration as a regression (exit 1, judgebench.run.regressed)",
     )
     report: bool = Field(default=True, description="the HTML report")
     reward_backend: Literal["pooling", "transformers"] = Field(
@@ -191,6 +212,16 @@ class RunConfig(BaseModel):
         if self.task_runner == "dask" and not self.dask_address:
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
         return self
+
+    def server_lost_seconds(self) -> float:
+        """How long the run waits for a Prefect server that stopped answering (`--server-lost-timeout`, else
+        $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120 s)."""
+        if self.server_lost_timeout is not None:
+            return self.server_lost_timeout
+        try:
+            return max(0.0, float(os.environ.get("JUDGEBENCH_SERVER_LOST_TIMEOUT", DEFAULT_SERVER_LOST_SECONDS)))
+        except ValueError:
+            return DEFAULT_SERVER_LOST_SECONDS
 
     @property
     def uses_global_limit(self) -> bool:

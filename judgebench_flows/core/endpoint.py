@@ -103,6 +103,26 @@ class EndpointSettings(BaseModel):
     batch_poll_seconds: float = Field(
         default=60.0, gt=0, description="with --batch: how often the status of submitted batches is read"
     )
+    batch_deadline: str | None = Field(
+        default=None,
+        description="with --batch: a time with its UTC offset (2026-11-26T07:00:00+01:00) when open batches are "
+        "cancelled and what they have not answered is judged synchronously (at the synchronous price)",
+    )
+
+    @field_validator("batch_deadline")
+    @classmethod
+    def _moment(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from datetime import datetime
+
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError("must be an ISO 8601 time such as 2026-11-26T07:00:00+01:00") from None
+        if moment.tzinfo is None:
+            raise ValueError("must give its UTC offset (+01:00, Z)")
+        return moment.isoformat()
 
     @field_validator("base_url")
     @classmethod

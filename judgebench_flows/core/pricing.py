@@ -13,11 +13,12 @@ scoring layer reports it; neither imports the other.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import math
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ class ModelPrice(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1, description="the model's own cap on one answer")
     read_on: date | None = None
     source: str | None = None
+    shutdown_date: date | None = Field(default=None, description="the provider's announced shutdown (retirement) date")
 
 
 class PricedAs(BaseModel):
@@ -73,6 +75,15 @@ def cost_usd(price: ModelPrice | PricedAs, prompt_tokens: int, completion_tokens
     """Dollars for these tokens at this price; a batch call pays `batch_discount` of it."""
     dollars = (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1_000_000
     return round(dollars * (price.batch_discount if batch else 1.0), 10)
+
+
+def split_cost(
+    price: PricedAs, prompt_tokens: int, completion_tokens: int, sync_prompt: int = 0, sync_completion: int = 0
+) -> float:
+    """Dollars for a run's tokens, of which `sync_*` were sent synchronously by a batch run (deadline
+    passed, batches expired): those pay the synchronous price, the rest the run's own."""
+    batched = price.cost(prompt_tokens - sync_prompt, completion_tokens - sync_completion)
+    return round(batched + cost_usd(price, sync_prompt, sync_completion, False), 10)
 
 
 def batch_of(config: Any) -> bool:
@@ -138,11 +149,37 @@ def bundled_prices() -> dict[str, ModelPrice]:
     return parse_prices(yaml.safe_load(text), "the bundled price table")
 
 
-def price_for(model: str, prices_file: str | None = None, batch: bool = False) -> PricedAs | None:
+# The providers' own APIs, where the bundled table's list prices are what a call costs.
+PROVIDER_HOSTS = frozenset({"api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com"})
+
+
+def providers_own_endpoint(base_url: str | None) -> bool:
+    """Whether `base_url` is a model provider's own API (the bundled prices apply), not another endpoint
+    serving a model of that name: a local vLLM, the bundled stand-in or a gateway bills what it bills
+    (often nothing), so a bundled price there would show a bill that never came. None: not known (yes)."""
+    if base_url is None:
+        return True
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(base_url).hostname or "").lower()
+    except ValueError:
+        return False
+    return host in PROVIDER_HOSTS
+
+
+def price_for(
+    model: str, prices_file: str | None = None, batch: bool = False, base_url: str | None = None
+) -> PricedAs | None:
     """The price of `model` (the id sent to the endpoint, exactly): the user's file first, then the
-    bundled table; None when neither has it (unpriced). Reads and checks the file each time it is asked."""
+    bundled table when `base_url` is the provider's own API; None otherwise (unpriced). Reads and checks
+    the file each time it is asked."""
     user = load_price_file(prices_file) if prices_file else {}
-    price, table = (user[model], prices_file) if model in user else (bundled_prices().get(model), BUNDLED)
+    price: ModelPrice | None
+    if model in user:
+        price, table = user[model], prices_file
+    else:
+        price, table = (bundled_prices().get(model) if providers_own_endpoint(base_url) else None), BUNDLED
     if price is None:
         return None
     return PricedAs(
@@ -156,6 +193,45 @@ def price_for(model: str, prices_file: str | None = None, batch: bool = False) -
         source=price.source,
         table=str(table),
     )
+
+
+RETIREMENT_WARNING_DAYS = 30
+
+
+def shutdown_date_of(model: str, prices_file: str | None = None) -> date | None:
+    """The provider's announced shutdown date of `model`: the --prices file's entry when it gives one (a
+    date added or corrected there), else the bundled table's. A user's entry that changes only prices keeps
+    the bundled date: a new price does not un-retire a model."""
+    user = load_price_file(prices_file) if prices_file else {}
+    given = user.get(model)
+    if given is not None and given.shutdown_date is not None:
+        return given.shutdown_date
+    bundled = bundled_prices().get(model)
+    return bundled.shutdown_date if bundled else None
+
+
+def retirement_of(model: str, prices_file: str | None = None, today: date | None = None) -> dict[str, Any] | None:
+    """{"shutdown_date", "days_left", "retired"} when `model` is past its shutdown date or within 30 days
+    of it (what the leaderboard marks and the commands warn about), else None."""
+    shutdown = shutdown_date_of(model, prices_file)
+    if shutdown is None:
+        return None
+    days = (shutdown - (today or datetime.now(timezone.utc).date())).days
+    if days > RETIREMENT_WARNING_DAYS:
+        return None
+    return {"shutdown_date": shutdown.isoformat(), "days_left": days, "retired": days < 0}
+
+
+def retirement_notice(model: str, prices_file: str | None = None, today: date | None = None) -> str | None:
+    """One line when `model` is past its shutdown date or within 30 days of it, else None."""
+    retirement = retirement_of(model, prices_file, today)
+    if retirement is None:
+        return None
+    shutdown, days = retirement["shutdown_date"], retirement["days_left"]
+    if retirement["retired"]:
+        return f"{model} is past its provider's shutdown date {shutdown}: calls to it may fail (see its price entry)"
+    when = "today" if days == 0 else f"in {days} day{'s' if days != 1 else ''}"
+    return f"{model} shuts down {when} ({shutdown}, its provider's announced date): plan a replacement"
 
 
 def format_usd(cost: float | None, unpriced: str = "unpriced") -> str:
@@ -193,6 +269,19 @@ class BudgetReached(UserError):
 
 
 @dataclass
+class NightSpend:
+    """The dollars of a night's cells running side by side in one process, against the night's budget:
+    each cell's `Spend` adds what it charges here and refuses a new call once the night's is spent."""
+
+    max_cost: float
+    spent: float = 0.0
+
+
+# The night's spending for the cells of this context (set by the nightly flow for each cell it runs).
+night_spend: contextvars.ContextVar[NightSpend | None] = contextvars.ContextVar("night_spend", default=None)
+
+
+@dataclass
 class Spend:
     """Dollars a run's calls have cost so far, from the usage each answer reports, against its budget.
 
@@ -205,13 +294,29 @@ class Spend:
     spent: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Tokens of a batch run's synchronous answers (past its deadline): paid without the batch discount.
+    synchronous_tokens: tuple[int, int] = (0, 0)
+    # The night this run is a cell of (its spending is counted there too), or None.
+    night: NightSpend | None = None
 
-    def charge(self, prompt_tokens: int, completion_tokens: int) -> None:
+    def charge(self, prompt_tokens: int, completion_tokens: int, synchronous: bool = False) -> None:
+        before = self.spent
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
-        self.spent = self.price.cost(self.prompt_tokens, self.completion_tokens)
+        if synchronous:
+            sync_prompt, sync_completion = self.synchronous_tokens
+            self.synchronous_tokens = (sync_prompt + prompt_tokens, sync_completion + completion_tokens)
+        self.spent = split_cost(self.price, self.prompt_tokens, self.completion_tokens, *self.synchronous_tokens)
+        if self.night is not None:
+            self.night.spent += self.spent - before
 
     def check(self) -> None:
+        if self.night is not None and self.night.spent >= self.night.max_cost:
+            raise BudgetReached(
+                f"the night's budget is reached: {format_usd(self.night.spent)} spent of max_cost "
+                f"{format_usd(self.night.max_cost)} by its cells together; answers so far are cached",
+                self.spent,
+            )
         if self.max_cost is not None and self.spent >= self.max_cost:
             raise BudgetReached(
                 f"budget reached: {format_usd(self.spent)} spent of --max-cost {format_usd(self.max_cost)}; "

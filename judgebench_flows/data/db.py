@@ -74,6 +74,10 @@ class RunRow(SQLModel, table=True):
     # "<entry> read <date>", or "unpriced". Added by the schema upgrade; older rows keep NULL in both.
     cost_usd: float | None = None
     priced_as: str | None = None
+    # Position bias (results.json's `consistency`): share of pairs whose two verdicts agree, and share of
+    # sided verdicts for the response shown first. Added by the schema upgrade; older rows keep NULL.
+    order_consistency: float | None = None
+    first_position_rate: float | None = None
 
 
 class JudgmentRow(SQLModel, table=True):
@@ -124,6 +128,9 @@ class CallCacheRow(SQLModel, table=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     created: datetime = Field(default_factory=utcnow)
+    # The run that paid for the answer: a run's cost counts it even when the attempt that paid was lost
+    # (a Dask worker that died after writing it) and the retry read it from here.
+    paid_by: str | None = Field(default=None, max_length=32, index=True)
 
 
 class BatchRow(SQLModel, table=True):
@@ -140,6 +147,20 @@ class BatchRow(SQLModel, table=True):
     custom_ids: str
     status: str = "open"  # "open" until its results were read, then "done"
     created: datetime = Field(default_factory=utcnow)
+
+
+class RunLockRow(SQLModel, table=True):
+    """Which run judges a configuration now (`data/run_lock`): one row per configuration key, held while
+    its run is alive (renewed before `expires`), so a second identical run waits and then reads the first's
+    answers from the call cache instead of paying for them again."""
+
+    __tablename__ = "run_locks"
+
+    config_key: str = Field(primary_key=True, max_length=64)
+    run_id: str
+    host: str
+    pid: int
+    expires: datetime
 
 
 class SchemaMeta(SQLModel, table=True):
@@ -188,7 +209,7 @@ def _table(model: type[SQLModel]) -> sa.Table:
     return model.__table__  # type: ignore[attr-defined]
 
 
-TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, BatchRow, SchemaMeta)]
+TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, BatchRow, RunLockRow, SchemaMeta)]
 WRITE_ATTEMPTS = 8
 
 
@@ -443,9 +464,10 @@ def finish_run(
     results_json: str,
     cost_usd: float | None = None,
     priced_as: str | None = None,
+    consistency: dict[str, Any] | None = None,
 ) -> None:
-    """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy
-    and what it cost."""
+    """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy,
+    its position bias (results.json's `consistency`) and what it cost."""
     update_run(
         engine,
         run_id,
@@ -458,6 +480,8 @@ def finish_run(
         results_json=results_json,
         cost_usd=cost_usd,
         priced_as=priced_as,
+        order_consistency=(consistency or {}).get("consistency"),
+        first_position_rate=(consistency or {}).get("first_position_rate"),
     )
 
 
@@ -466,6 +490,12 @@ def fail_run(engine: Engine, run_id: str, error: BaseException) -> None:
     exception's type (an unexpected message may carry anything)."""
     message = str(error)[:500] if isinstance(error, UserError) else type(error).__name__
     update_run(engine, run_id, status="failed", finished=utcnow(), message=message)
+
+
+def interrupt_run(engine: Engine, run_id: str, message: str) -> None:
+    """A run stopped on request (Ctrl-C, SIGTERM, cancelled from the Prefect UI): not a failure of the
+    run or its endpoint; the same command resumes it from the call cache."""
+    update_run(engine, run_id, status="interrupted", finished=utcnow(), message=message[:500])
 
 
 def save_judgments(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
@@ -515,6 +545,17 @@ def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
 
 def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
     _upsert(engine, CallCacheRow, rows, ["key"])
+
+
+def paid_by_run(engine: Engine, run_id: str) -> tuple[int, int, int]:
+    """(answers, prompt tokens, completion tokens) the call cache holds from calls `run_id` paid for."""
+    table = _table(CallCacheRow)
+    query = sa.select(
+        sa.func.count(), sa.func.sum(table.c.prompt_tokens), sa.func.sum(table.c.completion_tokens)
+    ).where(table.c.paid_by == run_id)
+    with engine.connect() as connection:
+        calls, prompt, completion = connection.execute(query).one()
+    return int(calls or 0), int(prompt or 0), int(completion or 0)
 
 
 def batch_save(engine: Engine, row: dict[str, Any]) -> None:
@@ -591,16 +632,20 @@ def mark_crashed(engine: Engine) -> list[str]:
 
 
 def fail_this_process_runs(engine: Engine, message: str) -> None:
-    """This process's runs still 'running' become 'failed' with `message`: for a process about to end
-    without finishing them (its Prefect server is gone), which `mark_crashed` would otherwise only call
-    'crashed' later, without the reason."""
+    """This process's runs still 'running' (or 'interrupted' by the cancellation that ended them) become
+    'failed' with `message`: for a process whose Prefect server is gone, which `mark_crashed` would
+    otherwise only call 'crashed' later, without the reason."""
 
     def write() -> None:
         with engine.begin() as connection:
             table = _table(RunRow)
             connection.execute(
                 sa.update(table)
-                .where(table.c.status == "running", table.c.host == socket.gethostname(), table.c.pid == os.getpid())
+                .where(
+                    table.c.status.in_(("running", "interrupted")),
+                    table.c.host == socket.gethostname(),
+                    table.c.pid == os.getpid(),
+                )
                 .values(status="failed", finished=utcnow(), message=message[:500])
             )
 

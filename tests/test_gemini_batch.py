@@ -177,7 +177,10 @@ def test_a_gemini_batch_run_reproduces_65_71_at_half_price_with_no_synchronous_c
     run_cli, judgebench_repo, replay, tmp_path: Path
 ) -> None:
     with FakeGeminiBatchServer(replay, api_key=CANARY_KEY, line_failure_rate=0.03, seed=11) as server:
-        result = run_cli(*batch_command(judgebench_repo, server, tmp_path), env={"GEMINI_API_KEY": CANARY_KEY})
+        prices = tmp_path / "gemini-prices.yaml"  # the stand-in bills nothing: priced as the Gemini API
+        prices.write_text(f"models:\n  {FLASH}: {{input_per_mtok: 0.30, output_per_mtok: 2.50}}\n")
+        command = [*batch_command(judgebench_repo, server, tmp_path), "--prices", str(prices)]
+        result = run_cli(*command, env={"GEMINI_API_KEY": CANARY_KEY})
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.requests == 0 and set(server.answered_lines.values()) == {1}
     assert accuracy(tmp_path) == 65.71

@@ -265,16 +265,23 @@ def test_a_vertex_run_longer_than_three_token_lifetimes_has_no_failed_judgment(
 def test_a_gemini_run_is_estimated_budgeted_and_costed_at_geminis_prices(
     run_cli, judgebench_repo, tmp_path: Path
 ) -> None:
-    """`judgebench estimate --provider gemini --model gemini-2.5-flash` prices a run (its worst case with
-    the room a 2.5 model gets to think); a budget below it is refused before any call; a run's cost is in
-    results.json and the history."""
+    """`judgebench estimate --provider gemini --model gemini-2.5-flash` prices a run at the Gemini API's
+    bundled price (its worst case with the room a 2.5 model gets to think); through the stand-in (which
+    bills nothing: unpriced unless --prices names it) a budget below the worst case is refused before any
+    call, and a run's cost is in results.json and the history."""
     env = {"GEMINI_API_KEY": CANARY_KEY, "OPENAI_API_KEY": ""}
     model = "gemini-2.5-flash"
     with FakeGoogleServer("My final verdict is [[A>B]]", api_key=CANARY_KEY, thinking_tokens=200) as server:
         command = run_command(judgebench_repo, server, tmp_path, "--provider", "gemini", model=model, max_samples=10)
-        estimate = run_cli("estimate", *command[1:], env=env)
+        at_google = command[1:]
+        index = at_google.index("--base-url")
+        del at_google[index : index + 2]  # Google's own endpoint: the bundled price applies (estimate calls nothing)
+        estimate = run_cli("estimate", *at_google, env=env)
         assert estimate.returncode == 0, estimate.stderr
-        assert "worst case: $" in estimate.stdout and "2025-09-01" in estimate.stdout, estimate.stdout
+        assert "worst case: $" in estimate.stdout and "bundled, read 2025-09-01" in estimate.stdout, estimate.stdout
+        prices = tmp_path / "gemini-prices.yaml"
+        prices.write_text(f"models:\n  {model}: {{input_per_mtok: 0.30, output_per_mtok: 2.50}}\n")
+        command += ["--prices", str(prices)]
         refused = run_cli(*command, "--max-cost", "0.01", env=env)
         assert refused.returncode == 2 and "worst case is $" in refused.stderr, refused.stderr
         assert server.requests == 0
@@ -286,3 +293,14 @@ def test_a_gemini_run_is_estimated_budgeted_and_costed_at_geminis_prices(
     assert usage["cost_usd"] == pytest.approx(expected, abs=1e-6) and usage["completion_tokens"] >= 200 * 20
     history = run_cli("history", "--db-url", f"sqlite:///{tmp_path}/judgebench.db", env={"COLUMNS": "250"})
     assert f"${usage['cost_usd']:.4f}" in history.stdout, history.stdout
+
+
+def test_vertex_and_gemini_hosts_are_the_providers_own_and_priced_from_the_bundled_table() -> None:
+    from judgebench_flows.core.pricing import price_for, providers_own_endpoint
+
+    vertex = "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1/endpoints/openapi"
+    assert providers_own_endpoint(vertex) and providers_own_endpoint("https://aiplatform.googleapis.com/v1/x")
+    assert providers_own_endpoint("https://generativelanguage.googleapis.com/v1beta/openai")
+    assert not providers_own_endpoint("https://aiplatform.googleapis.com.example.com/v1")
+    price = price_for("gemini-2.5-flash", None, batch=True, base_url=vertex)
+    assert price is not None and (price.input_per_mtok, price.output_per_mtok, price.factor) == (0.30, 2.50, 0.5)

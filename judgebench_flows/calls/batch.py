@@ -285,7 +285,8 @@ class BatchTransport:
             batch_id = await self.batches.submit([self.batches.line(cid, self._bodies[cid]) for cid in ids])
         except openai.APIStatusError as exc:
             if exc.status_code < 500 and exc.status_code != 429:
-                self._fail(ids, BatchRefused(f"{self.batches.provider} refused a batch of {len(ids)} requests: {exc}"))
+                refusal = f"{self.batches.provider} refused a batch of {len(ids)} requests: {exc}"
+                self._fail(ids, BatchRefused(refusal, our_input=exc.status_code == 404))  # 404: no such model
                 return
             self._fail(ids, exc)
             return

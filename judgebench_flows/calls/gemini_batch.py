@@ -27,7 +27,6 @@ from google.genai import types as genai_types
 from judgebench_flows.calls.batch import BatchState, LineResult
 from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, REFUSED, GoogleTransport
 from judgebench_flows.calls.transport import BadAnswerBody, status_error_class
-from judgebench_flows.core.errors import BatchRefused
 
 ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
 OPENAI_SUFFIX = "/v1beta/openai"
@@ -162,9 +161,7 @@ class GeminiBatches:
             job = await self.client.batches.create(
                 model=self.model, src=str(upload.name), config={"display_name": "judgebench-flows"}
             )
-        except genai_errors.APIError as exc:
-            if exc.code == 404:  # no such model (or not for Batch Mode): our input, exit 2
-                raise BatchRefused(f"gemini refused a batch for {self.model}: {exc.message}", our_input=True) from None
+        except genai_errors.APIError as exc:  # a 404 (no such model) stops the run as our input's fault
             raise as_openai_error(exc) from None
         return str(job.name)
 

@@ -151,6 +151,7 @@ def bundled_prices() -> dict[str, ModelPrice]:
 
 # The providers' own APIs, where the bundled table's list prices are what a call costs.
 PROVIDER_HOSTS = frozenset({"api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com"})
+VERTEX_HOST = "aiplatform.googleapis.com"  # Vertex AI: global, or `{location}-aiplatform.googleapis.com`
 
 
 def providers_own_endpoint(base_url: str | None) -> bool:
@@ -165,7 +166,7 @@ def providers_own_endpoint(base_url: str | None) -> bool:
         host = (urlsplit(base_url).hostname or "").lower()
     except ValueError:
         return False
-    return host in PROVIDER_HOSTS
+    return host in PROVIDER_HOSTS or host == VERTEX_HOST or host.endswith("-" + VERTEX_HOST)
 
 
 def price_for(

@@ -154,3 +154,53 @@ def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count
     assert results["usage"]["cached_calls"] == 0
     print(f"clean {clean_seconds:.1f}s, a worker killed half way {killed_seconds:.1f}s; paid {paid} of {answered}")
     assert killed_seconds <= 1.5 * clean_seconds, (killed_seconds, clean_seconds)
+
+
+@requires_shared
+def test_sigterm_to_a_dask_run_stops_its_shards_and_gives_its_slots_back(tmp_path, dask_cluster, prefect_server):
+    """The run's process holds the slots of the shards it sent: stopped by SIGTERM, it ends within seconds
+    (exit 143), not after judging on through the thread that sends shards, and its slots are back."""
+    import asyncio
+    import sqlite3
+
+    from judgebench_flows.calls.global_limits import limit_names
+
+    address, _ = dask_cluster
+    env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    env["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path / "prefect-results")
+    with FakeOpenAIServer(VERDICT, latency=1.0, api_key=CANARY_KEY) as endpoint:
+        run = subprocess.Popen(
+            run_on(tmp_path, address, endpoint, "stopped"),
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while endpoint.answered < 4:
+                assert run.poll() is None, run.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the run never started judging"
+                time.sleep(0.05)
+            run.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            _, stderr = run.communicate(timeout=60)
+            ended_after = time.monotonic() - stopped
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        name, _ = limit_names(endpoint.base_url, "judge")
+    assert run.returncode == 143, stderr[-3000:]
+    assert ended_after < 30, ended_after
+    with sqlite3.connect(tmp_path / "stopped.db") as connection:
+        assert connection.execute("select status from runs").fetchall() == [("interrupted",)]
+
+    async def active() -> int:
+        from prefect.client.orchestration import get_client
+
+        async with get_client() as client:
+            return (await client.read_global_concurrency_limit_by_name(name)).active_slots
+
+    assert asyncio.run(active()) == 0

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 VERDICT = "My final verdict is [[A>B]]"
 PAIRS, SHARD, CONCURRENCY, LATENCY = 40, 5, 4, 0.4  # 80 calls, about 8 s of judging on 4 slots
+RUN_SECONDS = 300  # a run that has not ended by then hangs (a clean one takes about 30 s on a loaded machine)
 
 
 @pytest.fixture()
@@ -107,14 +108,24 @@ def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count
 
     with FakeOpenAIServer(VERDICT, api_key=CANARY_KEY) as warm_endpoint:  # workers import and connect once
         warm = subprocess.run(
-            run_on(tmp_path, address, warm_endpoint, "warm"), env=env, cwd=tmp_path, capture_output=True, text=True
+            run_on(tmp_path, address, warm_endpoint, "warm"),
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=RUN_SECONDS,
         )
         assert warm.returncode == 0, warm.stderr[-3000:]
 
     with FakeOpenAIServer(VERDICT, latency=LATENCY, api_key=CANARY_KEY) as clean_endpoint:
         started = time.monotonic()
         clean = subprocess.run(
-            run_on(tmp_path, address, clean_endpoint, "clean"), env=env, cwd=tmp_path, capture_output=True, text=True
+            run_on(tmp_path, address, clean_endpoint, "clean"),
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=RUN_SECONDS,
         )
         clean_seconds = time.monotonic() - started
         assert clean.returncode == 0, clean.stderr[-3000:]
@@ -135,7 +146,7 @@ def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count
                 assert time.monotonic() - started < 300, "the run never got half way"
                 time.sleep(0.05)
             workers[0].send_signal(signal.SIGKILL)
-            _, stderr = run.communicate(timeout=300)
+            _, stderr = run.communicate(timeout=RUN_SECONDS)
         finally:
             if run.poll() is None:
                 run.kill()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ def judge_on_dask(
     spec: JudgeSpec,
     config: RunConfig,
     on_shard_done: ShardDone,
+    stop: threading.Event | None = None,
 ) -> None:
     """Shards as Prefect task runs on the Dask cluster at `--dask-address`, a bounded number at a time,
     each handed to `on_shard_done` as soon as it finishes (as in-process). Runs in a thread of the flow:
@@ -44,10 +46,13 @@ def judge_on_dask(
     Workers rebuild the judge from the spec and read their shard from the data file themselves, so every
     path they get is absolute and checked on every worker before the first shard is sent. Each shard
     task runs in its own event loop on its worker, with its own endpoint client: the shared limit across
-    shards and workers is the Prefect global concurrency limit named in the spec.
+    shards and workers is the Prefect global concurrency limit named in the spec, whose slots this
+    process takes for each shard (`_judge_all`).
 
     Request adjustments a shard's worker learned come back with its records and are merged into this
     process's (`request_report_of` then reports them); shards sent afterwards take them along (`known`).
+    `stop` set (the run was cancelled: Ctrl-C, SIGTERM) cancels the shards in flight and gives their
+    slots back.
     """
     spec, shards = _for_workers(spec, shards)
     task = shard_task(config.endpoint.cache, config.shard_retries)
@@ -55,7 +60,7 @@ def judge_on_dask(
         _check_workers(runner.client, config.dask_address or "", _paths_workers_need(spec, shards))
         slots = SlotLeases(spec.global_limit) if spec.global_limit else None
         try:
-            _judge_all(runner, task, shards, spec, config, on_shard_done, slots)
+            _judge_all(runner, task, shards, spec, config, on_shard_done, slots, stop or threading.Event())
         finally:
             if slots is not None:
                 slots.close()
@@ -74,6 +79,7 @@ def _judge_all(
     config: RunConfig,
     on_shard_done: ShardDone,
     slots: SlotLeases | None,
+    stop: threading.Event,
 ) -> None:
     """Submit shards while workers have room (and, with the global limit, while slots are free), hand
     each to `on_shard_done` as it finishes, and give its slots back then.
@@ -121,6 +127,9 @@ def _judge_all(
     fill()
     idle = POLL_MIN_SECONDS
     while submitted or pending:
+        if stop.is_set():
+            client.cancel(list(submitted))
+            return
         done = finished.next_batch(block=False) if finished.has_ready() else []
         if not done:  # shards still judging, or the limit full of other runs' slots: look for room again
             time.sleep(idle)

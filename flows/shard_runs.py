@@ -9,6 +9,7 @@ judged, not the run.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from prefect.utilities.annotations import quote
 
@@ -29,7 +30,11 @@ async def judge_shards(
     if config.task_runner == "dask":
         from judgebench_flows.flows.dask_shards import judge_on_dask
 
-        await asyncio.to_thread(judge_on_dask, shards, spec, config, on_shard_done)
+        stop = threading.Event()  # the run is cancelled (Ctrl-C, SIGTERM): the thread stops sending shards
+        try:
+            await asyncio.to_thread(judge_on_dask, shards, spec, config, on_shard_done, stop)
+        finally:
+            stop.set()
         return None
     if spec.global_limit:  # --global-limit in process: the run holds its --concurrency of the endpoint's slots
         async with endpoint_slots(spec.global_limit, spec.endpoint.concurrency):

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 VERDICT = "My final verdict is [[A>B]]"
 PAIRS, SHARD, CONCURRENCY, LATENCY = 40, 5, 4, 0.4  # 80 calls, about 8 s of judging on 4 slots
+RUN_SECONDS = 300  # a run that has not ended by then hangs (a clean one takes about 30 s on a loaded machine)
 
 
 @pytest.fixture()
@@ -107,14 +108,24 @@ def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count
 
     with FakeOpenAIServer(VERDICT, api_key=CANARY_KEY) as warm_endpoint:  # workers import and connect once
         warm = subprocess.run(
-            run_on(tmp_path, address, warm_endpoint, "warm"), env=env, cwd=tmp_path, capture_output=True, text=True
+            run_on(tmp_path, address, warm_endpoint, "warm"),
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=RUN_SECONDS,
         )
         assert warm.returncode == 0, warm.stderr[-3000:]
 
     with FakeOpenAIServer(VERDICT, latency=LATENCY, api_key=CANARY_KEY) as clean_endpoint:
         started = time.monotonic()
         clean = subprocess.run(
-            run_on(tmp_path, address, clean_endpoint, "clean"), env=env, cwd=tmp_path, capture_output=True, text=True
+            run_on(tmp_path, address, clean_endpoint, "clean"),
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=RUN_SECONDS,
         )
         clean_seconds = time.monotonic() - started
         assert clean.returncode == 0, clean.stderr[-3000:]
@@ -135,7 +146,7 @@ def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count
                 assert time.monotonic() - started < 300, "the run never got half way"
                 time.sleep(0.05)
             workers[0].send_signal(signal.SIGKILL)
-            _, stderr = run.communicate(timeout=300)
+            _, stderr = run.communicate(timeout=RUN_SECONDS)
         finally:
             if run.poll() is None:
                 run.kill()
@@ -154,3 +165,53 @@ def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count
     assert results["usage"]["cached_calls"] == 0
     print(f"clean {clean_seconds:.1f}s, a worker killed half way {killed_seconds:.1f}s; paid {paid} of {answered}")
     assert killed_seconds <= 1.5 * clean_seconds, (killed_seconds, clean_seconds)
+
+
+@requires_shared
+def test_sigterm_to_a_dask_run_stops_its_shards_and_gives_its_slots_back(tmp_path, dask_cluster, prefect_server):
+    """The run's process holds the slots of the shards it sent: stopped by SIGTERM, it ends within seconds
+    (exit 143), not after judging on through the thread that sends shards, and its slots are back."""
+    import asyncio
+    import sqlite3
+
+    from judgebench_flows.calls.global_limits import limit_names
+
+    address, _ = dask_cluster
+    env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    env["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path / "prefect-results")
+    with FakeOpenAIServer(VERDICT, latency=1.0, api_key=CANARY_KEY) as endpoint:
+        run = subprocess.Popen(
+            run_on(tmp_path, address, endpoint, "stopped"),
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while endpoint.answered < 4:
+                assert run.poll() is None, run.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the run never started judging"
+                time.sleep(0.05)
+            run.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            _, stderr = run.communicate(timeout=60)
+            ended_after = time.monotonic() - stopped
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        name, _ = limit_names(endpoint.base_url, "judge")
+    assert run.returncode == 143, stderr[-3000:]
+    assert ended_after < 30, ended_after
+    with sqlite3.connect(tmp_path / "stopped.db") as connection:
+        assert connection.execute("select status from runs").fetchall() == [("interrupted",)]
+
+    async def active() -> int:
+        from prefect.client.orchestration import get_client
+
+        async with get_client() as client:
+            return (await client.read_global_concurrency_limit_by_name(name)).active_slots
+
+    assert asyncio.run(active()) == 0

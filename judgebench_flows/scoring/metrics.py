@@ -26,7 +26,7 @@ from judgebench_flows.core.text import shorten
 # are grouped by reason, so the server's words (kept whole: `calls.retry.describe`) group alike.
 ATTEMPTS = re.compile(
     r" after \d+ attempts| \((?:sent once|sent \d+ times): not sent again\)"
-    r"| \(its \d+ attempts are spent: not sent again\)"  # as runs before 0.x said it (stored records)
+    r"| \(its \d+ attempts are spent: not sent again\)"  # as earlier versions wrote it (stored records)
 )
 MAX_REASON_CHARS = 2000  # the server's words whole; a longer body is cut at a word (each judgment's error is whole)
 DIGITS = re.compile(r"\d+")

@@ -26,6 +26,7 @@ import httpx
 import pytest
 import yaml
 
+from judgebench_flows.deployments.matrix import cell_name
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 from tests.test_schedule import POOL, ROOT, LiveServer, started_server, wait_for
@@ -365,3 +366,73 @@ def test_the_readme_vanilla_example_ends_completed(prefect_server, judgebench_re
     assert state and state.is_completed(), f"{state!r}\n{worker.stdout[-3000:]}\n{worker.stderr[-3000:]}"
     results = json.loads((tmp_path / "adhoc" / "results.json").read_text())
     assert results["overall_accuracy"]["accuracy"] == 0.0 and results["invalid"]["invalid_judgments"] == 0
+
+
+def test_a_worker_killed_mid_night_reuses_every_finished_cell_and_answered_call(
+    live_prefect, judgebench_repo, gpt4o_pairs, tmp_path
+):
+    """A night of three cells side by side on the nightly deployment: two fast endpoints' cells finish,
+    the slow one's is judging when the worker is SIGKILLed. The rescheduled night completes on another
+    worker, reusing both finished cells (their endpoints answer nothing more) and the slow cell's
+    answered calls (paid twice: at most the calls in flight at the kill)."""
+    url, sha = judgebench_repo
+    pairs, concurrency = 12, 2
+    _deploy(live_prefect)
+    _judgebench(live_prefect, "automations", "install", "--webhook-url", "http://127.0.0.1:9/unused", cwd=tmp_path)
+    oracle = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"])
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    with (
+        FakeOpenAIServer(oracle, api_key=CANARY_KEY) as fast_a,
+        FakeOpenAIServer(oracle, api_key=CANARY_KEY) as fast_b,
+        FakeOpenAIServer(oracle, api_key=CANARY_KEY, latency=1.5) as slow,
+    ):
+        matrix = {
+            "judge_types": ["vanilla"],
+            "models": [
+                {"model": "fast-a", "base_url": fast_a.base_url},
+                {"model": "fast-b", "base_url": fast_b.base_url},
+                {"model": "slow", "base_url": slow.base_url},
+            ],
+            "data_files": [GPT4O_FILE],
+            "repo_url": url,
+            "ref": sha,
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_root": str(tmp_path / "nightly"),
+            "max_samples": pairs,
+            "concurrency": concurrency,
+            "options": {"bootstrap_resamples": 200, "cache_dir": str(tmp_path / "cache")},
+        }
+        (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(matrix))
+        flow_run_id = _run(live_prefect, "nightly-benchmarks/nightly", {"matrix_path": str(tmp_path / "matrix.yaml")})
+        first = _start_worker(live_prefect, tmp_path, "first")
+        done = [
+            tmp_path / "nightly" / cell_name("vanilla", m, GPT4O_FILE) / "results.json" for m in ("fast-a", "fast-b")
+        ]
+        try:
+            wait_for(
+                "both fast cells done and the slow one judging",
+                lambda: all(p.exists() for p in done) and slow.answered >= 4,
+                300,
+                live_prefect,
+            )
+        finally:
+            _stop(first, signal.SIGKILL)
+        fast_answered = (fast_a.answered, fast_b.answered)
+        assert fast_answered == (2 * pairs, 2 * pairs) and slow.answered < 2 * pairs, "killed too late"
+        second = _start_worker(live_prefect, tmp_path, "second")
+        try:
+            finished = _final(live_prefect, flow_run_id, 400, logs)
+        finally:
+            _stop(second)
+        assert (fast_a.answered, fast_b.answered) == fast_answered  # the finished cells were reused
+        paid = slow.answered_keys()
+
+    assert finished["state_type"] == "COMPLETED", finished["state"]
+    assert finished["run_count"] >= 2
+    assert len(paid) == 2 * pairs and max(paid.values()) <= 2
+    assert sum(count > 1 for count in paid.values()) <= concurrency
+    for model in ("fast-a", "fast-b", "slow"):
+        results = json.loads(
+            (tmp_path / "nightly" / cell_name("vanilla", model, GPT4O_FILE) / "results.json").read_text()
+        )
+        assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == pairs

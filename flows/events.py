@@ -90,7 +90,11 @@ def _change(regression: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not regression:
         return None
     keys = ("delta", "ci_low", "ci_high", "p_drop", "regressed", "baseline_run_id", "baseline_accuracy", "n_pairs")
-    return {key: regression.get(key) for key in keys}
+    change = {key: regression.get(key) for key in keys}
+    bias = regression.get("position_bias")
+    if bias:  # what changed in position bias, without its long message (the payload's message has it)
+        change["position_bias"] = {k: bias.get(k) for k in ("changed", "order_consistency", "first_position_rate")}
+    return change
 
 
 def run_payload(

@@ -30,12 +30,13 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.pricing import BudgetReached
+from judgebench_flows.core.pricing import BudgetReached, retirement_notice
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
+from judgebench_flows.data.outputs import for_run, point_latest
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
@@ -234,6 +235,7 @@ def record_finish(
         results_json=json.dumps(final, default=str),
         cost_usd=final["usage"]["cost_usd"],
         priced_as=priced_as(spec),
+        consistency=results.consistency,
     )
 
 
@@ -248,6 +250,13 @@ class Stopwatch:
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
         return round(elapsed, 3)
+
+
+def with_run_paths(config: RunConfig, run_id: str) -> RunConfig:
+    """The run's own result path and output folder (`{run_id}` in them replaced by its id)."""
+    return config.model_copy(
+        update={"result_path": for_run(config.result_path, run_id), "output_dir": for_run(config.output_dir, run_id)}
+    )
 
 
 def publish(
@@ -327,6 +336,10 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
+    layout, config = config.output_dir, with_run_paths(config, run_id)
+    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if retiring:  # deployments' runs: the CLI says it before the flow starts
+        logger.warning(retiring)
     engine = db.open_database(config.db_url)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
@@ -383,6 +396,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
         results.outputs = publish(run_id, results, sink, config, source, header, spec)
+        point_latest(layout, run_id)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()

@@ -33,6 +33,7 @@ async def leaderboard_flow(
     output_dir: str = "results/leaderboard",
     seed: int = 42,
     bootstrap_resamples: int = 2000,
+    prices: str | None = None,
 ) -> dict[str, Any]:
     """Score the checkout's published outputs and our latest runs; JSON, HTML and a markdown artifact."""
     settings = LeaderboardSettings(
@@ -42,6 +43,7 @@ async def leaderboard_flow(
         db_url=db_url,
         seed=seed,
         bootstrap_resamples=bootstrap_resamples,
+        prices=prices,
     )
     board = await asyncio.to_thread(build_leaderboard, settings)
     board["outputs"] = await asyncio.to_thread(write_outputs, board, result_path, output_dir)
@@ -72,6 +74,7 @@ async def nightly_leaderboard_section(configs: Sequence[Any], run_ids: Sequence[
             db_url=config.db_url,
             seed=config.seed,
             require_published=False,
+            prices=config.prices,
         )
         board = await asyncio.to_thread(build_leaderboard, settings)
         folder = Path(config.output_dir).parent

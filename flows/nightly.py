@@ -29,18 +29,18 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import get_run_context
-from prefect.states import State
+from prefect.states import Failed, State
 from pydantic import BaseModel
 
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
-from judgebench_flows.core.pricing import BudgetReached, format_usd
+from judgebench_flows.core.pricing import BudgetReached, format_usd, retirement_notice
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
-from judgebench_flows.flows.retries import BenchmarkFailed, is_transient
+from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.scoring.formatting import percent as _pct
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
@@ -110,7 +110,7 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
     if not state.is_completed():
         error = await state.aresult(raise_on_failure=False)
         reason = (
-            f"{type(error).__name__}: {error}"
+            failure_line(error)
             if isinstance(error, BaseException)
             else (state.message or state.name or state.type.value)
         )
@@ -199,6 +199,37 @@ async def judge_cell(entry: MatrixEntry, retry_delay_seconds: float) -> tuple[Ce
     return outcome, state
 
 
+async def preflight_night(matrix_path: str, entries: list[MatrixEntry]) -> State | None:
+    """The night's repositories, refs and data files checked once, before the first cell
+    (judging/preflight.check_night). A problem ends the night at once: a Failed state whose message is
+    the one line, that line in the log, and a `judgebench.night.failed` event naming it; else None."""
+    from judgebench_flows.core.errors import UserError
+    from judgebench_flows.judging.preflight import check_night
+
+    try:
+        await asyncio.to_thread(check_night, [entry.config for entry in entries])
+    except UserError as exc:
+        line = failure_line(exc)
+        get_run_logger().error(line)
+        cell = {"name": "preflight", "status": "failed", "message": line}
+        emit_night_event(matrix_path, [cell], get_run_context().flow_run.run_count)  # type: ignore[union-attr]
+        return Failed(message=line, data=BenchmarkFailed(line))
+    return None
+
+
+def retirements(entries: list[MatrixEntry]) -> list[str]:
+    """The night's preflight of its models: one line per model past its provider's shutdown date or within
+    30 days of it (each model once, however many cells use it)."""
+    notices: dict[str, str] = {}
+    for entry in entries:
+        config = entry.config
+        if config.needs_endpoint and config.model not in notices:
+            notice = retirement_notice(config.model, config.prices)
+            if notice:
+                notices[config.model] = notice
+    return list(notices.values())
+
+
 @flow(name="nightly-benchmarks", log_prints=False)
 async def nightly_benchmarks(
     matrix_path: str = "deployments/nightly.yaml",
@@ -219,6 +250,12 @@ async def nightly_benchmarks(
     matrix = load_matrix(matrix_path).overridden(repo_url=repo_url, ref=ref, data_files=data_files)
     entries = matrix.entries(base_url=base_url, max_samples=max_samples)
     logger.info("%d configurations from %s", len(entries), matrix_path)
+    refused = await preflight_night(matrix_path, entries)
+    if refused is not None:
+        return refused  # type: ignore[return-value]
+    retiring = retirements(entries)
+    for notice in retiring:
+        logger.warning(notice)
     outcomes: list[CellOutcome] = []
     for planned in entries:
         spent = sum(o.cost_usd or 0.0 for o in outcomes)
@@ -240,7 +277,7 @@ async def nightly_benchmarks(
 
     leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
-        summary_markdown(outcomes) + leaderboard,
+        summary_markdown(outcomes) + "".join(f"\n\nWarning: {notice}" for notice in retiring) + leaderboard,
         key=NIGHTLY_ARTIFACT_KEY,
         description=f"JudgeBench nightly: {len(outcomes)} configurations",
     )
@@ -324,8 +361,10 @@ async def judgebench_adhoc(
         key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), data_path or data_file)}",
         description=f"JudgeBench ad-hoc run: {entry.name}",
     )
-    if outcome.status != "completed":  # Failed for the subflow's reason; retried only if it may pass
-        raise BenchmarkFailed(outcome.message or outcome.status)
+    if outcome.status != "completed":  # Failed with the subflow's reason, as one line (`--watch`, the UI)
+        line = " ".join((outcome.message or outcome.status).split())
+        logger.error(line)
+        return Failed(message=line, data=BenchmarkFailed(line))  # type: ignore[return-value]
     return {
         "run_id": outcome.run_id,
         "accuracy": outcome.accuracy,

@@ -3,7 +3,8 @@
 A second attempt replays a run (answered calls come back from the call cache, finished configurations
 from Prefect's results, so it pays for what is missing only), and it is worth it when the cause may have
 passed: the endpoint was down or rate limiting past every call's own retries, the Prefect server or the
-network went away. It is not worth it, and only delays the alert, for a result (a regression), for bad
+network went away. It is not worth it, and only delays the alert, for requests the endpoint rejected for
+what they are (a context too long: the caller does not send those again anyway), for a result (a regression), for bad
 input (an option, a matrix, a key or model the endpoint refuses) or for a repository or ref that does not
 exist: those fail the same way again. An unexpected error (a bug) is not replayed either.
 
@@ -21,16 +22,18 @@ from typing import Any
 import httpx
 from prefect.exceptions import PrefectHTTPStatusError
 
-from judgebench_flows.calls.retry import retryable
-from judgebench_flows.core.errors import RunFailed, UserError
+from judgebench_flows.calls.retry import deterministic_reason, retryable
+from judgebench_flows.core.errors import BatchRefused, RunFailed, UserError
 
 
 def calls_went_unanswered(results: Mapping[str, Any] | None) -> bool:
     """A run that measured too little because its calls got no answer (endpoint down, rate limited past
-    its retries), not because the judge's answers were unparseable: asking again may work."""
+    its retries), not because the judge's answers were unparseable or the endpoint rejected the requests
+    themselves (a context too long: `deterministic_reason`, never sent twice): asking again may work."""
     invalid = (results or {}).get("invalid") or {}
-    failed = invalid.get("failed_judgments") or 0
-    return failed > 0 and failed >= (invalid.get("invalid_judgments") or 0)
+    rejected = sum(count for reason, count in (invalid.get("reasons") or {}).items() if deterministic_reason(reason))
+    failed = (invalid.get("failed_judgments") or 0) - rejected
+    return failed > 0 and failed >= (invalid.get("invalid_judgments") or 0) + rejected
 
 
 def is_transient(error: BaseException | None, results: Mapping[str, Any] | None = None) -> bool:
@@ -52,4 +55,20 @@ class BenchmarkFailed(Exception):
     """A deployment run ends Failed: some configuration regressed or failed."""
 
 
-__all__ = ["BenchmarkFailed", "calls_went_unanswered", "is_transient"]
+def failure_line(error: BaseException) -> str:
+    """The one line `judgebench run` prints for `error` (cli/main.py), for a deployment run's state
+    message and log: the reason reads the same on the terminal, in `--watch` and in the UI."""
+    from judgebench_flows.core.pricing import BudgetReached
+    from judgebench_flows.core.secrets import redact
+
+    text = " ".join(redact(str(error)).split()) or type(error).__name__
+    if isinstance(error, BudgetReached):
+        return f"stopped: {text}"
+    if isinstance(error, RunFailed):
+        return f"run failed: {text}"
+    if isinstance(error, (UserError, BatchRefused)):
+        return f"error: {text}"
+    return f"{type(error).__name__}: {text}"
+
+
+__all__ = ["BenchmarkFailed", "calls_went_unanswered", "failure_line", "is_transient"]

@@ -4,7 +4,8 @@ Shard results are cached by Prefect under an explicit key: the shard's content h
 identity (prompt templates, sampling, parser, model, endpoint, orders). A shard is only cached when every
 judgment in it reached a verdict: if any call failed or any answer was unparseable the task raises
 `ShardIncomplete`, carrying its records, so nothing incomplete is ever served from the cache. Failed calls
-make the shard retry (answered calls come back free from the call cache); unparseable answers do not.
+make the shard retry (answered calls come back free from the call cache); unparseable answers and calls
+the endpoint rejected for what they are (a context too long) do not.
 
 Either way the records are `ShardRecords`: they also carry the request adjustments (`request_rules`) the
 judging process knew when done, so what a Dask worker learned from a 400 reaches the flow's results; and
@@ -17,6 +18,7 @@ from datetime import timedelta
 
 from prefect import get_run_logger, task
 
+from judgebench_flows.calls.retry import deterministic_reason
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.judging.shards import (
@@ -57,8 +59,8 @@ async def retry_failed_calls(task, task_run, state) -> bool:
     failed calls were never retried.
     """
     exc = await state.aresult(raise_on_failure=False)
-    if isinstance(exc, ShardIncomplete):
-        return exc.failed > 0
+    if isinstance(exc, ShardIncomplete):  # calls the endpoint rejected for what they are would not be sent again
+        return any(r.status == "failed" and not deterministic_reason(r.error) for r in exc.records)
     if isinstance(exc, UserError):
         return False
     return isinstance(exc, BaseException)

@@ -254,3 +254,88 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(
     # the embedded leaderboard lists tonight's run in bold (this checkout publishes no outputs/)
     assert "## Leaderboard" in summary and "| **arena_hard** | **judge-a** |" in summary, summary
     assert (tmp_path / "nightly" / "leaderboard.html").is_file()
+
+
+@pytest.mark.slow
+def test_a_failed_adhoc_run_says_why_in_its_state(prefect_server, tmp_path):
+    """An ad-hoc deployment run that cannot clone its repository (offline, a wrong URL) ends Failed with the
+    one-line reason the CLI prints as its state message: `--watch` and the UI show it, not only the
+    worker's tracebacks."""
+    from prefect.deployments import run_deployment
+
+    from judgebench_flows.deployments.deploy import deploy_all
+
+    deploy_all(ROOT, POOL)
+    missing = tmp_path / "no-such-clone"
+    flow_run = run_deployment(
+        "judgebench-adhoc/adhoc",
+        parameters={
+            "model": "judge-x",
+            "repo_url": str(missing),
+            "base_url": "http://127.0.0.1:9/v1",
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_dir": str(tmp_path / "adhoc"),
+            "retry_delay_seconds": 0,
+        },
+        timeout=0,
+    )
+    worker = subprocess.run(
+        [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc", "--run-once"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={
+            **os.environ,
+            "PREFECT_API_URL": prefect_server,
+            "OPENAI_API_KEY": CANARY_KEY,
+            "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"),
+        },
+    )
+    finished = _wait_final(flow_run.id)
+    seen = f"{finished.state!r}\n{worker.stdout[-3000:]}\n{worker.stderr[-3000:]}"
+    assert finished.state.is_failed(), seen
+    message = finished.state.message or ""
+    assert message == f"error: --repo-url: no repository at local path '{missing}'", seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"data_files": [GPT4O_FILE, "no-such-file.jsonl"]}, "error: data_files: data file 'no-such-file.jsonl'"),
+        ({"ref": "0" * 40}, "error: "),
+        (
+            {"repo_url": "file:///nowhere/JudgeBench"},
+            "error: --repo-url: no repository at 'file:///nowhere/JudgeBench'",
+        ),
+    ],
+)
+def test_a_bad_night_fails_before_its_first_cell(
+    prefect_server, judgebench_repo, tmp_path, monkeypatch, override, expected
+):
+    """A wrong data file, ref or repository is found once for the whole night, before any cell runs or any
+    call is made: the night is Failed with one line as its state message."""
+    from judgebench_flows.flows.nightly import nightly_benchmarks
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    url, sha = judgebench_repo
+    db_url = f"sqlite:///{tmp_path}/history.db"
+    with FakeOpenAIServer("My final verdict is [[A>B]]", models={"judge-a", "judge-b"}) as server:
+        matrix = _matrix(
+            models=["judge-a", "judge-b"],
+            repo_url=url,
+            ref=sha,
+            base_url=server.base_url,
+            db_url=db_url,
+            output_root=str(tmp_path / "nightly"),
+            max_samples=2,
+            options={"cache_dir": str(tmp_path / "cache")},
+        )
+        path = tmp_path / "matrix.yaml"
+        path.write_text(yaml.safe_dump({**matrix, **override}))
+        state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
+        assert server.requests == 0
+    assert state.is_failed() and state.message.startswith(expected), f"{state!r}"
+    assert "\n" not in state.message and "Traceback" not in state.message
+    assert not db.list_runs(db.open_database(db_url)), "a cell ran before the night's inputs were checked"

@@ -31,7 +31,7 @@ def pairs_file(path: Path, n: int = 3, tag: str = "") -> Path:
     return write_jsonl(path, [pair(i, question=f"{tag}What is {i}+{i}?") for i in range(n)])
 
 
-def results_of(tmp_path: Path, name: str = "results/judgebench.json") -> dict:
+def results_of(tmp_path: Path, name: str = "results/latest/judgebench.json") -> dict:
     return json.loads((tmp_path / name).read_text())
 
 
@@ -61,7 +61,7 @@ def test_long_model_name_gets_a_short_safe_file_name(run_cli, tmp_path: Path) ->
     with FakeOpenAIServer(VERDICT) as server:
         result = run_cli(*base_args(server, tmp_path, "--data-path", str(data)), "--model", model)
     assert result.returncode == 0, result.stderr
-    (jsonl,) = (tmp_path / "results" / "run").glob("*.jsonl")
+    (jsonl,) = (tmp_path / "results" / "latest").glob("*.jsonl")
     assert len(jsonl.name.encode()) <= 255
     assert jsonl.name.startswith("pairs,judge_name=arena_hard,judge_model=org_mmm")
     from judgebench_flows.tasks.publish import output_file_name
@@ -151,12 +151,12 @@ def test_credentials_in_urls_reach_no_store(run_cli, tmp_path: Path, judgebench_
         ]
         result = run_cli(*args, env=git_env)
     assert result.returncode == 0, result.stderr
-    results_text = (tmp_path / "results" / "judgebench.json").read_text()
+    results_text = (tmp_path / "results" / "latest" / "judgebench.json").read_text()
     results = json.loads(results_text)
     texts = {
         "terminal": result.stdout + result.stderr,
         "results.json": results_text,
-        "jsonl": next((tmp_path / "results" / "run").glob("*.jsonl")).read_text(),
+        "jsonl": next((tmp_path / "results" / "latest").glob("*.jsonl")).read_text(),
         "report": (tmp_path / "results" / "run" / "report.html").read_text(),
         "prefect": asyncio.run(_prefect_record(results["run"]["flow_run_id"])),
     }
@@ -360,7 +360,7 @@ def test_api_key_echoed_in_an_answer_is_stored_redacted(run_cli, tmp_path: Path)
     results = results_of(tmp_path)
     stored = {
         "results.json": json.dumps(results),
-        "jsonl": next((tmp_path / "results" / "run").glob("*.jsonl")).read_text(),
+        "jsonl": next((tmp_path / "results" / "latest").glob("*.jsonl")).read_text(),
         "report": (tmp_path / "results" / "run" / "report.html").read_text(),
     }
     with sqlite3.connect(tmp_path / "j.db") as connection:

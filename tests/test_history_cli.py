@@ -135,7 +135,8 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
 
     compare = run_cli("compare", id_a, id_b, "--db-url", db_url, env=wide)
     assert compare.returncode == 0, compare.stderr
-    slices = {row[0]: row[3] for row in _table_rows(compare.stdout) if len(row) == 5}  # slice, A, B, delta, pairs
+    # slice, A, B, delta, 95% CI, p, verdict, pairs
+    slices = {row[0]: row[3] for row in _table_rows(compare.stdout) if len(row) == 8}
     assert slices == {
         "overall": "-12.50",
         "mmlu-pro": "-16.67",

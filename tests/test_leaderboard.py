@@ -595,7 +595,10 @@ def test_leaderboard_as_flow_writes_an_artifact(published, tmp_path, run_cli) ->
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[LEADERBOARD_ARTIFACT_KEY]))
         )
-    assert artifacts and "| 1 | arena_hard | o1-mini-2024-09-12 | published | 90 |" in artifacts[-1].data
+    assert (
+        artifacts
+        and "| 1 | 1 | arena_hard | o1-mini-2024-09-12 (shut down 2025-10-27) | published | 90 |" in artifacts[-1].data
+    )
 
 
 def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:

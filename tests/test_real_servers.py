@@ -9,16 +9,19 @@ beam-searches as vLLM's completions API does.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from judgebench_flows.calls.caller import ChatCaller
+from judgebench_flows.calls.other_apis import honours_raw
 from judgebench_flows.calls.request_rules import STANDARD, rejected_parameter
-from judgebench_flows.calls.retry import RetryPolicy
+from judgebench_flows.calls.retry import RetryPolicy, deterministic_reason
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import FatalEndpointError, RunFailed
 from judgebench_flows.judges.reward import RewardJudge
@@ -28,6 +31,8 @@ from judgebench_flows.testing.fake_openai import (
     VLLM_COMPLETION_FIELDS,
     VLLM_POOLING_FIELDS,
     FakeOpenAIServer,
+    batch_wobble,
+    sigmoid,
 )
 from tests._helpers import run_command
 
@@ -70,9 +75,140 @@ def test_a_rejection_reads_with_the_servers_whole_message_whatever_its_body(styl
     assert isinstance(failure, CallFailed) and server.requests == 1  # a deterministic 400: never retried
     assert reason.startswith("HTTP 400") and "(400)" not in reason and "\n" not in reason
     assert "This model's maximum context length is 10 tokens. However, your" in reason
-    assert reason.rstrip().endswith(("messages.", "input messages."))  # whole, not cut
-    if style == "litellm":
-        assert "litellm.BadRequestError: This model's" in reason
+    if style == "litellm":  # LiteLLM 1.108's words, whole: its router's lines joined into one
+        assert reason.startswith(f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is 10")
+        assert reason.endswith("messages. Received Model Group=judge Available Model Group Fallbacks=None")
+    else:
+        assert reason.rstrip().endswith(("messages.", "input messages."))  # whole, not cut
+
+
+LITELLM_CONTEXT_WINDOW = (
+    "litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException"
+)
+LONG = [{"role": "user", "content": "a question far too long for the model's context " * 4}]
+
+
+@pytest.mark.parametrize("style", ERROR_STYLES)
+def test_a_context_length_rejection_is_sent_once_however_often_it_is_asked(style: str) -> None:
+    """The shard task's retries ask a failed call again: a deterministic 400 is not sent again, and its
+    reason says how often it was sent."""
+    with FakeOpenAIServer("[[A>B]]", max_context_chars=100, error_style=style) as server:
+        results = calls(caller_for(server), [(LONG, SAMPLING)] * 3 + [(MESSAGES, SAMPLING)])
+    first, *again, answered = results
+    assert server.requests == 2 and answered.text == "[[A>B]]"
+    assert all(isinstance(r, CallFailed) for r in (first, *again))
+    assert all(str(r) == f"{first} (sent once: not sent again)" for r in again)
+
+
+def test_litellms_context_window_400_after_a_dropped_parameter_reaches_the_server_once() -> None:
+    """An alias of a reasoning model: the first request is refused for temperature=0.0, the run drops it
+    and sends the call again, and the upstream's context window refuses that. Asked again (a shard retry),
+    the call used to be keyed by its first shape and sent again; it is the request last sent."""
+    with FakeOpenAIServer(
+        "[[A>B]]", rejected_params={"temperature"}, max_context_chars=100, error_style="litellm"
+    ) as server:
+        results = calls(caller_for(server, "team-judge"), [(LONG, SAMPLING)] * 3)
+    assert server.status_counts == {400: 2} and set(server.refused_keys().values()) == {1}
+    first, *again = results
+    assert str(first).startswith(f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is 100")
+    assert "\n" not in str(first) and str(first).endswith("Available Model Group Fallbacks=None")
+    assert all(str(r) == f"{first} (sent 2 times: not sent again)" for r in again)
+
+
+def test_a_rejected_request_is_not_sent_again_by_a_later_run_in_the_same_loop() -> None:
+    """A nightly configuration run once more (its second attempt, in the same flow) is a new caller: it
+    does not send what the endpoint rejected for what it is; a 5xx gets a fresh budget."""
+    with FakeOpenAIServer("[[A>B]]", max_context_chars=100, error_style="vllm") as server:
+
+        async def two_runs() -> list[Any]:
+            outcomes: list[Any] = []
+            for _ in range(2):
+                caller = caller_for(server)
+                try:
+                    await caller.complete(list(LONG), dict(SAMPLING))
+                except CallFailed as exc:
+                    outcomes.append(exc)
+                finally:
+                    await caller.aclose()
+            return outcomes
+
+        first, second = asyncio.run(two_runs())
+        assert server.requests == 1 and str(second) == f"{first} (sent once: not sent again)"
+        asyncio.run(two_runs())  # a new `judgebench run` (a new process, here a new loop) tries again
+        assert server.requests == 2
+
+
+@pytest.mark.slow
+def test_a_run_behind_litellm_sends_each_over_long_call_once(
+    run_cli, judgebench_repo, gpt4o_pairs, tmp_path: Path
+) -> None:
+    """LiteLLM's alias of a reasoning model whose upstream caps the context: the longer prompts get its
+    ContextWindowExceededError. Each such call reaches the server once (not again by the shard task's
+    retries) and results.json keeps LiteLLM's message whole, on one line."""
+    from judgebench_flows.data.loading import sample_pairs
+    from judgebench_flows.judges import get_judge
+
+    templates = Path(judgebench_repo[0].removeprefix("file://")) / "utils/templates"
+    judge = get_judge("arena_hard", templates_dir=templates, model="team-judge")
+    sizes = sorted(
+        sum(len(m["content"]) for m in judge.format(p["question"], p["response_A"], p["response_B"]))
+        for p in sample_pairs(gpt4o_pairs, 10, 42)
+    )
+    with FakeOpenAIServer(
+        "My final verdict is [[A>B]]",
+        rejected_params={"temperature"},
+        max_context_chars=sizes[6],
+        error_style="litellm",
+    ) as server:
+        args = run_command(judgebench_repo, server, tmp_path, model="team-judge", max_samples=10, concurrency=4)
+        result = run_cli(*args, "--max-failed-fraction", "0.5")
+        refused = server.refused_keys()
+    assert result.returncode == 0, result.stderr[-3000:]
+    published = json.loads((tmp_path / "results/judgebench.json").read_text())
+    assert published["invalid"]["failed_judgments"] == 6  # 3 pairs too long, in both orders
+    assert set(refused.values()) == {
+        1
+    }  # no request body sent twice (each long call: once with temperature, once without)
+    (reason,) = published["invalid"]["reasons"]
+    assert reason.startswith(f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is {sizes[6]}")
+    assert reason.endswith("Received Model Group=team-judge Available Model Group Fallbacks=None")
+    assert "\n" not in reason and "sent" not in reason
+    # The adjustment is printed whole, wrapped at words by the console (it used to end "... To drop )").
+    (change,) = published["run"]["requests"]["adjustments"]
+    assert change["endpoint_said"].endswith("set `litellm.drop_params = True`")
+    assert f"request adjusted for team-judge: temperature dropped (the endpoint said: {change['endpoint_said']})" in (
+        " ".join(result.stdout.split())
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "deterministic"),
+    [
+        ("HTTP 400 (context_length_exceeded): This model's maximum context length is 10 tokens.", True),
+        (f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum ... (sent once: not sent again)", True),
+        ("HTTP 400: litellm.BadRequestError: ...", True),
+        ("HTTP 422: 1 validation error", True),
+        ("HTTP 429 after 3 attempts: Rate limit reached", False),
+        ("HTTP 503 after 3 attempts: The engine is currently overloaded", False),
+        ("HTTP 408 after 3 attempts", False),
+        ("request timed out", False),
+        ("connection failed or dropped", False),
+        (None, False),
+    ],
+)
+def test_which_recorded_failures_a_second_attempt_cannot_help(reason: str | None, deterministic: bool) -> None:
+    assert deterministic_reason(reason) is deterministic
+
+
+def test_a_run_whose_failures_are_rejections_is_not_run_again() -> None:
+    from judgebench_flows.core.errors import RunFailed as Failed
+    from judgebench_flows.flows.retries import is_transient
+
+    context = f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is 6000 tokens."
+    rejected = {"invalid": {"failed_judgments": 30, "invalid_judgments": 0, "reasons": {context: 30}}}
+    down = {"invalid": {"failed_judgments": 30, "invalid_judgments": 0, "reasons": {"request timed out": 30}}}
+    assert not is_transient(Failed("measured too little", rejected))
+    assert is_transient(Failed("measured too little", down))
 
 
 def test_vllms_context_length_message_reaches_the_reason_and_the_early_stop_line() -> None:
@@ -235,6 +371,92 @@ def test_a_server_that_ignores_use_activation_stops_the_run_with_one_line(score:
     assert "returned activated scores" in str(failure) and "vLLM >= 0.11.1" in str(failure)
     assert "\n" not in str(failure)
     assert "present in the request but ignored: {'use_activation'}" in server.ignored_log[0]
+
+
+def test_a_server_that_ignores_use_activation_is_caught_although_its_last_bits_move() -> None:
+    """A real vLLM answers one text with different last bits in a batch and alone: an exact comparison
+    took such a server for one that honours the field."""
+    with FakeOpenAIServer("-2.0", honours_use_activation=False, score_wobble=True) as server:
+        caller = caller_for(server, "rm", api="pooling")
+        (failure,) = calls(caller, [(MESSAGES, {"use_activation": False})])
+    assert isinstance(failure, FatalEndpointError) and "returned activated scores" in str(failure)
+    raw, activated = re.findall(r"([0-9.e-]+) asked raw, ([0-9.e-]+) activated", str(failure))[0]
+    assert raw != activated and server.requests == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "honoured"),
+    [(2.0, True), (0.25, True), (0.0, True), (-3.0, True), (0.6590460684, None)],
+)
+def test_two_answers_for_one_text_tell_raw_from_activated(raw: float, honoured: bool | None) -> None:
+    """Honoured: the server answers `raw` and its sigmoid; ignored: the sigmoid twice, its bits moved."""
+    activated = sigmoid(raw)
+    assert honours_raw(batch_wobble(raw, 1), batch_wobble(activated, 2)) is honoured
+    if honoured is not None:
+        assert honours_raw(batch_wobble(activated, 1), batch_wobble(activated, 2)) is False
+
+
+def test_a_raw_score_at_the_sigmoids_fixed_point_leaves_the_check_to_the_next_call() -> None:
+    """0.659... is its own sigmoid: one text cannot tell; the next call's text does (4 requests)."""
+    with FakeOpenAIServer(lambda body: "0.6590460684" if body["messages"][0]["content"] == "a" else "0.25") as server:
+        caller = caller_for(server, "rm", api="pooling")
+        texts = ["a", "b", "c"]
+        results = calls(caller, [([{"role": "user", "content": t}], {"use_activation": False}) for t in texts])
+    assert [float(r.text) for r in results] == [0.6590460684, 0.25, 0.25]
+    assert server.requests == 5  # a and its probe, b and its probe, then c alone
+
+
+def test_calls_wait_for_the_check_so_nothing_is_scored_by_a_server_that_ignores_the_field() -> None:
+    """Many calls at once: only the first goes out until the check is decided; the others fail with
+    the same line without sending anything."""
+    with FakeOpenAIServer("0.5", honours_use_activation=False, score_wobble=True, latency=0.05) as server:
+        caller = caller_for(server, "rm", api="pooling")
+
+        async def go() -> list[Any]:
+            try:
+                texts = [[{"role": "user", "content": f"text {i}"}] for i in range(40)]
+                return await asyncio.gather(
+                    *(caller.complete(t, {"use_activation": False}) for t in texts), return_exceptions=True
+                )
+            finally:
+                await caller.aclose()
+
+        results = asyncio.run(go())
+    assert all(isinstance(r, FatalEndpointError) for r in results)
+    assert len({str(r) for r in results}) == 1 and server.requests == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pairs", [20, 60, 350])
+def test_a_run_against_a_server_ignoring_use_activation_stops_after_the_probe(
+    pairs: int, run_cli, judgebench_repo, gpt4o_pairs, tmp_path: Path
+) -> None:
+    """vLLM before 0.11.1 with float32 bits moving by batch: exit 2 after at most 4 requests, at any size,
+    and no accuracy published from activated scores."""
+
+    def score(body: dict) -> str:
+        text = body["messages"][-1]["content"]
+        return repr(int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 600 / 100 - 3.0)
+
+    with FakeOpenAIServer(score, honours_use_activation=False, score_wobble=True) as server:
+        args = run_command(
+            judgebench_repo,
+            server,
+            tmp_path,
+            judge_type="reward_model",
+            model="Skywork/Skywork-Reward-Llama-3.1-8B",
+            max_samples=pairs if pairs < len(gpt4o_pairs) else None,
+            concurrency=16,
+        )
+        result = run_cli(*args)
+        requests = server.requests
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "returned activated scores although asked for raw ones" in result.stderr
+    assert requests <= 4, requests
+    assert not (tmp_path / "results/judgebench.json").exists()  # no accuracy from activated scores
+    assert not list((tmp_path / "results").glob("**/*.jsonl")) or all(
+        not path.read_text().strip() for path in (tmp_path / "results").glob("**/*.jsonl")
+    )
 
 
 # ----- 2. PandaLM's beam search on vLLM -----------------------------------------------------------------------

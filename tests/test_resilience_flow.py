@@ -90,7 +90,7 @@ def run(args: list[str], workdir: Path, env: dict[str, str] | None = None) -> su
 
 
 def results_of(workdir: Path) -> dict[str, Any]:
-    return json.loads((workdir / "results" / "judgebench.json").read_text())
+    return json.loads((workdir / "results" / "latest" / "judgebench.json").read_text())
 
 
 def scores(results: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def scores(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def decisions(workdir: Path) -> dict[tuple[str, int], str | None]:
-    rows = load_jsonl(next((workdir / "results" / "run").glob("*.jsonl")))
+    rows = load_jsonl(next((workdir / "results" / "latest").glob("*.jsonl")))
     return {(row["pair_id"], j["order"]): j["decision"] for row in rows for j in row["judgments"]}
 
 
@@ -189,7 +189,7 @@ def test_killed_run_resumes_without_losing_or_repaying_calls(baseline, judgebenc
             process.wait(timeout=30)
     answered_before_kill = server.answered
     assert answered_before_kill < CALLS, "killed too late to test anything"
-    assert not (tmp_path / "results" / "judgebench.json").exists()
+    assert not list(tmp_path.glob("results/*/judgebench.json"))
 
     run(args, tmp_path, env)
 
@@ -269,7 +269,7 @@ def test_unparseable_verdicts_are_kept_counted_and_asked_again(judgebench_repo, 
         # A third of the verdicts invalid is above the default --max-failed-fraction: allowed here.
         run(run_args(judgebench_repo, server, tmp_path, "--max-failed-fraction", "1", samples=samples), tmp_path)
         results = results_of(tmp_path)
-        rows = load_jsonl(next((tmp_path / "results" / "run").glob("*.jsonl")))
+        rows = load_jsonl(next((tmp_path / "results" / "latest").glob("*.jsonl")))
         bad_pairs = {row["pair_id"] for row in rows if unparseable(row)}
         assert 0 < len(bad_pairs) < samples
 
@@ -374,7 +374,7 @@ def test_the_api_key_is_written_nowhere(prefect_server, judgebench_repo, gpt4o_p
         ok = run(args, tmp_path, env)
         assert server.answered == 12, "the key did reach the endpoint"
     results = results_of(tmp_path)
-    assert Path(tmp_path / "results" / "run" / "report.html").is_file()
+    assert Path(tmp_path / "results" / "latest" / "report.html").is_file()
 
     with FakeOpenAIServer(mixed_judge(gpt4o_pairs), api_key="sk-some-other-key-000000") as server:
         failing = subprocess.run(

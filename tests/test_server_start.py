@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from judgebench_flows.cli.prefect_server import PORT_FILE
 from judgebench_flows.cli.server_watch import alive
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._runs import background_pid, local_server_env, run_argv, server_processes, stop_background_server
@@ -138,3 +139,60 @@ def test_a_server_that_cannot_start_is_exit_5_with_advice(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the Prefect server") and "PREFECT_API_URL" in last, done.stderr
     assert "prefect server start" in last and "Traceback" not in done.stderr
+
+
+def flow_runs_on(api_url: str) -> int:
+    """How many flow runs the Prefect server behind `api_url` records (its public REST API)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{api_url}/flow_runs/count", data=b"{}", headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return int(json.loads(answer.read()))
+
+
+def test_a_foreign_server_on_the_default_port_gets_nothing(tmp_path):
+    """Another user's Prefect server (another PREFECT_HOME) listens on the port this user's settings name
+    (Prefect's "default" here: the test's PREFECT_SERVER_API_PORT). A new user's run with a fresh HOME
+    starts its own server on a free port, says so in one line, remembers the port, and completes; the
+    stranger's server records no flow run. The next run reuses the remembered server, silently."""
+    foreign_env = local_server_env(tmp_path / "stranger-home")
+    port = foreign_env["PREFECT_SERVER_API_PORT"]
+    foreign_url = f"http://127.0.0.1:{port}/api"
+    started = subprocess.run(
+        [sys.executable, "-m", "prefect", "server", "start", "--background", "--port", port],
+        env=foreign_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    mine = tmp_path / "new-user" / "prefect-home"
+    env = {**local_server_env(mine), "PREFECT_SERVER_API_PORT": port}
+    try:
+        from judgebench_flows.cli.server_watch import answers
+
+        deadline = time.monotonic() + 600
+        while not answers(foreign_url, timeout=2.0):
+            assert time.monotonic() < deadline, "the stranger's server did not start"
+            time.sleep(0.5)
+        with FakeOpenAIServer("My final verdict is [[A>B]]", latency=0.05) as server:
+            first = judgebench(server, tmp_path / "new-user", env)
+            second = judgebench(server, tmp_path / "new-user", env, extra=("--no-cache",))
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert flow_runs_on(foreign_url) == 0, "the run reported to a stranger's server"
+        moved = [line for line in first.stderr.splitlines() if f"port {port} is held" in line]
+        assert len(moved) == 1 and "PREFECT_API_URL" in moved[0], first.stderr[-3000:]
+        assert "starting Prefect's server" in first.stderr and "Prefect's server is up" in first.stderr
+        own_port = (mine / PORT_FILE).read_text().split()[1]
+        assert own_port != port
+        own_url = f"http://127.0.0.1:{own_port}/api"
+        assert flow_runs_on(own_url) >= 2, "the runs are not on this home's own server"
+        assert "held" not in second.stderr and "starting Prefect's server" not in second.stderr, second.stderr
+        assert server_processes(mine) == [background_pid(mine)], "a second server of this home was started"
+    finally:
+        stop_background_server(env)
+        stop_background_server(foreign_env)

@@ -15,7 +15,7 @@ from typing import Any
 import openai
 from sqlalchemy.engine import Engine
 
-from judgebench_flows.calls.budget import AttemptLedger
+from judgebench_flows.calls.budget import AttemptLedger, not_sent_again, rejections_here
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
@@ -137,7 +137,8 @@ class ChatCaller:
         )
         self.cache = CallCache(self.engine, self.cache_mode, self.model)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
-        self._ledger = AttemptLedger()  # one retry budget per request for the run (`budget`)
+        # One retry budget per request for the run; deterministic rejections for the loop (`budget`).
+        self._ledger = AttemptLedger(rejected=rejections_here(self.base_url, self.model))
         self._raw_scores = RawScoreCheck()  # a Pooling API's scores are raw, not activated (`other_apis`)
         # Early stop: outcomes of the run's first calls, while every one failed alike (None: not anymore).
         self._first_failures: tuple[str, int] | None = ("", 0)
@@ -186,6 +187,23 @@ class ChatCaller:
         key: str | None = None,
         keyed_rule: RequestRule | None = None,
     ) -> Completion:
+        """One call; a Pooling API's calls one at a time until its scores are shown raw (`RawScoreCheck`:
+        the call holding the turn is the probe), so a server that ignores `use_activation` is stopped
+        after the probe's requests, before any score is used."""
+        probing = self.api == "pooling" and await self._raw_scores.admit(sampling)
+        try:
+            return await self._call_adjusted(messages, sampling, key, keyed_rule)
+        finally:
+            if probing:
+                self._raw_scores.done()
+
+    async def _call_adjusted(
+        self,
+        messages: list[dict[str, str]],
+        sampling: dict[str, Any],
+        key: str | None = None,
+        keyed_rule: RequestRule | None = None,
+    ) -> Completion:
         """One call, shaped by the model's rule when it holds its slot; a 400 naming an unsupported
         parameter or value adjusts the rule for the run (`request_rules.Learned`) and the call is sent
         again in its new shape. `key` is the request's key under the rule in force when the caller
@@ -197,31 +215,24 @@ class ChatCaller:
             self.spend.check()  # the budget is spent: no new call (the ones in flight still finish)
         self.stats.calls += 1
         budget_key = key or self._key_under(self._learned.rule, messages, sampling)
+        made = 0  # requests this call sent, over its adjustments
         for _ in range(MAX_ADJUSTMENTS_PER_CALL):
             sent: list[Shaped] = []
             try:
-                completion = await self._send(messages, sampling, sent, budget_key)
+                completion = await self._send(messages, sampling, sent, budget_key, made)
             except openai.BadRequestError as exc:
+                made += len(sent)
                 if unknown_model(exc):
                     raise fatal_error(exc, self.base_url, self.model, self.api, self.key_source) from None
                 _, sent_messages, params = sent[-1]
                 if self._learned.adjust(params, sent_messages, error_of(exc), server_message(exc)):
                     continue
-                self._call_failed(exc, budget_key)
+                self._call_failed(exc, {budget_key, self._sent_key(sent[-1])}, made)
             except openai.APIError as exc:
-                self._call_failed(exc, budget_key)
+                self._call_failed(exc, {budget_key, *(self._sent_key(s) for s in sent[-1:])}, made + len(sent))
             rule, sent_messages, params = sent[-1]
             self._answered(completion, budget_key)
-            completion.key = (
-                key
-                if key and rule is keyed_rule
-                else request_key(
-                    endpoint_identity(self.base_url, cache_api(self.provider, self.api)),
-                    self.model,
-                    sent_messages,
-                    params,
-                )
-            )
+            completion.key = key if key and rule is keyed_rule else self._sent_key(sent[-1])
             if self.api == "pooling":
                 await self._raw_scores.check(self.base_url, completion, params, self._probe(sent_messages))
             return completion
@@ -237,15 +248,23 @@ class ChatCaller:
             self.spend.charge(completion.prompt_tokens, completion.completion_tokens)
         self._ledger.answered(budget_key)
 
-    def _call_failed(self, exc: openai.APIError, key: str) -> None:
-        """Raise this call's failure (the request's budget is spent: `budget`). The reason keeps the
+    def _sent_key(self, shaped: Shaped) -> str:
+        """The call-cache key of a request as an attempt sent it."""
+        _, sent_messages, params = shaped
+        return request_key(
+            endpoint_identity(self.base_url, cache_api(self.provider, self.api)), self.model, sent_messages, params
+        )
+
+    def _call_failed(self, exc: openai.APIError, keys: set[str], made: int) -> None:
+        """Raise this call's failure after `made` requests (the request's budget is spent under each of
+        its `keys`: `budget`; a deterministic rejection is remembered beyond the run). The reason keeps the
         server's message whole (`describe`)."""
         can_retry = retryable(exc)
         budget = self.retry.max_retries + 1
-        kind = f"{failure_kind(exc)}" + (f" after {budget} attempts" if can_retry else "")
+        kind = f"{failure_kind(exc)}" + (f" after {made} attempts" if can_retry else "")
         said = server_message(exc) if isinstance(exc, openai.APIStatusError) else ""
         reason = kind + (f": {said}" if said else "")
-        self._ledger.exhaust(key, budget, kind, reason)
+        self._ledger.exhaust(keys, budget, (kind, reason, made), deterministic=not can_retry)
         self._failed(kind, reason, can_retry)
 
     def _failed(self, kind: str, reason: str, can_retry: bool) -> None:
@@ -268,7 +287,7 @@ class ChatCaller:
         raise CallFailed(reason)
 
     async def _send(
-        self, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped], key: str
+        self, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped], key: str, made: int = 0
     ) -> Completion:
         """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON), within what is
         left of the request's budget (`budget`: a request asked again does not start over). Each attempt
@@ -277,9 +296,9 @@ class ChatCaller:
         api = self.api
         budget = self.retry.max_retries + 1
         left = self._ledger.left(key, budget)
-        if left == 0:  # asked again (a shard task's retry): the same failure, nothing sent
-            kind, reason = self._ledger.why(key)
-            self._failed(kind, f"{reason} (its {budget} attempts are spent: not sent again)", " after " in kind)
+        if left == 0:  # asked again (a shard task's retry, a cell's second attempt): the same failure, nothing sent
+            failure = self._ledger.why(key)
+            self._failed(failure[0], not_sent_again(failure), " after " in failure[0])
         try:
             async for attempt in self.retry.attempts(left):
                 with attempt:
@@ -299,8 +318,8 @@ class ChatCaller:
             raise fatal_error(exc, self.base_url, self.model, api, self.key_source) from None
         except BadAnswerBody as exc:
             self.stats.failed += 1
-            reason = f"{describe(exc)} after {budget} attempts"
-            self._ledger.exhaust(key, budget, reason, reason)
+            reason = f"{describe(exc)} after {made + len(sent)} attempts"
+            self._ledger.exhaust({key}, budget, (reason, reason, made + len(sent)))
             raise CallFailed(reason) from None
         raise AssertionError("unreachable: the retry loop returns or raises")
 

@@ -25,6 +25,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.text import one_line
 
 
 class _DaemonWorker(Executor):
@@ -109,7 +110,7 @@ class LocalRewardModel:
                 ).to(self.device)
                 self.tokenizer = AutoTokenizer.from_pretrained(model)
         except Exception as exc:
-            detail = " ".join(str(exc).split())[:300]
+            detail = one_line(str(exc))  # whole: no other place keeps it
             raise UserError(f"cannot load reward model '{model}' ({type(exc).__name__}: {detail})") from None
         self.model.eval()
 

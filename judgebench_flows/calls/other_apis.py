@@ -8,7 +8,8 @@
   one value per token (the last token's is the score). vLLM applies the head's activation by default
   (a sigmoid for a one-label reward head: scores squeezed into (0, 1), large ones tied at 1.0), so the
   reward judge asks for raw scores (`use_activation: false`, vLLM >= 0.11.1; older versions ignore the
-  field, and log that they did). `RawScoreCheck` tells such a server apart: JudgeBench compares raw rewards.
+  field, and log that they did). `RawScoreCheck` tells such a server apart before any of its scores is
+  used: JudgeBench compares raw rewards.
 
 - "transformers": a reward model run in this process (calls.local_reward), for `--reward-backend
   transformers`; its answer has the Pooling API's shape, so both backends share everything after the call.
@@ -104,19 +105,69 @@ def answer_of(api: str, response: Any) -> Completion:
     )
 
 
-class RawScoreCheck:
-    """Whether a Pooling API returns the raw scores it was asked for (`use_activation: false`).
+# Two answers for the same text are one score within this relative tolerance: vLLM computes in float32
+# and a batched pass moves the last bits (it answered 0.00039572230889461935 for a text inside a batch and
+# 0.0003957213484682143 for the same text alone, 2.4e-6 apart), far below what an activation changes.
+SAME_SCORE = 1e-4
+# The sigmoid's fixed point (sigmoid(s) = s at s = 0.659...): a raw score near it reads the same activated or
+# not, so one probe cannot tell; looser than SAME_SCORE, so a fixed point blurred by float32 is still seen.
+FIXED_POINT = 1e-3
+# Probes that could not tell before the run stops (each is two requests: the call and its activated twin).
+MAX_UNDECIDED_PROBES = 2
 
-    A raw reward outside [0, 1] proves it (a sigmoid cannot give one). A score inside is ambiguous: the same
-    request is sent once more asking for the activated score; a server that honours the field answers a
-    different number, one that ignores it (vLLM before 0.11.1 reports the field "present in the request
-    but ignored" in its log only) answers the same, and the run stops with one clear line instead of
-    comparing activated scores. Checked until proven once per caller; at most one probe at a time.
+
+def _sigmoid(value: float) -> float:
+    return 1.0 / (1.0 + math.exp(-value)) if value >= 0 else math.exp(value) / (1.0 + math.exp(value))
+
+
+def honours_raw(raw: float, activated: float) -> bool | None:
+    """Whether a server honoured `use_activation: false`, from its two answers for one text: True if they
+    differ (the field changed the score), False if they are one score that is not its own sigmoid (the
+    field was ignored), None when one text cannot tell (a raw score at the sigmoid's fixed point)."""
+    if not math.isclose(raw, activated, rel_tol=SAME_SCORE):
+        return True
+    if math.isclose(raw, _sigmoid(raw), rel_tol=FIXED_POINT):
+        return None
+    return False
+
+
+class RawScoreCheck:
+    """Whether a Pooling API returns the raw scores it was asked for (`use_activation: false`), decided
+    before any score is used.
+
+    Until it is decided the caller sends one call at a time (`admit`, `done`): the call holding the turn
+    is the probe. A raw answer outside [0, 1] proves it (a sigmoid cannot give one); one inside is sent
+    once more asking for the activated score, and the two are compared as float32 allows (`honours_raw`).
+    A server that ignores the field (vLLM before 0.11.1 reports it "present in the request but ignored"
+    in its log only) stops the run after those two requests, with one clear line, instead of comparing
+    activated scores; a server whose raw scores happen to lie in (0, 1) answers two different numbers and
+    is trusted. A text whose score cannot tell (the sigmoid's fixed point) leaves the check to the next call.
     """
 
     def __init__(self) -> None:
         self.verified = False
+        self.failure: FatalEndpointError | None = None
+        self.undecided = 0
         self._lock: asyncio.Lock | None = None
+
+    async def admit(self, sampling: dict[str, Any]) -> bool:
+        """Wait for this call's turn while undecided. True: this call is the probe and holds the turn
+        (release it with `done`); False: go (decided, or the call does not ask for raw scores)."""
+        if self.verified or sampling.get("use_activation") is not False:
+            return False
+        self._lock = self._lock or asyncio.Lock()
+        await self._lock.acquire()
+        if self.failure is not None:
+            self._lock.release()
+            raise self.failure
+        if self.verified:
+            self._lock.release()
+            return False
+        return True
+
+    def done(self) -> None:
+        if self._lock is not None and self._lock.locked():
+            self._lock.release()
 
     async def check(
         self,
@@ -125,27 +176,38 @@ class RawScoreCheck:
         params: dict[str, Any],
         probe: Callable[[dict[str, Any]], Awaitable[Completion | None]],
     ) -> None:
+        """Decide with the probe call's answer (`completion`, sent with `params`); raise if it is not raw."""
         if self.verified or params.get("use_activation") is not False:
             return
-        score = float(completion.text)
-        if not 0.0 <= score <= 1.0:
+        raw = float(completion.text)
+        if not 0.0 <= raw <= 1.0:
             self.verified = True
             return
-        self._lock = self._lock or asyncio.Lock()
-        async with self._lock:
-            if self.verified:
+        answer = await probe({**params, "use_activation": True})
+        if answer is None:  # no answer to the probe: undecided, the next call asks again
+            return
+        activated = float(answer.text)
+        honoured = honours_raw(raw, activated)
+        if honoured:
+            self.verified = True
+            return
+        root = server_root(base_url)
+        if honoured is None:
+            self.undecided += 1
+            if self.undecided < MAX_UNDECIDED_PROBES:
                 return
-            answer = await probe({**params, "use_activation": True})
-            if answer is None:  # no answer to the probe: undecided, the next score in [0, 1] asks again
-                return
-            if float(answer.text) != score:
-                self.verified = True
-                return
-        raise FatalEndpointError(
-            f"the Pooling API at {server_root(base_url)} returned activated scores although asked for raw ones "
-            f"(it ignores `use_activation: false`; {score!r} either way): JudgeBench compares raw rewards; "
-            "serve the reward model with vLLM >= 0.11.1, or use --reward-backend transformers"
+            self.failure = FatalEndpointError(
+                f"the Pooling API at {root} could not be shown to return raw scores: {self.undecided} texts "
+                f"scored at the sigmoid's fixed point asked raw and activated (last {raw!r}, {activated!r}); "
+                "use --reward-backend transformers"
+            )
+            raise self.failure
+        self.failure = FatalEndpointError(
+            f"the Pooling API at {root} returned activated scores although asked for raw ones "
+            f"(it ignores `use_activation: false`: {raw!r} asked raw, {activated!r} activated): JudgeBench "
+            "compares raw rewards; serve the reward model with vLLM >= 0.11.1, or use --reward-backend transformers"
         )
+        raise self.failure
 
 
 def unsearched_beams(sampling: dict[str, Any], response: Any) -> str | None:

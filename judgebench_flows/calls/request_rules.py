@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from judgebench_flows.core.secrets import redact
+from judgebench_flows.core.text import shorten
 
 RequestStyle = Literal["auto", "standard", "o1", "reasoning"]
 REQUEST_STYLES: tuple[str, ...] = ("auto", "standard", "o1", "reasoning")
@@ -258,7 +259,8 @@ class Learned:
 
     def _note(self, param: str, action: str, message: str) -> None:
         # Kept, printed, and carried between processes (a shard's result): never with a secret in it.
-        self.adjustments.append({"param": param, "action": action, "endpoint_said": redact(message[:300])})
+        # Whole (a cut message reads like another one), bounded only against a pathological body.
+        self.adjustments.append({"param": param, "action": action, "endpoint_said": redact(shorten(message, 2000))})
 
 
 _learned: dict[tuple[str, str, RequestRule], Learned] = {}

@@ -107,6 +107,21 @@ def describe(exc: BaseException) -> str:
     return redact(f"{type(exc).__name__}: {exc}")
 
 
+# A failure's reason as `describe` and the caller write it: "HTTP 400 (...): ...", "HTTP 503 after 3 attempts".
+REASON_STATUS = re.compile(r"^HTTP (\d{3})\b")
+
+
+def deterministic_reason(reason: str | None) -> bool:
+    """Whether a recorded failure (`describe`'s reason, a judgment's `error`) is a rejection of the request
+    itself (a 4xx that is not retried: context too long, invalid request), which fails the same way however
+    often it is sent. Timeouts, dropped connections, 429 and 5xx are not."""
+    found = REASON_STATUS.match(reason or "")
+    if not found:
+        return False
+    status = int(found.group(1))
+    return 400 <= status < 500 and status not in (408, 409, 425, 429)
+
+
 FATAL = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
 # How a gateway says "no such model" with a 400 (LiteLLM: "Invalid model name passed in model=...").
 UNKNOWN_MODEL = re.compile(

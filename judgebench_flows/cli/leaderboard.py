@@ -110,6 +110,7 @@ def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
                 output_dir=args.output_dir,
                 seed=settings.seed,
                 bootstrap_resamples=settings.bootstrap_resamples,
+                prices=settings.prices,
             )
         )
 

@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_b", help="the later run's id")
     compare.add_argument("--db-url", default=None, help=db_help)
     compare.add_argument("--seed", type=int, default=42, help="seed of the paired bootstrap (default 42)")
+    compare.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="table (default), or json: the whole comparison on standard output, for scripts",
+    )
     report = add_command(sub, "report", "render the HTML report of a past run")
     report.add_argument("run_id", help="the run's id (as `judgebench history` shows it)")
     report.add_argument("--db-url", default=None, help=db_help)
@@ -105,6 +111,7 @@ def command_run(args: argparse.Namespace) -> int:
         return _run_external(args)
     config = _run_config(args)
     preflight(config)
+    _say_retirement(config)
     from judgebench_flows.cli import console
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.cli.server_watch import RESUME, ServerWatch
@@ -144,8 +151,18 @@ def command_estimate(args: argparse.Namespace) -> int:
 
     config = _run_config(args)
     check_prices(config)
+    _say_retirement(config, to=sys.stdout)
     print_estimate(estimate_run(config))
     return 0
+
+
+def _say_retirement(config: Any, to: Any = None) -> None:
+    """One line when the judge model is past its provider's shutdown date or within 30 days of it."""
+    from judgebench_flows.core.pricing import retirement_notice
+
+    notice = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if notice:
+        print(f"warning: {notice}", file=to or sys.stderr)
 
 
 def _run_external(args: argparse.Namespace) -> int:
@@ -213,6 +230,11 @@ def command_compare(args: argparse.Namespace) -> int:
     from judgebench_flows.views.summaries import err, print_comparison
 
     comparison = compare_runs(_db_url(args), args.run_a, args.run_b, seed=args.seed)
+    if args.format == "json":
+        from judgebench_flows.views.tables import to_json
+
+        print(to_json(comparison))  # its warnings are in it
+        return 0
     for warning in comparison.get("warnings", []):
         err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
     print_comparison(comparison)
@@ -295,6 +317,7 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
     import traceback
 
     from judgebench_flows.core.secrets import redact
+    from judgebench_flows.core.text import shorten
 
     trace = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     where = ""
@@ -312,7 +335,8 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
         except OSError:
             where = " (--verbose shows the traceback)"
     line = redact(str(exc)).splitlines()[0] if str(exc).strip() else ""
-    print(f"unexpected error: {type(exc).__name__}{': ' + line[:300] if line else ''}{where}", file=sys.stderr)
+    line = shorten(line, 300, "the traceback")
+    print(f"unexpected error: {type(exc).__name__}{': ' + line if line else ''}{where}", file=sys.stderr)
     return EXIT_BUG
 
 

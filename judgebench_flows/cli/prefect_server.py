@@ -10,15 +10,24 @@ at once from starting two servers.
 
 Prefect's ephemeral server (a temporary one per process) was measured too: it boots again on every run,
 which on a busy 2-core machine is most of a small run's time (docs/performance.md).
+
+A port is shared by every user of a machine, PREFECT_HOME is not: a server answering on the configured
+port is used only if it reports (Prefect's `/admin/settings`) this PREFECT_HOME as its home. When
+another user's server (or any other program) holds the port, the run starts this home's own server on
+a free port, remembers that port in PREFECT_HOME (PORT_FILE) for the next runs and says so in one
+line: its flow runs, logs and artifacts never go to a stranger's server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +41,10 @@ DEFAULT_START_TIMEOUT = 600.0
 SERVER_LOG = "prefect-server.log"  # the background server's output in PREFECT_HOME (its log lines, errors)
 PID_FILE = "server.pid"  # where `prefect server start --background` records its server (`prefect server stop` reads it)
 LOCK_FILE = "judgebench-server.lock"
+# The port this home's server moved to when the configured one was held by another server:
+# "CONFIGURED CHOSEN", so a run with another configured port (PREFECT_SERVER_API_PORT) is not redirected.
+PORT_FILE = "judgebench-server-port"
+ALIVE_EVERY_SECONDS = 10.0  # how often a first boot says it is still starting
 
 
 class PrefectServerError(Exception):
@@ -47,8 +60,9 @@ class PrefectServer:
 
 
 def use_prefect_server() -> PrefectServer:
-    """The configured server, or this PREFECT_HOME's background server (started now if none answers).
-    Exported as PREFECT_API_URL for subprocesses; `pointed_at` points this process's Prefect at it."""
+    """The configured server, or this PREFECT_HOME's background server (started now if none answers;
+    on a free port of its own if another home's server holds the configured one). Exported as
+    PREFECT_API_URL for subprocesses; `pointed_at` points this process's Prefect at it."""
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
@@ -56,13 +70,85 @@ def use_prefect_server() -> PrefectServer:
         return PrefectServer(settings.api.url)
     home = Path(settings.home).expanduser()
     home.mkdir(parents=True, exist_ok=True)
-    api_url = f"http://{settings.server.api.host}:{settings.server.api.port}/api"
+    host, configured = settings.server.api.host, settings.server.api.port
     with _locked(home / LOCK_FILE):
-        if not answers(api_url, timeout=2.0):
-            _start_background_server(home, settings.server.api.host, settings.server.api.port)
-            _wait_until_answering(api_url, home)
+        port = _remembered_port(home, configured) or configured
+        api_url = _api_url(host, port)
+        if answers(api_url, timeout=2.0) and serves_home(api_url, home):
+            pass  # this home's server, running: the common case
+        elif alive(_background_pid(home)):
+            _wait_until_answering(api_url, home)  # booting (started by hand, or by a run killed while waiting)
+            if not serves_home(api_url, home):
+                raise PrefectServerError(
+                    f"port {port} answers for a Prefect server that is not this PREFECT_HOME's ({home}) while "
+                    "this home's own server is starting: set PREFECT_API_URL to the server to use, or "
+                    "PREFECT_SERVER_API_PORT to a free port"
+                )
+        else:
+            if _taken(host, port):
+                port = _move_to_free_port(home, host, configured, taken=port)
+                api_url = _api_url(host, port)
+            _start_background_server(home, host, port)
+            _wait_until_answering(api_url, home, say_alive=True)
     os.environ["PREFECT_API_URL"] = api_url  # for subprocesses (a local Dask cluster's workers)
     return PrefectServer(api_url, _background_pid(home))
+
+
+def serves_home(api_url: str, home: Path) -> bool:
+    """Whether the Prefect server behind `api_url` is the one of `home`: it reports its settings through
+    Prefect's public `GET /admin/settings`. Anything else (another home, another program) is not ours."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/admin/settings", timeout=5.0) as answer:
+            theirs = json.loads(answer.read()).get("home")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(theirs, str) and _same_path(Path(theirs).expanduser(), home)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _api_url(host: str, port: int) -> str:
+    return f"http://{host}:{port}/api"
+
+
+def _taken(host: str, port: int) -> bool:
+    """Whether something already listens on host:port (a server of another home, or any program)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _remembered_port(home: Path, configured: int) -> int | None:
+    try:
+        wanted, chosen = (int(word) for word in (home / PORT_FILE).read_text().split())
+    except (OSError, ValueError):
+        return None
+    return chosen if wanted == configured else None
+
+
+def _move_to_free_port(home: Path, host: str, configured: int, taken: int) -> int:
+    """A free port for this home's own server, remembered in PREFECT_HOME, said in one line."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port = int(sock.getsockname()[1])
+    (home / PORT_FILE).write_text(f"{configured} {port}\n")
+    print(
+        f"note: port {taken} is held by a server that is not this PREFECT_HOME's ({home}); starting its own on "
+        f"port {port} (remembered in {home / PORT_FILE}); set PREFECT_API_URL to use a server of your choice, "
+        "or PREFECT_SERVER_API_PORT to pick the port",
+        file=sys.stderr,
+        flush=True,
+    )
+    return port
 
 
 @contextlib.contextmanager
@@ -105,29 +191,42 @@ def _prefect(*args: str, log: Path | None = None) -> subprocess.CompletedProcess
 def _start_background_server(home: Path, host: str, port: int) -> None:
     """`prefect server start --background`; a pid file left by a server that died is cleared first with
     `prefect server stop` (Prefect refuses to start while it exists)."""
-    pid = _background_pid(home)
-    if pid is not None and alive(pid):
-        return  # booting (started by hand, or by a run killed while waiting): wait for it
     if (home / PID_FILE).exists():
         _prefect("server", "stop")
+    print(
+        f"starting Prefect's server for {home} on {host}:{port} (once: a first boot creates its database, "
+        "tens of seconds; it stays up for the next runs until `prefect server stop`)",
+        file=sys.stderr,
+        flush=True,
+    )
     done = _prefect("server", "start", "--background", "--host", host, "--port", str(port), log=home / SERVER_LOG)
     if done.returncode != 0:
         said = " ".join((done.stdout + done.stderr).split())[-300:]
         raise PrefectServerError(f"`prefect server start --background` failed: {said}; {ADVICE}")
 
 
-def _wait_until_answering(api_url: str, home: Path) -> None:
+def _wait_until_answering(api_url: str, home: Path, say_alive: bool = False) -> None:
+    """Until the server answers; with `say_alive`, a line every ALIVE_EVERY_SECONDS that its process
+    lives, and one when it answers, so a first boot is not tens of silent seconds."""
     ceiling = seconds_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT)
     started = time.monotonic()
+    said = started
     while not answers(api_url, timeout=2.0):
         pid = _background_pid(home)
         if pid is None or not alive(pid):
             raise PrefectServerError(f"the Prefect server in {home} exited while starting; {ADVICE}")
-        if time.monotonic() - started > ceiling:
+        now = time.monotonic()
+        if now - started > ceiling:
             raise PrefectServerError(
                 f"the Prefect server in {home} did not answer within {ceiling:g} s ({START_TIMEOUT_ENV}); {ADVICE}"
             )
+        if say_alive and now - said >= ALIVE_EVERY_SECONDS:
+            print(f"  still starting (pid {pid}, {now - started:.0f} s)", file=sys.stderr, flush=True)
+            said = now
         time.sleep(0.2)
+    if say_alive:
+        ui = api_url.removesuffix("/api")
+        print(f"Prefect's server is up after {time.monotonic() - started:.0f} s: {ui}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -151,4 +250,4 @@ ADVICE = (
     "then resumes (see README, Exit codes)"
 )
 
-__all__ = ["PrefectServer", "PrefectServerError", "pointed_at", "use_prefect_server"]
+__all__ = ["PrefectServer", "PrefectServerError", "pointed_at", "serves_home", "use_prefect_server"]

@@ -64,8 +64,15 @@ class RunConfig(BaseModel):
         description="the endpoint and how it is called, also given as the flat options below",
     )
     shard_size: int = Field(default=50, ge=1, description="pairs per shard task")
-    result_path: str = Field(default="results/judgebench.json", description="results JSON")
-    output_dir: str = Field(default="results/run", description="directory for the per-judgment JSONL and report")
+    # Each run its own folder ({run_id} is replaced; results/latest links the newest): a run never
+    # overwrites what an earlier one wrote unless these options name the same files.
+    result_path: str = Field(
+        default="results/{run_id}/judgebench.json", description="results JSON ({run_id}: the run's id)"
+    )
+    output_dir: str = Field(
+        default="results/{run_id}",
+        description="directory for the per-judgment JSONL and report ({run_id}: the run's id; results/latest links the newest)",
+    )
     db_url: str = Field(default=DEFAULT_DB_URL, description="SQLAlchemy URL of the results database")
     max_samples: int | None = Field(default=None, ge=1, description="judge a seeded subset of N pairs")
     single_game: bool = Field(default=False, description="judge one order only")
@@ -96,6 +103,11 @@ class RunConfig(BaseModel):
     bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
     regression_min_drop: float = Field(
         default=0.0, ge=0, description="a drop in accuracy below this is not reported as a regression"
+    )
+    position_bias_check: bool = Field(
+        default=True,
+        description="report a significant change of order consistency or first-position rate against the "
+        "previous run of the configuration as a regression (exit 1, judgebench.run.regressed)",
     )
     report: bool = Field(default=True, description="the HTML report")
     reward_backend: Literal["pooling", "transformers"] = Field(

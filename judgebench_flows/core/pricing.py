@@ -17,7 +17,7 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ class ModelPrice(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1, description="the model's own cap on one answer")
     read_on: date | None = None
     source: str | None = None
+    shutdown_date: date | None = Field(default=None, description="the provider's announced shutdown (retirement) date")
 
 
 class PricedAs(BaseModel):
@@ -156,6 +157,45 @@ def price_for(model: str, prices_file: str | None = None, batch: bool = False) -
         source=price.source,
         table=str(table),
     )
+
+
+RETIREMENT_WARNING_DAYS = 30
+
+
+def shutdown_date_of(model: str, prices_file: str | None = None) -> date | None:
+    """The provider's announced shutdown date of `model`: the --prices file's entry when it gives one (a
+    date added or corrected there), else the bundled table's. A user's entry that changes only prices keeps
+    the bundled date: a new price does not un-retire a model."""
+    user = load_price_file(prices_file) if prices_file else {}
+    given = user.get(model)
+    if given is not None and given.shutdown_date is not None:
+        return given.shutdown_date
+    bundled = bundled_prices().get(model)
+    return bundled.shutdown_date if bundled else None
+
+
+def retirement_of(model: str, prices_file: str | None = None, today: date | None = None) -> dict[str, Any] | None:
+    """{"shutdown_date", "days_left", "retired"} when `model` is past its shutdown date or within 30 days
+    of it (what the leaderboard marks and the commands warn about), else None."""
+    shutdown = shutdown_date_of(model, prices_file)
+    if shutdown is None:
+        return None
+    days = (shutdown - (today or datetime.now(timezone.utc).date())).days
+    if days > RETIREMENT_WARNING_DAYS:
+        return None
+    return {"shutdown_date": shutdown.isoformat(), "days_left": days, "retired": days < 0}
+
+
+def retirement_notice(model: str, prices_file: str | None = None, today: date | None = None) -> str | None:
+    """One line when `model` is past its shutdown date or within 30 days of it, else None."""
+    retirement = retirement_of(model, prices_file, today)
+    if retirement is None:
+        return None
+    shutdown, days = retirement["shutdown_date"], retirement["days_left"]
+    if retirement["retired"]:
+        return f"{model} is past its provider's shutdown date {shutdown}: calls to it may fail (see its price entry)"
+    when = "today" if days == 0 else f"in {days} day{'s' if days != 1 else ''}"
+    return f"{model} shuts down {when} ({shutdown}, its provider's announced date): plan a replacement"
 
 
 def format_usd(cost: float | None, unpriced: str = "unpriced") -> str:

@@ -76,6 +76,10 @@ class RunRow(SQLModel, table=True):
     # "<entry> read <date>", or "unpriced". Added by the schema upgrade; older rows keep NULL in both.
     cost_usd: float | None = None
     priced_as: str | None = None
+    # Position bias (results.json's `consistency`): share of pairs whose two verdicts agree, and share of
+    # sided verdicts for the response shown first. Added by the schema upgrade; older rows keep NULL.
+    order_consistency: float | None = None
+    first_position_rate: float | None = None
 
 
 class JudgmentRow(SQLModel, table=True):
@@ -425,9 +429,10 @@ def finish_run(
     results_json: str,
     cost_usd: float | None = None,
     priced_as: str | None = None,
+    consistency: dict[str, Any] | None = None,
 ) -> None:
-    """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy
-    and what it cost."""
+    """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy,
+    its position bias (results.json's `consistency`) and what it cost."""
     update_run(
         engine,
         run_id,
@@ -440,6 +445,8 @@ def finish_run(
         results_json=results_json,
         cost_usd=cost_usd,
         priced_as=priced_as,
+        order_consistency=(consistency or {}).get("consistency"),
+        first_position_rate=(consistency or {}).get("first_position_rate"),
     )
 
 

@@ -65,4 +65,41 @@ def check_file(option: str, path: str) -> None:
     check_directory(option, str(target.parent))
 
 
-__all__ = ["MAX_NAME_BYTES", "check_directory", "check_file", "short_name"]
+RUN_ID_FIELD = "{run_id}"  # in --result-path / --output-dir: replaced by the run's id
+LATEST = "latest"  # beside the per-run folders: a link to the newest run's folder
+
+
+def for_run(path: str, run_id: str) -> str:
+    """`path` with `{run_id}` replaced: each run writes its own folder, never a past run's files."""
+    return path.replace(RUN_ID_FIELD, run_id)
+
+
+def point_latest(layout: str, run_id: str) -> Path | None:
+    """Where the output directory is named by run id (`results/{run_id}`), make `results/latest` a
+    relative link to this run's folder (replaced atomically). Returns the link, or None where the layout
+    names no run folder or the filesystem has no links (nothing is lost: the run's folder is complete)."""
+    parts = Path(layout).parts
+    named = next((i for i, part in enumerate(parts) if RUN_ID_FIELD in part), None)
+    if named is None:
+        return None
+    link = Path(*parts[:named], LATEST)
+    fresh = link.with_name(f".{LATEST}-{run_id}")
+    try:
+        fresh.unlink(missing_ok=True)
+        os.symlink(for_run(parts[named], run_id), fresh, target_is_directory=True)
+        os.replace(fresh, link)
+    except OSError:
+        return None
+    return link
+
+
+__all__ = [
+    "LATEST",
+    "MAX_NAME_BYTES",
+    "RUN_ID_FIELD",
+    "check_directory",
+    "check_file",
+    "for_run",
+    "point_latest",
+    "short_name",
+]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -98,6 +99,29 @@ def _warm_clone(config: RunConfig) -> None:
         get_judge(config.judge_type, config.templates_dir or checkout.templates_dir, model=config.model)
 
 
+def check_night(configs: Sequence[RunConfig]) -> None:
+    """A night's repositories, refs and data files, checked once before its first cell: a wrong
+    `data_files`, `repo_url` or `ref` fails the night at once with one line, instead of every cell one
+    by one. Each (repository, ref) is fetched once (the cells then find it in the clone cache)."""
+    from judgebench_flows.data.dataset import Checkout, check_repo_url, data_file_in, fetch_repository
+
+    checkouts: dict[tuple[str, str | None, str | None], Checkout] = {}
+    for config in configs:
+        if config.data_path:
+            if not Path(config.data_path).is_file():
+                raise UserError(f"data_path: file not found: {config.data_path}")
+            continue
+        key = (config.repo_url, config.ref, str(config.cache_dir) if config.cache_dir else None)
+        if key not in checkouts:
+            check_repo_url(config.repo_url)
+            _check_file_url(config.repo_url)
+            checkouts[key] = fetch_repository(config.repo_url, config.ref, config.cache_dir)
+        try:
+            data_file_in(checkouts[key], config.data_file)
+        except UserError as exc:
+            raise UserError(f"data_files: {exc}") from None
+
+
 def holds_judgebench_pairs(data_path: str | None) -> bool:
     """External judges score CLEAR-style tables, or decide JudgeBench pairs (a clone, or a JSONL of pairs)."""
     if data_path is None:
@@ -115,4 +139,4 @@ def holds_judgebench_pairs(data_path: str | None) -> bool:
     return False
 
 
-__all__ = ["check_endpoint_reachable", "check_prices", "holds_judgebench_pairs", "preflight"]
+__all__ = ["check_endpoint_reachable", "check_night", "check_prices", "holds_judgebench_pairs", "preflight"]

@@ -26,8 +26,9 @@ from pydantic import BaseModel, Field
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.pricing import cost_of_results
+from judgebench_flows.core.pricing import cost_of_results, retirement_of
 from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.published import (
     FileVerdict,
@@ -36,6 +37,7 @@ from judgebench_flows.scoring.published import (
     read_outputs_file,
     score_verdicts,
 )
+from judgebench_flows.scoring.stats import mcnemar_exact
 
 HTML_NAME = "leaderboard.html"
 
@@ -115,6 +117,7 @@ def _latest_runs(engine: Any, *, seed: int, resamples: int) -> list[dict[str, An
             "cost": cost_of_results(results),
         }
         entry.update(score_verdicts(verdicts, seed=seed, resamples=resamples))
+        entry[CORRECTNESS] = distinct_correctness(verdicts)
         entries.append(entry)
     return entries
 
@@ -130,7 +133,7 @@ def published_entries(checkout_path: Path, *, seed: int, resamples: int, require
     entries = []
     for path in files:
         scored = read_outputs_file(path)
-        entry = {
+        entry: dict[str, Any] = {
             "response_model": scored.response_model,
             "dataset": scored.dataset,
             "judge_name": scored.judge_name,
@@ -142,8 +145,68 @@ def published_entries(checkout_path: Path, *, seed: int, resamples: int, require
             "duplicate_lines": scored.duplicate_lines,
         }
         entry.update(score_verdicts(scored.verdicts, seed=seed, resamples=resamples))
+        entry[CORRECTNESS] = distinct_correctness(scored.verdicts)
         entries.append(entry)
     return entries
+
+
+CORRECTNESS = "_correct"  # pair id -> 1.0/0.0 while ranking: the paired test's input, never in the JSON
+TIER_ALPHA = 0.05
+TIER_METHOD = (
+    "exact McNemar test (two-sided) of each row against the best row of the current tier, on the same pairs; "
+    "a row starts the next tier when p < alpha / m, m = the tiered rows of its table minus one (Bonferroni)"
+)
+
+
+def distinct_correctness(verdicts: list[Any]) -> dict[str, float]:
+    """pair id -> 1.0 when judged correctly: once per pair (a published file's repeated line, scored under
+    `id#n`, is not another pair), what two rows are compared on."""
+    scores = metrics.pair_scores(verdicts)
+    return {
+        pair_id: 1.0 if score.correct else 0.0
+        for pair_id, score in scores.items()
+        if not ("#" in pair_id and pair_id.rsplit("#", 1)[0] in scores)
+    }
+
+
+def _identity(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: entry.get(key) for key in ("judge_name", "judge_model", "origin", "run_id")}
+
+
+def assign_tiers(members: list[dict[str, Any]], alpha: float = TIER_ALPHA) -> None:
+    """Significance tiers of one ranked table (`members` best first): tier 1 is the best row and every row
+    not significantly worse than it; the first row that is significantly worse starts tier 2 and is the
+    row the next ones are tested against, and so on.
+
+    Only rows that judged exactly the same pairs are compared (a paired test needs them): the pairs of the
+    best row that covers the whole data file. Any other row (missing lines, other pairs) gets tier None.
+    Each tiered row but the first is tested once, so there are m = tiered rows - 1 tests, and a row is
+    significantly worse when its exact McNemar p-value is below alpha / m (Bonferroni): the chance that
+    noise alone splits a table of equally good judges stays under alpha."""
+    for entry in members:
+        entry["tier"] = None
+    measured = [e for e in members if e.get(CORRECTNESS) and _accuracy(e) >= 0]
+    complete = [e for e in measured if not e.get("missing_pairs")]
+    if not complete:
+        return
+    reference = set(complete[0][CORRECTNESS])
+    tiered = [e for e in measured if set(e[CORRECTNESS]) == reference]
+    tests = max(1, len(tiered) - 1)
+    tier, leader = 1, tiered[0]
+    leader["tier"] = 1
+    for entry in tiered[1:]:
+        test = mcnemar_exact(leader[CORRECTNESS], entry[CORRECTNESS])
+        against = _identity(leader)
+        if test.p_value < alpha / tests and _accuracy(entry) < _accuracy(leader):
+            tier, leader = tier + 1, entry
+        entry["tier"] = tier
+        entry["tier_test"] = {
+            "against": against,
+            "p_value": test.p_value,
+            "p_adjusted": min(1.0, test.p_value * tests),
+            "discordant_against_only": test.discordant_a_only,
+            "discordant_row_only": test.discordant_b_only,
+        }
 
 
 def _accuracy(entry: Mapping[str, Any]) -> float:
@@ -197,7 +260,8 @@ SUBSET_GROUP = "{group}: runs on a subset, not ranked"
 def rank(entries: Iterable[dict[str, Any]], benchmark_pairs: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
     """Entries grouped by response-model dataset (largest group first), best overall accuracy first, with
     their rank in the group (ties share a rank). With the benchmark's sizes, runs on fewer pairs than their
-    data file holds (`--max-samples`, a slice) go to a group of their own after the ranked ones, rank None."""
+    data file holds (`--max-samples`, a slice) go to a group of their own after the ranked ones, rank None.
+    Ranked rows get their significance `tier` (`assign_tiers`)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     subsets: set[str] = set()
     for entry in entries:
@@ -217,7 +281,14 @@ def rank(entries: Iterable[dict[str, Any]], benchmark_pairs: Mapping[str, int] |
                 position, previous = index, _accuracy(entry)
             entry["rank"] = None if key in subsets else position
             entry["group"] = key
+        if key in subsets:
+            for entry in members:
+                entry["tier"] = None
+        else:
+            assign_tiers(members)
         ordered.extend(members)
+    for entry in ordered:
+        entry.pop(CORRECTNESS, None)
     return ordered
 
 
@@ -236,6 +307,11 @@ class LeaderboardSettings(BaseModel):
     seed: int = Field(default=42, ge=0, description="bootstrap seed")
     bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
     require_published: bool = Field(default=True, description="fail when the checkout has no published outputs/")
+    prices: str | None = Field(
+        default=None,
+        description="YAML or JSON price file over the bundled table: its shutdown_date entries add or correct "
+        "the retirement dates the leaderboard marks",
+    )
 
 
 def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
@@ -259,8 +335,28 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
         "bootstrap_resamples": settings.bootstrap_resamples,
         "categories": list(CATEGORIES),
         "benchmark_pairs": sizes,
-        "entries": rank([*entries, *ours], sizes),
+        "tiers": {"alpha": TIER_ALPHA, "method": TIER_METHOD},
+        "entries": mark_retirements(rank([*entries, *ours], sizes), settings.prices),
     }
+
+
+def mark_retirements(entries: list[dict[str, Any]], prices_file: str | None) -> list[dict[str, Any]]:
+    """Each entry whose judge model is past its provider's shutdown date, or within 30 days of it, gets
+    `retirement` ({"shutdown_date", "days_left", "retired"}): its number cannot be reproduced for long."""
+    for entry in entries:
+        retirement = retirement_of(str(entry.get("judge_model") or ""), prices_file)
+        if retirement:
+            entry["retirement"] = retirement
+    return entries
+
+
+def model_label(entry: Mapping[str, Any]) -> str:
+    """The judge model as the tables show it: with "(shut down DATE)" or "(shuts down DATE)" when marked."""
+    retirement = entry.get("retirement")
+    if not retirement:
+        return str(entry["judge_model"])
+    verb = "shut down" if retirement["retired"] else "shuts down"
+    return f"{entry['judge_model']} ({verb} {retirement['shutdown_date']})"
 
 
 _pct = partial(percent, sign="")
@@ -297,7 +393,8 @@ def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
     """Markdown tables per response-model dataset (for Prefect artifacts); rows of `highlight` run ids in bold."""
     marked = set(highlight)
     lines = [
-        f"JudgeBench {board['dataset']['repo_url']} at {str(board['dataset']['commit'])[:12]}; accuracy in %, 95% bootstrap interval."
+        f"JudgeBench {board['dataset']['repo_url']} at {str(board['dataset']['commit'])[:12]}; accuracy in %, 95% bootstrap interval; "
+        "tier: not significantly worse than the tier's best row (exact McNemar, Bonferroni)."
     ]
     for note in board.get("notes") or []:
         lines += ["", f"_{note}_"]
@@ -306,14 +403,14 @@ def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
             "",
             f"### Responses by {group}",
             "",
-            "| # | judge | model | origin | pairs | overall | 95% CI | " + " | ".join(CATEGORIES) + " |",
-            "|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES),
+            "| # | tier | judge | model | origin | pairs | overall | 95% CI | " + " | ".join(CATEGORIES) + " |",
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES),
         ]
         for e in members:
             bold = "**" if e.get("run_id") in marked else ""
             cats = " | ".join(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES)
             lines.append(
-                f"| {e['rank'] or '-'} | {bold}{e['judge_name']}{bold} | {bold}{e['judge_model']}{bold} | {who(e)} | {e['pairs']} | "
+                f"| {e['rank'] or '-'} | {e.get('tier') or '-'} | {bold}{e['judge_name']}{bold} | {bold}{model_label(e)}{bold} | {who(e)} | {e['pairs']} | "
                 f"{bold}{_pct(e['overall_accuracy']['accuracy'])}{bold} | {_interval(e['overall_accuracy'])} | {cats} |"
             )
     return "\n".join(lines)
@@ -323,6 +420,7 @@ __all__ = [
     "LeaderboardSettings",
     "build_leaderboard",
     "markdown",
+    "model_label",
     "published_entries",
     "rank",
     "read_runs",

@@ -20,7 +20,7 @@ from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
 
 from judgebench_flows.core.records import CATEGORIES
-from judgebench_flows.scoring.leaderboard import HTML_NAME, groups_of, who
+from judgebench_flows.scoring.leaderboard import HTML_NAME, groups_of, model_label, who
 
 TEMPLATE_NAME = "leaderboard.html.jinja2"
 _WHISKER_W, _WHISKER_H = 120, 14
@@ -84,8 +84,10 @@ def _sorted(members: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str,
 def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "rank": entry.get("rank") or "",  # a run on a subset has none
+        "tier": entry.get("tier") or "",  # none: not compared (a subset, other pairs)
         "judge": entry["judge_name"],
         "model": entry["judge_model"],
+        "model_shown": model_label(entry),  # with its shutdown date when retired or retiring
         "ours": entry["origin"] == "run",
         "origin": who(entry),
         "origin_title": entry.get("file") or f"run {entry.get('run_id')} ({entry.get('status')}, {entry.get('date')})",

@@ -20,17 +20,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, flip
+from judgebench_flows.core.text import shorten
 
 # How many attempts a failure took, and that a request asked again was not resent: left out when failures
 # are grouped by reason, so the server's words (kept whole: `calls.retry.describe`) group alike.
-ATTEMPTS = re.compile(r" after \d+ attempts| \(its \d+ attempts are spent: not sent again\)")
-MAX_REASON_CHARS = 500
+ATTEMPTS = re.compile(
+    r" after \d+ attempts| \((?:sent once|sent \d+ times): not sent again\)"
+    r"| \(its \d+ attempts are spent: not sent again\)"  # as runs before 0.x said it (stored records)
+)
+MAX_REASON_CHARS = 2000  # the server's words whole; a longer body is cut at a word (each judgment's error is whole)
 DIGITS = re.compile(r"\d+")
 
 
 def reason_of(error: str) -> str:
     """A failure's reason as results.json groups it: the server's message kept, attempts left out."""
-    return ATTEMPTS.sub("", error)[:MAX_REASON_CHARS]
+    return shorten(ATTEMPTS.sub("", error), MAX_REASON_CHARS, "the judgments' error")
 
 
 class Verdict(Protocol):
@@ -62,10 +66,22 @@ class PairScore:
     valid: bool
     orders: int
     consistent: bool
+    # Position bias: of its verdicts that chose a side, how many chose the response shown first.
+    first_position: int = 0
+    sided: int = 0
 
     @property
     def correct(self) -> bool:
         return self.score > 0
+
+
+def shown_first(verdict: Verdict) -> bool | None:
+    """Did this verdict choose the response shown first? None for a tie, an invalid or a failed one.
+
+    The second order shows the pair's B first, so there "B>A" for the pair is a vote for the first shown."""
+    if verdict.status != "ok" or verdict.decision_for_pair not in ("A>B", "B>A"):
+        return None
+    return (verdict.decision_for_pair == "A>B") == (verdict.order == 0)
 
 
 def pair_scores(judgments: Iterable[Verdict]) -> dict[str, PairScore]:
@@ -84,6 +100,7 @@ def pair_scores(judgments: Iterable[Verdict]) -> dict[str, PairScore]:
             elif record.decision_for_pair == flip(label):
                 total -= 1
         valid = all(r.status == "ok" for r in records)
+        sides = [shown_first(r) for r in records]
         scores[pair_id] = PairScore(
             source=sys.intern(records[0].source),
             category=sys.intern(records[0].category),
@@ -91,6 +108,8 @@ def pair_scores(judgments: Iterable[Verdict]) -> dict[str, PairScore]:
             valid=valid,
             orders=len(records),
             consistent=valid and len(records) == 2 and records[0].decision_for_pair == records[1].decision_for_pair,
+            first_position=sum(1 for side in sides if side),
+            sided=sum(1 for side in sides if side is not None),
         )
     return scores
 
@@ -125,13 +144,21 @@ def slices(scores: dict[str, PairScore]) -> dict[str, dict[str, list[PairScore]]
 
 
 def consistency(scores: dict[str, PairScore]) -> dict[str, Any]:
-    """Share of pairs whose two valid verdicts agree once the swapped one is mapped back."""
+    """Share of pairs whose two valid verdicts agree once the swapped one is mapped back, and the
+    first-position rate: the share of verdicts that chose a side (ties, invalid and failed ones left out)
+    that chose the response shown first. An unbiased judge is near 50%; one that favours whatever it
+    reads first is above (JudgeBench computes the first and discards it; we keep both, run after run)."""
     both = [r for r in scores.values() if r.orders == 2 and r.valid]
     agreeing = sum(1 for r in both if r.consistent)
+    first = sum(r.first_position for r in scores.values())
+    sided = sum(r.sided for r in scores.values())
     return {
         "consistency": round(agreeing / len(both), 6) if both else None,
         "consistent_pairs": agreeing,
         "pairs_with_both_verdicts": len(both),
+        "first_position_rate": round(first / sided, 6) if sided else None,
+        "first_position_verdicts": first,
+        "sided_verdicts": sided,
     }
 
 

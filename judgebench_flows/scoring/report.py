@@ -182,6 +182,8 @@ def history_point(run: Any) -> dict[str, Any]:
         "accuracy": run.overall_accuracy,
         "ci_low": run.ci_low,
         "ci_high": run.ci_high,
+        "order_consistency": getattr(run, "order_consistency", None),
+        "first_position_rate": getattr(run, "first_position_rate", None),
     }
 
 
@@ -199,6 +201,8 @@ def _trend_points(results: Mapping[str, Any], history: Sequence[Mapping[str, Any
                 "accuracy": overall.get("accuracy"),
                 "ci_low": overall.get("ci_low"),
                 "ci_high": overall.get("ci_high"),
+                "order_consistency": (results.get("consistency") or {}).get("consistency"),
+                "first_position_rate": (results.get("consistency") or {}).get("first_position_rate"),
             }
         )
     for p in points:
@@ -274,6 +278,52 @@ def _trend_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         "x_label_y": _TREND_HEIGHT - _TREND_BOTTOM + 18,
         "band": f"{upper} {lower}" if n > 1 else None,
         "line": " ".join(f"{p['x']},{p['y']}" for p in out_points) if n > 1 else None,
+    }
+
+
+_BIAS_SERIES = (("order_consistency", "order consistency"), ("first_position_rate", "first-position rate"))
+
+
+def _bias_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Geometry for position bias over the same runs as the accuracy trend: order consistency and the
+    first-position rate on a fixed 0..100% axis (50% marked: an unbiased judge's first-position rate).
+    None when no run has either figure (runs from before they were kept)."""
+    if not any(_num(p.get(key)) is not None for p in points for key, _ in _BIAS_SERIES):
+        return None
+    plot_h = _TREND_HEIGHT - _TREND_TOP - _TREND_BOTTOM
+    plot_w = _TREND_WIDTH - _TREND_LEFT - _TREND_RIGHT
+    n = len(points)
+
+    def x(i: int) -> float:
+        span = plot_w - 2 * _TREND_INSET
+        return _TREND_LEFT + _TREND_INSET + (span / 2 if n == 1 else i * span / (n - 1))
+
+    def y(v: float) -> float:
+        return _TREND_TOP + (1.0 - v) * plot_h
+
+    series = []
+    for key, name in _BIAS_SERIES:
+        marks = []
+        for i, p in enumerate(points):
+            value = _num(p.get(key))
+            if value is not None:
+                marks.append(
+                    {
+                        "x": f"{x(i):.1f}",
+                        "y": f"{y(value):.1f}",
+                        "current": p.get("current", False),
+                        "title": f"run {p.get('run_id') or '?'} · {_fmt_time(p.get('started'))} · {name} {_pct(value)}",
+                    }
+                )
+        line = " ".join(f"{m['x']},{m['y']}" for m in marks) if len(marks) > 1 else None
+        series.append({"key": key, "name": name, "points": marks, "line": line})
+    return {
+        "width": _TREND_WIDTH,
+        "height": _TREND_HEIGHT,
+        "left": _TREND_LEFT,
+        "right": _TREND_WIDTH - _TREND_RIGHT,
+        "y_ticks": [{"y": f"{y(t / 100):.1f}", "label": f"{t}%", "chance": t == 50} for t in (0, 25, 50, 75, 100)],
+        "series": series,
     }
 
 
@@ -421,6 +471,7 @@ def build_context(
             "value": _pct(consistency.get("consistency")),
             "consistent": _count(consistency.get("consistent_pairs")),
             "both": _count(consistency.get("pairs_with_both_verdicts")),
+            "first_position": _pct(consistency.get("first_position_rate")),
         },
         "invalid": {
             "invalid": _count(invalid.get("invalid_judgments", status_counts["invalid"] if rows else None)),
@@ -444,6 +495,7 @@ def build_context(
         "category_chart": category_chart,
         "source_chart": source_chart,
         "trend": _trend_chart(points),
+        "bias_trend": _bias_chart(points),
         "trend_runs": len(points),
         "judgments": rows,
         "judgments_total": (usage or {}).get("judgments"),
@@ -461,7 +513,7 @@ def render_report(
 
     `results` follows the results.json contract (optional parts such as intervals, consistency, usage
     and regression may be missing); `history` lists past runs of the same configuration, oldest first,
-    as {run_id, started, accuracy, ci_low, ci_high}. This run is added to the trend unless `history`
+    as {run_id, started, accuracy, ci_low, ci_high, order_consistency, first_position_rate}. This run is added to the trend unless `history`
     already holds its run_id.
     """
     return _template().render(**build_context(results, judgments, history))

@@ -150,3 +150,56 @@ def paired_bootstrap_delta(
         confidence=confidence,
         min_drop=min_drop,
     )
+
+
+class McNemarResult(BaseModel):
+    """Exact McNemar test of two judges (or runs) on the same pairs.
+
+    Only discordant pairs carry information: `discordant_a_only` pairs A got right and B wrong,
+    `discordant_b_only` the reverse. Under "no difference" each discordant pair is a fair coin, so the
+    two-sided p-value is the exact binomial tail of the smaller count, doubled (capped at 1). With no
+    discordant pairs the p-value is 1: nothing tells the two apart.
+    """
+
+    p_value: float
+    discordant_a_only: int
+    discordant_b_only: int
+
+
+def exact_binomial_two_sided(successes: int, trials: int) -> float:
+    """Two-sided exact p-value of `successes` in `trials` fair coin flips: the smaller tail doubled.
+
+    Integer arithmetic (math.comb over 2**n), so it is exact for any n a benchmark has; Python's int/int
+    division rounds the ratio correctly even when both are far beyond float range.
+    """
+    if trials <= 0:
+        return 1.0
+    low = min(successes, trials - successes)
+    tail = sum(math.comb(trials, k) for k in range(low + 1))
+    return min(1.0, 2 * tail / 2**trials)
+
+
+def mcnemar_exact(a: Mapping[str, float], b: Mapping[str, float]) -> McNemarResult:
+    """Exact McNemar test over the pairs both mappings hold (pair_id -> correctness, 1.0 or 0.0)."""
+    shared = set(a) & set(b)
+    a_only = sum(1 for pid in shared if a[pid] > 0.5 and b[pid] <= 0.5)
+    b_only = sum(1 for pid in shared if b[pid] > 0.5 and a[pid] <= 0.5)
+    return McNemarResult(
+        p_value=exact_binomial_two_sided(a_only, a_only + b_only),
+        discordant_a_only=a_only,
+        discordant_b_only=b_only,
+    )
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order: the i-th smallest of m is multiplied by
+    (m - i), made non-decreasing, capped at 1. Rejecting where adjusted < alpha controls the chance of any
+    false "better" across all m tests at alpha (testing four categories at 5% each would not)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for step, index in enumerate(order):
+        running = max(running, min(1.0, (m - step) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

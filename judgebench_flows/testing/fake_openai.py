@@ -116,11 +116,22 @@ VLLM_POOLING_FIELDS = frozenset(
 )
 
 
+def float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
 def sigmoid(value: float) -> float:
     """The activation of a one-label reward head, as vLLM returns it: in float32, so scores above about
     17 all come back as 1.0 and tie (Skywork-Reward-Gemma-2-27B's 64.29% on the GPT-4o pairs reads 61.71%)."""
     exact = 1.0 / (1.0 + math.exp(-value)) if value >= 0 else math.exp(value) / (1.0 + math.exp(value))
-    return float(struct.unpack("f", struct.pack("f", exact))[0])
+    return float32(exact)
+
+
+def batch_wobble(value: float, batch: int) -> float:
+    """`value` as a batched float32 pass returns it: its last bits move with the batch it was computed in
+    (a real vLLM answered 0.00039572230889461935 for a text in a batch, 0.0003957213484682143 alone: a
+    relative 2.4e-6). `batch` stands for the batch: consecutive requests land in different ones."""
+    return float32(value * (1.0 + ((batch % 5) - 2) * 2.0**-19))
 
 
 # A marker only one judge's prompt holds, and that judge's verdict for "the response shown first is better"
@@ -157,18 +168,24 @@ def _other_api_payload(
     prompt_tokens: int,
     completion_tokens: int,
     settings: FaultSettings,
+    batch: int = 0,
 ) -> dict:
     """A text-completions or Pooling API response body, in vLLM's shape.
 
     Pooling: the responder's score is the head's raw output; as vLLM does, the server applies the head's
     activation (a sigmoid: a one-label reward head's) unless asked `use_activation: false` (and only when it
-    `honours_use_activation`). Completions: a beam search (`use_beam_search`, beam width `n`) answers `n`
+    `honours_use_activation`); with `score_wobble`, each score's last bits move with its `batch`
+    (`batch_wobble`), as a real vLLM's float32 scores do. Completions: a beam search (`use_beam_search`, beam width `n`) answers `n`
     choices, the best first, as vLLM's beam-search path does; a server without `beam_search` answers one.
     """
     if path == POOLING_PATH:
         value = json.loads(text)
         data = value if isinstance(value, list) else [value]
         raw = settings.honours_use_activation and body.get("use_activation") is False
+        if settings.score_wobble:
+            data = [
+                [batch_wobble(v, batch) for v in i] if isinstance(i, list) else batch_wobble(i, batch) for i in data
+            ]
         if not raw:
             data = [[sigmoid(v) for v in item] if isinstance(item, list) else sigmoid(item) for item in data]
         return {
@@ -253,8 +270,8 @@ def styled_error(style: str, status: int, payload: dict) -> dict:
     error = payload.get("error")
     if not isinstance(error, dict):
         return payload
-    refused_value = error.get("value")
-    error = {name: value for name, value in error.items() if name != "value"}
+    refused_value, model = error.get("value"), error.get("model_group")
+    error = {name: value for name, value in error.items() if name not in ("value", "model_group")}
     if style == "openai":
         return {"error": error}
     message, param = str(error.get("message") or ""), error.get("param")
@@ -265,7 +282,13 @@ def styled_error(style: str, status: int, payload: dict) -> dict:
         return {"object": "error", "message": message, "type": exception, "param": param, "code": status}
     if style == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
-    if error.get("code") in ("unsupported_value", "unsupported_parameter") and param in REASONING_SAMPLING:
+    if error.get("code") == "context_length_exceeded":  # LiteLLM 1.108 through its router, as measured
+        message = (
+            f"ContextWindowExceededError: OpenAIException - {message}\n"
+            f"Received Model Group={model}\nAvailable Model Group Fallbacks=None"
+        )
+        exception = "ContextWindowExceededError: litellm.BadRequestError"
+    elif error.get("code") in ("unsupported_value", "unsupported_parameter") and param in REASONING_SAMPLING:
         message = (
             f"O-series models don't support {param}={refused_value}. Only {param}=1 "
             "is supported. To drop unsupported openai params from the call, set `litellm.drop_params = True`"
@@ -311,6 +334,8 @@ class FaultSettings:
     honours_use_activation: bool = True
     # vLLM's completions API beam-searches (`use_beam_search`, beam width `n`); False: a server that cannot.
     beam_search: bool = True
+    # Pooling scores' last bits move with the batch a request lands in (`batch_wobble`), as vLLM's float32 do.
+    score_wobble: bool = False
 
     def validate(self) -> None:
         """Fail at configuration time, not in a handler thread where the error would be easy to miss."""
@@ -472,6 +497,7 @@ class FakeOpenAIServer:
         error_style: str = "openai",
         honours_use_activation: bool = True,
         beam_search: bool = True,
+        score_wobble: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -495,6 +521,7 @@ class FakeOpenAIServer:
             error_style=error_style,
             honours_use_activation=honours_use_activation,
             beam_search=beam_search,
+            score_wobble=score_wobble,
         )
         settings.validate()
         self._settings = settings
@@ -513,6 +540,7 @@ class FakeOpenAIServer:
         self._answered = 0
         self._status_counts: Counter[int | str] = Counter()
         self._answered_keys: Counter[str] = Counter()
+        self._refused_keys: Counter[str] = Counter()
         self._in_flight = 0
         self._max_in_flight = 0
         self._ignored: Counter[str] = Counter()
@@ -661,6 +689,13 @@ class FakeOpenAIServer:
         with self._lock:
             return Counter(self._answered_keys)
 
+    def refused_keys(self) -> Counter[str]:
+        """How often each distinct request body (all its fields: a call's shapes are distinct) was refused
+        (`_refusal`: a context too long, a parameter rejected, an unknown model): one refused twice was
+        sent twice."""
+        with self._lock:
+            return Counter(self._refused_keys)
+
     def snapshot(self) -> dict[str, Any]:
         """All counters at one instant, for assertions and benchmark reports."""
         with self._lock:
@@ -679,6 +714,7 @@ class FakeOpenAIServer:
             self._answered = 0
             self._status_counts.clear()
             self._answered_keys.clear()
+            self._refused_keys.clear()
             self._attempts.clear()
             self._max_in_flight = self._in_flight
             self._ignored.clear()
@@ -847,6 +883,8 @@ class FakeOpenAIServer:
             return
         refusal = self._refusal(body, settings, handler.api_path)
         if refusal is not None:
+            with self._lock:
+                self._refused_keys[hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()] += 1
             self._reply(handler, *refusal)
             return
         key = request_key(body)
@@ -870,26 +908,37 @@ class FakeOpenAIServer:
                     "stream=true is not supported by the fake OpenAI server", "invalid_request_error", None, "stream"
                 ),
             )
-        context_chars = sum(len(text) for text in _message_texts(body)) + len(str(body.get("prompt") or ""))
-        if settings.max_context_chars is not None and context_chars > settings.max_context_chars:
-            return (
-                400,
-                _error_body(
-                    # OpenAI's wording, or vLLM's; characters stand in for tokens here.
-                    f"This model's maximum context length is {settings.max_context_chars} tokens. "
-                    + (
-                        f"However, your request has {context_chars} input tokens. "
-                        "Please reduce the length of the input messages."
-                        if settings.error_style.startswith("vllm") or api_path == POOLING_PATH
-                        else f"However, your messages resulted in {context_chars} tokens. "
-                        "Please reduce the length of the messages."
-                    ),
-                    "invalid_request_error",
-                    "context_length_exceeded",
-                    "messages",
-                ),
-            )
+        # A gateway (LiteLLM) refuses parameters itself, before its upstream sees the request and its length.
+        if settings.error_style == "litellm":
+            return self._rejected_parameter(body, settings) or self._too_long(body, settings, api_path)
+        return self._too_long(body, settings, api_path) or self._rejected_parameter(body, settings)
 
+    @staticmethod
+    def _too_long(body: dict[str, Any], settings: FaultSettings, api_path: str) -> tuple[int, dict[str, Any]] | None:
+        """The context-length 400, when the request's text is longer than `max_context_chars`."""
+        context_chars = sum(len(text) for text in _message_texts(body)) + len(str(body.get("prompt") or ""))
+        if settings.max_context_chars is None or context_chars <= settings.max_context_chars:
+            return None
+        refusal = _error_body(
+            # OpenAI's wording, or vLLM's; characters stand in for tokens here.
+            f"This model's maximum context length is {settings.max_context_chars} tokens. "
+            + (
+                f"However, your request has {context_chars} input tokens. "
+                "Please reduce the length of the input messages."
+                if settings.error_style.startswith("vllm") or api_path == POOLING_PATH
+                else f"However, your messages resulted in {context_chars} tokens. "
+                "Please reduce the length of the messages."
+            ),
+            "invalid_request_error",
+            "context_length_exceeded",
+            "messages",
+        )
+        refusal["error"]["model_group"] = body.get("model")  # for `styled_error`'s wording; never sent
+        return 400, refusal
+
+    @staticmethod
+    def _rejected_parameter(body: dict[str, Any], settings: FaultSettings) -> tuple[int, dict[str, Any]] | None:
+        """A 400 for a parameter the model does not take (`openai_rules`, `rejected_params`)."""
         rejection = openai_rejection(body) if settings.openai_rules else None
         rejected = next((name for name in sorted(settings.rejected_params) if name in body), None)
         if rejection is None and rejected is not None:
@@ -978,7 +1027,9 @@ class FakeOpenAIServer:
         path = getattr(handler, "api_path", CHAT_PATH)
         if path != CHAT_PATH:
             self._note_ignored(path, body, settings)
-            payload = _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens, settings)
+            with self._lock:
+                batch = self._requests + self._in_flight  # which batch a real server would have put it in
+            payload = _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens, settings, batch)
             self._reply(handler, 200, payload, key)
             return
         payload = chat_payload(model, text, extra, prompt_tokens)
@@ -1189,6 +1240,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--error-style", choices=ERROR_STYLES, default="openai", help="whose error bodies to answer with"
     )
+    parser.add_argument(
+        "--ignore-use-activation",
+        action="store_true",
+        help="/pooling: apply the activation even when asked `use_activation: false`, as vLLM before 0.11.1",
+    )
+    parser.add_argument(
+        "--score-wobble",
+        action="store_true",
+        help="/pooling: move a score's last bits with its batch, as vLLM's float32 scores do",
+    )
     return parser.parse_args(argv)
 
 
@@ -1221,6 +1282,8 @@ def main(argv: list[str] | None = None) -> int:
         openai_rules=args.openai_rules,
         rejected_params=set(args.rejected_params),
         error_style=args.error_style,
+        honours_use_activation=not args.ignore_use_activation,
+        score_wobble=args.score_wobble,
         host=args.host,
         port=args.port,
     )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from judgebench_flows.core.pricing import format_usd
@@ -52,14 +53,16 @@ def print_results(results: dict[str, Any]) -> None:
     out.print(table)
     problems = _problems(results)
     if problems:
-        out.print(f"[bold yellow]{problems}[/]")
+        out.print(f"[bold yellow]{escape(problems)}[/]")
     failure = (results.get("run") or {}).get("failure")
     if failure:
-        out.print(f"[bold red]run failed: {failure}[/]")
+        out.print(f"[bold red]run failed: {escape(failure)}[/]")
     adjusted = ((results.get("run") or {}).get("requests") or {}).get("adjustments") or []
-    for change in adjusted:
+    for change in adjusted:  # whole, wrapped at words by the console; the server's words are not markup
         out.print(
-            f"request adjusted for {results['model']}: {change['param']} {change['action']} (the endpoint said: {change['endpoint_said'][:120]})"
+            f"request adjusted for {results['model']}: {change['param']} {change['action']} "
+            f"(the endpoint said: {change['endpoint_said']})",
+            markup=False,
         )
     dataset, invalid, usage = results["dataset"], results["invalid"], results["usage"]
     where = f"commit {str(dataset['commit'])[:12]}" if dataset.get("commit") else "local file"
@@ -68,7 +71,8 @@ def print_results(results: dict[str, Any]) -> None:
         f"{dataset.get('skipped_rows', 0)} rows skipped"
     )
     out.print(
-        f"consistency {_pct(results['consistency'].get('consistency'))}; invalid verdicts {invalid['invalid_judgments']}, "
+        f"consistency {_pct(results['consistency'].get('consistency'))}, "
+        f"first-position rate {_pct(results['consistency'].get('first_position_rate'))}; invalid verdicts {invalid['invalid_judgments']}, "
         f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "
         f"paid {usage.get('paid_calls')}"
         + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "")
@@ -108,20 +112,39 @@ def print_comparison(comparison: dict[str, Any]) -> None:
     a, b = comparison["run_a"], comparison["run_b"]
     out.print(f"A: run {a}\nB: run {b}")
     table = Table()
-    for column in ("slice", "A", "B", "delta", "pairs"):
-        table.add_column(column, justify="left" if column == "slice" else "right", overflow="fold")
+    for column in ("slice", "A", "B", "delta", "95% CI", "p", "verdict", "pairs"):
+        table.add_column(column, justify="left" if column in ("slice", "verdict") else "right", overflow="fold")
     for row in comparison["slices"]:
         delta = row["delta"]
+        ci = f"{100 * row['ci_low']:+.1f} to {100 * row['ci_high']:+.1f}" if row.get("ci_low") is not None else ""
         table.add_row(
-            row["name"], _pct(row["a"]), _pct(row["b"]), "-" if delta is None else f"{100 * delta:+.2f}", str(row["n"])
+            row["name"],
+            _pct(row["a"]),
+            _pct(row["b"]),
+            "-" if delta is None else f"{100 * delta:+.2f}",
+            ci,
+            _p_text(row.get("p_adjusted")),
+            row.get("verdict") or "",
+            str(row["n"]),
         )
     out.print(table)
+    out.print(
+        "[dim]delta and its 95% paired bootstrap interval in points; p: exact McNemar, "
+        "Holm-adjusted over the categories[/]"
+    )
     test = comparison.get("bootstrap")
     if test:
         out.print(
             f"paired bootstrap over {test['n_pairs']} pairs: change {100 * test['delta']:+.2f} points, "
             f"95% CI {100 * test['ci_low']:+.2f} to {100 * test['ci_high']:+.2f}"
             + (" [bold red](regression)[/]" if test["regressed"] else "")
+        )
+    mcnemar = comparison.get("mcnemar")
+    if mcnemar:
+        out.print(
+            f"exact McNemar: {mcnemar['discordant_a_only']} pairs right only in A, "
+            f"{mcnemar['discordant_b_only']} right only in B, p = {_p_text(mcnemar['p_value'])} "
+            f"({comparison['slices'][0]['verdict']})"
         )
     cost = comparison.get("cost") or {}
     if cost.get("a") or cost.get("b"):
@@ -133,6 +156,13 @@ def print_comparison(comparison: dict[str, Any]) -> None:
     )
     if flipped:
         out.print(_flipped_table(flipped[:200], narrow=out.width < 110))
+
+
+def _p_text(p: float | None) -> str:
+    """A p-value for people: 3 significant digits, "<0.0001" below that, blank when untested."""
+    if p is None:
+        return ""
+    return "<0.0001" if p < 0.0001 else f"{p:.3g}"
 
 
 def cost_text(usage: dict[str, Any]) -> str:

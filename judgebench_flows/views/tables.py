@@ -23,7 +23,7 @@ from rich.table import Table
 from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
-from judgebench_flows.scoring.leaderboard import groups_of, who
+from judgebench_flows.scoring.leaderboard import groups_of, model_label, who
 from judgebench_flows.scoring.published import data_file_parts
 
 FORMATS = ("table", "json", "csv")
@@ -60,7 +60,8 @@ def print_leaderboard(board: Mapping[str, Any], console: Console | None = None) 
     console = console or stdout_console()
     console.print(
         f"JudgeBench {_short_source(board['dataset']['repo_url'])} @ {str(board['dataset']['commit'])[:12]}: "
-        "accuracy in % (JudgeBench's metric), 95% bootstrap interval"
+        "accuracy in % (JudgeBench's metric), 95% bootstrap interval; tier: not significantly worse than "
+        "the tier's best row (exact McNemar test on the same pairs, Bonferroni-corrected)"
     )
     for note in board.get("notes") or []:
         console.print(f"[dim]{note}[/]")
@@ -80,10 +81,11 @@ def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: b
     table = _table(title, wide)
     categories = [SHORT_CATEGORY.get(c, c) for c in CATEGORIES] if wide or width >= 92 else []
     if wide:
-        for name in ("#", "judge", "model", "origin", "pairs"):
-            table.add_column(name, justify="right" if name in ("#", "pairs") else "left", overflow="fold")
+        for name in ("#", "tier", "judge", "model", "origin", "pairs"):
+            table.add_column(name, justify="right" if name in ("#", "tier", "pairs") else "left", overflow="fold")
     else:
         table.add_column("#", justify="right")
+        table.add_column("tier", justify="right")
         table.add_column("judge / model / origin", overflow="fold", min_width=24)
     for name in ("overall", "95% CI", *categories):
         table.add_column(name, justify="right", no_wrap=True)
@@ -95,12 +97,13 @@ def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: b
         if categories:
             scores += [_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES]
         rank = str(e["rank"]) if e.get("rank") else "-"
+        tier = str(e["tier"]) if e.get("tier") else "-"
         names = (
-            [e["judge_name"], e["judge_model"], who(e), str(e["pairs"])]
+            [e["judge_name"], model_label(e), who(e), str(e["pairs"])]
             if wide
-            else [f"{e['judge_name']} / {e['judge_model']}" + ("" if who(e) == "published" else f"\n{who(e)}")]
+            else [f"{e['judge_name']} / {model_label(e)}" + ("" if who(e) == "published" else f"\n{who(e)}")]
         )
-        table.add_row(rank, *names, *scores, style="bold" if e["origin"] == "run" else None)
+        table.add_row(rank, tier, *names, *scores, style="bold" if e["origin"] == "run" else None)
     return table
 
 
@@ -120,6 +123,7 @@ def short_path(path: str | os.PathLike[str]) -> str:
 LEADERBOARD_FIELDS = (
     "group",
     "rank",
+    "tier",
     "judge_name",
     "judge_model",
     "origin",
@@ -132,6 +136,7 @@ LEADERBOARD_FIELDS = (
     "ci_high",
     *CATEGORIES,
     "cost",
+    "shutdown_date",
 )
 
 
@@ -142,6 +147,7 @@ def leaderboard_rows(board: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
         yield {
             "group": e.get("group"),
             "rank": e.get("rank"),
+            "tier": e.get("tier"),
             "judge_name": e["judge_name"],
             "judge_model": e["judge_model"],
             "origin": e["origin"],
@@ -154,6 +160,7 @@ def leaderboard_rows(board: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
             "ci_high": overall.get("ci_high"),
             **{c: (e["category_accuracy"].get(c) or {}).get("accuracy") for c in CATEGORIES},
             "cost": e.get("cost"),
+            "shutdown_date": (e.get("retirement") or {}).get("shutdown_date"),
         }
 
 
@@ -184,6 +191,8 @@ HISTORY_FIELDS = (
     "ci_high",
     "cost_usd",
     "priced_as",
+    "order_consistency",
+    "first_position_rate",
 )
 
 
@@ -203,6 +212,14 @@ def _data_label(data_file: str | None) -> str:
     return f"{response_model} pairs" if response_model and dataset == "judgebench" else (data_file or "")
 
 
+def _bias(run: Any) -> str:
+    """Position bias in a stacked history row: order consistency and first-position rate ("" before they were kept)."""
+    consistent, first = getattr(run, "order_consistency", None), getattr(run, "first_position_rate", None)
+    if consistent is None and first is None:
+        return ""
+    return f"consistent {_pct(consistent)}\n1st pos {_pct(first)}"
+
+
 def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
     """Whole run ids, in a table when it fits, else one stacked block per run."""
     console = console or stdout_console()
@@ -214,6 +231,8 @@ def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
             table.add_column(column, no_wrap=column == "run", overflow="fold")
         table.add_column("pairs", justify="right")
         table.add_column("cost", justify="right", no_wrap=True)
+        table.add_column("consistent", justify="right")
+        table.add_column("1st pos", justify="right")
     else:
         table.add_column("run / judge / model / data", overflow="fold", min_width=32)
         table.add_column("started (UTC)", overflow="fold", max_width=10)
@@ -235,6 +254,8 @@ def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
                 ci,
                 str(run.n_pairs or ""),
                 run_cost_text(run.cost_usd, run.priced_as),
+                _pct(getattr(run, "order_consistency", None)),
+                _pct(getattr(run, "first_position_rate", None)),
             )
         else:
             pairs = f"{run.n_pairs} pairs" if run.n_pairs else ""
@@ -243,7 +264,7 @@ def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
                 f"{run.run_id}\n{run.judge_type} / {run.model}\n{_data_label(run.data_file)}",
                 started,
                 run.status + (f"\ncommit\n{run.commit[:8]}" if run.commit else ""),
-                "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost) if part),
+                "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost, _bias(run)) if part),
             )
     console.print(table)
 

@@ -1,0 +1,27 @@
+"""Messages on one line, never cut in the middle of a word.
+
+A server's message, a failure's reason or an error line is printed and stored on one line. When one must be
+bounded, it is cut at a word boundary with an ellipsis, and the line says where the whole text is (a
+message cut mid-word, "... To drop )", reads like a different message).
+"""
+
+from __future__ import annotations
+
+ELLIPSIS = "..."
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines included) as one space."""
+    return " ".join(text.split())
+
+
+def shorten(text: str, limit: int, whole_in: str | None = None) -> str:
+    """`text` on one line, at most `limit` characters before the ellipsis: cut after the last whole word
+    that fits, then `...` and, when given, where the whole text is (`whole_in`). A single word longer
+    than `limit` (a URL, say) is cut where it must be."""
+    line = one_line(text)
+    if len(line) <= limit:
+        return line
+    head = line[: limit + 1]
+    cut = head.rsplit(" ", 1)[0] if " " in head else line[:limit]
+    return cut.rstrip(" ,;:") + ELLIPSIS + (f" (whole text in {whole_in})" if whole_in else "")

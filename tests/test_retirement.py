@@ -1,0 +1,135 @@
+"""Model retirement: price entries carry the provider's announced `shutdown_date`; `estimate`, a run and the
+nightly preflight say in one line when a model is past it or within 30 days of it, the leaderboard marks
+such rows, and `--prices` adds or corrects dates."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.pricing import bundled_prices, retirement_notice, retirement_of, shutdown_date_of
+
+TODAY = date(2026, 11, 25)
+
+
+def _prices(tmp_path: Path, models: dict) -> str:
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"models": models}))
+    return str(path)
+
+
+def test_bundled_dates_and_the_30_day_window() -> None:
+    assert bundled_prices()["claude-3-5-sonnet-20240620"].shutdown_date == date(2025, 10, 22)
+    assert bundled_prices()["gpt-4o"].shutdown_date is None
+    assert retirement_notice("gpt-4o", today=TODAY) is None
+    past = retirement_notice("claude-3-5-sonnet-20240620", today=TODAY)
+    assert past == (
+        "claude-3-5-sonnet-20240620 is past its provider's shutdown date 2025-10-22: calls to it may fail "
+        "(see its price entry)"
+    )
+    assert retirement_notice("gpt-4", today=date(2026, 10, 1)) == (
+        "gpt-4 shuts down in 22 days (2026-10-23, its provider's announced date): plan a replacement"
+    )
+    assert "shuts down in 30 days" in retirement_notice("gpt-4", today=date(2026, 9, 23))
+    assert retirement_notice("gpt-4", today=date(2026, 9, 22)) is None  # 31 days ahead: nothing yet
+    assert "shuts down today" in retirement_notice("gpt-4", today=date(2026, 10, 23))
+    assert retirement_of("gpt-4", today=date(2026, 10, 24)) == {
+        "shutdown_date": "2026-10-23",
+        "days_left": -1,
+        "retired": True,
+    }
+
+
+def test_prices_file_adds_and_corrects_dates(tmp_path) -> None:
+    prices = _prices(
+        tmp_path,
+        {
+            "gpt-4o": {"input_per_mtok": 2.5, "output_per_mtok": 10, "shutdown_date": "2026-12-01"},  # added
+            "gpt-4": {"input_per_mtok": 30, "output_per_mtok": 60, "shutdown_date": "2027-06-30"},  # corrected
+            "o1-mini": {"input_per_mtok": 1, "output_per_mtok": 4},  # new prices only: the bundled date stays
+        },
+    )
+    assert shutdown_date_of("gpt-4o", prices) == date(2026, 12, 1)
+    assert retirement_notice("gpt-4o", prices, today=TODAY) == (
+        "gpt-4o shuts down in 6 days (2026-12-01, its provider's announced date): plan a replacement"
+    )
+    assert retirement_notice("gpt-4", prices, today=TODAY) is None
+    assert shutdown_date_of("o1-mini", prices) == date(2025, 10, 27)
+    bad = _prices(tmp_path, {"m": {"input_per_mtok": 1, "output_per_mtok": 1, "shutdown_date": "soon"}})
+    with pytest.raises(UserError, match=r"models\.m\.shutdown_date"):
+        shutdown_date_of("m", bad)
+
+
+def test_estimate_says_it_in_one_line(tmp_path) -> None:
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(
+        json.dumps(
+            {"pair_id": "p1", "source": "livebench-math", "question": "q", "response_A": "a", "response_B": "b"}
+            | {"label": "A>B"}
+        )
+        + "\n"
+    )
+    soon = (datetime.now(timezone.utc).date() + timedelta(days=10)).isoformat()
+    prices = _prices(tmp_path, {"judge-x": {"input_per_mtok": 1, "output_per_mtok": 2, "shutdown_date": soon}})
+    result = subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli.main", "estimate", "--model", "judge-x"]
+        + ["--base-url", "http://127.0.0.1:9/v1", "--data-path", str(data), "--prices", prices]
+        + ["--db-url", f"sqlite:///{tmp_path}/j.db"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "shuts down" in line]
+    assert lines == [
+        f"warning: judge-x shuts down in 10 days ({soon}, its provider's announced date): plan a replacement"
+    ]
+
+
+def test_the_nightly_preflight_names_each_model_once() -> None:
+    from judgebench_flows.deployments.matrix import parse_matrix
+    from judgebench_flows.flows.nightly import retirements
+    from tests.conftest import CLAUDE_FILE, GPT4O_FILE
+
+    matrix = parse_matrix(
+        {
+            "judge_types": ["vanilla", "arena_hard"],
+            "models": ["claude-3-5-sonnet-20240620", "gpt-4o"],
+            "data_files": [GPT4O_FILE, CLAUDE_FILE],
+        }
+    )
+    notices = retirements(matrix.entries(base_url="http://127.0.0.1:9/v1"))
+    assert len(notices) == 1 and notices[0].startswith("claude-3-5-sonnet-20240620 is past its provider's shutdown")
+
+
+def test_the_leaderboard_marks_retired_and_retiring_rows(tmp_path) -> None:
+    from judgebench_flows.scoring.leaderboard import mark_retirements, markdown, model_label
+    from judgebench_flows.scoring.leaderboard_report import render_leaderboard
+    from judgebench_flows.views.tables import leaderboard_rows
+
+    soon = (datetime.now(timezone.utc).date() + timedelta(days=3)).isoformat()
+    prices = _prices(tmp_path, {"judge-y": {"input_per_mtok": 1, "output_per_mtok": 2, "shutdown_date": soon}})
+    accuracy = {"accuracy": 0.7, "ci_low": 0.6, "ci_high": 0.8}
+    entries = [
+        {"judge_name": "arena_hard", "judge_model": m, "origin": "published", "pairs": 350, "rank": i + 1, "tier": 1}
+        | {"overall_accuracy": accuracy, "category_accuracy": {}, "response_model": "gpt-4o-2024-05-13"}
+        for i, m in enumerate(["claude-3-5-sonnet-20240620", "judge-y", "gpt-4o"])
+    ]
+    mark_retirements(entries, prices)
+    assert entries[0]["retirement"]["retired"] is True and entries[1]["retirement"]["days_left"] == 3
+    assert "retirement" not in entries[2]
+    assert model_label(entries[0]) == "claude-3-5-sonnet-20240620 (shut down 2025-10-22)"
+    assert model_label(entries[1]) == f"judge-y (shuts down {soon})"
+    board = {"dataset": {"repo_url": "r", "commit": "c"}, "entries": entries}
+    assert "claude-3-5-sonnet-20240620 (shut down 2025-10-22)" in markdown(board)
+    assert f"judge-y (shuts down {soon})" in render_leaderboard(board)
+    assert [row["shutdown_date"] for row in leaderboard_rows(board)] == ["2025-10-22", soon, None]

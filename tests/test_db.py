@@ -199,6 +199,8 @@ def test_upgrade_adds_missing_columns_and_keeps_rows(db_url):
         "commit",
         "cost_usd",
         "priced_as",
+        "order_consistency",
+        "first_position_rate",
     } <= runs_columns
     assert {"latency_s", "cached_calls", "completion_tokens"} <= {
         c["name"] for c in sa.inspect(engine).get_columns("judgments")

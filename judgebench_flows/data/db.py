@@ -73,11 +73,11 @@ class RunRow(SQLModel, table=True):
     config_json: str = "{}"
     results_json: str | None = None
     # Dollars the run paid (None: unpriced, or a run from before prices were kept) and how it was priced:
-    # "<entry> read <date>", or "unpriced". Added by the schema upgrade; older rows keep NULL in both.
+    # "<entry> read <date>", or "unpriced". Older rows keep NULL in both.
     cost_usd: float | None = None
     priced_as: str | None = None
     # Position bias (results.json's `consistency`): share of pairs whose two verdicts agree, and share of
-    # sided verdicts for the response shown first. Added by the schema upgrade; older rows keep NULL.
+    # sided verdicts for the response shown first. Added by migration 0002; older rows keep NULL.
     order_consistency: float | None = None
     first_position_rate: float | None = None
 

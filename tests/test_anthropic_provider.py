@@ -124,12 +124,13 @@ def test_api_version_2026_refuses_sampling_and_its_rule_sends_none() -> None:
         finally:
             await transport.aclose()
 
-    import openai
+    from judgebench_flows.calls.errors import CallError
 
     with FakeAnthropicServer(recording("[[A>B]]", bodies)) as server:
-        with pytest.raises(openai.BadRequestError) as refused:
+        with pytest.raises(CallError) as refused:
             asyncio.run(post(ANTHROPIC_VERSION))
-        assert refused.value.body["error"]["param"] == "temperature"  # type: ignore[index]
+        assert refused.value.status == 400 and refused.value.param == "temperature"
+        assert refused.value.error["code"] == "unsupported_parameter"
         asyncio.run(post("2026-10-21"))
     assert bodies == [{"model": HAIKU, "max_tokens": 8, "system": "", "messages": [USER]}]
     assert anthropic_rule(HAIKU).keep_only is not None and "temperature" in anthropic_rule(HAIKU).keep_only

@@ -20,7 +20,7 @@ from judgebench_flows.calls.cache import request_key
 from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.retry import RetryPolicy, fatal_error, retryable
-from judgebench_flows.calls.transport import BadAnswerBody, Transport
+from judgebench_flows.calls.transport import BadAnswerBody, Transport, openai_call_error
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.net import connect_error
 from judgebench_flows.scoring.formatting import percent
@@ -77,7 +77,9 @@ def test_answer_reading_turns_unusable_bodies_into_a_retryable_failure() -> None
 
 def test_fatal_errors_name_the_endpoint_and_never_the_key() -> None:
     response = httpx.Response(401, request=httpx.Request("POST", "http://h/v1/chat/completions"))
-    error = fatal_error(openai.AuthenticationError("bad key sk-abc", response=response, body=None), "http://h/v1", "m")
+    failed = openai_call_error(openai.AuthenticationError("bad key sk-abc", response=response, body=None))
+    assert failed.fatal and not failed.retryable
+    error = fatal_error(failed, "http://h/v1", "m")
     assert isinstance(error, FatalEndpointError) and "rejected the API key" in str(error) and "sk-abc" not in str(error)
 
 

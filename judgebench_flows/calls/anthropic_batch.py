@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import anthropic
 
-from judgebench_flows.calls.anthropic_api import as_openai_error, messages_body
+from judgebench_flows.calls.anthropic_api import anthropic_call_error, messages_body
 from judgebench_flows.calls.batch import BatchState, LineResult
 
 BATCHES_PATH = "/v1/messages/batches"
@@ -68,7 +68,7 @@ class AnthropicBatches:
         try:
             return str(await self.client.get(url, cast_to=str))
         except anthropic.APIError as exc:
-            raise as_openai_error(exc, {}) from None
+            raise anthropic_call_error(exc, {}) from None
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
@@ -76,7 +76,7 @@ class AnthropicBatches:
                 return await self.client.post(path, cast_to=cast(Any, dict[str, object]), body=body)
             return await self.client.get(path, cast_to=cast(Any, dict[str, object]))
         except anthropic.APIError as exc:
-            raise as_openai_error(exc, {}) from None
+            raise anthropic_call_error(exc, {}) from None
 
 
 def line_result(result: dict[str, Any]) -> LineResult:

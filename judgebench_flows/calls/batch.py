@@ -5,7 +5,7 @@ only the wire changes. `post` puts the request in the next batch and waits for i
 requests that arrive together (a run's first turns; then the follow-up turns their answers ask for) are
 gathered for `GATHER_SECONDS` after the last one, split at the provider's limits, submitted, and polled
 every `--batch-poll-seconds`. A line's outcome comes back to its call as a synchronous answer would:
-a 200's body, or the openai exception its status maps to, so a 5xx or rate-limited line is retried in a
+a 200's body, or the `CallError` its status and error body make, so a 5xx or rate-limited line is retried in a
 later batch within the retry budget, and an invalid one fails its judgment with the API's message.
 
 Nothing paid twice: each line's custom id is a hash of its request body, and a batch's id and custom
@@ -26,11 +26,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx2
-import openai
 from sqlalchemy.engine import Engine
 
-from judgebench_flows.calls.transport import status_error_class
+from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
@@ -87,13 +85,12 @@ def custom_id(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def line_error(result: LineResult) -> openai.APIStatusError:
-    """The exception a synchronous call would have raised for this line's status and error body."""
-    body = result.body if isinstance(result.body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else body
-    message = str((error or {}).get("message") or f"batch line failed with HTTP {result.status}")
-    response = httpx2.Response(result.status, request=httpx2.Request("POST", "https://batch.invalid/line"))
-    return status_error_class(result.status)(message, response=response, body=body)
+def line_error(result: LineResult) -> CallError:
+    """The failure a synchronous call would have had for this line's status and error body."""
+    failed = http_error(result.status, result.body)
+    if failed.message:
+        return failed
+    return CallError("status", result.status, f"batch line failed with HTTP {result.status}", failed.error)
 
 
 class BatchStore:
@@ -244,13 +241,10 @@ class BatchTransport:
     async def _submit(self, ids: list[str]) -> None:
         try:
             batch_id = await self.batches.submit([self.batches.line(cid, self._bodies[cid]) for cid in ids])
-        except openai.APIStatusError as exc:
-            if exc.status_code < 500 and exc.status_code != 429:
+        except CallError as exc:
+            if exc.kind == "status" and exc.status < 500 and exc.status != 429:
                 self._fail(ids, BatchRefused(f"{self.batches.provider} refused a batch of {len(ids)} requests: {exc}"))
                 return
-            self._fail(ids, exc)
-            return
-        except openai.APIError as exc:
             self._fail(ids, exc)
             return
         await self.store.created(batch_id, ids)
@@ -260,8 +254,8 @@ class BatchTransport:
     async def _poll(self, batch_id: str) -> None:
         try:
             state = await self.batches.state(batch_id)
-        except openai.APIError as exc:  # the provider is unreachable for now: poll again later
-            report(f"{batch_id}: status unknown ({type(exc).__name__}); polling again")
+        except CallError as exc:  # the provider is unreachable for now: poll again later
+            report(f"{batch_id}: status unknown ({exc.failure_kind()}); polling again")
             return
         progress = f"{batch_id}: {state.status} " + " ".join(f"{k} {v}" for k, v in state.counts.items())
         if self._seen.get(batch_id) != progress:

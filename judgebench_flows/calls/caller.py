@@ -10,27 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-import openai
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.budget import AttemptLedger, not_sent_again, rejections_here
 from judgebench_flows.calls.cache import CallCache, request_key
+from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
 from judgebench_flows.calls.providers import cache_api, model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
 from judgebench_flows.calls.retry import (
-    FATAL,
     RetryPolicy,
     describe,
-    error_of,
     failure_kind,
     fatal_error,
     retryable,
     server_message,
-    unknown_model,
 )
 from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.api_keys import describe as describe_key_source
@@ -220,16 +217,14 @@ class ChatCaller:
             sent: list[Shaped] = []
             try:
                 completion = await self._send(messages, sampling, sent, budget_key, made)
-            except openai.BadRequestError as exc:
+            except CallError as exc:
+                if exc.status != 400:
+                    self._call_failed(exc, {budget_key, *(self._sent_key(s) for s in sent[-1:])}, made + len(sent))
                 made += len(sent)
-                if unknown_model(exc):
-                    raise fatal_error(exc, self.base_url, self.model, self.api, self.key_source) from None
                 _, sent_messages, params = sent[-1]
-                if self._learned.adjust(params, sent_messages, error_of(exc), server_message(exc)):
+                if self._learned.adjust(params, sent_messages, exc.error, exc.message):
                     continue
                 self._call_failed(exc, {budget_key, self._sent_key(sent[-1])}, made)
-            except openai.APIError as exc:
-                self._call_failed(exc, {budget_key, *(self._sent_key(s) for s in sent[-1:])}, made + len(sent))
             rule, sent_messages, params = sent[-1]
             self._answered(completion, budget_key)
             completion.key = key if key and rule is keyed_rule else self._sent_key(sent[-1])
@@ -255,19 +250,19 @@ class ChatCaller:
             endpoint_identity(self.base_url, cache_api(self.provider, self.api)), self.model, sent_messages, params
         )
 
-    def _call_failed(self, exc: openai.APIError, keys: set[str], made: int) -> None:
+    def _call_failed(self, exc: CallError, keys: set[str], made: int) -> NoReturn:
         """Raise this call's failure after `made` requests (the request's budget is spent under each of
         its `keys`: `budget`; a deterministic rejection is remembered beyond the run). The reason keeps the
         server's message whole (`describe`)."""
         can_retry = retryable(exc)
         budget = self.retry.max_retries + 1
         kind = f"{failure_kind(exc)}" + (f" after {made} attempts" if can_retry else "")
-        said = server_message(exc) if isinstance(exc, openai.APIStatusError) else ""
+        said = server_message(exc)
         reason = kind + (f": {said}" if said else "")
         self._ledger.exhaust(keys, budget, (kind, reason, made), deterministic=not can_retry)
         self._failed(kind, reason, can_retry)
 
-    def _failed(self, kind: str, reason: str, can_retry: bool) -> None:
+    def _failed(self, kind: str, reason: str, can_retry: bool) -> NoReturn:
         """Raise a call's failure; stop the run when its first calls all failed alike and for good.
         "Alike" compares failures without the server's words (`kind`), so messages that differ only in
         their numbers (a context length's token counts) are one cause."""
@@ -314,8 +309,10 @@ class ChatCaller:
                         if retryable(exc):  # failed attempts only: identical calls in flight each get their own
                             self._ledger.spend(key)
                         raise
-        except FATAL as exc:
-            raise fatal_error(exc, self.base_url, self.model, api, self.key_source) from None
+        except CallError as exc:
+            if exc.fatal:  # a refused key, an unknown model: no later call can succeed either
+                raise fatal_error(exc, self.base_url, self.model, api, self.key_source) from None
+            raise
         except BadAnswerBody as exc:
             self.stats.failed += 1
             reason = f"{describe(exc)} after {made + len(sent)} attempts"
@@ -346,7 +343,7 @@ class ChatCaller:
             try:
                 response = await self.limits.run(self.transport.post, self.api, messages, params)
                 return self.transport.answer(self.api, response)
-            except (openai.APIError, BadAnswerBody):
+            except (CallError, BadAnswerBody):
                 return None
 
         return send

@@ -14,8 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import openai
-
+from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.global_limits import GlobalSlots, wait_for_rate
 
 T = TypeVar("T")
@@ -148,8 +147,8 @@ class CallLimits:
                 lease = await self.global_slots.take()
             try:
                 response = await send(*args)
-            except openai.RateLimitError:
-                if self.adaptive:
+            except CallError as exc:
+                if self.adaptive and exc.rate_limited:
                     self.adaptive.rate_limited(epoch)
                 raise
         finally:

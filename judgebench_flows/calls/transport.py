@@ -1,7 +1,7 @@
 """The wire: openai clients that post one request to the endpoint, and the reading of its answer.
 
 No retries, limits or cache here (`retry`, `limits`, `cache`); one attempt in, one response body or
-the SDK's exception out.
+a `CallError` out (the SDK's failure classified here, `openai_call_error`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import openai
 
+from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.other_apis import OTHER_APIS, answer_of, other_api_post
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.secrets import redact
@@ -28,22 +29,16 @@ def clients_for(concurrency: int) -> int:
     return max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
 
 
-# openai's class for each HTTP error status, for errors that reach us other than through the openai SDK
-# (Anthropic's SDK, a batch's failed line); 5xx, and Anthropic's 529 "overloaded", are retried.
-_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
-}
-
-
-def status_error_class(status: int) -> type[openai.APIStatusError]:
-    """openai's exception class for an HTTP error status (what a synchronous openai call would raise)."""
-    return _STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
+def openai_call_error(exc: openai.APIError) -> CallError:
+    """The `CallError` of an openai SDK failure (the OpenAI-compatible wire classifies its own errors)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return CallError("timeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return CallError("connection")
+    if isinstance(exc, openai.APIStatusError):
+        response = exc.response
+        return http_error(exc.status_code, exc.body, response.headers, response.text if response is not None else "")
+    return CallError("other", message=f"{type(exc).__name__}: {exc}")
 
 
 class BadAnswerBody(Exception):
@@ -118,6 +113,8 @@ class Transport:
             )
         except json.JSONDecodeError as exc:
             raise BadAnswerBody() from exc
+        except openai.APIError as exc:
+            raise openai_call_error(exc) from None
 
     @staticmethod
     def answer(api: str, response: Any) -> Completion:

@@ -9,8 +9,11 @@ unknown key or a bad value is a `UserError` naming the key, and every combinatio
 from __future__ import annotations
 
 import re
+from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -27,6 +30,10 @@ MATRIX_FIELDS = frozenset(
 )
 
 
+# A model's own endpoint settings, passed to its cells as given.
+CELL_ENDPOINT = {"provider", "batch", "vertex_project", "vertex_location"}
+
+
 class ModelSpec(BaseModel):
     """A model of the matrix with its own endpoint and key source (a name, never the key itself).
 
@@ -35,7 +42,9 @@ class ModelSpec(BaseModel):
     locally served judge, `{model: qwen2.5-7b, base_url: http://gpu-host:8000/v1, api_key_env: VLLM_KEY}`.
     `label` names the cell when the same model is served by two endpoints. `provider: anthropic` calls
     a Claude model through the Messages API (its own base_url or ANTHROPIC_BASE_URL, never the matrix's
-    shared OpenAI one; key ANTHROPIC_API_KEY unless named); `batch: true` judges it by batch.
+    shared OpenAI one; key ANTHROPIC_API_KEY unless named); `provider: gemini` through the Gemini API (key
+    GEMINI_API_KEY unless named), `provider: vertex` through Vertex AI (`vertex_project`, `vertex_location`;
+    Application Default Credentials, no key); `batch: true` judges it by batch.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -47,8 +56,14 @@ class ModelSpec(BaseModel):
     label: str | None = None
     max_cost: float | None = Field(default=None, gt=0, description="budget in USD of each run of this model")
     # Its API (None: the matrix's `options`, else openai) and whether it is judged by batch (half price).
-    provider: Literal["openai", "anthropic"] | None = None
+    provider: Literal["openai", "anthropic", "gemini", "vertex"] | None = None
     batch: bool | None = None
+    # The limit of the model's endpoint, shared by every cell calling it (None: the matrix's). Models
+    # that share an endpoint and give different values share the smallest.
+    concurrency: int | None = Field(default=None, ge=1, le=4096, description="calls in flight to its endpoint")
+    rpm: float | None = Field(default=None, gt=0, description="requests per minute to its endpoint")
+    vertex_project: str | None = None
+    vertex_location: str | None = None
 
     @property
     def name(self) -> str:
@@ -79,10 +94,21 @@ class ModelSpec(BaseModel):
 
 
 class MatrixEntry(BaseModel):
-    """One cell of the matrix: its name (also the subflow run's name and output folder) and its config."""
+    """One cell of the matrix: its name (also the subflow run's name and output folder), its config, and
+    the endpoint whose limit it shares with every other cell calling it (`endpoint_of`)."""
 
     name: str
     config: RunConfig
+    endpoint: str = ""
+
+
+def endpoint_of(config: RunConfig) -> str:
+    """The endpoint a cell's calls go to, as cells share its limit: its provider and URL (the provider's
+    default URL when none is given), never credentials; `local` for a judge that calls none."""
+    identity = config.endpoint_identity()
+    if not config.needs_endpoint:
+        return "local"
+    return f"{config.endpoint.provider} {identity or '(default URL)'}"
 
 
 class NightlyMatrix(BaseModel):
@@ -107,6 +133,41 @@ class NightlyMatrix(BaseModel):
         description="the night's budget in USD: each run's --max-cost is what the night has left (or less)",
     )
     options: dict[str, Any] = Field(default_factory=dict)
+    # Cells judged at once (batch cells, which mostly wait, are not counted): bounds the night's memory.
+    cells_in_flight: int = Field(default=8, ge=1, le=256)
+    # When the night must be done: a time of day in a time zone ("07:00 Europe/Berlin": the next such
+    # moment after the night's scheduled start), or minutes after that start. At the deadline, what
+    # batches have not answered is cancelled and judged synchronously (calls.batch).
+    finish_by: str | None = None
+    deadline_minutes: float | None = Field(default=None, gt=0)
+
+    @field_validator("finish_by")
+    @classmethod
+    def _time_of_day(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_finish_by(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_deadline(self) -> NightlyMatrix:
+        if self.finish_by is not None and self.deadline_minutes is not None:
+            raise ValueError("give one deadline: finish_by or deadline_minutes, not both")
+        return self
+
+    def deadline(self, start: datetime) -> datetime | None:
+        """The night's deadline for a night that started (or was scheduled) at `start` (aware)."""
+        if self.deadline_minutes is not None:
+            return start + timedelta(minutes=self.deadline_minutes)
+        if self.finish_by is None:
+            return None
+        hour, minute, zone = parse_finish_by(self.finish_by)
+        local = start.astimezone(zone)
+        moment = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        return (
+            moment
+            if moment > local
+            else (local + timedelta(days=1)).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        )
 
     @field_validator("judge_types", "data_files")
     @classmethod
@@ -166,7 +227,7 @@ class NightlyMatrix(BaseModel):
 
         `base_url` and `max_samples` override the file (the flow's parameters, for a quick manual run).
         """
-        entries = []
+        entries, specs = [], []
         for judge_type in self.judge_types:
             for spec in self.models:
                 for data_file in self.data_files:
@@ -182,7 +243,7 @@ class NightlyMatrix(BaseModel):
                             "ref": self.ref,
                             "base_url": base_url or spec.base_url or (None if spec.provider else self.base_url),
                             **_key_source(spec, self),
-                            **{k: v for k, v in (("provider", spec.provider), ("batch", spec.batch)) if v is not None},
+                            **{k: v for k, v in spec.model_dump(include=CELL_ENDPOINT).items() if v is not None},
                             "concurrency": self.concurrency,
                             "db_url": self.db_url,
                             "max_samples": max_samples or self.max_samples,
@@ -191,13 +252,50 @@ class NightlyMatrix(BaseModel):
                             "output_dir": str(folder),
                         }
                     )
-                    entries.append(MatrixEntry(name=name, config=config))
-        return entries
+                    entries.append(MatrixEntry(name=name, config=config, endpoint=endpoint_of(config)))
+                    specs.append(spec)
+        return self._endpoint_limits(entries, specs)
+
+    def _endpoint_limits(self, entries: list[MatrixEntry], specs: list[ModelSpec]) -> list[MatrixEntry]:
+        """Every cell on one endpoint gets the endpoint's one `concurrency` and `rpm` (the cells then share
+        one limit in the process: `calls.limits`): the value its models give (the smallest, should they
+        differ), else the matrix's."""
+        given: dict[str, tuple[list[int], list[float]]] = {}
+        for entry, spec in zip(entries, specs, strict=True):
+            concurrencies, rpms = given.setdefault(entry.endpoint, ([], []))
+            concurrencies += [spec.concurrency] if spec.concurrency else []
+            rpms += [spec.rpm] if spec.rpm else []
+        shaped = []
+        for entry in entries:
+            concurrencies, rpms = given[entry.endpoint]
+            limit = {
+                "concurrency": min(concurrencies, default=self.concurrency),
+                "rpm": min(rpms, default=entry.config.endpoint.rpm),
+            }
+            endpoint = entry.config.endpoint.model_copy(update=limit)
+            shaped.append(entry.model_copy(update={"config": entry.config.model_copy(update={"endpoint": endpoint})}))
+        return shaped
+
+
+def parse_finish_by(value: str) -> tuple[int, int, ZoneInfo]:
+    """`HH:MM Area/City` (IANA time zone; `UTC` too): the hour, minute and zone, or ValueError."""
+    match = re.fullmatch(r"\s*(\d{1,2}):(\d{2})\s+(\S+)\s*", value)
+    if not match or int(match[1]) > 23 or int(match[2]) > 59:
+        raise ValueError(f"expected a time of day and a time zone, such as '07:00 Europe/Berlin', got {value!r}")
+    try:
+        zone = ZoneInfo(match[3])
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {match[3]!r} (an IANA name such as Europe/Berlin)") from None
+    return int(match[1]), int(match[2]), zone
 
 
 def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]:
-    """A model's own key source wins over the matrix's; the two kinds never mix."""
-    if spec.api_key_env or spec.api_key_secret:
+    """A model's own key source wins over the matrix's; the two kinds never mix. A model of another
+    provider than OpenAI never takes the matrix's (OpenAI) key: its provider's variable unless it names
+    one (Vertex takes no key at all)."""
+    if spec.provider == "vertex":
+        return {"api_key_env": None, "api_key_secret": None}
+    if spec.api_key_env or spec.api_key_secret or spec.provider not in (None, "openai"):
         return {"api_key_env": spec.api_key_env, "api_key_secret": spec.api_key_secret}
     return {"api_key_env": matrix.api_key_env, "api_key_secret": matrix.api_key_secret}
 
@@ -248,7 +346,7 @@ def parse_matrix(data: Any, source: str = "matrix") -> NightlyMatrix:
             if error["type"] == "extra_forbidden"
             else error["msg"].removeprefix("Value error, ")
         )
-        raise UserError(f"{source}: {key}: {message}") from None
+        raise UserError(f"{source}: {key}: {message}" if error["loc"] else f"{source}: {message}") from None
     _check_judge_types(matrix, source)
     try:
         matrix.entries()
@@ -283,4 +381,54 @@ def load_matrix(path: str | Path) -> NightlyMatrix:
     return parse_matrix(data, str(path))
 
 
-__all__ = ["NightlyMatrix", "MatrixEntry", "cell_name", "load_matrix", "parse_matrix"]
+def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:
+    """What a night of this matrix runs: each endpoint with its one limit and its cells, and the deadline."""
+    entries = matrix.entries()
+    lines = [f"{len(entries)} configurations, up to {matrix.cells_in_flight} synchronous ones at once"]
+    for endpoint in dict.fromkeys(e.endpoint for e in entries):
+        cells = [e for e in entries if e.endpoint == endpoint]
+        settings = cells[0].config.endpoint
+        rpm = f", rpm {settings.rpm:g}" if settings.rpm else ""
+        lines.append(f"{endpoint}: concurrency {settings.concurrency}{rpm} shared by {_cells(len(cells))}")
+        models = Counter(f"{e.config.model}{' (batch)' if e.config.endpoint.batch else ''}" for e in cells)
+        lines += [f"  {model}: {_cells(count)}" for model, count in models.items()]
+    deadline = matrix.deadline(now)
+    if deadline is not None:
+        lines.append(f"deadline: {deadline.isoformat()} for a night starting {now.isoformat(timespec='minutes')}")
+    return lines
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell{'s' if count != 1 else ''}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m judgebench_flows.deployments.matrix MATRIX`: check a matrix as the night will, before
+    any call, and print its endpoints, their limits and cells, and the deadline; bad input: one line, exit 2."""
+    import argparse
+    import sys
+    from datetime import timezone
+
+    parser = argparse.ArgumentParser(description="Check a nightly matrix and show what a night of it runs.")
+    parser.add_argument("matrix", help="the matrix file (e.g. deployments/nightly.yaml)")
+    parser.add_argument("--start", help="the night's start (ISO 8601 with offset; default: now) for its deadline")
+    args = parser.parse_args(argv)
+    try:
+        now = datetime.fromisoformat(args.start) if args.start else datetime.now(timezone.utc)
+        if now.tzinfo is None:
+            raise UserError("--start: give its UTC offset (+01:00, Z)")
+        print("\n".join(describe(load_matrix(args.matrix), now)))
+    except ValueError as exc:
+        print(f"error: --start: {exc}", file=sys.stderr)
+        return 2
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["NightlyMatrix", "MatrixEntry", "cell_name", "endpoint_of", "load_matrix", "parse_matrix"]

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from prefect.states import State
 
+from judgebench_flows.calls.global_limits import POLL_MAX_SECONDS, POLL_MIN_SECONDS, SlotLeases
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.net import connect_error
@@ -47,41 +49,97 @@ def judge_on_dask(
     Request adjustments a shard's worker learned come back with its records and are merged into this
     process's (`request_report_of` then reports them); shards sent afterwards take them along (`known`).
     """
-    from distributed import as_completed
-
     spec, shards = _for_workers(spec, shards)
     task = shard_task(config.endpoint.cache, config.shard_retries)
     with _dask_runner(config.dask_address or "") as runner:
         _check_workers(runner.client, config.dask_address or "", _paths_workers_need(spec, shards))
-        in_flight = max(shards_in_flight(config), 2 * sum(runner.client.nthreads().values()))
-        pending = iter(shards)
-        submitted: dict[Any, Shard] = {}
+        slots = SlotLeases(spec.global_limit) if spec.global_limit else None
+        try:
+            _judge_all(runner, task, shards, spec, config, on_shard_done, slots)
+        finally:
+            if slots is not None:
+                slots.close()
 
-        def submit_next() -> Any | None:
-            shard = next(pending, None)
-            if shard is None:
-                return None
-            # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
-            parameters: dict[str, Any] = {"shard": shard, "spec": spec}
-            known = adjustments_of(spec)  # learned on the workers so far, merged below
-            if known:
-                parameters["known"] = known
-            future = runner.submit(task, parameters=parameters).wrapped_future
-            submitted[future] = shard
-            return future
 
-        first = [f for f in (submit_next() for _ in range(in_flight)) if f is not None]
-        finished = as_completed(first, loop=runner.client.loop)
-        for future in finished:
-            shard = submitted.pop(future)
-            records = asyncio.run(shard_records(_final_state(future)))
+def _threads(client: Any) -> int:
+    """Worker threads now (workers come and go: a lost worker's share goes to the others' next shards)."""
+    return max(1, sum(client.nthreads().values()))
+
+
+def _judge_all(
+    runner: Any,
+    task: Any,
+    shards: list[Shard],
+    spec: JudgeSpec,
+    config: RunConfig,
+    on_shard_done: ShardDone,
+    slots: SlotLeases | None,
+) -> None:
+    """Submit shards while workers have room (and, with the global limit, while slots are free), hand
+    each to `on_shard_done` as it finishes, and give its slots back then.
+
+    With the global limit, this process holds each shard's slots: `--concurrency` split over the worker
+    threads there are when it is sent, its share being the shard's own limit on the worker. A worker that
+    dies holds none: Dask runs its shards elsewhere, under the slots already taken for them.
+    """
+    from distributed import as_completed
+
+    client = runner.client
+    pending = list(reversed(shards))
+    submitted: dict[Any, tuple[Shard, int | None]] = {}
+    finished = as_completed([], loop=client.loop)
+    limit = spec.endpoint.concurrency
+    without_limit = max(shards_in_flight(config), 2 * _threads(client))
+
+    def submit(shard: Shard, shard_spec: JudgeSpec, handle: int | None) -> None:
+        # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
+        parameters: dict[str, Any] = {"shard": shard, "spec": shard_spec}
+        known = adjustments_of(spec)  # learned on the workers so far, merged below
+        if known:
+            parameters["known"] = known
+        future = runner.submit(task, parameters=parameters).wrapped_future
+        submitted[future] = (shard, handle)
+        finished.add(future)
+
+    def fill() -> None:
+        while pending:
+            if slots is None:
+                if len(submitted) >= without_limit:
+                    return
+                submit(pending.pop(), spec, None)
+                continue
+            threads = _threads(client)
+            if len(submitted) >= threads:
+                return
+            share = max(1, limit // threads)
+            handle = slots.try_take(share)
+            if handle is None:
+                return
+            endpoint = spec.endpoint.model_copy(update={"concurrency": share})
+            submit(pending.pop(), spec.model_copy(update={"endpoint": endpoint}), handle)
+
+    fill()
+    idle = POLL_MIN_SECONDS
+    while submitted or pending:
+        done = finished.next_batch(block=False) if finished.has_ready() else []
+        if not done:  # shards still judging, or the limit full of other runs' slots: look for room again
+            time.sleep(idle)
+            idle = min(POLL_MAX_SECONDS / 4, 2 * idle)
+            fill()
+            continue
+        idle = POLL_MIN_SECONDS
+        for future in done:
+            shard, handle = submitted.pop(future)
+            try:
+                records = asyncio.run(shard_records(_final_state(future)))
+            finally:
+                if slots is not None and handle is not None:
+                    slots.give_back(handle)
             # A shard judged on a worker (complete or not) carries its worker's adjustments; one served
             # from Prefect's cache carries none, as in-process.
             merge_adjustments(spec, getattr(records, "adjustments", ()))
             on_shard_done(shard, records)
-            following = submit_next()
-            if following is not None:
-                finished.add(following)
+        fill()
 
 
 def _final_state(future: Any) -> State:

@@ -155,9 +155,12 @@ def night_status(statuses: Iterable[str]) -> RunStatus:
     return "failed" if "failed" in seen else "regressed" if "regressed" in seen else "completed"
 
 
-def emit_night_event(matrix_path: str, cells: list[dict[str, Any]], attempt: int = 1) -> dict[str, Any]:
+def emit_night_event(
+    matrix_path: str, cells: list[dict[str, Any]], attempt: int = 1, night: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Emit `judgebench.night.<status>` with every cell's outcome; the matrix file is its resource.
-    Each attempt of a night emits one (`attempt` counts them), since a retried night ends twice."""
+    Each attempt of a night emits one (`attempt` counts them), since a retried night ends twice.
+    `night`: the night's wall time (`wall_s`) and each endpoint's calls and busy time (`endpoints`)."""
     status = night_status(cell["status"] for cell in cells)
     resource = {
         "prefect.resource.id": f"{NIGHT_RESOURCE_PREFIX}{Path(matrix_path).stem}",
@@ -169,6 +172,7 @@ def emit_night_event(matrix_path: str, cells: list[dict[str, Any]], attempt: int
         "attempt": attempt,
         "cells": cells,
         "counts": {s: sum(c["status"] == s for c in cells) for s in ("completed", "regressed", "failed")},
+        **(night or {}),
     }
     name = NIGHT_EVENT_PREFIX + status
     _emit(name, resource, payload)

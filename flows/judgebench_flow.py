@@ -22,6 +22,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
+from prefect.exceptions import TerminationSignal
 from prefect.utilities.annotations import quote
 from sqlalchemy.engine import Engine
 
@@ -30,13 +31,14 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
-from judgebench_flows.core.pricing import BudgetReached, retirement_notice
+from judgebench_flows.core.pricing import BudgetReached, cost_usd, retirement_notice, split_cost
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.loading import PairIndex
 from judgebench_flows.data.outputs import for_run, point_latest
+from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
@@ -60,6 +62,38 @@ from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
 
 
+def stop_request(exc: BaseException) -> str | None:
+    """How the run was asked to stop (Ctrl-C, SIGTERM, a cancellation from Prefect), or None when `exc`
+    is a failure. SIGTERM reaches the flow as Prefect's `TerminationSignal`, or as the cancellation of its
+    task when the signal arrived while the event loop was waiting."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C); the same command resumes it"
+    if isinstance(exc, TerminationSignal):
+        return "stopped by SIGTERM; the same command resumes it"
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled; the same command resumes it"
+    return None
+
+
+async def hold_configuration(engine: Engine, config_key: str, run_id: str) -> ConfigurationLock:
+    """This run judges its configuration alone in this results database (`data/run_lock`): an identical
+    run in progress is waited for, saying so in one line, and its answers then come from the call cache."""
+    logger = get_run_logger()
+
+    def waiting(holder: Any) -> None:
+        logger.warning(
+            "waiting for run %s of the same configuration (on %s, pid %s) to finish; its answers will come "
+            "from the call cache",
+            holder.run_id[:8],
+            holder.host,
+            holder.pid,
+        )
+
+    lock = ConfigurationLock(engine, config_key, run_id)
+    await asyncio.to_thread(lock.hold, waiting)
+    return lock
+
+
 def output_judge_name(config: RunConfig) -> str:
     """The judge's name in output file names: a custom judge is `custom_<Class>`, never its file path,
     which would put directories (or `..`) into the JSONL's file name."""
@@ -81,18 +115,30 @@ def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> 
     )
 
 
-def cost_of_calls(spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> dict[str, Any]:
+def cost_of_calls(
+    spec: JudgeSpec, sent: CallStats | None, tally: Tally, paid: tuple[int, int, int] | None = None
+) -> dict[str, Any]:
     """results.json's `usage.cost_usd` (None: unpriced, never 0) and `usage.prices` (the entry used).
 
     Paid tokens only: this process's clients count the calls they sent (a cache hit sends none); on Dask
-    the records stand in (judgments none of whose calls came from a cache)."""
-    if spec.price is None:
-        return {"cost_usd": None, "prices": None}
-    prompt, completion = (
-        (sent.prompt_tokens, sent.completion_tokens)
-        if sent is not None
-        else (tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"])
+    the answers the call cache holds as paid by this run (`paid`, see `usage_on_dask`), else the records
+    (judgments none of whose calls came from a cache)."""
+    synchronous: dict[str, Any] = (
+        {"synchronous_calls": sent.synchronous} if sent is not None and sent.synchronous else {}
     )
+    if spec.price is None:
+        return {"cost_usd": None, "prices": None, **synchronous}
+    if sent is not None:
+        prompt, completion = sent.prompt_tokens, sent.completion_tokens
+    elif paid is not None and paid[0] >= tally.usage["paid_calls"]:
+        prompt, completion = paid[1], paid[2]
+    else:
+        prompt, completion = tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"]
+    if synchronous and sent is not None:  # a batch run past its deadline: those calls at the synchronous price
+        sync_tokens = (sent.synchronous_prompt_tokens, sent.synchronous_completion_tokens)
+        synchronous["synchronous_cost_usd"] = round(cost_usd(spec.price, *sync_tokens, False), 6)
+        cost = split_cost(spec.price, prompt, completion, *sync_tokens)
+        return {"cost_usd": round(cost, 6), "prices": spec.price.model_dump(), **synchronous}
     return {"cost_usd": round(spec.price.cost(prompt, completion), 6), "prices": spec.price.model_dump()}
 
 
@@ -122,6 +168,39 @@ def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
     if sent is None:
         return {"attempts": None, "errors": None}
     return {"paid_calls": sent.answered, "attempts": sent.attempts, "errors": sent.attempts - sent.answered}
+
+
+def usage_on_dask(paid: tuple[int, int, int] | None, tally: Tally) -> dict[str, int]:
+    """Paid and cached calls of a Dask run, counting what its lost attempts paid.
+
+    A worker that dies mid-shard has paid for the answers it already wrote to the call cache; the shard's
+    retry elsewhere reads them from there, so its records call them cached. The call cache notes the run
+    that paid each answer (`paid`: this run's answers, tokens), so they count as paid, not cached."""
+    if paid is None or paid[0] < tally.usage["paid_calls"]:  # no call cache to ask: the records say it
+        return {}
+    lost_attempts = paid[0] - tally.usage["paid_calls"]
+    return {"paid_calls": paid[0], "cached_calls": max(0, tally.usage["cached_calls"] - lost_attempts)}
+
+
+def usage_of_run(engine: Engine, run_id: str, spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> dict[str, Any]:
+    """results.json's `usage` beyond the records': calls sent and what they cost."""
+    paid = db.paid_by_run(engine, run_id) if sent is None else None
+    return {
+        **usage_of_calls(sent),
+        **(usage_on_dask(paid, tally) if sent is None else {}),
+        **cost_of_calls(spec, sent, tally, paid),
+    }
+
+
+def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec) -> None:
+    """The run's row when it ends without results: `interrupted` on request, else `failed`."""
+    stop = stop_request(exc)
+    if stop:
+        db.interrupt_run(engine, run_id, stop)
+    else:
+        db.fail_run(engine, run_id, exc)
+    if isinstance(exc, BudgetReached):  # what it spent before it stopped
+        db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,7 +424,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
 
     source = await fetch(config)
     trace.commit, trace.data_file = source.commit, source.data_file
-    spec = judge_spec(config, source.templates_dir)
+    spec = judge_spec(config, source.templates_dir).model_copy(update={"run_id": run_id})
     fetch_s = clock.lap()
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
     announce_total(len(index.offsets) * len(spec.orders))
@@ -354,9 +433,13 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     trace.run_id, trace.config_key = run_id, config_key
-    record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
-    judge_name = output_judge_name(config)
-    sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, judge_name)
+    lock = await hold_configuration(engine, config_key, run_id)
+    try:
+        record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
+        sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, output_judge_name(config))
+    except BaseException:
+        lock.release()
+        raise
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info(
@@ -374,6 +457,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         except RunFailed as exc:  # stopped early: what was judged is still published, then exit 4
             stopped, sent = exc, None
         judge_cpu = time.process_time() - cpu_before
+        usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)
         timings = Timings(
             fetch_s=fetch_s,
             load_s=load_s,
@@ -387,7 +471,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
-            usage={**usage_of_calls(sent), **cost_of_calls(spec, sent, sink.tally)},
+            usage=usage,
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings),
         )
@@ -407,10 +491,10 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             raise RunFailed(too_little, final)
         return final
     except BaseException as exc:
-        db.fail_run(engine, run_id, exc)
-        if isinstance(exc, BudgetReached):  # what it spent before it stopped
-            db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
+        record_stop(engine, run_id, exc, spec)
         raise
+    finally:
+        lock.release()
 
 
 __all__ = ["judgebench_flow", "make_shards"]

@@ -1,9 +1,13 @@
 """Entry points for deployments: the nightly benchmark matrix, and one configuration on demand.
 
-`nightly_benchmarks` runs every cell of deployments/nightly.yaml as a `judgebench` subflow, one after
-another (each cell already runs its calls concurrently, and sequential cells keep the endpoint's load at
-one `concurrency`). A cell that fails or regresses does not stop the others; the flow fails at the end,
-after writing a summary artifact, so the schedule's run is red whenever any cell needs a look.
+`nightly_benchmarks` runs every cell of deployments/nightly.yaml as a `judgebench` subflow, side by
+side: up to `cells_in_flight` synchronous cells at once (batch cells, which mostly wait for their
+provider, all start at once, so their batches are submitted together), in one event loop, so every cell
+calling one endpoint shares that endpoint's one `concurrency` and `rpm` (`calls.limits.shared_limits`;
+the matrix gives each endpoint its value). A cell that fails or regresses does not stop the others; the
+flow fails at the end, after writing a summary artifact, so the schedule's run is red whenever any cell
+needs a look. The summary and the night's event also give the night's wall time, each endpoint's calls
+and busy time, and each cell's wait for a place among the cells in flight.
 
 Retries: a cell that failed for a reason that may pass (endpoint down or rate limiting past its calls'
 own retries, network lost: flows/retries.py) runs once more after `retry_delay_seconds`, its answered
@@ -22,7 +26,10 @@ a RunConfig and runs the same `judgebench` subflow.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,18 +39,22 @@ from prefect.context import get_run_context
 from prefect.states import Failed, State
 from pydantic import BaseModel
 
+from judgebench_flows.calls.limits import endpoint_usage
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
-from judgebench_flows.core.pricing import BudgetReached, format_usd, retirement_notice
+from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, night_spend, retirement_notice
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
+from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
+# How long synchronous cells wait for the batch cells to start judging (their batches to go out first).
+BATCH_HEAD_START_SECONDS = 120.0
 
 
 class CellOutcome(BaseModel):
@@ -66,6 +77,11 @@ class CellOutcome(BaseModel):
     result_path: str
     message: str | None = None
     transient: bool = False  # failed for a reason a second attempt may not meet (flows/retries.py)
+    # The endpoint whose limit it shared, how long it waited for a place among the cells in flight and
+    # how long it then took (seconds; None in outcomes read back from an earlier version).
+    endpoint: str = ""
+    wait_s: float | None = None
+    duration_s: float | None = None
 
 
 def _counts(results: dict[str, Any]) -> dict[str, Any]:
@@ -160,6 +176,94 @@ def _within_night_budget(entry: MatrixEntry, left: float | None) -> MatrixEntry:
     return entry.model_copy(update={"config": entry.config.model_copy(update={"max_cost": max(budget, 1e-9)})})
 
 
+def _worst_case(config: Any) -> float | None:
+    """A cell's worst case in dollars before any call (None: unpriced, unbounded, or not estimable: its
+    own run then says why, before any call)."""
+    from judgebench_flows.core.errors import UserError
+    from judgebench_flows.judging.estimate import estimate_run
+
+    if not config.needs_endpoint:
+        return 0.0
+    try:
+        return estimate_run(config).worst_usd
+    except UserError:
+        return None
+
+
+async def night_budgets(entries: list[MatrixEntry], max_cost: float | None) -> list[float | None]:
+    """Each cell's budget under the night's `max_cost`, decided before any call from every cell's worst
+    case, since the cells run side by side: in matrix order, a cell whose worst case still fits is
+    admitted and gets its worst case plus what no admitted cell reserved; a cell that no longer fits gets
+    what is left, so its own run refuses it before any call (exit 2's one line, in the summary)."""
+    if max_cost is None:
+        return [None] * len(entries)
+    worst = await asyncio.to_thread(lambda: [_worst_case(e.config) for e in entries])  # one clone at a time
+    admitted: list[bool] = []
+    reserved = 0.0
+    for cost in worst:
+        admitted.append(cost is not None and reserved + cost <= max_cost)
+        reserved += cost if admitted[-1] and cost is not None else 0.0
+    get_run_logger().info(
+        "night budget %s: %d of %d configurations fit, worst case %s together",
+        format_usd(max_cost),
+        sum(admitted),
+        len(entries),
+        format_usd(reserved),
+    )
+    return [
+        max_cost - reserved + (cost or 0.0) if fits else max_cost - reserved
+        for cost, fits in zip(worst, admitted, strict=True)
+    ]
+
+
+def night_start() -> datetime:
+    """When the night was scheduled to start (a rescheduled or retried night keeps its deadline), else now."""
+    run = get_run_context().flow_run  # type: ignore[union-attr]
+    expected = getattr(run, "expected_start_time", None)
+    return expected if isinstance(expected, datetime) and expected.tzinfo else datetime.now(timezone.utc)
+
+
+def with_deadline(entries: list[MatrixEntry], deadline: datetime | None) -> list[MatrixEntry]:
+    """Batch cells with the night's deadline: then their open batches are cancelled and what they have
+    not answered is judged synchronously (calls.batch), so the morning's report exists."""
+    if deadline is None:
+        return entries
+    get_run_logger().info("deadline %s: unanswered batch requests then go synchronous", deadline.isoformat())
+    moment = deadline.isoformat()
+    return [
+        e.model_copy(
+            update={
+                "config": e.config.model_copy(
+                    update={"endpoint": e.config.endpoint.model_copy(update={"batch_deadline": moment})}
+                )
+            }
+        )
+        if e.config.endpoint.batch
+        else e
+        for e in entries
+    ]
+
+
+def night_markdown(wall_s: float, endpoints: dict[str, dict[str, Any]], outcomes: list[CellOutcome]) -> str:
+    """The night's timing: its wall time, each endpoint's calls and busy time, each cell's wait."""
+    lines = [
+        "",
+        f"Night: {wall_s:.1f} s wall time.",
+        "",
+        "| endpoint | concurrency | calls | busy | most in flight |",
+        "|---|---|---|---|---|",
+    ]
+    for name, usage in sorted(endpoints.items()):
+        lines.append(
+            f"| {name} | {usage['concurrency']} | {usage['calls']} | {usage['busy_s']:.1f} s | {usage['max_in_flight']} |"
+        )
+    lines += ["", "| configuration | endpoint | waited | took |", "|---|---|---|---|"]
+    for o in outcomes:
+        wait, took = (f"{v:.1f} s" if v is not None else "-" for v in (o.wait_s, o.duration_s))
+        lines.append(f"| {o.name} | {o.endpoint} | {wait} | {took} |")
+    return "\n".join(lines)
+
+
 def summary_markdown(outcomes: list[CellOutcome]) -> str:
     bad = [o for o in outcomes if o.status != "completed"]
     lines = [
@@ -184,16 +288,25 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
     return "\n".join(lines)
 
 
-async def judge_cell(entry: MatrixEntry, retry_delay_seconds: float) -> tuple[CellOutcome, State]:
+async def judge_cell(
+    entry: MatrixEntry, retry_delay_seconds: float, place: asyncio.Semaphore | None = None
+) -> tuple[CellOutcome, State]:
     """A configuration's judging subflow, run once more after `retry_delay_seconds` if it failed for a
-    reason that may pass; persist_result lets a rescheduled night reuse a finished subflow."""
+    reason that may pass; persist_result lets a rescheduled night reuse a finished subflow. `place`: the
+    cell's place among the cells in flight, given up while it waits to try again."""
     logger = get_run_logger()
     subflow = judgebench_flow.with_options(flow_run_name=entry.name, persist_result=True)
     state = await subflow(entry.config, retried_if_transient=True, return_state=True)
     outcome = await outcome_of(entry, state)
     if outcome.status == "failed" and outcome.transient:
         logger.warning("%s failed (%s); trying once more in %g s", entry.name, outcome.message, retry_delay_seconds)
-        await asyncio.sleep(retry_delay_seconds)
+        if place is not None:
+            place.release()
+        try:
+            await asyncio.sleep(retry_delay_seconds)
+        finally:
+            if place is not None:
+                await place.acquire()
         state = await subflow(entry.config, return_state=True)
         outcome = await outcome_of(entry, state)
     return outcome, state
@@ -230,6 +343,55 @@ def retirements(entries: list[MatrixEntry]) -> list[str]:
     return list(notices.values())
 
 
+async def judge_cells(
+    entries: list[MatrixEntry], budgets: list[float | None], cells_in_flight: int, retry_delay_seconds: float
+) -> list[CellOutcome]:
+    """Every cell side by side, up to `cells_in_flight` synchronous ones at once; outcomes in matrix order."""
+    logger = get_run_logger()
+    places = asyncio.Semaphore(cells_in_flight)
+
+    batch_judging = [asyncio.Event() for e in entries if e.config.endpoint.batch]
+    batch_started = iter(batch_judging)
+
+    async def run_cell(planned: MatrixEntry, budget: float | None) -> CellOutcome:
+        """One cell once it has a place among the cells in flight (a batch cell needs none, and the
+        synchronous cells give the batch cells a head start: Prefect sets subflows up one at a time)."""
+        queued = time.monotonic()
+        judging = next(batch_started) if planned.config.endpoint.batch else None
+        if judging is None and batch_judging:
+            waits = [asyncio.create_task(event.wait()) for event in batch_judging]
+            await asyncio.wait(waits, timeout=BATCH_HEAD_START_SECONDS)
+            for waiting in waits:
+                waiting.cancel()
+        async with contextlib.nullcontext() if judging else places:
+            began = time.monotonic()
+            entry = _within_night_budget(planned, budget)
+            judging_begins.set(judging.set if judging else None)
+            try:
+                outcome, _ = await judge_cell(entry, retry_delay_seconds, None if judging else places)
+            finally:
+                if judging:  # failed before judging: nobody waits for it any longer
+                    judging.set()
+        outcome.endpoint = planned.endpoint
+        outcome.wait_s, outcome.duration_s = round(began - queued, 3), round(time.monotonic() - began, 3)
+        log = logger.info if outcome.status == "completed" else logger.error
+        log(
+            "%s: %s, accuracy %s%s",
+            entry.name,
+            outcome.status,
+            _pct(outcome.accuracy),
+            f" ({outcome.message})" if outcome.message else "",
+        )
+        return outcome
+
+    # Batch cells start first, so their batches are submitted at the start of the night; outcomes stay
+    # in matrix order.
+    order = sorted(range(len(entries)), key=lambda i: not entries[i].config.endpoint.batch)
+    started_cells = {i: asyncio.create_task(run_cell(entries[i], budgets[i])) for i in order}
+    outcomes = list(await asyncio.gather(*(started_cells[i] for i in range(len(entries)))))
+    return outcomes
+
+
 @flow(name="nightly-benchmarks", log_prints=False)
 async def nightly_benchmarks(
     matrix_path: str = "deployments/nightly.yaml",
@@ -247,29 +409,29 @@ async def nightly_benchmarks(
     `retry_delay_seconds`: the wait before a configuration that failed for a passing reason runs again.
     """
     logger = get_run_logger()
+    started = time.monotonic()
     matrix = load_matrix(matrix_path).overridden(repo_url=repo_url, ref=ref, data_files=data_files)
     entries = matrix.entries(base_url=base_url, max_samples=max_samples)
-    logger.info("%d configurations from %s", len(entries), matrix_path)
+    logger.info(
+        "%d configurations from %s on %d endpoints, up to %d at once",
+        len(entries),
+        matrix_path,
+        len({e.endpoint for e in entries}),
+        matrix.cells_in_flight,
+    )
     refused = await preflight_night(matrix_path, entries)
     if refused is not None:
         return refused  # type: ignore[return-value]
     retiring = retirements(entries)
     for notice in retiring:
         logger.warning(notice)
-    outcomes: list[CellOutcome] = []
-    for planned in entries:
-        spent = sum(o.cost_usd or 0.0 for o in outcomes)
-        entry = _within_night_budget(planned, None if matrix.max_cost is None else matrix.max_cost - spent)
-        outcome, _ = await judge_cell(entry, retry_delay_seconds)
-        log = logger.info if outcome.status == "completed" else logger.error
-        log(
-            "%s: %s, accuracy %s%s",
-            entry.name,
-            outcome.status,
-            _pct(outcome.accuracy),
-            f" ({outcome.message})" if outcome.message else "",
-        )
-        outcomes.append(outcome)
+    budgets = await night_budgets(entries, matrix.max_cost)
+    entries = with_deadline(entries, matrix.deadline(night_start()))
+    if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
+        night_spend.set(NightSpend(matrix.max_cost))
+    outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
+    wall_s = round(time.monotonic() - started, 3)
+    endpoints = endpoint_usage()
 
     from judgebench_flows.flows.leaderboard_flow import (
         nightly_leaderboard_section,  # the leaderboard with tonight's rows (never raises)
@@ -277,12 +439,18 @@ async def nightly_benchmarks(
 
     leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
-        summary_markdown(outcomes) + "".join(f"\n\nWarning: {notice}" for notice in retiring) + leaderboard,
+        summary_markdown(outcomes)
+        + "\n"
+        + night_markdown(wall_s, endpoints, outcomes)
+        + "".join(f"\n\nWarning: {notice}" for notice in retiring)
+        + leaderboard,
         key=NIGHTLY_ARTIFACT_KEY,
         description=f"JudgeBench nightly: {len(outcomes)} configurations",
     )
     attempt = get_run_context().flow_run.run_count  # type: ignore[union-attr]
-    emit_night_event(matrix_path, [o.model_dump() for o in outcomes], attempt)
+    emit_night_event(
+        matrix_path, [o.model_dump() for o in outcomes], attempt, {"wall_s": wall_s, "endpoints": endpoints}
+    )
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
         raise BenchmarkFailed(

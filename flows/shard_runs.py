@@ -12,6 +12,7 @@ import asyncio
 
 from prefect.utilities.annotations import quote
 
+from judgebench_flows.calls.global_limits import endpoint_slots
 from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.pricing import BudgetReached
@@ -30,6 +31,9 @@ async def judge_shards(
 
         await asyncio.to_thread(judge_on_dask, shards, spec, config, on_shard_done)
         return None
+    if spec.global_limit:  # --global-limit in process: the run holds its --concurrency of the endpoint's slots
+        async with endpoint_slots(spec.global_limit, spec.endpoint.concurrency):
+            return await judge_in_process(shards, spec, config, on_shard_done)
     return await judge_in_process(shards, spec, config, on_shard_done)
 
 
@@ -69,5 +73,5 @@ async def judge_in_process(
         await asyncio.gather(*workers, return_exceptions=True)
         raise
     finally:
-        sent = await close_runtimes()
+        sent = await close_runtimes(spec)
     return sent

@@ -724,3 +724,38 @@ def test_listing_formats_for_scripts(published, tmp_path) -> None:
     assert rows[0]["rank"] == "1" and len(rows) == 4
     assert {r["group"] for r in rows} == {"gpt-4o-2024-05-13", "claude-3-5-sonnet-20240620"}
     assert all(0 <= float(r["accuracy"]) <= 1 for r in rows)
+
+
+@pytest.mark.slow  # a CLI process and a repository
+def test_unreadable_published_files_are_named_in_one_line(published, tmp_path) -> None:
+    """A Git LFS pointer and a file with a bad line are left out of the ranking, each named with why, in one
+    line that also says how many files were ranked; the readable file is still ranked."""
+    good = output_name(GPT4O_FILE, "arena_hard", "o1-mini-2024-09-12")
+    pointer = output_name(GPT4O_FILE, "arena_hard", "gpt-4o-2024-05-13")
+    broken = output_name(GPT4O_FILE, "vanilla", "gpt-4o-mini")
+    repo = tmp_path / "JudgeBench"
+    sha = make_repo(
+        repo,
+        {
+            f"data/{GPT4O_FILE}": jsonl(published["gpt4o"]),
+            good: jsonl(published["files"][good]),
+            pointer: "version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 4242\n",
+            broken: jsonl(published["files"][broken][:3]) + "not json\n",
+        },
+        copy_shared=False,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli.main", "leaderboard", "--repo-url", f"file://{repo}"]
+        + ["--ref", sha, "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "1000"},  # the note unwrapped: one line
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if "could not be read" in line]
+    assert line.startswith("ranked 1 of 3 published files; 2 could not be read: "), done.stdout
+    assert f"{Path(pointer).name} (a Git LFS pointer, not the file)" in line, line
+    assert f"{Path(broken).name} (line 4: not JSON" in line, line
+    assert "o1-mini" in done.stdout

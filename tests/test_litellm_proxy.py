@@ -5,11 +5,14 @@ cannot know; the bundled server behind it enforces what OpenAI enforces for reas
 (`openai_rules`). LiteLLM itself refuses `temperature=0.0` for it with its own words
 (`litellm.UnsupportedParamsError: O-series models don't support temperature=0.0 ...`, code "400", no
 param): a run must drop the parameter and judge with no failures, without `--request-style`. An unknown
-model is LiteLLM's 400 "Invalid model name": exit 2, as for OpenAI's and vLLM's 404.
+model is LiteLLM's 400 "Invalid model name": exit 2, as for OpenAI's and vLLM's 404. A second alias
+(`short-judge`) whose upstream caps the context answers the longer prompts with LiteLLM's
+`ContextWindowExceededError`: each such call reaches the proxy once, and its reason is LiteLLM's whole.
 
-Needs `pip install "litellm[proxy]==1.74.9"` (not part of any of our installs; never 1.107.0, a compromised
-release), in any environment: the test finds the `litellm` command on PATH or at $JUDGEBENCH_LITELLM, and
-skips with the reason otherwise.
+Needs `pip install "litellm[proxy]==1.108.7"` (1.74.9 works too; not part of any of our installs; never
+1.107.0, a compromised release), in any environment: the test finds the `litellm` command on PATH or at
+$JUDGEBENCH_LITELLM, and skips with the reason otherwise. LiteLLM 1.108 refuses to start without a master
+key: the config gives it the key the runs use.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import run_command
+from tests.conftest import CANARY_KEY
 
-PINNED = "1.74.9"
+PINNED = "1.108.7"
 NEVER = "1.107.0"
 ALIAS = "team-judge"
+SHORT = "short-judge"  # an alias whose upstream caps the context
 
 
 def litellm_command() -> str:
@@ -57,18 +62,26 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def litellm_proxy(tmp_path_factory: pytest.TempPathFactory):
-    """(proxy base URL, the bundled server behind it): one proxy for the module (it takes a while to start)."""
+    """(proxy base URL, the bundled server behind `ALIAS`, the one behind `SHORT`): one proxy for the
+    module (it takes a while to start)."""
     command = litellm_command()
     tmp_path = tmp_path_factory.mktemp("litellm")
-    with FakeOpenAIServer("My final verdict is [[A>B]]", openai_rules=True) as server:
+    with (
+        FakeOpenAIServer("My final verdict is [[A>B]]", openai_rules=True) as server,
+        FakeOpenAIServer("My final verdict is [[A>B]]", openai_rules=True) as short,
+    ):
         config = tmp_path / "litellm.yaml"
         config.write_text(
             "model_list:\n"
-            f"  - model_name: {ALIAS}\n"
-            "    litellm_params:\n"
-            "      model: openai/o3-mini\n"
-            f"      api_base: {server.base_url}\n"
-            "      api_key: sk-upstream\n"
+            + "".join(
+                f"  - model_name: {alias}\n"
+                "    litellm_params:\n"
+                "      model: openai/o3-mini\n"
+                f"      api_base: {upstream.base_url}\n"
+                "      api_key: sk-upstream\n"
+                for alias, upstream in ((ALIAS, server), (SHORT, short))
+            )
+            + f"general_settings:\n  master_key: {CANARY_KEY}\n"  # 1.108 does not start without one
         )
         port = free_port()
         log = (tmp_path / "litellm.log").open("w")
@@ -90,7 +103,7 @@ def litellm_proxy(tmp_path_factory: pytest.TempPathFactory):
                             "the LiteLLM proxy did not start: " + (tmp_path / "litellm.log").read_text()[-2000:]
                         )
                     time.sleep(0.5)
-            yield f"http://127.0.0.1:{port}/v1", server
+            yield f"http://127.0.0.1:{port}/v1", server, short
         finally:
             proxy.terminate()
             try:
@@ -111,7 +124,7 @@ class Proxied:
 def test_an_alias_of_a_reasoning_model_judges_with_no_failures(
     litellm_proxy, run_cli, judgebench_repo, tmp_path: Path
 ) -> None:
-    base_url, server = litellm_proxy
+    base_url, server, _ = litellm_proxy
     server.reset_counters()
     result = run_cli(
         *run_command(
@@ -130,9 +143,41 @@ def test_an_alias_of_a_reasoning_model_judges_with_no_failures(
 
 @pytest.mark.slow
 def test_an_unknown_model_through_the_proxy_is_exit_2(litellm_proxy, run_cli, judgebench_repo, tmp_path: Path) -> None:
-    base_url, _ = litellm_proxy
+    base_url, _, _ = litellm_proxy
     result = run_cli(
         *run_command(judgebench_repo, Proxied(base_url), tmp_path, model="no-such-alias", max_samples=2)  # type: ignore[arg-type]
     )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "does not know model 'no-such-alias'" in result.stderr and "Invalid model name" in result.stderr
+
+
+@pytest.mark.slow
+def test_an_over_long_call_through_the_proxy_is_sent_once_and_keeps_litellms_words(
+    litellm_proxy, run_cli, judgebench_repo, gpt4o_pairs, tmp_path: Path
+) -> None:
+    from judgebench_flows.data.loading import sample_pairs
+    from judgebench_flows.judges import get_judge
+
+    base_url, _, short = litellm_proxy
+    templates = Path(judgebench_repo[0].removeprefix("file://")) / "utils/templates"
+    judge = get_judge("arena_hard", templates_dir=templates, model=SHORT)
+    sizes = sorted(
+        sum(len(m["content"]) for m in judge.format(p["question"], p["response_A"], p["response_B"]))
+        for p in sample_pairs(gpt4o_pairs, 10, 42)
+    )
+    short.configure(max_context_chars=sizes[6])  # the 3 longest pairs are too long, in both orders
+    short.reset_counters()
+    result = run_cli(
+        *run_command(judgebench_repo, Proxied(base_url), tmp_path, model=SHORT, max_samples=10, concurrency=4),  # type: ignore[arg-type]
+        "--max-failed-fraction",
+        "0.5",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    published = json.loads((tmp_path / "results/judgebench.json").read_text())
+    assert published["invalid"]["failed_judgments"] == 6
+    assert set(short.refused_keys().values()) == {1}, short.refused_keys()  # no body reached it twice
+    (reason,) = published["invalid"]["reasons"]
+    assert reason.startswith("HTTP 400: litellm.") and "ContextWindowExceededError" in reason, reason
+    assert f"maximum context length is {sizes[6]}" in reason and "\n" not in reason
+    # word for word what the bundled server answers as LiteLLM (`error_style="litellm"`), which other tests use
+    assert reason.endswith(f"LiteLLM: model group '{SHORT}' failed with the error above. No fallback was attempted.")

@@ -333,3 +333,27 @@ def test_a_judge_turned_order_biased_is_reported_and_a_rerun_is_not(run_cli, pre
     assert events[ids[1]]["event"] == "judgebench.run.regressed"
     assert events[ids[1]]["payload"]["change"]["position_bias"]["changed"] is True
     assert "position bias changed" in events[ids[1]]["payload"]["message"]
+
+
+def test_the_report_charts_position_bias_beside_accuracy() -> None:
+    from judgebench_flows.scoring.report import build_context, render_report
+
+    history = [
+        {"run_id": f"r{i}", "started": f"2026-11-0{i + 1}T02:00:00+00:00", "accuracy": 0.7, "ci_low": 0.65}
+        | {"ci_high": 0.75, "order_consistency": 0.9, "first_position_rate": 0.5}
+        for i in range(3)
+    ]
+    history.append({"run_id": "old", "started": "2026-10-01T02:00:00+00:00", "accuracy": 0.7})  # before the columns
+    results = {
+        "overall_accuracy": {"accuracy": 0.7, "ci_low": 0.65, "ci_high": 0.75},
+        "consistency": {"consistency": 0.5, "first_position_rate": 0.75, "consistent_pairs": 5},
+        "run": {"run_id": "now", "started": "2026-11-05T02:00:00+00:00"},
+    }
+    context = build_context(results, [], history)
+    series = {s["key"]: s for s in context["bias_trend"]["series"]}
+    assert len(series["order_consistency"]["points"]) == 4 and series["order_consistency"]["points"][-1]["current"]
+    assert series["first_position_rate"]["points"][-1]["title"].endswith("first-position rate 75.0%")
+    assert context["consistency"]["first_position"] == "75.0%"
+    html = render_report(results, [], history)
+    assert 'id="bias-chart"' in html and 'id="trend-chart"' in html
+    assert build_context(results | {"consistency": {}}, [], history[-1:])["bias_trend"] is None

@@ -77,13 +77,19 @@ def test_a_rejection_reads_with_the_servers_whole_message_whatever_its_body(styl
     assert "This model's maximum context length is 10 tokens. However, your" in reason
     if style == "litellm":  # LiteLLM 1.108's words, whole: its router's lines joined into one
         assert reason.startswith(f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is 10")
-        assert reason.endswith("messages. Received Model Group=judge Available Model Group Fallbacks=None")
+        assert reason.endswith(
+            "messages. model=judge. context_window_fallbacks=None. fallbacks=None. " + LITELLM_TAIL % "judge"
+        )
     else:
         assert reason.rstrip().endswith(("messages.", "input messages."))  # whole, not cut
 
 
 LITELLM_CONTEXT_WINDOW = (
     "litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException"
+)
+LITELLM_TAIL = (
+    "Set 'context_window_fallback' - https://docs.litellm.ai/docs/routing#fallbacks "
+    "LiteLLM: model group '%s' failed with the error above. No fallback was attempted."
 )
 LONG = [{"role": "user", "content": "a question far too long for the model's context " * 4}]
 
@@ -111,7 +117,7 @@ def test_litellms_context_window_400_after_a_dropped_parameter_reaches_the_serve
     assert server.status_counts == {400: 2} and set(server.refused_keys().values()) == {1}
     first, *again = results
     assert str(first).startswith(f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is 100")
-    assert "\n" not in str(first) and str(first).endswith("Available Model Group Fallbacks=None")
+    assert "\n" not in str(first) and str(first).endswith(LITELLM_TAIL % "team-judge")
     assert all(str(r) == f"{first} (sent 2 times: not sent again)" for r in again)
 
 
@@ -171,7 +177,7 @@ def test_a_run_behind_litellm_sends_each_over_long_call_once(
     }  # no request body sent twice (each long call: once with temperature, once without)
     (reason,) = published["invalid"]["reasons"]
     assert reason.startswith(f"HTTP 400: {LITELLM_CONTEXT_WINDOW} - This model's maximum context length is {sizes[6]}")
-    assert reason.endswith("Received Model Group=team-judge Available Model Group Fallbacks=None")
+    assert reason.endswith(LITELLM_TAIL % "team-judge")
     assert "\n" not in reason and "sent" not in reason
     # The adjustment is printed whole, wrapped at words by the console (it used to end "... To drop )").
     (change,) = published["run"]["requests"]["adjustments"]

@@ -54,6 +54,9 @@ class AnthropicBatches:
         counts = {k: int(v) for k, v in (batch.get("request_counts") or {}).items()}
         return BatchState(status, counts, ended=status == "ended", handle=batch)
 
+    async def cancel(self, batch_id: str) -> None:
+        await self._call("post", f"{BATCHES_PATH}/{batch_id}/cancel")
+
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         url = state.handle.get("results_url") or f"{BATCHES_PATH}/{state.handle['id']}/results"
         text = await self._call_text(url)

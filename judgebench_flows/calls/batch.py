@@ -11,9 +11,16 @@ later batch within the retry budget, and an invalid one fails its judgment with 
 Nothing paid twice: each line's custom id is a hash of its request body, and a batch's id and custom
 ids are stored (`data.db.BatchRow`) the moment it is created. A run killed, crashed or retried posts
 the same requests again and each is re-attached to the batch that holds it instead of being submitted.
-Lines an expired or cancelled batch never finished go into the next batch, without spending a retry.
-A batch the provider refuses whole stops the run (`BatchRefused`, exit 7; exit 2 when the refusal is
-about our input, such as an unknown model).
+Lines an expired or cancelled batch never finished go into the next batch, without spending a retry,
+at most `MAX_BATCHES_PER_LINE` batches in all; then they are sent synchronously (a provider that expires
+every batch cannot keep a run resubmitting). A batch the provider refuses whole stops the run
+(`BatchRefused`, exit 7; exit 2 when the refusal is about our input, such as an unknown model).
+
+A deadline (`deadline`, seconds since the epoch: the nightly matrix's `finish_by`/`deadline_minutes`,
+or `--batch-deadline`): when it passes, every open batch is cancelled at the provider, the lines it
+finished are read if it ended, and every line still waiting is sent synchronously (as are requests
+posted after it), at most `sync_concurrency` at once. Answers sent synchronously are marked
+(`Completion.synchronous`) and paid at the synchronous price.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import hashlib
 import json
 import logging
 import sys
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,7 +43,16 @@ from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
 
 GATHER_SECONDS = 2.0
+# Batches one line may be in (the first and two resubmissions after expiries); then it goes synchronous.
+MAX_BATCHES_PER_LINE = 3
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class SyncAnswer:
+    """A batch run's answer that came from a synchronous call (past the deadline, or after expiries)."""
+
+    response: Any
 
 
 @dataclass
@@ -78,6 +96,9 @@ class BatchAPI(Protocol):
     async def state(self, batch_id: str) -> BatchState: ...
 
     async def results(self, state: BatchState) -> dict[str, LineResult]: ...
+
+    async def cancel(self, batch_id: str) -> None:
+        """Ask the provider to stop the batch (its unfinished lines are then never run nor paid)."""
 
 
 def custom_id(body: dict[str, Any]) -> str:
@@ -170,6 +191,17 @@ class BatchTransport:
         # Answers already downloaded, by custom id: the same request posted again (two orders of a pair
         # whose responses are the same text) is answered from here instead of being paid again.
         self._answers: dict[str, Any] = {}
+        # The deadline (time.time(); None: none) and the synchronous calls allowed in flight after it.
+        self.deadline: float | None = None
+        self.sync_concurrency = 16
+        self._requests: dict[str, tuple[str, list[dict[str, str]], dict[str, Any]]] = {}
+        self._batches_of: Counter[str] = Counter()  # custom id -> batches it was submitted in
+        self._sync_slots: asyncio.Semaphore | None = None
+        self._sync_tasks: set[asyncio.Task[None]] = set()
+        self.sync_calls = 0
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
 
     async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         if api != "chat":  # both providers' batch APIs take chat requests only (the run refuses others first)
@@ -183,7 +215,11 @@ class BatchTransport:
         waiters.append(future)
         if len(waiters) == 1:
             self._bodies[cid] = body
-            await self._place(cid)
+            self._requests[cid] = (api, messages, sampling)
+            if self.past_deadline():
+                self._go_synchronous([cid])
+            else:
+                await self._place(cid)
         return await future
 
     async def _place(self, cid: str) -> None:
@@ -217,6 +253,9 @@ class BatchTransport:
         tick = min(0.25, self.gather_seconds / 4)
         while self._queued or self._open:
             await asyncio.sleep(tick)
+            if self.past_deadline():
+                await self._at_deadline()
+                return
             if self._queued and loop.time() - self._last_post >= self.gather_seconds:
                 await self._submit_queued()
             if self._open and loop.time() >= next_poll:
@@ -248,6 +287,7 @@ class BatchTransport:
             self._fail(ids, exc)
             return
         await self.store.created(batch_id, ids)
+        self._batches_of.update(ids)
         self._open[batch_id] = ids
         report(f"submitted {batch_id}: {len(ids)} requests to {self.model}")
 
@@ -270,14 +310,18 @@ class BatchTransport:
             await self._settle(batch_id, await self.batches.results(state))
 
     async def _settle(self, batch_id: str, results: dict[str, LineResult]) -> None:
-        """Hand each waiting line its outcome; lines the batch never finished go into the next batch."""
+        """Hand each waiting line its outcome; lines the batch never finished go into the next batch, or
+        synchronously once they were in `MAX_BATCHES_PER_LINE` batches or the deadline passed."""
         ids = self._open.pop(batch_id)
-        unfinished = 0
+        unfinished, synchronous = 0, []
         for cid in ids:
             result = results.get(cid, LineResult(0))
             if cid not in self._waiting:
                 continue
             if result.status == 0:
+                if self.past_deadline() or self._batches_of[cid] >= MAX_BATCHES_PER_LINE:
+                    synchronous.append(cid)
+                    continue
                 unfinished += 1
                 self._queued.append(cid)
                 self._last_post = asyncio.get_running_loop().time()
@@ -293,9 +337,60 @@ class BatchTransport:
                 else:
                     future.set_result(outcome)
             self._bodies.pop(cid, None)
+            self._requests.pop(cid, None)
         if unfinished:
             report(f"{batch_id}: {unfinished} unfinished requests go into the next batch")
+        if synchronous:
+            why = "the deadline passed" if self.past_deadline() else f"in {MAX_BATCHES_PER_LINE} batches already"
+            report(f"{batch_id}: {len(synchronous)} unfinished requests are sent synchronously ({why})")
+            self._go_synchronous(synchronous)
         await self.store.done(batch_id)
+
+    async def _at_deadline(self) -> None:
+        """Cancel every open batch; the lines an ended batch finished are handed out, every other line
+        still waiting (queued, or in a batch not yet ended) is sent synchronously."""
+        queued, self._queued = self._queued, []
+        report(f"deadline passed: cancelling {len(self._open)} open batches, the rest goes synchronously")
+        for batch_id in list(self._open):
+            try:
+                await self.batches.cancel(batch_id)
+                state = await self.batches.state(batch_id)
+            except CallError as exc:
+                report(f"{batch_id}: could not cancel ({exc.failure_kind()}); its lines go synchronously")
+                state = None
+            if state is not None and state.ended and not state.refused:
+                await self._settle(batch_id, await self.batches.results(state))
+            else:
+                queued += self._open.pop(batch_id)
+                await self.store.done(batch_id)
+        self._go_synchronous([cid for cid in queued if cid in self._waiting])
+
+    def _go_synchronous(self, ids: list[str]) -> None:
+        if self._sync_slots is None:
+            self._sync_slots = asyncio.Semaphore(self.sync_concurrency)
+        for cid in ids:
+            task = asyncio.create_task(self._synchronous(cid))
+            self._sync_tasks.add(task)
+            task.add_done_callback(self._sync_tasks.discard)
+
+    async def _synchronous(self, cid: str) -> None:
+        """One waiting line as a synchronous call (its outcome, answer or error, to every waiter)."""
+        api, messages, sampling = self._requests[cid]
+        assert self._sync_slots is not None
+        try:
+            async with self._sync_slots:
+                self.sync_calls += 1
+                outcome: Any = SyncAnswer(await self.inner.post(api, messages, sampling))
+        except Exception as exc:
+            outcome = exc
+        for future in self._waiting.pop(cid, []):
+            if future.done():
+                continue
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        self._bodies.pop(cid, None)
 
     def _fail(self, ids: list[str], exc: BaseException) -> None:
         for cid in ids:
@@ -303,13 +398,19 @@ class BatchTransport:
                 if not future.done():
                     future.set_exception(exc)
             self._bodies.pop(cid, None)
+            self._requests.pop(cid, None)
 
     def answer(self, api: str, response: Any) -> Completion:
+        if isinstance(response, SyncAnswer):
+            completion = self.inner.answer(api, response.response)
+            completion.synchronous = True
+            return completion
         return self.inner.answer(api, response)
 
     async def aclose(self) -> None:
-        if self._runner is not None and not self._runner.done():
-            self._runner.cancel()
-            await asyncio.gather(self._runner, return_exceptions=True)
+        for task in [self._runner, *self._sync_tasks]:
+            if task is not None and not task.done():
+                task.cancel()
+        await asyncio.gather(*(t for t in [self._runner, *self._sync_tasks] if t is not None), return_exceptions=True)
         await self.store.settle()
         await self.inner.aclose()

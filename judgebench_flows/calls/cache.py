@@ -33,10 +33,11 @@ class CallCache:
     """One caller's view of the cache table: `use` reads and writes, `refresh` only writes, `off` neither.
     Without an engine it holds nothing."""
 
-    def __init__(self, engine: Engine | None, mode: CacheMode, model: str):
+    def __init__(self, engine: Engine | None, mode: CacheMode, model: str, paid_by: str | None = None):
         self.engine = engine
         self.mode = mode
         self.model = model
+        self.paid_by = paid_by  # the run whose calls these are (`db.paid_by_run`)
         self._prefetched: dict[str, Completion | None] = {}
         self._unsaved: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -85,6 +86,7 @@ class CallCache:
                 "prompt_tokens": c.prompt_tokens,
                 "completion_tokens": c.completion_tokens,
                 "created": db.utcnow(),
+                "paid_by": self.paid_by,
             }
             for c in completions
         )

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.budget import AttemptLedger, not_sent_again, rejections_here
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.errors import CallError
-from judgebench_flows.calls.limits import CallLimits
+from judgebench_flows.calls.limits import endpoint_label, shared_limits
 from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
 from judgebench_flows.calls.providers import cache_api, model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
@@ -61,6 +61,11 @@ class CallStats:
     # Tokens of the answered calls (the paid ones): what the run's dollars are computed from.
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Of those, a batch run's answers sent synchronously (deadline passed, batches expired), whose tokens
+    # are paid at the synchronous price.
+    synchronous: int = 0
+    synchronous_prompt_tokens: int = 0
+    synchronous_completion_tokens: int = 0
 
 
 @dataclass
@@ -76,7 +81,6 @@ class ChatCaller:
     rpm: float | None = None
     engine: Engine | None = None
     cache_mode: CacheMode = "use"
-    global_limit: str | None = None
     global_rate_limit: str | None = None
     adaptive: bool = False
     stats: CallStats = field(default_factory=CallStats)
@@ -92,8 +96,12 @@ class ChatCaller:
     # --batch: every call through the provider's batch API (`batch`), its status read this often.
     batch: bool = False
     batch_poll_seconds: float = 60.0
+    # With `batch`: when open batches are cancelled and the rest is judged synchronously (ISO 8601).
+    batch_deadline: str | None = None
     # Where the key came from (`api_keys.describe`), for the message when the endpoint rejects it.
     key_source: str = "$OPENAI_API_KEY"
+    # The run these calls are for, noted with each cached answer (its cost counts lost attempts' answers).
+    paid_by: str | None = None
 
     @classmethod
     def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
@@ -112,11 +120,13 @@ class ChatCaller:
             provider=settings.provider,
             batch=settings.batch,
             batch_poll_seconds=settings.batch_poll_seconds,
+            batch_deadline=settings.batch_deadline,
             key_source=describe_key_source(settings.api_key_env, settings.api_key_secret, settings.provider),
             **parts,
         )
 
     def __post_init__(self) -> None:
+        sync_concurrency = self.concurrency  # a batch run's synchronous calls (past its deadline) at most
         if self.batch:  # a batch holds every request of a round: no in-process limit, no pacing
             self.concurrency, self.rpm, self.adaptive = BATCH_IN_FLIGHT, None, False
         self.transport = model_api(
@@ -129,10 +139,22 @@ class ChatCaller:
             self.batch_poll_seconds if self.batch else None,
             self.engine,
         )
-        self.limits = CallLimits(
-            self.concurrency, self.request_timeout, self.rpm, self.adaptive, self.global_limit, self.global_rate_limit
+        if self.batch:
+            from datetime import datetime
+
+            self.transport.sync_concurrency = sync_concurrency  # type: ignore[attr-defined]
+            if self.batch_deadline:
+                deadline = datetime.fromisoformat(self.batch_deadline).timestamp()
+                self.transport.deadline = deadline  # type: ignore[attr-defined]
+        self.limits = shared_limits(  # one limit per endpoint for every caller of it in this event loop
+            endpoint_label(self.provider, self.base_url),
+            self.concurrency,
+            self.request_timeout,
+            self.rpm,
+            self.adaptive,
+            self.global_rate_limit,
         )
-        self.cache = CallCache(self.engine, self.cache_mode, self.model)
+        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
         # One retry budget per request for the run; deterministic rejections for the loop (`budget`).
         self._ledger = AttemptLedger(rejected=rejections_here(self.base_url, self.model))
@@ -239,8 +261,12 @@ class ChatCaller:
         self.stats.answered += 1
         self.stats.prompt_tokens += completion.prompt_tokens
         self.stats.completion_tokens += completion.completion_tokens
+        if completion.synchronous:
+            self.stats.synchronous += 1
+            self.stats.synchronous_prompt_tokens += completion.prompt_tokens
+            self.stats.synchronous_completion_tokens += completion.completion_tokens
         if self.spend is not None:
-            self.spend.charge(completion.prompt_tokens, completion.completion_tokens)
+            self.spend.charge(completion.prompt_tokens, completion.completion_tokens, completion.synchronous)
         self._ledger.answered(budget_key)
 
     def _sent_key(self, shaped: Shaped) -> str:

@@ -1,51 +1,61 @@
 """One concurrency limit and one requests-per-minute limit per endpoint and model, for every process.
 
-In-process shards share one `asyncio.Semaphore`, but Dask workers are separate processes (and each shard
-task runs in its own event loop there), so a limit that must hold across all of them lives in the
-Prefect server: a global concurrency limit named after the endpoint and model. Every HTTP attempt holds
-one of its slots while it is in flight; the local semaphore stays in front of it, so a process never asks
-the server for more than its own share.
+The limit that must hold across Dask workers, separate runs and nightly cells lives in the Prefect
+server: a global concurrency limit named after the endpoint and model. Its slots are taken in groups,
+not per HTTP attempt: the process that runs a run (the flow, which lives as long as the run) takes a
+shard's share of slots before it sends the shard to a worker and gives them back when the shard is done,
+so a Dask worker that dies holds no slot (Dask runs its shard elsewhere, under the same slots) and a slot
+costs a few API requests per shard, not two per call. In-process runs with `--global-limit` hold their
+`--concurrency` for the run; `endpoint_slots` lets any other caller (a matrix of cells) do the same.
 
-Why not `prefect.concurrency.asyncio.concurrency()` around each attempt: measured against a local Prefect
-server it costs ~190 ms per call (each use starts a lease-renewal thread with its own client and emits
-events) and, with 160 calls of 50 ms at limit 4, took 55 s instead of 2 s, because waiters poll with the
-server's Retry-After (derived from average occupancy, up to 30 s). Here one lease is taken per attempt
-with the same server API (`increment-with-lease`), without renewal: an attempt is bounded by the
-request timeout, so the lease only has to outlive that; if a worker dies its slots come back when the
-lease expires. A lease that a finished attempt no longer needs goes straight to the next waiting attempt
-of the same event loop for up to `REUSE_SECONDS` (no round trip), then back to the server so other
-workers get their turn. Only one request per event loop polls the server for a slot, on its own short
-backoff rather than the server's Retry-After, so a freed slot is not left idle for seconds. Measured
-with `benchmarks/bench_global_limit.py`: ~18-25 ms per call when calls run one at a time (two API
-requests), and two workers x 100 calls of 50 ms at limit 4 in 2.9 s (bound 2.5 s) with 10-13 leases.
+Prefect gives the leases and expires them; what it does not do, and this module adds:
+
+- **Renewal by one thread per process**, not one per lease (Prefect's `concurrency()` starts a thread and
+  a client per use): leases of `LEASE_SECONDS` (the server's minimum, 60 s), renewed every third of that,
+  so the slots of a process that dies come back within about 75 s (the lease plus the server's
+  repossessor loop of 15 s), whatever the request timeout.
+- **Lost leases healed.** A Prefect server keeps leases in memory by default: a restart loses every lease
+  while the limit's slot count survives in its database, and releasing a lost lease frees nothing. A
+  holder whose renewal says its lease is gone gives the slots back by count (`release_concurrency_slots`)
+  and leases them again; a release first renews, so a lost lease is given back by count too.
+- **Repair at run start** (`repair_limit`): each lease is noted as a Prefect variable (`<limit>-lease-<id>`),
+  so a run can count the slots that live leases hold; a limit holding more (their holders died and the
+  server lost their leases) is set back to that count. Without this, every later run against the endpoint
+  waited for slots nobody would return.
 
 Requests per minute use Prefect's `rate_limit()` on a second limit whose slots decay at rpm/60 per
-second: that path takes one request per call and no lease, and its waits are long anyway.
+second: one request per call and no lease.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
+import logging
 import random
+import threading
 import time
-from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 import httpx
 
 from judgebench_flows.core.errors import UserError
 
-REUSE_SECONDS = 2.0  # how long a lease may pass from one attempt to the next inside a process
-POLL_MIN_SECONDS = 0.01  # first wait after the server says the limit is full
-POLL_MAX_SECONDS = 0.25  # longest wait between polls: bounds how long a freed slot can stay unused
-LEASE_MARGIN_SECONDS = 60.0
-GIVE_UP_SECONDS = 60.0  # a Prefect server that keeps failing this long fails the run
-RELEASE_TRIES = 8
-LOCKED = 423
+LEASE_SECONDS = 60.0  # the shortest lease the Prefect server gives: how long a dead holder's slots stay taken
+RENEW_EVERY_SECONDS = LEASE_SECONDS / 3  # two renewals may fail before a lease expires
+POLL_MIN_SECONDS = 0.05  # first wait after the server says the limit is full
+POLL_MAX_SECONDS = 1.0  # longest wait between asks: bounds how long freed slots stay unused
+UNREACHABLE_SECONDS = 600.0  # a wait for slots ends when the server has not answered this long
+LOCKED, NOT_FOUND = 423, 404
 TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
+LEASE_TAG = "judgebench-lease"
+
+logger = logging.getLogger("judgebench_flows.global_limits")
 
 
 class GlobalLimitError(UserError):
@@ -92,10 +102,12 @@ async def ensure_limit(name: str, limit: int, slot_decay_per_second: float = 0.0
 async def ensure_limits(
     concurrency_name: str | None, concurrency: int, rate_name: str | None, rpm: float | None
 ) -> None:
-    """Both limits of a run, before any shard starts (workers only use them, with strict checks)."""
+    """Both limits of a run, before any shard starts; the concurrency limit repaired if its leases were
+    lost (`repair_limit`)."""
     try:
         if concurrency_name:
             await ensure_limit(concurrency_name, concurrency)
+            await asyncio.to_thread(_in_context(repair_limit), concurrency_name)
         if rate_name and rpm:
             await ensure_limit(rate_name, 1, rpm / 60.0)
     except httpx.HTTPError as exc:
@@ -114,171 +126,296 @@ async def wait_for_rate(name: str) -> None:
         ) from None
 
 
+def _in_context(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` run in a copy of this context (the Prefect settings a run points at), from any thread."""
+    context = contextvars.copy_context()
+    return lambda *args: context.run(function, *args)
+
+
+def _status(exc: Exception) -> int | None:
+    return exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
+
+
+def _note_name(limit: str, lease_id: UUID) -> str:
+    return f"{limit}-lease-{lease_id.hex}"
+
+
+def _note(client: Any, limit: str, lease_id: UUID, slots: int) -> None:
+    """The lease as a Prefect variable, so `repair_limit` can count what live leases hold."""
+    from prefect.client.schemas.actions import VariableCreate
+
+    try:
+        client.create_variable(VariableCreate(name=_note_name(limit, lease_id), value=slots, tags=[LEASE_TAG]))
+    except Exception as exc:  # without the note, a repair undercounts until this lease ends: say so
+        logger.warning("could not note lease %s of %s: %s", lease_id, limit, exc)
+
+
+def _forget(client: Any, limit: str, lease_id: UUID) -> None:
+    with contextlib.suppress(Exception):
+        client.delete_variable_by_name(_note_name(limit, lease_id))
+
+
+def _noted_leases(client: Any, limit: str) -> dict[UUID, int]:
+    """Every lease noted for `limit` (live or not), with its slots."""
+    prefix = f"{limit}-lease-"
+    found: dict[UUID, int] = {}
+    offset = 0
+    while True:
+        response = client.request(
+            "POST",
+            "/variables/filter",
+            json={"variables": {"name": {"like_": prefix}}, "limit": 200, "offset": offset},
+        )
+        page = response.json()
+        for variable in page:
+            if variable["name"].startswith(prefix):
+                with contextlib.suppress(ValueError, TypeError):
+                    found[UUID(variable["name"][len(prefix) :])] = int(variable["value"])
+        if len(page) < 200:
+            return found
+        offset += 200
+
+
+def _renew(client: Any, lease_id: UUID) -> bool:
+    """Whether the lease still exists (renewed now); raises when the server does not answer."""
+    try:
+        client.renew_concurrency_lease(lease_id=lease_id, lease_duration=LEASE_SECONDS)
+        return True
+    except httpx.HTTPStatusError as exc:
+        if _status(exc) in (NOT_FOUND, 410):
+            return False
+        raise
+
+
+def repair_limit(name: str) -> int:
+    """Give back the slots of `name` that no live lease holds; returns how many.
+
+    Counts the slots of the noted leases that still exist (asking the server to renew one is the only
+    public way to know), forgets the others, and sets the limit's active slots to that count when it
+    holds more. A holder that takes a lease between the count and the update is undercounted until it
+    gives its slots back: at worst a few calls over the limit, once, instead of a limit blocked for good.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    with get_client(sync_client=True) as client:
+        limit = client.read_global_concurrency_limit_by_name(name)
+        if not limit.active_slots:
+            return 0
+        live = 0
+        for lease_id, slots in _noted_leases(client, name).items():
+            if _renew(client, lease_id):
+                live += slots
+            else:
+                _forget(client, name, lease_id)
+        current = client.read_global_concurrency_limit_by_name(name).active_slots
+        if current <= live:
+            return 0
+        client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(active_slots=live))
+    logger.warning("global concurrency limit %s: %d slots held by no live lease were given back", name, current - live)
+    return current - live
+
+
 @dataclass
-class _Lease:
-    id: UUID
+class Held:
+    """Slots this process holds: under `lease_id`, or under none while a lost lease is replaced."""
+
+    slots: int
+    lease_id: UUID | None
     taken: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class SlotStats:
-    """Where this process's slots came from: the server (`acquired`) or a finished attempt (`reused`)."""
+class SlotLeases:
+    """This process's slots of one global concurrency limit, in groups, with one renewal thread.
 
-    acquired: int = 0
-    reused: int = 0
-    released: int = 0
-    denied: int = 0
+    Thread-safe and synchronous (the Dask driver loop is a thread; `endpoint_slots` wraps it for asyncio).
+    """
 
-
-class GlobalSlots:
-    """Slots of one global concurrency limit for the attempts of one event loop (see the module doc)."""
-
-    def __init__(self, name: str, request_timeout: float):
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.lease_seconds = min(86400.0, max(60.0, REUSE_SECONDS + 2 * request_timeout + LEASE_MARGIN_SECONDS))
-        self.stats = SlotStats()
-        self._waiters: deque[asyncio.Future[_Lease]] = deque()
-        self._poller: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
-        self._api_context: contextvars.Context | None = None
+        self._held: dict[int, Held] = {}
+        self._lock = threading.Lock()
+        self._next = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._local = threading.local()
+        self.requests = 0  # API requests made for slots (the benchmark reports them)
+        self.unreachable_since: float | None = None
 
-    async def take(self) -> _Lease:
-        """Wait for a slot: a lease passed on by a finished attempt of this loop, or a new one."""
-        waiter: asyncio.Future[_Lease] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        if self._poller is None:
-            self._poller = asyncio.create_task(self._poll(), context=self._context())
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                task = asyncio.ensure_future(self.give_back(waiter.result()))  # granted as we were cancelled
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
-            raise
+    def _client(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            from prefect.client.orchestration import get_client
 
-    def _hand_over(self, lease: _Lease) -> bool:
-        """Give the lease to the oldest attempt still waiting; False when none is."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(lease)
-                return True
-        return False
+            client = get_client(sync_client=True)
+            client.__enter__()
+            self._local.client = client
+        return client
 
-    async def give_back(self, lease: _Lease) -> None:
-        """To the next waiting attempt while the lease is young, else to the server, before returning:
-        a shard's event loop may end right after its last call, and a slot must not outlive it."""
-        if time.monotonic() - lease.taken < REUSE_SECONDS and self._hand_over(lease):
-            self.stats.reused += 1
+    def try_take(self, slots: int) -> int | None:
+        """A handle to `slots` slots, or None when the limit has not that many free now."""
+        lease_id = self._lease(slots)
+        if lease_id is None:
+            return None
+        with self._lock:
+            self._next += 1
+            self._held[self._next] = Held(slots, lease_id)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=_in_context(self._renew_all), name="judgebench-slots", daemon=True
+                )
+                self._thread.start()
+            return self._next
+
+    def take(self, slots: int, stop: threading.Event | None = None) -> int:
+        """Wait for `slots` slots (polling with a short backoff, not the server's Retry-After of up to
+        30 s, so freed slots are not left idle); `stop` ends the wait with `GlobalLimitError`, and so
+        does a server that has not answered for `UNREACHABLE_SECONDS`."""
+        wait = POLL_MIN_SECONDS
+        while True:
+            handle = self.try_take(slots)
+            if handle is not None:
+                return handle
+            if self.unreachable_since and time.monotonic() - self.unreachable_since > UNREACHABLE_SECONDS:
+                raise GlobalLimitError(
+                    f"the Prefect server did not answer for {UNREACHABLE_SECONDS:g} s: no slots of '{self.name}'"
+                )
+            if (stop or self._stop).wait(random.uniform(wait / 2, wait)):
+                raise GlobalLimitError(f"stopped waiting for slots of the global concurrency limit '{self.name}'")
+            wait = min(POLL_MAX_SECONDS, wait * 2)
+
+    def give_back(self, handle: int) -> None:
+        """Return the slots of `handle`: by lease if it still exists, else by count (it was lost). A server
+        that does not answer lets the lease expire (`LEASE_SECONDS`); the next run start repairs a lost one."""
+        with self._lock:
+            held = self._held.pop(handle, None)
+        if held is None or held.lease_id is None:
             return
-        self.stats.released += 1
-        await asyncio.create_task(self._release(lease), context=self._context())
-
-    def _waiting(self) -> bool:
-        return any(not waiter.done() for waiter in self._waiters)
-
-    def _context(self) -> contextvars.Context:
-        """This context with the Prefect client's own retries off, for our requests to the server.
-
-        The client answers a 503 (a busy SQLite-backed server says "database is locked") by sleeping 2, 4,
-        8 s; a release stuck in that sleep keeps its slot idle. We retry such answers ourselves within
-        tens of milliseconds instead. Built once per event loop (the settings copy costs ~50 ms).
-        """
-        if self._api_context is None:
-            from prefect.context import SettingsContext, get_settings_context
-            from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
-
-            current = get_settings_context()
-            settings = current.settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 0})
-            context = contextvars.copy_context()
-            context.run(SettingsContext.__var__.set, SettingsContext(profile=current.profile, settings=settings))
-            self._api_context = context
-        return self._api_context.copy()
-
-    async def _poll(self) -> None:
-        """Ask the server for slots, one request at a time, while attempts of this loop wait for one.
-
-        The decision to stop and clearing `_poller` happen with no await in between, so an attempt that
-        starts waiting right after always finds either this poller still looping or none at all.
-        """
-        from prefect.client.orchestration import get_client
-
-        backoff, failing_since = POLL_MIN_SECONDS, None
         try:
-            async with get_client() as client:
-                while self._waiting():
-                    try:
-                        lease = await self._acquire(client)
-                    except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                        if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code not in TRANSIENT:
-                            raise
-                        failing_since = failing_since or time.monotonic()
-                        if time.monotonic() - failing_since > GIVE_UP_SECONDS:
-                            raise
-                        lease = None
-                    else:
-                        failing_since = None
-                    if lease is None:
-                        self.stats.denied += 1
-                        await asyncio.sleep(random.uniform(backoff / 2, backoff))
-                        backoff = min(POLL_MAX_SECONDS, backoff * 2)
-                        continue
-                    backoff = POLL_MIN_SECONDS
-                    self.stats.acquired += 1
-                    if not self._hand_over(lease):
-                        self.stats.released += 1
-                        await self._release(lease)
-                self._poller = None
-        except BaseException as exc:
-            self._poller = None
-            self._fail_waiters(exc)
-            if not isinstance(exc, Exception):
-                raise
+            self._return(held)
+        except (httpx.HTTPError, GlobalLimitError) as exc:
+            logger.warning("could not give back slots of %s: %s", self.name, exc)
 
-    def _fail_waiters(self, exc: BaseException) -> None:
-        error = (
-            exc
-            if isinstance(exc, GlobalLimitError)
-            else GlobalLimitError(
-                f"cannot get a slot of the global concurrency limit '{self.name}' from the Prefect server: {type(exc).__name__}: {exc}"
-            )
-        )
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(error)
+    def close(self) -> None:
+        """Give back every slot still held and stop renewing."""
+        self._stop.set()
+        with self._lock:
+            held, self._held = list(self._held.values()), {}
+        for one in held:
+            if one.lease_id is not None:
+                with contextlib.suppress(Exception):
+                    self._return(one)
+        client = getattr(self._local, "client", None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.__exit__(None, None, None)
+            self._local.client = None
 
-    async def _acquire(self, client) -> _Lease | None:
-        """One lease, or None when the limit is full."""
+    def _lease(self, slots: int) -> UUID | None:
+        """A lease on `slots` slots, or None when the limit is full or the server does not answer now
+        (restarting: the run's server watch bounds how long that may last)."""
+        client = self._client()
+        self.requests += 1
         try:
-            response = await client.increment_concurrency_slots_with_lease(
-                names=[self.name], slots=1, mode="concurrency", lease_duration=self.lease_seconds
+            response = client.increment_concurrency_slots_with_lease(
+                names=[self.name], slots=slots, mode="concurrency", lease_duration=LEASE_SECONDS
             )
         except httpx.HTTPStatusError as exc:
-            if exc.response.status_code == LOCKED:
+            if _status(exc) == LOCKED:
+                self.unreachable_since = None
                 return None
-            raise
+            if _status(exc) in TRANSIENT:
+                self.unreachable_since = self.unreachable_since or time.monotonic()
+                return None
+            raise GlobalLimitError(f"the Prefect server refused slots of '{self.name}': {exc}") from None
+        except httpx.TransportError:
+            self.unreachable_since = self.unreachable_since or time.monotonic()
+            return None
+        self.unreachable_since = None
         body = response.json()
         if not body.get("limits"):
             raise GlobalLimitError(
                 f"the global concurrency limit '{self.name}' does not exist on the Prefect server (deleted during the run?)"
             )
-        return _Lease(UUID(body["lease_id"]))
+        lease_id = UUID(body["lease_id"])
+        self.requests += 1
+        _note(client, self.name, lease_id, slots)
+        return lease_id
 
-    async def _release(self, lease: _Lease) -> None:
-        """Give the slot back to the server, retrying a busy server briefly; if that still fails the
-        lease simply expires (`lease_seconds`) and the server frees the slot then."""
-        from prefect.client.orchestration import get_client
+    def _return(self, held: Held) -> None:
+        client = self._client()
+        assert held.lease_id is not None
+        self.requests += 3
+        if _renew(client, held.lease_id):
+            client.release_concurrency_slots_with_lease(lease_id=held.lease_id)
+        else:  # lost (a server restart): releasing it would free nothing
+            self._release_by_count(client, held)
+        _forget(client, self.name, held.lease_id)
 
-        wait = POLL_MIN_SECONDS
-        async with get_client() as client:
-            for _ in range(RELEASE_TRIES):
+    def _release_by_count(self, client: Any, held: Held) -> None:
+        client.release_concurrency_slots(
+            names=[self.name], slots=held.slots, occupancy_seconds=max(0.001, time.monotonic() - held.taken)
+        )
+
+    def _renew_all(self) -> None:
+        """Every third of a lease: renew each lease; a lost one is given back by count and leased again."""
+        while not self._stop.wait(RENEW_EVERY_SECONDS):
+            with self._lock:
+                held = list(self._held.items())
+            for handle, one in held:
                 try:
-                    await client.release_concurrency_slots_with_lease(lease_id=lease.id)
-                    return
-                except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                    if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code not in TRANSIENT:
-                        return
-                    await asyncio.sleep(random.uniform(wait / 2, wait))
-                    wait = min(POLL_MAX_SECONDS, wait * 2)
+                    self._renew_one(handle, one)
+                except Exception as exc:  # the server is away: the next round tries again (server_watch bounds it)
+                    logger.warning("could not renew slots of %s: %s", self.name, exc)
+
+    def _renew_one(self, handle: int, held: Held) -> None:
+        client = self._client()
+        if held.lease_id is not None:
+            self.requests += 1
+            if _renew(client, held.lease_id):
+                return
+            logger.warning("a lease on %s was lost (Prefect server restarted?): its slots are given back", self.name)
+            self._release_by_count(client, held)
+            _forget(client, self.name, held.lease_id)
+            held.lease_id = None
+        lease_id = self._lease(held.slots)  # the shard goes on meanwhile: over the limit until this succeeds
+        with self._lock:
+            if handle in self._held:
+                held.lease_id = lease_id
+                return
+        if lease_id is not None:  # given back meanwhile
+            self._return(Held(held.slots, lease_id))
+
+
+@contextlib.asynccontextmanager
+async def endpoint_slots(name: str, slots: int, leases: SlotLeases | None = None) -> AsyncIterator[None]:
+    """Hold `slots` slots of the endpoint's global concurrency limit `name` (see `limit_names`) inside
+    the block: a run, a shard or a cell of a matrix sharing the endpoint's `--concurrency` with every other
+    holder on the same Prefect server. Create the limit first (`ensure_limit`). Several holders in one
+    process may share `leases` (one renewal thread)."""
+    own = leases is None
+    keeper = leases or SlotLeases(name)
+    stop = threading.Event()
+    handle = None
+    try:
+        handle = await asyncio.to_thread(_in_context(keeper.take), slots, stop)
+        yield
+    finally:
+        stop.set()
+        if handle is not None:
+            await asyncio.to_thread(_in_context(keeper.give_back), handle)
+        if own:
+            await asyncio.to_thread(_in_context(keeper.close))
+
+
+__all__ = [
+    "LEASE_SECONDS",
+    "GlobalLimitError",
+    "SlotLeases",
+    "endpoint_slots",
+    "ensure_limit",
+    "ensure_limits",
+    "limit_names",
+    "repair_limit",
+    "wait_for_rate",
+]

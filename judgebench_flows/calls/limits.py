@@ -1,21 +1,25 @@
 """How many attempts may be in flight, and how fast they may start.
 
-One `asyncio.Semaphore` per caller (one caller per endpoint and event loop) bounds attempts in flight
-across all shards; an optional requests-per-minute pacer spaces their starts; with
-`--adaptive-concurrency` the in-process limit halves on a 429 and grows back slowly; on Dask a Prefect
-global concurrency limit (`global_limits`) also bounds every worker together.
+One `asyncio.Semaphore` per endpoint and event loop (`shared_limits`: every caller of that endpoint
+with the same limits, e.g. the nightly matrix's cells on one endpoint, shares it) bounds attempts in
+flight across all shards and runs; an optional requests-per-minute pacer spaces their starts; with
+`--adaptive-concurrency` the in-process limit halves on a 429 and grows back slowly. Across processes
+(Dask workers, separate runs) the run holds slots of a Prefect global concurrency limit for each shard
+(`global_limits`), and the shard's semaphore is its share: attempts take no slot of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from judgebench_flows.calls.errors import CallError
-from judgebench_flows.calls.global_limits import GlobalSlots, wait_for_rate
+from judgebench_flows.calls.global_limits import wait_for_rate
 
 T = TypeVar("T")
 
@@ -107,15 +111,13 @@ class CallLimits:
         request_timeout: float,
         rpm: float | None = None,
         adaptive: bool = False,
-        global_limit: str | None = None,
         global_rate_limit: str | None = None,
     ):
         self.slots = asyncio.Semaphore(concurrency)
         self.pacer = RatePacer(rpm) if rpm else None
         self.adaptive = AdaptiveLimit(concurrency) if adaptive else None
-        self.global_slots = GlobalSlots(global_limit, request_timeout) if global_limit else None
         self.global_rate_limit = global_rate_limit
-        self._only_semaphore = self.adaptive is None and self.global_slots is None
+        self.usage = EndpointUsage()
 
     async def run(self, send: Callable[..., Awaitable[T]], *args: Any) -> T:
         """`send(*args)` (one attempt) once the rate budget and a slot allow it."""
@@ -123,42 +125,102 @@ class CallLimits:
             await self.pacer.wait()
         if self.global_rate_limit:
             await wait_for_rate(self.global_rate_limit)
-        if self._only_semaphore:  # the default: nothing but the semaphore
+        if self.adaptive is None:  # the default: nothing but the semaphore
             async with self.slots:
-                return await send(*args)
-        return await self._limited(send, *args)
+                return await self.usage.timed(send, *args)
+        return await self._adaptive(self.adaptive, send, *args)
 
-    async def _limited(self, send: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """An in-process slot (adaptive, or the semaphore), then a slot of the global limit.
-
-        The in-process slot is freed first and the global one given back a loop tick later, so the call
-        that was waiting for the in-process slot is already waiting for a global one and takes the lease
-        over directly. With equal limits (in-process runs) every lease would otherwise go back to the
-        Prefect server and be asked for again.
-        """
-        epoch = 0
-        if self.adaptive:
-            epoch = await self.adaptive.acquire()
-        else:
-            await self.slots.acquire()
-        lease = None
+    async def _adaptive(self, adaptive: AdaptiveLimit, send: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """A slot of the adaptive limit, cut when the endpoint answers 429."""
+        epoch = await adaptive.acquire()
         try:
-            if self.global_slots:
-                lease = await self.global_slots.take()
-            try:
-                response = await send(*args)
-            except CallError as exc:
-                if self.adaptive and exc.rate_limited:
-                    self.adaptive.rate_limited(epoch)
-                raise
+            response = await self.usage.timed(send, *args)
+        except CallError as exc:
+            if exc.rate_limited:
+                adaptive.rate_limited(epoch)
+            raise
         finally:
-            if self.adaptive:
-                self.adaptive.release()
-            else:
-                self.slots.release()
-            if lease is not None:
-                await asyncio.sleep(0)
-                await self.global_slots.give_back(lease)  # type: ignore[union-attr]
-        if self.adaptive:
-            self.adaptive.succeeded()
+            adaptive.release()
+        adaptive.succeeded()
         return response
+
+
+class EndpointUsage:
+    """What one limit's endpoint did in this process: attempts sent, the most in flight at once, and
+    its busy time (seconds with at least one attempt in flight), for the night's summary."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.busy_s = 0.0
+        self._busy_since = 0.0
+
+    async def timed(self, send: Callable[..., Awaitable[T]], *args: Any) -> T:
+        self.calls += 1
+        if not self.in_flight:
+            self._busy_since = time.monotonic()
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await send(*args)
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self.busy_s += time.monotonic() - self._busy_since
+
+    def as_dict(self) -> dict[str, Any]:
+        busy = self.busy_s + (time.monotonic() - self._busy_since if self.in_flight else 0.0)
+        return {"calls": self.calls, "busy_s": round(busy, 3), "max_in_flight": self.max_in_flight}
+
+
+# Per event loop (a semaphore belongs to the loop that made it): endpoint label and limits -> CallLimits.
+_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], CallLimits]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def endpoint_label(provider: str, base_url: str) -> str:
+    """An endpoint as limits are shared and reported: provider, scheme, host, port and path, never the
+    credentials a URL may hold (the matrix's `endpoint_of` names it the same way)."""
+    parts = urlsplit(base_url.strip().rstrip("/"))
+    if not parts.scheme:
+        return f"{provider} {base_url}"
+    host = (parts.hostname or "").lower() + (f":{parts.port}" if parts.port else "")
+    return f"{provider} {parts.scheme.lower()}://{host}{parts.path}"
+
+
+def shared_limits(
+    endpoint: str,
+    concurrency: int,
+    request_timeout: float,
+    rpm: float | None = None,
+    adaptive: bool = False,
+    global_rate_limit: str | None = None,
+) -> CallLimits:
+    """The limits of `endpoint` in the running event loop, shared by every caller that asks with the
+    same values: runs side by side in one process (the nightly matrix's cells) hold one `concurrency`
+    and one `rpm` per endpoint together, not one each."""
+    key = (endpoint, concurrency, request_timeout, rpm, adaptive, global_rate_limit)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # made outside a loop (a script's caller): its own limits
+        return CallLimits(concurrency, request_timeout, rpm, adaptive, global_rate_limit)
+    per_loop = _shared.setdefault(loop, {})
+    limits = per_loop.get(key)
+    if limits is None:
+        limits = CallLimits(concurrency, request_timeout, rpm, adaptive, global_rate_limit)
+        per_loop[key] = limits
+    return limits
+
+
+def endpoint_usage() -> dict[str, dict[str, Any]]:
+    """What each endpoint's limits saw in the running event loop (summed over limits of one endpoint)."""
+    usage: dict[str, dict[str, Any]] = {}
+    for key, limits in _shared.get(asyncio.get_running_loop(), {}).items():
+        seen = limits.usage.as_dict()
+        known = usage.setdefault(key[0], {"calls": 0, "busy_s": 0.0, "max_in_flight": 0, "concurrency": key[1]})
+        known["calls"] += seen["calls"]
+        known["busy_s"] = round(known["busy_s"] + seen["busy_s"], 3)
+        known["max_in_flight"] = max(known["max_in_flight"], seen["max_in_flight"])
+    return usage

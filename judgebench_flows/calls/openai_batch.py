@@ -71,6 +71,12 @@ class OpenAIBatches:
             state.our_input = any(e.code in OUR_INPUT_CODES for e in errors)
         return state
 
+    async def cancel(self, batch_id: str) -> None:
+        try:
+            await self.client.batches.cancel(batch_id)
+        except openai.APIError as exc:
+            raise openai_call_error(exc) from None
+
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         batch = state.handle
         results: dict[str, LineResult] = {}

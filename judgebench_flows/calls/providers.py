@@ -3,7 +3,8 @@
 `ChatCaller` composes the policies every call goes through (call cache, request rules and their 400
 adjustments, retries, limits); the wire underneath is a `ModelAPI`: the OpenAI-compatible one
 (`transport.Transport`: chat, text completions, vLLM's pooling) or Anthropic's Messages API
-(`anthropic_api.AnthropicTransport`). A provider is one more implementation; so is a batch API.
+(`anthropic_api.AnthropicTransport`), or Google's OpenAI-compatible endpoints (`google_api.GoogleTransport`:
+the Gemini API and Vertex AI). A provider is one more implementation; so is a batch API.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from judgebench_flows.core.completion import Completion
 
 if TYPE_CHECKING:
     from judgebench_flows.calls.anthropic_api import AnthropicTransport
+    from judgebench_flows.calls.google_api import GoogleTransport
 
-Provider = Literal["openai", "anthropic"]
+Provider = Literal["openai", "anthropic", "gemini", "vertex"]
+GOOGLE = ("gemini", "vertex")
 
 
 class ModelAPI(Protocol):
@@ -53,7 +56,7 @@ def model_api(
     """The wire for a run's provider; with `batch_poll_seconds`, its batch API (`batch`), whose batches
     are stored in `engine` to be re-attached to. The anthropic SDK is imported for Anthropic runs only:
     it takes most of a second to import."""
-    wire: Transport | AnthropicTransport
+    wire: Transport | AnthropicTransport | GoogleTransport
     batches: BatchAPI
     if provider == "anthropic":
         from judgebench_flows.calls.anthropic_api import AnthropicTransport
@@ -63,6 +66,15 @@ def model_api(
         if batch_poll_seconds is None:
             return wire
         batches = AnthropicBatches(wire.clients[0], model)
+    elif provider in GOOGLE:
+        from judgebench_flows.calls.google_api import GoogleTransport
+
+        wire = GoogleTransport(provider, base_url, model, api_key, request_timeout, concurrency)
+        if batch_poll_seconds is None:
+            return wire
+        from judgebench_flows.calls.gemini_batch import GeminiBatches
+
+        batches = GeminiBatches(wire, api_key)
     else:
         wire = Transport(base_url, model, api_key, request_timeout, concurrency)
         if batch_poll_seconds is None:
@@ -80,10 +92,20 @@ def provider_rule(provider: str, model: str, request_style: str, drop_params: tu
     return rule_for(model, request_style, drop_params)
 
 
+def wire_params(provider: str, model: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters the provider's wire sends for these (what an answer may cost): Gemini 2.5 models
+    get room to think on top of the judge's `max_tokens` (`google_api.token_budget`)."""
+    if provider in GOOGLE:
+        from judgebench_flows.calls.google_api import token_budget
+
+        return token_budget(model, params)
+    return params
+
+
 def cache_api(provider: str, api: str) -> str:
     """The API a call's cache key names (`other_apis.endpoint_identity`): the judge's, or the provider's
     when that is not OpenAI's (the same messages sent as chat and as Messages are different requests)."""
     return api if provider == "openai" else f"{provider}-{api}"
 
 
-__all__ = ["ModelAPI", "Provider", "cache_api", "model_api", "provider_rule"]
+__all__ = ["ModelAPI", "Provider", "cache_api", "model_api", "provider_rule", "wire_params"]

@@ -11,6 +11,8 @@ server could not start, or stopped during the run (answered calls are cached: th
 budget resumes without paying for them again). A worst case above --max-cost is refused before any call
 with exit 2, like any other bad input (docs/cost.md).
 7 with --batch, the provider refused a batch as a whole for a reason not in our input.
+130 interrupted by Ctrl-C, 143 stopped by SIGTERM (systemd, Docker, Kubernetes, CI): one line, the run recorded
+`interrupted`, answered calls cached, so the same command resumes paying only for the calls that were in flight.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import atexit
 import json
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -33,6 +36,31 @@ EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
 EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
 EXIT_BATCH_REFUSED = 7  # --batch: the provider refused a batch as a whole, for a reason not in our input
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM): how service managers and CI stop a process
+RESUME_LINE = "answered calls are cached; run the same command again to resume"
+
+
+_TERMINATED = threading.Event()
+
+
+class Terminated(BaseException):
+    """SIGTERM outside a flow run (Prefect's own handler raises `TerminationSignal` inside one, then sends
+    the signal again to the handler it replaced: this one)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    """Raise once: a second SIGTERM (Prefect's re-sent one, or an impatient supervisor) must not
+    interrupt the clean-up the first one started."""
+    if not _TERMINATED.is_set():
+        _TERMINATED.set()
+        raise Terminated()
+
+
+def _stopped_by_sigterm(exc: BaseException) -> bool:
+    from prefect.exceptions import TerminationSignal
+
+    return _TERMINATED.is_set() or isinstance(exc, Terminated | TerminationSignal)
 
 
 def _run_parser(
@@ -65,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="judgebench",
         description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
         "3 unexpected error, 4 the run measured too little, 5 the Prefect server was lost, 6 the run spent its "
-        "--max-cost, 7 the provider refused a batch.",
+        "--max-cost, 7 the provider refused a batch, 130 Ctrl-C, 143 SIGTERM.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     _run_parser(sub)
@@ -114,19 +142,21 @@ def command_run(args: argparse.Namespace) -> int:
     _say_retirement(config)
     from judgebench_flows.cli import console
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
-    from judgebench_flows.cli.server_watch import RESUME, ServerWatch
+    from judgebench_flows.cli.server_watch import RESUME, ServerWatch, mark_run_failed
 
     server = use_prefect_server()
-    # A Prefect server that stops mid-run ends it with exit 5 within seconds, not a hang (server_watch).
-    watch = ServerWatch(server.api_url, server.pid, config.db_url).start()
+    # A Prefect server lost mid-run ends it with exit 5 (server_watch cancels it), not a hang.
+    watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_timeout).start()
     try:
         with pointed_at(server):
             return console.run_with_progress(config, show_progress=args.progress)
-    except Exception as exc:  # a configured server that stopped outlasts Prefect's retries, which fail the flow
-        lost = None if isinstance(exc, UserError) else watch.gone()
-        if lost is not None:
-            raise PrefectServerError(f"{lost}; {RESUME}") from exc
-        raise
+    except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
+        lost = watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
+        if lost is None:
+            raise
+        watch.disarm()
+        mark_run_failed(config.db_url, lost)
+        raise PrefectServerError(f"{lost}; {RESUME}") from None
     finally:
         watch.disarm()
 
@@ -279,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.automations import COMMANDS as AUTOMATIONS_COMMANDS
 
     commands.update(AUTOMATIONS_COMMANDS)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)  # a stop request ends like Ctrl-C: one line, not a traceback
     try:
         return commands[args.command](args)
     except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost
@@ -305,10 +337,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SERVER
     except KeyboardInterrupt:
-        print("interrupted: answered calls are cached; run the same command again to resume", file=sys.stderr)
-        return 130
+        print(f"interrupted: {RESUME_LINE}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line (exit 3); the traceback with --verbose, else in a log file
         return _unexpected(exc, getattr(args, "verbose", False))
+    except BaseException as exc:
+        if not _stopped_by_sigterm(exc):
+            raise
+        print(f"stopped by SIGTERM: {RESUME_LINE}", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 def _unexpected(exc: Exception, verbose: bool) -> int:

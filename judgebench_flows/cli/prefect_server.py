@@ -250,4 +250,29 @@ ADVICE = (
     "then resumes (see README, Exit codes)"
 )
 
-__all__ = ["PrefectServer", "PrefectServerError", "pointed_at", "serves_home", "use_prefect_server"]
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m judgebench_flows.cli.prefect_server`: print the API URL runs report to (starting this
+    PREFECT_HOME's background server if none answers), for `export PREFECT_API_URL=$(...)` before
+    Prefect's own commands (`prefect deploy`, a worker) in the same shell."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m judgebench_flows.cli.prefect_server",
+        description="Print the Prefect API URL that `judgebench run` reports to: PREFECT_API_URL if set, else "
+        "this PREFECT_HOME's background server (started now if none answers, as a run would).",
+    )
+    parser.parse_args(argv)
+    try:
+        print(use_prefect_server().api_url)
+    except PrefectServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 5
+    return 0
+
+
+__all__ = ["PrefectServer", "PrefectServerError", "pointed_at", "main", "serves_home", "use_prefect_server"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -60,7 +60,8 @@ class HideRunErrorsReportedElsewhere(logging.Filter):
 
     Prefect logs the failure (with a traceback) before `main` prints the same error as one line: for bad
     input that is noise which buries the line that tells the user what to fix; for a Prefect server that
-    stopped (its API unreachable), pages of tracebacks above the line that says how to resume. The filter
+    stopped (its API unreachable), pages of tracebacks above the line that says how to resume; for Ctrl-C
+    or SIGTERM, Prefect's "Crash detected" records above the line that says the run was stopped. The filter
     sits on the console handler only (cli/logging.yml), so the records still reach the Prefect API and
     the background log file; `--verbose` keeps them.
     """
@@ -73,6 +74,8 @@ class HideRunErrorsReportedElsewhere(logging.Filter):
         if record.exc_info and api_unreachable(record.exc_info[1]):
             return False
         message = record.getMessage()
+        if "cancelled by the runtime environment" in message:  # Ctrl-C or SIGTERM: `main` says so in one line
+            return False
         # A shard with unparseable verdicts or failed calls is expected and reported in the results.
         names = _user_error_names() | {"ShardIncomplete", *API_UNREACHABLE}
         return not any(f"{name}:" in message or f"{name}(" in message for name in names)

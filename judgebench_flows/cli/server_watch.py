@@ -8,17 +8,21 @@ judging on to the end (README, Exit codes).
 
 A thread watches the server for as long as the run judges: the process of Prefect's background server
 (cli/prefect_server) and, for any server, whether it answers. A background server whose process ended
-is lost at once; a server that has not answered for `JUDGEBENCH_SERVER_LOST_TIMEOUT` seconds
-(default 120: a loaded machine's server may be slow, not gone) is lost too. Then the thread lets the
-run's event loop write the answers it still holds to the call cache (bounded), marks this process's
-"running" rows in the results database `failed` with the reason, prints one line and ends the process
-with exit 5. A re-run of the same command pays only for the calls never answered.
+is lost at once; a server that has not answered for `--server-lost-timeout` seconds (default
+$JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120: a loaded machine's server may be slow, or restarting) is lost
+too, and one that answers again within that time lets the run go on (its slots of a global limit are
+healed, `global_limits`). When the server is lost the thread lets the run's event loop write the answers
+it still holds to the call cache (bounded), then cancels the run: SIGTERM to the main thread, which wakes
+it from any blocking call; `command_run` then marks the run `failed` with the reason and exits 5 with one
+line. Only a run that has not ended `CANCEL_GRACE_SECONDS` later (stuck in a call to the lost server) is
+ended from the thread. A re-run of the same command pays only for the calls never answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import threading
 import time
@@ -34,6 +38,7 @@ POLL_SECONDS = 0.5  # how often the server's process is checked (a /proc read)
 HEALTH_EVERY_SECONDS = 5.0  # how often the server is asked whether it answers
 HEALTH_TIMEOUT_SECONDS = 10.0
 FLUSH_SECONDS = 15.0  # the longest wait for the event loop to write the call cache
+CANCEL_GRACE_SECONDS = 20.0  # after the run is cancelled: its Prefect client may wait on the lost server
 # What a proxy in front of a stopped server answers: not the server answering.
 GATEWAY_ERRORS = (502, 503, 504)
 RESUME = "the calls answered so far are cached: run the same command again to resume"
@@ -88,11 +93,12 @@ def _where(api_url: str) -> str:
 class ServerWatch:
     """The thread described in the module docstring."""
 
-    def __init__(self, api_url: str, server_pid: int | None, db_url: str | None) -> None:
+    def __init__(self, api_url: str, server_pid: int | None, db_url: str | None, timeout: float | None = None) -> None:
         self.api_url = api_url
         self.server_pid = server_pid
         self.db_url = db_url
-        self.timeout = lost_timeout()
+        self.timeout = lost_timeout() if timeout is None else timeout
+        self.lost: str | None = None  # why the run was cancelled (the server is gone), for `command_run`
         self._disarmed = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="judgebench-server-watch", daemon=True)
 
@@ -129,7 +135,7 @@ class ServerWatch:
             elif time.monotonic() - last_answer > self.timeout:
                 self._lost(
                     f"{self._name()} stopped answering during the run "
-                    f"(no answer for {self.timeout:g} s, {LOST_TIMEOUT_ENV})"
+                    f"(no answer for {self.timeout:g} s, --server-lost-timeout)"
                 )
             next_ask = time.monotonic() + HEALTH_EVERY_SECONDS
 
@@ -137,14 +143,18 @@ class ServerWatch:
         if self._disarmed.is_set():  # the run ended meanwhile: its own outcome stands
             return
         flush_call_caches(FLUSH_SECONDS)
-        mark_run_failed(self.db_url, what)
         if self._disarmed.is_set():
             return
+        self.lost = what
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)  # cancel the run
+        if self._disarmed.wait(CANCEL_GRACE_SECONDS):
+            return
+        mark_run_failed(self.db_url, what)  # the run is stuck in a call to the lost server: end it from here
         if sys.stderr.isatty():
             sys.stderr.write("\x1b[?25h\n")  # a progress bar hides the cursor until it stops
         sys.stderr.write(f"error: {what}; {RESUME} (see README, Exit codes)\n")
         sys.stderr.flush()
-        os._exit(EXIT_SERVER)  # from this thread, at once: the main thread may be blocked in a call to the server
+        os._exit(EXIT_SERVER)
 
 
 async def _flush(callers: list) -> None:
@@ -170,7 +180,8 @@ def flush_call_caches(timeout: float) -> None:
 
 
 def mark_run_failed(db_url: str | None, message: str) -> None:
-    """This process's runs still "running" in the results database become `failed` with `message`."""
+    """This process's runs still "running" (or "interrupted" by the cancellation) in the results database
+    become `failed` with `message`."""
     if not db_url:
         return
     try:

@@ -16,7 +16,9 @@ from judgebench_flows.core.errors import UserError
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # The variable a provider's key is read from when the run names none.
-PROVIDER_KEY_ENVS = {"openai": DEFAULT_KEY_ENV, "anthropic": "ANTHROPIC_API_KEY"}
+PROVIDER_KEY_ENVS = {"openai": DEFAULT_KEY_ENV, "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+# Where a Vertex AI run's credentials come from (it has no key: a token from them, per call).
+VERTEX_CREDENTIALS = "the Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS or gcloud's)"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BLOCK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -80,6 +82,8 @@ def check_block_name(value: str | None, option: str = "api_key_secret") -> str |
 
 def describe(env_name: str | None, block_name: str | None, provider: str = "openai") -> str:
     """Where the key comes from, for messages: never the key."""
+    if provider == "vertex":
+        return VERTEX_CREDENTIALS
     if block_name:
         return f"Prefect Secret block '{block_name}'"
     return f"${env_name or PROVIDER_KEY_ENVS.get(provider, DEFAULT_KEY_ENV)}"
@@ -91,6 +95,8 @@ def read_api_key(env_name: str | None, block_name: str | None, required: bool = 
     explicitly must exist."""
     from judgebench_flows.core.secrets import register_secret
 
+    if provider == "vertex":  # no key: each call carries a token from the Application Default Credentials
+        return "EMPTY"
     if block_name:
         key = _read_secret_block(block_name)
     else:

@@ -20,6 +20,9 @@ class Completion:
     # Why the answer ended ("stop", "length", ...) and the tokens a reasoning model spent thinking.
     finish_reason: str | None = None
     reasoning_tokens: int = 0
+    # A batch run's answer sent synchronously (past its deadline, or after its batches expired): it is
+    # paid at the synchronous price.
+    synchronous: bool = False
 
 
 class CallFailed(Exception):

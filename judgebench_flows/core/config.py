@@ -6,6 +6,7 @@ The API key is read from the environment at call time and nowhere else.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,6 +23,29 @@ from judgebench_flows.core.errors import UserError
 DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 DEFAULT_DB_URL = "sqlite:///results/judgebench.db"
 ANTHROPIC_API_ROOT = "https://api.anthropic.com"
+GEMINI_API_ROOT = "https://generativelanguage.googleapis.com/v1beta/openai"
+
+
+def google_base_url(endpoint: EndpointSettings) -> str:
+    """The Gemini API's OpenAI-compatible root, or Vertex AI's endpoint of the run's project and location
+    (the project: --vertex-project, else GOOGLE_CLOUD_PROJECT, else the credentials' own)."""
+    if endpoint.provider == "gemini":
+        return GEMINI_API_ROOT
+    from judgebench_flows.core import google_adc
+
+    project = endpoint.vertex_project or os.environ.get("GOOGLE_CLOUD_PROJECT") or _adc_project()
+    if not project:
+        raise UserError("--provider vertex: no project; pass --vertex-project or set GOOGLE_CLOUD_PROJECT")
+    return google_adc.vertex_base_url(project, endpoint.vertex_location)
+
+
+@functools.cache
+def _adc_project() -> str | None:
+    from judgebench_flows.core.google_adc import default_credentials
+
+    return default_credentials()[1]
+
+
 # Options that name where a secret lives: an error never echoes their value (it may be a key pasted by mistake).
 SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -95,6 +119,12 @@ class RunConfig(BaseModel):
     )
     task_runner: Literal["thread", "dask"] = Field(default="thread", description="where shards run")
     dask_address: str | None = Field(default=None, description="tcp://HOST:PORT of a Dask scheduler")
+    server_lost_timeout: float | None = Field(
+        default=None,
+        ge=0,
+        description="seconds a run waits for a Prefect server that stopped answering before it ends with exit 5 "
+        "(default: $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120); a server back in time lets the run go on",
+    )
     global_limit: bool | None = Field(
         default=None,
         description="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency "
@@ -203,6 +233,8 @@ class RunConfig(BaseModel):
         ANTHROPIC_BASE_URL, else Anthropic's own API root)."""
         if self.endpoint.provider == "anthropic":
             return self.endpoint.base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API_ROOT
+        if self.endpoint.provider in ("gemini", "vertex"):
+            return self.endpoint.base_url or google_base_url(self.endpoint)
         return self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
 
     def resolved_base_url(self) -> str:

@@ -8,6 +8,7 @@ holds the key itself.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -19,16 +20,27 @@ class EndpointSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Each field is a `judgebench run` option too (cli/options.py), its description the help text.
-    provider: Literal["openai", "anthropic"] = Field(
+    provider: Literal["openai", "anthropic", "gemini", "vertex"] = Field(
         default="openai",
-        description="the endpoint's wire protocol: openai (any OpenAI-compatible chat endpoint) or anthropic "
+        description="the endpoint's wire protocol: openai (any OpenAI-compatible chat endpoint), anthropic "
         "(Anthropic's Messages API through the anthropic SDK; key from ANTHROPIC_API_KEY, URL from "
-        "ANTHROPIC_BASE_URL, else https://api.anthropic.com)",
+        "ANTHROPIC_BASE_URL, else https://api.anthropic.com), gemini (the Gemini API's OpenAI-compatible "
+        "endpoint; key from GEMINI_API_KEY) or vertex (Vertex AI's OpenAI-compatible endpoint with "
+        "Application Default Credentials; --vertex-project, --vertex-location)",
     )
     base_url: str | None = Field(
         default=None,
         description="the endpoint: an OpenAI-compatible API (else OPENAI_BASE_URL, else BASE_URL), or with "
-        "--provider anthropic the Messages API root (else ANTHROPIC_BASE_URL)",
+        "--provider anthropic the Messages API root (else ANTHROPIC_BASE_URL); gemini and vertex have "
+        "Google's own by default",
+    )
+    vertex_project: str | None = Field(
+        default=None,
+        description="with --provider vertex: the Google Cloud project (else GOOGLE_CLOUD_PROJECT, else the "
+        "project of the Application Default Credentials)",
+    )
+    vertex_location: str = Field(
+        default="us-central1", description="with --provider vertex: the Vertex AI region (or global)"
     )
     # Where the endpoint's key is read, by NAME only: an environment variable (default OPENAI_API_KEY)
     # or a Prefect Secret block. Never the key itself.
@@ -86,11 +98,31 @@ class EndpointSettings(BaseModel):
     batch: bool = Field(
         default=False,
         description="send every judgment through the provider's batch API (OpenAI Batch, Anthropic Message "
-        "Batches): about half the price, answers within 24 hours; for nightly runs, not interactive ones",
+        "Batches, Gemini Batch Mode): about half the price, answers within 24 hours; for nightly runs, not interactive ones",
     )
     batch_poll_seconds: float = Field(
         default=60.0, gt=0, description="with --batch: how often the status of submitted batches is read"
     )
+    batch_deadline: str | None = Field(
+        default=None,
+        description="with --batch: a time with its UTC offset (2026-11-26T07:00:00+01:00) when open batches are "
+        "cancelled and what they have not answered is judged synchronously (at the synchronous price)",
+    )
+
+    @field_validator("batch_deadline")
+    @classmethod
+    def _moment(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from datetime import datetime
+
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError("must be an ISO 8601 time such as 2026-11-26T07:00:00+01:00") from None
+        if moment.tzinfo is None:
+            raise ValueError("must give its UTC offset (+01:00, Z)")
+        return moment.isoformat()
 
     @field_validator("base_url")
     @classmethod
@@ -115,10 +147,27 @@ class EndpointSettings(BaseModel):
 
         return check_block_name(value)
 
+    @field_validator("vertex_project", "vertex_location")
+    @classmethod
+    def _google_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z][a-z0-9-]{1,62}", value):
+            raise ValueError("must be a Google Cloud name (lowercase letters, digits, dashes)")
+        return value
+
     @model_validator(mode="after")
     def _one_key_source(self) -> EndpointSettings:
         if self.api_key_env and self.api_key_secret:
             raise ValueError("give the key's source once: api_key_env or api_key_secret, not both")
+        if self.provider == "vertex" and (self.api_key_env or self.api_key_secret):
+            raise ValueError(
+                "--provider vertex authenticates with Application Default Credentials "
+                "(GOOGLE_APPLICATION_CREDENTIALS), not a key: leave out --api-key-env / --api-key-secret"
+            )
+        if self.provider == "vertex" and self.batch:
+            raise ValueError(
+                "--batch with --provider vertex: Vertex AI's batch prediction needs a Cloud Storage bucket, "
+                "which this tool does not manage; use --provider gemini --batch, or drop --batch"
+            )
         return self
 
 

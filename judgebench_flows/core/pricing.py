@@ -13,6 +13,7 @@ scoring layer reports it; neither imports the other.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import math
@@ -74,6 +75,15 @@ def cost_usd(price: ModelPrice | PricedAs, prompt_tokens: int, completion_tokens
     """Dollars for these tokens at this price; a batch call pays `batch_discount` of it."""
     dollars = (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1_000_000
     return round(dollars * (price.batch_discount if batch else 1.0), 10)
+
+
+def split_cost(
+    price: PricedAs, prompt_tokens: int, completion_tokens: int, sync_prompt: int = 0, sync_completion: int = 0
+) -> float:
+    """Dollars for a run's tokens, of which `sync_*` were sent synchronously by a batch run (deadline
+    passed, batches expired): those pay the synchronous price, the rest the run's own."""
+    batched = price.cost(prompt_tokens - sync_prompt, completion_tokens - sync_completion)
+    return round(batched + cost_usd(price, sync_prompt, sync_completion, False), 10)
 
 
 def batch_of(config: Any) -> bool:
@@ -233,6 +243,19 @@ class BudgetReached(UserError):
 
 
 @dataclass
+class NightSpend:
+    """The dollars of a night's cells running side by side in one process, against the night's budget:
+    each cell's `Spend` adds what it charges here and refuses a new call once the night's is spent."""
+
+    max_cost: float
+    spent: float = 0.0
+
+
+# The night's spending for the cells of this context (set by the nightly flow for each cell it runs).
+night_spend: contextvars.ContextVar[NightSpend | None] = contextvars.ContextVar("night_spend", default=None)
+
+
+@dataclass
 class Spend:
     """Dollars a run's calls have cost so far, from the usage each answer reports, against its budget.
 
@@ -245,13 +268,29 @@ class Spend:
     spent: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Tokens of a batch run's synchronous answers (past its deadline): paid without the batch discount.
+    synchronous_tokens: tuple[int, int] = (0, 0)
+    # The night this run is a cell of (its spending is counted there too), or None.
+    night: NightSpend | None = None
 
-    def charge(self, prompt_tokens: int, completion_tokens: int) -> None:
+    def charge(self, prompt_tokens: int, completion_tokens: int, synchronous: bool = False) -> None:
+        before = self.spent
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
-        self.spent = self.price.cost(self.prompt_tokens, self.completion_tokens)
+        if synchronous:
+            sync_prompt, sync_completion = self.synchronous_tokens
+            self.synchronous_tokens = (sync_prompt + prompt_tokens, sync_completion + completion_tokens)
+        self.spent = split_cost(self.price, self.prompt_tokens, self.completion_tokens, *self.synchronous_tokens)
+        if self.night is not None:
+            self.night.spent += self.spent - before
 
     def check(self) -> None:
+        if self.night is not None and self.night.spent >= self.night.max_cost:
+            raise BudgetReached(
+                f"the night's budget is reached: {format_usd(self.night.spent)} spent of max_cost "
+                f"{format_usd(self.night.max_cost)} by its cells together; answers so far are cached",
+                self.spent,
+            )
         if self.max_cost is not None and self.spent >= self.max_cost:
             raise BudgetReached(
                 f"budget reached: {format_usd(self.spent)} spent of --max-cost {format_usd(self.max_cost)}; "

@@ -130,6 +130,9 @@ class CallCacheRow(SQLModel, table=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     created: datetime = Field(default_factory=utcnow)
+    # The run that paid for the answer: a run's cost counts it even when the attempt that paid was lost
+    # (a Dask worker that died after writing it) and the retry read it from here.
+    paid_by: str | None = Field(default=None, max_length=32, index=True)
 
 
 class BatchRow(SQLModel, table=True):
@@ -146,6 +149,20 @@ class BatchRow(SQLModel, table=True):
     custom_ids: str
     status: str = "open"  # "open" until its results were read, then "done"
     created: datetime = Field(default_factory=utcnow)
+
+
+class RunLockRow(SQLModel, table=True):
+    """Which run judges a configuration now (`data/run_lock`): one row per configuration key, held while
+    its run is alive (renewed before `expires`), so a second identical run waits and then reads the first's
+    answers from the call cache instead of paying for them again."""
+
+    __tablename__ = "run_locks"
+
+    config_key: str = Field(primary_key=True, max_length=64)
+    run_id: str
+    host: str
+    pid: int
+    expires: datetime
 
 
 class SchemaMeta(SQLModel, table=True):
@@ -457,6 +474,12 @@ def fail_run(engine: Engine, run_id: str, error: BaseException) -> None:
     update_run(engine, run_id, status="failed", finished=utcnow(), message=message)
 
 
+def interrupt_run(engine: Engine, run_id: str, message: str) -> None:
+    """A run stopped on request (Ctrl-C, SIGTERM, cancelled from the Prefect UI): not a failure of the
+    run or its endpoint; the same command resumes it from the call cache."""
+    update_run(engine, run_id, status="interrupted", finished=utcnow(), message=message[:500])
+
+
 def save_judgments(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
     _upsert(engine, JudgmentRow, list(rows), ["run_id", "pair_id", "order_index"])
 
@@ -504,6 +527,17 @@ def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
 
 def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
     _upsert(engine, CallCacheRow, rows, ["key"])
+
+
+def paid_by_run(engine: Engine, run_id: str) -> tuple[int, int, int]:
+    """(answers, prompt tokens, completion tokens) the call cache holds from calls `run_id` paid for."""
+    table = _table(CallCacheRow)
+    query = sa.select(
+        sa.func.count(), sa.func.sum(table.c.prompt_tokens), sa.func.sum(table.c.completion_tokens)
+    ).where(table.c.paid_by == run_id)
+    with engine.connect() as connection:
+        calls, prompt, completion = connection.execute(query).one()
+    return int(calls or 0), int(prompt or 0), int(completion or 0)
 
 
 def batch_save(engine: Engine, row: dict[str, Any]) -> None:
@@ -580,16 +614,20 @@ def mark_crashed(engine: Engine) -> list[str]:
 
 
 def fail_this_process_runs(engine: Engine, message: str) -> None:
-    """This process's runs still 'running' become 'failed' with `message`: for a process about to end
-    without finishing them (its Prefect server is gone), which `mark_crashed` would otherwise only call
-    'crashed' later, without the reason."""
+    """This process's runs still 'running' (or 'interrupted' by the cancellation that ended them) become
+    'failed' with `message`: for a process whose Prefect server is gone, which `mark_crashed` would
+    otherwise only call 'crashed' later, without the reason."""
 
     def write() -> None:
         with engine.begin() as connection:
             table = _table(RunRow)
             connection.execute(
                 sa.update(table)
-                .where(table.c.status == "running", table.c.host == socket.gethostname(), table.c.pid == os.getpid())
+                .where(
+                    table.c.status.in_(("running", "interrupted")),
+                    table.c.host == socket.gethostname(),
+                    table.c.pid == os.getpid(),
+                )
                 .values(status="failed", finished=utcnow(), message=message[:500])
             )
 

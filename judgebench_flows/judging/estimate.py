@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.cache import request_key
 from judgebench_flows.calls.other_apis import endpoint_identity
-from judgebench_flows.calls.providers import cache_api
+from judgebench_flows.calls.providers import cache_api, wire_params
 from judgebench_flows.calls.request_rules import shape
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
@@ -85,6 +85,7 @@ def _prompt_tokens(messages: Messages) -> int:
 def output_cap(spec: JudgeSpec, judge: Judge, messages: Messages, price: PricedAs | None) -> int | None:
     """The most tokens one answer may have: what the request sends, else the model's own cap."""
     _, params = shape(request_rule_of(spec), messages, dict(judge.sampling))
+    params = wire_params(spec.endpoint.provider, spec.model, params)
     cap = params.get("max_completion_tokens") or params.get("max_tokens")
     return int(cap) if cap else price.max_output_tokens if price else None
 

@@ -9,6 +9,7 @@ client.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import hashlib
 import weakref
@@ -26,7 +27,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
+from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, night_spend, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
@@ -63,9 +64,19 @@ def add_total_hook(hook: TotalHook) -> None:
     _total_hooks.append(hook)
 
 
+# Told when the run of this context starts judging, its data read: the nightly flow starts its
+# synchronous cells once its batch cells are that far, so their batches go out first.
+judging_begins: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "judging_begins", default=None
+)
+
+
 def announce_total(judgments: int) -> None:
     for hook in _total_hooks:
         hook(judgments)
+    begun = judging_begins.get()
+    if begun is not None:
+        begun()
 
 
 def clear_progress_hooks() -> None:
@@ -85,6 +96,8 @@ class JudgeSpec(BaseModel):
     sampling_overrides: dict[str, Any] = {}
     orders: tuple[int, ...] = (0, 1)
     db_url: str | None = None
+    # The run judging (not part of any cache key): noted with each answer it pays for (`db.paid_by_run`).
+    run_id: str | None = None
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, Any] = {}
@@ -98,6 +111,9 @@ class JudgeSpec(BaseModel):
     # caller tracks the spend of the calls it sends. Not part of any cache key: prices change no answer.
     price: PricedAs | None = None
     max_cost: float | None = None
+    # The run this spec judges for: runs side by side in one process (the nightly matrix's cells) each
+    # get their own caller, counted and closed apart, even when they judge alike. Part of no cache key.
+    run_id: str = ""
 
     @property
     def base_url(self) -> str:
@@ -181,10 +197,10 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             model=spec.model,
             api_key=read_api_key(settings.api_key_env, settings.api_key_secret, provider=settings.provider),
             engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
-            global_limit=spec.global_limit,
             global_rate_limit=spec.global_rate_limit,
+            paid_by=spec.run_id,
             request_rule=request_rule_of(spec),
-            spend=Spend(spec.price, spec.max_cost) if spec.price is not None else None,
+            spend=Spend(spec.price, spec.max_cost, night=night_spend.get()) if spec.price is not None else None,
         )
         runtime = Runtime(build_judge(spec), caller)
         caller.api = runtime.judge.api  # judge_lm/panda_lm: completions; reward_model: pooling
@@ -239,11 +255,18 @@ def callers_by_loop() -> list[tuple[asyncio.AbstractEventLoop, list[ChatCaller]]
     ]
 
 
-async def close_runtimes() -> CallStats:
-    """Close this loop's endpoint clients (their connections belong to the loop that is about to end);
-    returns what they sent, summed (see `usage_of_calls`)."""
+async def close_runtimes(spec: JudgeSpec | None = None) -> CallStats:
+    """Close this loop's endpoint clients (their connections belong to the loop that is about to end), or
+    only `spec`'s (a run ending while others go on in the same loop); returns what they sent, summed (see
+    `usage_of_calls`)."""
     total = CallStats()
-    for runtime in _runtimes.pop(asyncio.get_running_loop(), {}).values():
+    loop = asyncio.get_running_loop()
+    if spec is None:
+        closing = list(_runtimes.pop(loop, {}).values())
+    else:
+        runtime = _runtimes.get(loop, {}).pop(spec.model_dump_json(), None)
+        closing = [runtime] if runtime is not None else []
+    for runtime in closing:
         await runtime.caller.aclose()
         for name in (f.name for f in dataclasses.fields(CallStats)):
             setattr(total, name, getattr(total, name) + getattr(runtime.caller.stats, name))

@@ -33,9 +33,12 @@ from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.published import (
     FileVerdict,
     data_file_parts,
+    missing_from_checkout,
     outputs_files,
     read_outputs_file,
     score_verdicts,
+    unread_note,
+    why_unreadable,
 )
 from judgebench_flows.scoring.stats import mcnemar_exact
 
@@ -122,8 +125,18 @@ def _latest_runs(engine: Any, *, seed: int, resamples: int) -> list[dict[str, An
     return entries
 
 
-def published_entries(checkout_path: Path, *, seed: int, resamples: int, required: bool = True) -> list[dict[str, Any]]:
-    """One scored entry per outputs/ file of the checkout; `required=False` makes a missing outputs/ empty."""
+def published_entries(
+    checkout_path: Path,
+    *,
+    seed: int,
+    resamples: int,
+    required: bool = True,
+    unread: list[tuple[str, str]] | None = None,
+) -> list[dict[str, Any]]:
+    """One scored entry per outputs/ file of the checkout; `required=False` makes a missing outputs/ empty.
+    A file that cannot be scored (a Git LFS pointer, bad JSON, a blob missing from the checkout) is left
+    out and added to `unread` as (file name, reason); when no file can be scored, the first problem is
+    the error."""
     try:
         files = outputs_files(checkout_path)
     except UserError:
@@ -131,8 +144,17 @@ def published_entries(checkout_path: Path, *, seed: int, resamples: int, require
             raise
         return []
     entries = []
+    problems: list[tuple[str, str]] = [
+        (name, "missing from the checkout") for name in missing_from_checkout(checkout_path)
+    ]
+    first_error: UserError | None = None
     for path in files:
-        scored = read_outputs_file(path)
+        try:
+            scored = read_outputs_file(path)
+        except UserError as exc:
+            first_error = first_error or exc
+            problems.append((path.name, why_unreadable(path, exc)))
+            continue
         entry: dict[str, Any] = {
             "response_model": scored.response_model,
             "dataset": scored.dataset,
@@ -147,6 +169,10 @@ def published_entries(checkout_path: Path, *, seed: int, resamples: int, require
         entry.update(score_verdicts(scored.verdicts, seed=seed, resamples=resamples))
         entry[CORRECTNESS] = distinct_correctness(scored.verdicts)
         entries.append(entry)
+    if not entries and first_error is not None:
+        raise first_error
+    if unread is not None:
+        unread.extend(problems)
     return entries
 
 
@@ -319,10 +345,16 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
     from judgebench_flows.data.dataset import fetch_repository
 
     checkout = fetch_repository(settings.repo_url, settings.ref, settings.cache_dir)
+    unread: list[tuple[str, str]] = []
     entries = published_entries(
-        checkout.path, seed=settings.seed, resamples=settings.bootstrap_resamples, required=settings.require_published
+        checkout.path,
+        seed=settings.seed,
+        resamples=settings.bootstrap_resamples,
+        required=settings.require_published,
+        unread=unread,
     )
     ours, note = read_runs(settings.db_url, seed=settings.seed, resamples=settings.bootstrap_resamples)
+    notes = ([unread_note(len(entries), unread)] if unread else []) + ([note] if note else [])
     sizes = benchmark_sizes(checkout.path)
     from sqlalchemy.engine import make_url
 
@@ -330,7 +362,7 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
         "generated": datetime.now(timezone.utc).isoformat(),
         "dataset": {"repo_url": checkout.repo_url, "commit": checkout.commit},
         "db_url": make_url(settings.db_url).render_as_string(hide_password=True),
-        "notes": [note] if note else [],
+        "notes": notes,
         "seed": settings.seed,
         "bootstrap_resamples": settings.bootstrap_resamples,
         "categories": list(CATEGORIES),

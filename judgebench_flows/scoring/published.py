@@ -235,8 +235,50 @@ def outputs_files(checkout_path: Path) -> list[Path]:
     return files
 
 
+LFS_POINTER = b"version https://git-lfs"
+
+
+def why_unreadable(path: Path, error: UserError) -> str:
+    """A short reason a published file could not be scored: a Git LFS pointer (the repository keeps the
+    file elsewhere), or the reading error (bad JSON, a missing field, not UTF-8)."""
+    try:
+        with path.open("rb") as handle:
+            if handle.read(len(LFS_POINTER)) == LFS_POINTER:
+                return "a Git LFS pointer, not the file"
+    except OSError:
+        return "cannot be read"
+    return str(error).removeprefix(f"{path.name} ").removeprefix(f"{path.name}: ")
+
+
+def missing_from_checkout(checkout_path: Path) -> list[str]:
+    """outputs/*.jsonl files the checkout's commit holds but its work tree lacks (a blob not fetched)."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(checkout_path), "ls-files", "-z", "--", "outputs/*.jsonl"],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    names = [name for name in listed.decode("utf-8", "replace").split("\0") if name]
+    return sorted(Path(name).name for name in names if not (checkout_path / name).is_file())
+
+
+def unread_note(ranked: int, unread: list[tuple[str, str]]) -> str:
+    """One line: how many published files were scored, and which could not be, and why."""
+    total = ranked + len(unread)
+    named = "; ".join(f"{name} ({reason})" for name, reason in unread)
+    return f"ranked {ranked} of {total} published files; {len(unread)} could not be read: {named}"
+
+
 __all__ = [
     "FileVerdict",
+    "missing_from_checkout",
+    "unread_note",
+    "why_unreadable",
     "OutputsFile",
     "data_file_parts",
     "judge_model_id",

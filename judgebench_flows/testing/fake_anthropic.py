@@ -222,7 +222,11 @@ class FakeAnthropicServer(FakeOpenAIServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m judgebench_flows.testing.fake_anthropic")
+    parser = argparse.ArgumentParser(
+        prog="python -m judgebench_flows.testing.fake_anthropic",
+        description="Serve a fake Anthropic Messages API on loopback (validated as the real API validates "
+        "requests), for `judgebench run --provider anthropic --base-url http://127.0.0.1:PORT`.",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--answer", default="My final verdict is [[A>B]]")

@@ -10,7 +10,9 @@ batch `failed` with the reasons in `errors`, as the real API does after `validat
 Each line is answered as the chat endpoint would answer it (400 for what the model refuses), unless
 one of the injected outcomes applies: `line_failure_rate` of the lines fail with a 500 or a 429
 (seeded), and `expire_after` makes a batch expire once that many of its lines were done, the rest in
-its error file as `batch_expired`. `hold` keeps every batch `in_progress` until released. Counters:
+its error file as `batch_expired` (`expire_after=0`: every batch expires with nothing done). `hold`
+keeps every batch `in_progress` until released (a batch that never finishes, unless cancelled);
+`turnaround` answers a batch no sooner than that many seconds after it was created. Counters:
 `submitted_lines` (custom id -> how often it was submitted), `answered_lines` (how often it was
 answered: paid), `batches_created`; `requests` still counts
 synchronous chat calls only.
@@ -114,11 +116,14 @@ class BatchFaults:
         line_failure_rate: float = 0.0,
         expire_after: int | None = None,
         hold: bool = False,
+        turnaround: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.max_lines = self.MAX_LINES if max_lines is None else max_lines
         self.line_failure_rate, self.expire_after, self.hold = line_failure_rate, expire_after, hold
+        self.turnaround = turnaround
+        self.cancelled_batches = 0
         self.submitted_lines: Counter[str] = Counter()
         self.answered_lines: Counter[str] = Counter()
         self.batches_created = 0
@@ -128,6 +133,10 @@ class BatchFaults:
     def release(self) -> None:
         """Let held batches finish at their next status read."""
         self.hold = False
+
+    def _due(self, created: float) -> bool:
+        """Whether a batch created at `created` (time.time()) may be answered now."""
+        return not self.hold and time.time() >= created + self.turnaround
 
     def _line_fault(self) -> int | None:
         """The injected failure of one line: 500, 429, or None (seeded)."""
@@ -240,13 +249,14 @@ class FakeBatchServer(BatchFaults, FakeOpenAIServer):
         with self._batch_lock:
             batch = self.batches[batch_id]
             if batch.status in ("validating", "in_progress"):
+                self.cancelled_batches += 1
                 self._finish(batch, done=0, final="cancelled")
             handler.send_json(200, batch.as_json())
 
     def _advance(self, batch: FakeBatch) -> None:
         if batch.status == "validating":
             batch.status = "failed" if batch.errors else "in_progress"
-        if batch.status == "in_progress" and not self.hold:
+        if batch.status == "in_progress" and self._due(batch.created_at):
             expire = self.expire_after
             self._finish(batch, done=len(batch.lines) if expire is None else expire, final="completed")
 
@@ -319,7 +329,12 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
         self.message_batches: dict[str, dict[str, Any]] = {}
 
     def _handle_post(self, handler: _Handler) -> None:
-        if handler.path.split("?", 1)[0].rstrip("/") != ANTHROPIC_BATCHES_PATH:
+        path = handler.path.split("?", 1)[0].rstrip("/")
+        if path.startswith(ANTHROPIC_BATCHES_PATH + "/") and path.endswith("/cancel"):
+            handler.read_body()
+            self._cancel(handler, path.split("/")[4])
+            return
+        if path != ANTHROPIC_BATCHES_PATH:
             super()._handle_post(handler)
             return
         body = handler.read_body()
@@ -336,6 +351,7 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
             "version": version,
             "results": None,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created": time.time(),
         }
         with self._batch_lock:
             self.message_batches[batch["id"]] = batch
@@ -370,7 +386,7 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
             handler.send_json(404, anthropic_error("not_found_error", f"no batch at {path}"))
             return
         with self._batch_lock:
-            if batch["processing_status"] == "in_progress" and not self.hold:
+            if batch["processing_status"] == "in_progress" and self._due(batch["created"]):
                 self._end(batch)
         if path.endswith("/results") and batch["results"] is not None:
             handler.send_raw(200, batch["results"], "application/binary")
@@ -392,12 +408,25 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
             "results_url": f"{self.base_url}{ANTHROPIC_BATCHES_PATH}/{batch['id']}/results" if ended else None,
         }
 
-    def _end(self, batch: dict[str, Any]) -> None:
-        done = len(batch["requests"]) if self.expire_after is None else self.expire_after
+    def _cancel(self, handler: _Handler, batch_id: str) -> None:
+        """`POST .../{id}/cancel`: an unfinished batch ends with its requests `canceled`."""
+        batch = self.message_batches.get(batch_id)
+        if batch is None:
+            handler.send_json(404, anthropic_error("not_found_error", f"no batch {batch_id}"))
+            return
+        with self._batch_lock:
+            if batch["processing_status"] == "in_progress":
+                self.cancelled_batches += 1
+                self._end(batch, canceled=True)
+        handler.send_json(200, self._batch_json(batch))
+
+    def _end(self, batch: dict[str, Any], canceled: bool = False) -> None:
+        done = 0 if canceled else len(batch["requests"]) if self.expire_after is None else self.expire_after
+        unfinished = {"type": "canceled" if canceled else "expired"}
         lines = [
             {
                 "custom_id": r["custom_id"],
-                "result": self._result(r["params"], batch["version"]) if i < done else {"type": "expired"},
+                "result": self._result(r["params"], batch["version"]) if i < done else unfinished,
             }
             for i, r in enumerate(batch["requests"])
         ]
@@ -414,3 +443,65 @@ class FakeAnthropicBatchServer(BatchFaults, FakeAnthropicServer):
         text = self._responder(params)
         text = str(text.get("content", "")) if isinstance(text, dict) else text
         return {"type": "succeeded", "message": message_body(str(params["model"]), params, text, None)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a batch API (OpenAI's Files + Batches, or Anthropic's Message Batches) on loopback until
+    Ctrl-C or SIGTERM; print its base URL first and the counters to stderr at the end."""
+    import argparse
+    import signal
+    import sys
+
+    from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
+
+    parser = argparse.ArgumentParser(
+        prog="python -m judgebench_flows.testing.fake_batches",
+        description="Serve a fake batch API on loopback: OpenAI's Files and Batch APIs (with its chat "
+        "endpoint), or Anthropic's Message Batches (with its Messages API), validated as the real APIs "
+        "validate them. For `judgebench run --batch` without a provider's key.",
+    )
+    parser.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 (the default) picks a free port")
+    parser.add_argument("--answer", default="My final verdict is [[A>B]]", help="the text of every answer")
+    parser.add_argument(
+        "--oracle", metavar="DATA.jsonl", default=None, help="answer as a judge that knows this data file's labels"
+    )
+    parser.add_argument("--oracle-accuracy", type=float, default=0.75, help="share of pairs it gets right")
+    parser.add_argument("--line-failure-rate", type=float, default=0.0, help="share of lines failing (500/429)")
+    parser.add_argument("--expire-after", type=int, default=None, help="expire a batch after this many lines")
+    parser.add_argument("--api-key", default=None, help="require this key")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    answer: Any = args.answer
+    if args.oracle:
+        answer = oracle_responder(
+            load_pairs(args.oracle), VERDICTS["arena_hard"], accuracy=args.oracle_accuracy, seed=args.seed
+        )
+    kind = FakeBatchServer if args.provider == "openai" else FakeAnthropicBatchServer
+    server = kind(
+        answer,
+        line_failure_rate=args.line_failure_rate,
+        expire_after=args.expire_after,
+        api_key=args.api_key,
+        seed=args.seed,
+        host=args.host,
+        port=args.port,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
+    server.start()
+    print(server.base_url, flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        print(json.dumps(server.snapshot(), default=str), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

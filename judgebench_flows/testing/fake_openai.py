@@ -267,7 +267,7 @@ def styled_error(style: str, status: int, payload: dict) -> dict:
     status as a string in `code`, no param; a reasoning model's sampling parameter is refused in its own
     words (`UnsupportedParamsError`). Anthropic: `{"type": "error", "error": {"type", "message"}}`.
     """
-    error = payload.get("error")
+    error = payload.get("error") if isinstance(payload, dict) else None  # Google's bodies are lists
     if not isinstance(error, dict):
         return payload
     refused_value, model = error.get("value"), error.get("model_group")
@@ -282,10 +282,11 @@ def styled_error(style: str, status: int, payload: dict) -> dict:
         return {"object": "error", "message": message, "type": exception, "param": param, "code": status}
     if style == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
-    if error.get("code") == "context_length_exceeded":  # LiteLLM 1.108 through its router, as measured
+    if error.get("code") == "context_length_exceeded":  # LiteLLM 1.108.7's router, word for word
         message = (
-            f"ContextWindowExceededError: OpenAIException - {message}\n"
-            f"Received Model Group={model}\nAvailable Model Group Fallbacks=None"
+            f"ContextWindowExceededError: OpenAIException - {message}\nmodel={model}. context_window_fallbacks=None. "
+            "fallbacks=None.\n\nSet 'context_window_fallback' - https://docs.litellm.ai/docs/routing#fallbacks\n\n"
+            f"LiteLLM: model group '{model}' failed with the error above. No fallback was attempted."
         )
         exception = "ContextWindowExceededError: litellm.BadRequestError"
     elif error.get("code") in ("unsupported_value", "unsupported_parameter") and param in REASONING_SAMPLING:

@@ -44,22 +44,48 @@ def oracle_responder(
     """Answers with the labelled verdict (or its opposite with `wrong`) in the judge's format; with
     `accuracy` below 1, a seeded share of the pairs gets the opposite in both orders."""
 
-    def mistaken(pair: dict) -> bool:
-        digest = hashlib.sha256(f"{seed}:{pair['pair_id']}".encode()).digest()
-        return int.from_bytes(digest[:4], "big") / 2**32 >= accuracy
-
     def respond(body: dict) -> str:
         shown = shown_pair(body, pairs)
         if shown is None:
             return "I cannot tell."
         pair, better_first = shown
-        return verdict(better_first != (wrong != mistaken(pair)))
+        return verdict(better_first != (wrong != mistaken(pair, accuracy, seed)))
 
     return respond
+
+
+def mistaken(pair: dict, accuracy: float, seed: int) -> bool:
+    """Whether the oracle gets this pair wrong (in both orders): a seeded draw per pair id."""
+    digest = hashlib.sha256(f"{seed}:{pair['pair_id']}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 >= accuracy
 
 
 def load_pairs(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-__all__ = ["VERDICTS", "load_pairs", "oracle_responder", "shown_pair"]
+def main(argv: list[str] | None = None) -> int:
+    """How many pairs of a data file the oracle gets right: the accuracy a whole run against
+    `fake_openai --oracle` (same --oracle-accuracy and --seed) must report."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m judgebench_flows.testing.oracle",
+        description="Print how many pairs of DATA.jsonl the stand-in judge (fake_openai --oracle) gets right: "
+        "the accuracy a whole run against it reports.",
+    )
+    parser.add_argument("data", metavar="DATA.jsonl")
+    parser.add_argument("--accuracy", type=float, default=0.75, help="as fake_openai's --oracle-accuracy")
+    parser.add_argument("--seed", type=int, default=0, help="as fake_openai's --seed")
+    args = parser.parse_args(argv)
+    pairs = load_pairs(args.data)
+    right = sum(not mistaken(pair, args.accuracy, args.seed) for pair in pairs)
+    print(f"{right} of {len(pairs)} pairs right ({right / max(1, len(pairs)):.2%})")
+    return 0
+
+
+__all__ = ["VERDICTS", "load_pairs", "main", "mistaken", "oracle_responder", "shown_pair"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -111,7 +111,8 @@ def print_comparison(comparison: dict[str, Any]) -> None:
     """Whole run ids (the title stacks them when the terminal is narrow); pair ids fold, never cut."""
     a, b = comparison["run_a"], comparison["run_b"]
     out.print(f"A: run {a}\nB: run {b}")
-    table = Table()
+    narrow = out.width < 100  # no borders: the characters go to the columns
+    table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for column in ("slice", "A", "B", "delta", "95% CI", "p", "verdict", "pairs"):
         table.add_column(column, justify="left" if column in ("slice", "verdict") else "right", overflow="fold")
     for row in comparison["slices"]:

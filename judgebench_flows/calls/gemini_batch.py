@@ -1,0 +1,189 @@
+"""The Gemini API's Batch Mode for `--batch --provider gemini` (`batch.BatchAPI`), through the official
+google-genai SDK (imported by Gemini batch runs only: it takes a while to import).
+
+A JSONL file of requests is uploaded through the Files API (`{"key": <custom id>, "request":
+<GenerateContentRequest>}` per line), a batch is created on it for the run's model
+(`models/<model>:batchGenerateContent`), polled until its state ends, and its responses file read back
+(`{"key", "response"}` or `{"key", "error"}` per line). Batch Mode speaks the native Gemini API, not the
+OpenAI-compatible one: each line is the synchronous chat request (`GoogleTransport.body`: the same token
+budget) translated field by field, and each response is translated back into the chat completion the
+synchronous wire would have read, so answers, token counts and the call cache are the same either way.
+Google bills Batch Mode at half the standard price.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from typing import Any
+
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
+
+from judgebench_flows.calls.batch import BatchState, LineResult
+from judgebench_flows.calls.errors import CallError, http_error
+from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, REFUSED, GoogleTransport
+from judgebench_flows.calls.transport import BadAnswerBody
+
+ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
+OPENAI_SUFFIX = "/v1beta/openai"
+# Chat parameters and their GenerationConfig names (what is not here is not sent in a batch line).
+GENERATION_CONFIG = {
+    "temperature": "temperature",
+    "top_p": "topP",
+    "max_tokens": "maxOutputTokens",
+    "max_completion_tokens": "maxOutputTokens",
+    "presence_penalty": "presencePenalty",
+    "frequency_penalty": "frequencyPenalty",
+    "seed": "seed",
+    "n": "candidateCount",
+    "top_k": "topK",
+}
+FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter"}
+
+
+def sdk_root(base_url: str) -> str:
+    """The API root the SDK takes: the OpenAI-compatible base URL without `/v1beta/openai`."""
+    root = base_url.rstrip("/")
+    return root[: -len(OPENAI_SUFFIX)] if root.endswith(OPENAI_SUFFIX) else root
+
+
+def native_request(chat: dict[str, Any]) -> dict[str, Any]:
+    """A chat completions body as the native GenerateContentRequest Batch Mode takes (no model: the
+    batch names it)."""
+    messages = list(chat.get("messages") or [])
+    request: dict[str, Any] = {}
+    if messages and messages[0].get("role") == "system":
+        request["systemInstruction"] = {"parts": [{"text": str(messages.pop(0)["content"])}]}
+    request["contents"] = [
+        {"role": "model" if m.get("role") == "assistant" else "user", "parts": [{"text": str(m.get("content"))}]}
+        for m in messages
+    ]
+    config = {GENERATION_CONFIG[k]: v for k, v in chat.items() if k in GENERATION_CONFIG}
+    if chat.get("stop"):
+        config["stopSequences"] = [chat["stop"]] if isinstance(chat["stop"], str) else list(chat["stop"])
+    if chat.get("reasoning_effort") in EFFORT_THINKING_TOKENS:
+        config["thinkingConfig"] = {"thinkingBudget": EFFORT_THINKING_TOKENS[str(chat["reasoning_effort"])]}
+    if config:
+        request["generationConfig"] = config
+    return request
+
+
+def chat_completion(response: dict[str, Any]) -> dict[str, Any]:
+    """A native GenerateContentResponse as the chat completion the synchronous wire reads: the answer's
+    text parts (never a thought), its finish reason, and the usage (thinking in `total_tokens`)."""
+    candidates = response.get("candidates") or []
+    candidate = candidates[0] if candidates and isinstance(candidates[0], dict) else {}
+    parts = (candidate.get("content") or {}).get("parts") or []
+    text = "".join(str(p.get("text") or "") for p in parts if isinstance(p, dict) and not p.get("thought"))
+    usage = response.get("usageMetadata") or {}
+    prompt, answer = int(usage.get("promptTokenCount") or 0), int(usage.get("candidatesTokenCount") or 0)
+    finish = candidate.get("finishReason")
+    choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH_REASONS.get(str(finish), finish)}
+    if candidate.get("content") is not None:
+        choice["message"] = {"role": "assistant", "content": text}
+    return {
+        "object": "chat.completion",
+        "model": response.get("modelVersion"),
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": answer,
+            "total_tokens": int(usage.get("totalTokenCount") or prompt + answer),
+        },
+    }
+
+
+def line_result(line: dict[str, Any]) -> tuple[str, LineResult]:
+    """A responses-file line as the synchronous wire's outcome: the chat completion, or the error with a
+    refused field named by its chat parameter (so the run drops it, as a synchronous 400 would). An
+    answer without a message (Gemini under load) is a failed line, asked again in a later batch."""
+    key, error = str(line.get("key")), line.get("error")
+    if isinstance(error, dict):
+        status = int(error.get("code") or 500)
+        message = str(error.get("message") or "")
+        param = refused_parameter(message) if status == 400 else None
+        if param:
+            error = {**error, "code": "unsupported_parameter", "param": param}
+        return key, LineResult(status, {"error": error})
+    completion = chat_completion(line.get("response") or {})
+    try:
+        GoogleTransport.answer("chat", completion)
+    except BadAnswerBody:
+        return key, LineResult(500, {"error": {"message": "Gemini answered without a message"}})
+    return key, LineResult(200, completion)
+
+
+def refused_parameter(message: str) -> str | None:
+    """The chat parameter whose GenerationConfig field a 400 refuses (`Unknown name "topK"`), if any."""
+    if not REFUSED.search(message):
+        return None
+    for chat_name, native in GENERATION_CONFIG.items():
+        if re.search(rf"(?<![A-Za-z_])({native}|{chat_name})(?![A-Za-z_])", message):
+            return chat_name
+    return None
+
+
+def genai_call_error(exc: genai_errors.APIError) -> CallError:
+    """google-genai's error as the project's `CallError` (status, Google's status name, message)."""
+    status = int(exc.code or 500)
+    return http_error(status, {"error": {"code": exc.status or status, "message": str(exc.message or exc)}})
+
+
+class GeminiBatches:
+    provider = "gemini"
+    max_lines = 100_000
+    max_bytes = 2 * 1024 * 1024 * 1024  # the Files API's limit per file
+
+    def __init__(self, wire: GoogleTransport, api_key: str):
+        self.wire, self.model = wire, wire.model
+        options = genai_types.HttpOptions(base_url=sdk_root(wire.base_url), api_version="v1beta")
+        self.client = genai.Client(api_key=api_key, http_options=options).aio
+
+    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+        return native_request(self.wire.body(messages, sampling))
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        return (json.dumps({"key": custom_id, "request": body}, ensure_ascii=False) + "\n").encode()
+
+    async def submit(self, lines: list[bytes]) -> str:
+        try:
+            upload = await self.client.files.upload(
+                file=io.BytesIO(b"".join(lines)),
+                config=genai_types.UploadFileConfig(display_name="judgebench-batch", mime_type="jsonl"),
+            )
+            job = await self.client.batches.create(
+                model=self.model, src=str(upload.name), config={"display_name": "judgebench-flows"}
+            )
+        except genai_errors.APIError as exc:
+            raise genai_call_error(exc) from None
+        return str(job.name)
+
+    async def state(self, batch_id: str) -> BatchState:
+        try:
+            job = await self.client.batches.get(name=batch_id)
+        except genai_errors.APIError as exc:
+            raise genai_call_error(exc) from None
+        status = job.state.value if job.state is not None else "JOB_STATE_UNSPECIFIED"
+        state = BatchState(status, ended=status in ENDED, handle=job)
+        if status == "JOB_STATE_FAILED":
+            state.refused = str(job.error.message if job.error and job.error.message else "failed without a reason")
+        return state
+
+    async def results(self, state: BatchState) -> dict[str, LineResult]:
+        """Each line's outcome; an expired or cancelled batch's lines without one are left out (not run)."""
+        dest = state.handle.dest
+        if dest is None or not dest.file_name:
+            return {}
+        try:
+            data = await self.client.files.download(file=dest.file_name)
+        except genai_errors.APIError as exc:
+            raise genai_call_error(exc) from None
+        results: dict[str, LineResult] = {}
+        for text in bytes(data or b"").decode().splitlines():
+            if text.strip():
+                key, result = line_result(json.loads(text))
+                results[key] = result
+        return results

@@ -1,0 +1,163 @@
+"""Cells side by side: one limit per endpoint shared by every cell calling it, a matrix-wide cap on
+cells in flight, batch cells cut off at the night's deadline, and bad new keys refused in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from judgebench_flows.calls.caller import ChatCaller
+from judgebench_flows.calls.limits import endpoint_usage
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.deployments.matrix import cell_name, parse_matrix
+from judgebench_flows.testing.fake_batches import FakeBatchServer
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
+from tests.test_nightly_outcomes import _night, _release_prefect_workers, _summary  # noqa: F401
+
+BASE = {"judge_types": ["vanilla"], "data_files": [GPT4O_FILE]}
+
+
+def test_cells_on_one_endpoint_share_its_limit_and_per_model_values_override_the_matrixs(monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    matrix = parse_matrix(
+        {
+            **BASE,
+            "concurrency": 16,
+            "options": {"rpm": 600},
+            "models": [
+                "gpt-4o-mini",  # the matrix's endpoint (the provider's default URL here)
+                {"model": "o3-mini", "concurrency": 4},  # same endpoint: its value is the endpoint's
+                {"model": "local", "base_url": "http://gpu-host:8000/v1/", "rpm": 60},
+                {"model": "claude-3-haiku-20240307", "provider": "anthropic"},
+            ],
+        }
+    )
+    limits = {
+        e.config.model: (e.endpoint, e.config.endpoint.concurrency, e.config.endpoint.rpm) for e in matrix.entries()
+    }
+    assert limits == {
+        "gpt-4o-mini": ("openai (default URL)", 4, 600),
+        "o3-mini": ("openai (default URL)", 4, 600),
+        "local": ("openai http://gpu-host:8000/v1", 16, 60),
+        "claude-3-haiku-20240307": ("anthropic https://api.anthropic.com", 16, 600),
+    }
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"cells_in_fligth": 4}, "cells_in_fligth: unknown key"),
+        (
+            {"models": [{"model": "m", "concurrency": 0}]},
+            "models.0.concurrency: Input should be greater than or equal to 1",
+        ),
+        ({"cells_in_flight": 0}, "cells_in_flight: Input should be greater than or equal to 1"),
+        ({"finish_by": "7am"}, "finish_by: expected a time of day and a time zone"),
+        ({"finish_by": "07:00 Europe/Atlantis"}, "finish_by: unknown time zone 'Europe/Atlantis'"),
+        ({"finish_by": "07:00 UTC", "deadline_minutes": 30}, "give one deadline: finish_by or deadline_minutes"),
+    ],
+)
+def test_bad_night_settings_are_one_line_naming_the_key(extra: dict, message: str, tmp_path: Path) -> None:
+    data = {**BASE, "models": ["m"], **extra}
+    with pytest.raises(UserError, match="^matrix: .*" + message.replace("(", r"\(").replace(")", r"\)")):
+        parse_matrix(data, "matrix")
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.deployments.matrix", str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr
+
+
+def test_finish_by_is_the_next_such_moment_in_its_time_zone() -> None:
+    matrix = parse_matrix({**BASE, "models": ["m"], "finish_by": "07:00 Europe/Berlin"})
+    at_two = datetime(2026, 11, 26, 1, 0, tzinfo=timezone.utc)  # 02:00 in Berlin
+    assert matrix.deadline(at_two) == datetime(2026, 11, 26, 6, 0, tzinfo=timezone.utc)
+    late = datetime(2026, 11, 26, 7, 30, tzinfo=timezone.utc)  # 08:30 in Berlin: tomorrow's 07:00
+    assert matrix.deadline(late) == datetime(2026, 11, 27, 6, 0, tzinfo=timezone.utc)
+    minutes = parse_matrix({**BASE, "models": ["m"], "deadline_minutes": 90}).deadline(at_two)
+    assert minutes == datetime(2026, 11, 26, 2, 30, tzinfo=timezone.utc)
+
+
+def test_callers_of_one_endpoint_in_one_loop_hold_one_limit_together() -> None:
+    async def go(a_url: str, b_url: str) -> dict:
+        callers = [
+            ChatCaller(base_url=url, model=model, api_key=CANARY_KEY, concurrency=3)
+            for url, model in ((a_url, "judge-1"), (a_url, "judge-2"), (b_url, "judge-3"))
+        ]
+        messages = [[{"role": "user", "content": f"question {i}"}] for i in range(12)]
+        try:
+            await asyncio.gather(*(c.complete(m, {"temperature": 0}) for c in callers for m in messages))
+        finally:
+            for caller in callers:
+                await caller.aclose()
+        return endpoint_usage()
+
+    with FakeOpenAIServer("ok", latency=0.1) as a, FakeOpenAIServer("ok", latency=0.1) as b:
+        usage = asyncio.run(go(a.base_url, b.base_url))
+        assert a.answered == 24 and a.max_in_flight == 3  # two callers, one limit of 3
+        assert b.answered == 12 and b.max_in_flight == 3
+        here = usage[f"openai http://127.0.0.1:{a.port}/v1"]
+    assert here["calls"] == 24 and here["max_in_flight"] == 3 and here["busy_s"] >= 24 * 0.1 / 3
+
+
+@pytest.mark.slow
+def test_a_night_runs_its_cells_side_by_side_and_cuts_a_batch_off_at_its_deadline(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+) -> None:
+    """Two models on one endpoint at concurrency 2 never have more than 2 calls in flight there, while
+    they and a third endpoint's model judge side by side; a batch that never finishes is cancelled at
+    the deadline and its requests judged synchronously, the cell still measuring the oracle's 100%."""
+    url, sha = judgebench_repo
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    oracle = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"])
+    with (
+        FakeOpenAIServer(oracle, latency=0.2) as shared,
+        FakeOpenAIServer(oracle, latency=0.2) as alone,
+        FakeBatchServer(oracle, hold=True) as batches,
+    ):
+        matrix = {
+            **BASE,
+            "repo_url": url,
+            "ref": sha,
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_root": str(tmp_path / "nightly"),
+            "max_samples": 6,
+            "concurrency": 2,
+            "deadline_minutes": 0.25,
+            "models": [
+                {"model": "judge-a", "base_url": shared.base_url},
+                {"model": "judge-b", "base_url": shared.base_url},
+                {"model": "judge-c", "base_url": alone.base_url, "concurrency": 3},
+                {"model": "judge-batch", "base_url": batches.base_url, "batch": True},
+            ],
+            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 100, "batch_poll_seconds": 0.5},
+        }
+        path = tmp_path / "night.yaml"
+        path.write_text(yaml.safe_dump(matrix))
+        state = _night(path)
+        assert state.is_completed(), repr(state)
+        assert shared.answered == 24 and shared.max_in_flight == 2  # one limit for both cells
+        assert alone.answered == 12 and alone.max_in_flight == 3
+        assert batches.batches_created == 1 and batches.cancelled_batches == 1 and batches.requests == 12
+        shared_endpoint = f"openai http://127.0.0.1:{shared.port}/v1"
+    results = json.loads(
+        (tmp_path / "nightly" / cell_name("vanilla", "judge-batch", GPT4O_FILE) / "results.json").read_text()
+    )
+    assert results["overall_accuracy"]["accuracy"] == 1.0
+    assert results["usage"]["synchronous_calls"] == 12
+    outcomes = state.result()
+    a, b = (o for o in outcomes if o["name"] in {cell_name("vanilla", m, GPT4O_FILE) for m in ("judge-a", "judge-b")})
+    assert a["wait_s"] < 30 and b["wait_s"] < 30  # neither waited for the other to finish
+    summary = _summary(state)
+    assert "wall time" in summary and f"| {shared_endpoint} | 2 | 24 |" in summary, summary

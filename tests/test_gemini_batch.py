@@ -235,3 +235,18 @@ def test_lines_refusing_a_field_adapt_the_rule_and_empty_answers_are_asked_again
     assert "topP" in jobs[0]["lines"][0]["request"]["generationConfig"]
     assert all("topP" not in line["request"]["generationConfig"] for job in jobs[1:] for line in job["lines"])
     assert server.empty_answers > 0 and len(jobs) >= 3
+
+
+def test_a_gemini_batch_that_never_finishes_is_cancelled_at_the_deadline_and_judged_synchronously() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    with FakeGeminiBatchServer("[[A>B]]", hold=True) as server:
+        caller = batch_caller(server)
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+        caller.transport.deadline = deadline.timestamp()  # type: ignore[attr-defined]
+        answers = judge_all(caller, 6)
+        assert [getattr(a, "text", a) for a in answers] == ["[[A>B]]"] * 6
+        assert all(a.synchronous for a in answers)
+        assert server.batches_created == 1 and server.cancelled_batches == 1
+        assert not any(job["output"] for job in server.jobs.values() if "output" in job)  # no line answered by batch
+    assert caller.stats.synchronous == 6

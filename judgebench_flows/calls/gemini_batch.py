@@ -172,6 +172,12 @@ class GeminiBatches:
             state.refused = str(job.error.message if job.error and job.error.message else "failed without a reason")
         return state
 
+    async def cancel(self, batch_id: str) -> None:
+        try:
+            await self.client.batches.cancel(name=batch_id)
+        except genai_errors.APIError as exc:
+            raise genai_call_error(exc) from None
+
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         """Each line's outcome; an expired or cancelled batch's lines without one are left out (not run)."""
         dest = state.handle.dest

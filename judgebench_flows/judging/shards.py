@@ -96,7 +96,9 @@ class JudgeSpec(BaseModel):
     sampling_overrides: dict[str, Any] = {}
     orders: tuple[int, ...] = (0, 1)
     db_url: str | None = None
-    # The run judging (not part of any cache key): noted with each answer it pays for (`db.paid_by_run`).
+    # The run judging (part of no cache key): noted with each answer it pays for (`db.paid_by_run`); runs
+    # side by side in one process (the nightly matrix's cells) each get their own caller, counted and
+    # closed apart, even when they judge alike.
     run_id: str | None = None
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
@@ -111,9 +113,6 @@ class JudgeSpec(BaseModel):
     # caller tracks the spend of the calls it sends. Not part of any cache key: prices change no answer.
     price: PricedAs | None = None
     max_cost: float | None = None
-    # The run this spec judges for: runs side by side in one process (the nightly matrix's cells) each
-    # get their own caller, counted and closed apart, even when they judge alike. Part of no cache key.
-    run_id: str = ""
 
     @property
     def base_url(self) -> str:

@@ -400,6 +400,9 @@ class FakeGeminiBatchServer(BatchFaults, FakeGoogleServer):
 
     def _handle_post(self, handler: _Handler) -> None:
         path, _, query = handler.path.partition("?")
+        if path.startswith("/v1beta/batches/") and path.endswith(":cancel"):
+            self._cancel(handler, path.removeprefix("/v1beta/").removesuffix(":cancel"))
+            return
         if not path.startswith("/upload/") and not path.endswith(":batchGenerateContent"):
             super()._handle_post(handler)
             return
@@ -417,6 +420,23 @@ class FakeGeminiBatchServer(BatchFaults, FakeGoogleServer):
             self._upload(handler, parse_qs(query)["upload_id"][0], body)
         else:
             self._create_job(handler, path.split("/")[-1].removesuffix(":batchGenerateContent"), body)
+
+    def _cancel(self, handler: _Handler, name: str) -> None:
+        """`POST /v1beta/batches/{id}:cancel`: a pending batch ends CANCELLED, its lines never run."""
+        handler.read_body()
+        problem = self._key_problem(handler)
+        if problem is not None:
+            self._send(handler, *problem)
+            return
+        with self._batch_lock:
+            job = self.jobs.get(name)
+            if job is not None and job["state"] == "BATCH_STATE_PENDING":
+                job["state"] = "BATCH_STATE_CANCELLED"
+                self.cancelled_batches += 1
+        if job is None:
+            self._send(handler, 404, google_error(404, "Batch not found."))
+        else:
+            self._send(handler, 200, {})
 
     def _upload(self, handler: _Handler, upload_id: str, chunk: bytes) -> None:
         with self._batch_lock:

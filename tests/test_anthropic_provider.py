@@ -120,7 +120,7 @@ def test_api_version_2026_refuses_sampling_and_its_rule_sends_none() -> None:
         rule = anthropic_rule(HAIKU, rule_version)
         params = {n: v for n, v in {"temperature": 0.0, "max_tokens": 8}.items() if n in (rule.keep_only or ())}
         try:
-            return await transport.post("chat", [USER], params)
+            return await transport.post([USER], params)
         finally:
             await transport.aclose()
 

@@ -23,7 +23,6 @@ from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MA
 from judgebench_flows.calls.errors import CallError, error_object, http_error
 from judgebench_flows.calls.transport import BadAnswerBody, clients_for
 from judgebench_flows.core.completion import Completion
-from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.secrets import redact
 
 MESSAGES_PATH = "/v1/messages"
@@ -120,10 +119,10 @@ class AnthropicTransport:
         ]
         self._next_client = itertools.cycle(self.clients)
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    checks_raw_scores = False
+
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         """One attempt: the response body as parsed JSON."""
-        if api != "chat":
-            raise UserError(f"--provider anthropic: this judge needs the {api} API, which the Messages API is not")
         body = messages_body(self.model, messages, sampling)
         try:
             return await next(self._next_client).post(MESSAGES_PATH, cast_to=cast(Any, dict[str, object]), body=body)
@@ -133,11 +132,14 @@ class AnthropicTransport:
             raise anthropic_call_error(exc, body) from None
 
     @staticmethod
-    def answer(api: str, response: Any) -> Completion:
+    def answer(response: Any) -> Completion:
         try:
             return completion_of(response)
         except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
+
+    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+        return None
 
     async def aclose(self) -> None:
         for client in self.clients:

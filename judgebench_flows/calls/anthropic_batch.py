@@ -37,7 +37,12 @@ class AnthropicBatches:
     def __init__(self, client: anthropic.AsyncAnthropic, model: str):
         self.client, self.model = client, model
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: Any, api_key: str) -> AnthropicBatches:
+        """The batch API on the Messages wire's first SDK client."""
+        return cls(wire.clients[0], wire.model)
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return messages_body(self.model, messages, sampling)
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:

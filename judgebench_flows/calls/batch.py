@@ -84,7 +84,11 @@ class BatchAPI(Protocol):
     max_lines: int
     max_bytes: int
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: Any, api_key: str) -> BatchAPI:
+        """The batch API of the provider whose chat wire this is (`providers.BATCHES`)."""
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         """The request body of one line: the same body a synchronous chat call sends."""
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
@@ -178,6 +182,7 @@ class BatchTransport:
     def __init__(self, inner: Any, batches: BatchAPI, store: BatchStore, poll_seconds: float):
         self.inner, self.batches, self.store, self.poll_seconds = inner, batches, store, poll_seconds
         self.base_url, self.model = inner.base_url, inner.model
+        self.checks_raw_scores = False  # chat only
         self.gather_seconds = min(GATHER_SECONDS, poll_seconds)
         self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
         self._bodies: dict[str, dict[str, Any]] = {}
@@ -194,7 +199,7 @@ class BatchTransport:
         # The deadline (time.time(); None: none) and the synchronous calls allowed in flight after it.
         self.deadline: float | None = None
         self.sync_concurrency = 16
-        self._requests: dict[str, tuple[str, list[dict[str, str]], dict[str, Any]]] = {}
+        self._requests: dict[str, tuple[list[dict[str, str]], dict[str, Any]]] = {}
         self._batches_of: Counter[str] = Counter()  # custom id -> batches it was submitted in
         self._sync_slots: asyncio.Semaphore | None = None
         self._sync_tasks: set[asyncio.Task[None]] = set()
@@ -203,10 +208,9 @@ class BatchTransport:
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
-        if api != "chat":  # both providers' batch APIs take chat requests only (the run refuses others first)
-            raise ValueError(f"--batch sends chat requests only, not {api}")
-        body = self.batches.body(api, messages, sampling)
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """Chat requests only: the factory wraps no other API's wire (`providers.unserved`)."""
+        body = self.batches.body(messages, sampling)
         cid = custom_id(body)
         if cid in self._answers:
             return self._answers[cid]
@@ -215,7 +219,7 @@ class BatchTransport:
         waiters.append(future)
         if len(waiters) == 1:
             self._bodies[cid] = body
-            self._requests[cid] = (api, messages, sampling)
+            self._requests[cid] = (messages, sampling)
             if self.past_deadline():
                 self._go_synchronous([cid])
             else:
@@ -375,12 +379,12 @@ class BatchTransport:
 
     async def _synchronous(self, cid: str) -> None:
         """One waiting line as a synchronous call (its outcome, answer or error, to every waiter)."""
-        api, messages, sampling = self._requests[cid]
+        messages, sampling = self._requests[cid]
         assert self._sync_slots is not None
         try:
             async with self._sync_slots:
                 self.sync_calls += 1
-                outcome: Any = SyncAnswer(await self.inner.post(api, messages, sampling))
+                outcome: Any = SyncAnswer(await self.inner.post(messages, sampling))
         except Exception as exc:
             outcome = exc
         for future in self._waiting.pop(cid, []):
@@ -400,12 +404,15 @@ class BatchTransport:
             self._bodies.pop(cid, None)
             self._requests.pop(cid, None)
 
-    def answer(self, api: str, response: Any) -> Completion:
+    def answer(self, response: Any) -> Completion:
         if isinstance(response, SyncAnswer):
-            completion = self.inner.answer(api, response.response)
+            completion = self.inner.answer(response.response)
             completion.synchronous = True
             return completion
-        return self.inner.answer(api, response)
+        return self.inner.answer(response)
+
+    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+        return None
 
     async def aclose(self) -> None:
         for task in [self._runner, *self._sync_tasks]:

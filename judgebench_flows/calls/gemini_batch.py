@@ -110,7 +110,7 @@ def line_result(line: dict[str, Any]) -> tuple[str, LineResult]:
         return key, LineResult(status, {"error": error})
     completion = chat_completion(line.get("response") or {})
     try:
-        GoogleTransport.answer("chat", completion)
+        GoogleTransport.read(completion)
     except BadAnswerBody:
         return key, LineResult(500, {"error": {"message": "Gemini answered without a message"}})
     return key, LineResult(200, completion)
@@ -142,7 +142,11 @@ class GeminiBatches:
         options = genai_types.HttpOptions(base_url=sdk_root(wire.base_url), api_version="v1beta")
         self.client = genai.Client(api_key=api_key, http_options=options).aio
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: GoogleTransport, api_key: str) -> GeminiBatches:
+        return cls(wire, api_key)
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return native_request(self.wire.body(messages, sampling))
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:

@@ -37,7 +37,6 @@ import openai
 from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.transport import BadAnswerBody, Transport, completion_from, openai_call_error
 from judgebench_flows.core.completion import Completion
-from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.google_adc import default_credentials
 from judgebench_flows.core.secrets import redact, register_secret
 
@@ -228,9 +227,7 @@ class GoogleTransport(Transport):
         """The chat body sent (and a batch line's): the model as the endpoint names it, the token budget."""
         return {"model": self.sent_model, "messages": messages, **token_budget(self.model, sampling)}
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
-        if api != "chat":
-            raise UserError(f"--provider {self.provider}: this judge needs the {api} API, which Google does not serve")
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         body = self.body(messages, sampling)
         client = next(self._next_client)
         stale: str | None = None
@@ -253,7 +250,7 @@ class GoogleTransport(Transport):
         raise AssertionError("unreachable")
 
     @staticmethod
-    def answer(api: str, response: Any) -> Completion:
+    def read(response: Any) -> Completion:
         """A chat answer; one without a message (Gemini under load) is a broken answer, retried. Thinking
         tokens Gemini reports only in `total_tokens` are paid as output, as Google bills them."""
         try:
@@ -273,3 +270,17 @@ class GoogleTransport(Transport):
             return completion
         except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
+
+
+class GeminiTransport(GoogleTransport):
+    """`--provider gemini` (the factory's uniform constructor)."""
+
+    def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
+        super().__init__("gemini", base_url, model, api_key, request_timeout, concurrency)
+
+
+class VertexTransport(GoogleTransport):
+    """`--provider vertex` (the factory's uniform constructor): the process's ADC token, never a key."""
+
+    def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
+        super().__init__("vertex", base_url, model, api_key, request_timeout, concurrency)

@@ -30,7 +30,12 @@ class OpenAIBatches:
     def __init__(self, client: openai.AsyncOpenAI, model: str):
         self.client, self.model = client, model
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: Any, api_key: str) -> OpenAIBatches:
+        """The batch API on the chat wire's first SDK client."""
+        return cls(wire.clients[0], wire.model)
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return {"model": self.model, "messages": messages, **sampling}
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:

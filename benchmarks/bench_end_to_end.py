@@ -2,7 +2,7 @@
 
 Both are timed as users start them, from the shell to exit, on the full GPT-4o file (350 pairs, both
 orders, 700 calls) against the bundled endpoint with a fixed latency L. `judgebench run` clones a git copy
-of ../shared/judgebench (pinned commit, clone cache warmed by a 2-pair run, as on any machine that ran it
+of the JudgeBench data (--data DIR, else $JUDGEBENCH_TEST_DATA, else ../shared/judgebench) (pinned commit, clone cache warmed by a 2-pair run, as on any machine that ran it
 before), and is timed twice: with no Prefect server running (it starts Prefect's background server of
 its PREFECT_HOME) and with one running (PREFECT_API_URL, as in production). Each timed run starts from an empty results database and empty
 Prefect result storage, so every call is paid.
@@ -41,7 +41,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_judging import GPT4O_FILE, make_repo, start_server  # noqa: E402
+from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo, start_server  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -151,7 +151,9 @@ def main() -> None:
     )
     parser.add_argument("--small", type=int, help="small-run mode: judge the first N pairs (see above)")
     parser.add_argument("--busy-first-runs", type=int, help="N fresh first runs beside two busy processes")
+    add_data_option(parser)
     args = parser.parse_args()
+    args.data = benchmark_data(args.data)
     if args.small:
         small_runs(args)
         return
@@ -162,7 +164,7 @@ def main() -> None:
     workdir, endpoint, base_url, env = bench_setup(args, "jb-e2e-")
     prefect_server = None
     try:
-        url, sha = make_repo(workdir)
+        url, sha = make_repo(workdir, args.data)
         pairs_file = workdir / "JudgeBench" / "data" / GPT4O_FILE
         judgebench = [
             *JUDGEBENCH_RUN,
@@ -246,7 +248,7 @@ def small_runs(args: argparse.Namespace) -> None:
     fully cached re-run of the 350-pair file with the server up."""
     workdir, endpoint, base_url, env = bench_setup(args, "jb-small-")
     try:
-        full = HERE.parent.parent / "shared" / "judgebench" / "data" / GPT4O_FILE
+        full = args.data / "data" / GPT4O_FILE
         small = workdir / "small.jsonl"
         small.write_text("".join(full.read_text().splitlines(keepends=True)[: args.small]))
 
@@ -298,7 +300,7 @@ def busy_first_runs(args: argparse.Namespace) -> None:
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     walls = []
     try:
-        full = HERE.parent.parent / "shared" / "judgebench" / "data" / GPT4O_FILE
+        full = args.data / "data" / GPT4O_FILE
         small = workdir / "small.jsonl"
         small.write_text("".join(full.read_text().splitlines(keepends=True)[:2]))
         for attempt in range(args.busy_first_runs):

@@ -2,7 +2,7 @@
 
 Starts the bundled OpenAI-compatible server in its own process with a fixed latency L, then runs the
 JudgeBench flow in this process at concurrency C on the full GPT-4o file (700 calls) cloned from a git
-copy of ../shared/judgebench, or on a synthetic file of --synthetic N pairs. Prints wall time, calls per
+copy of the JudgeBench data (--data DIR, else $JUDGEBENCH_TEST_DATA, else ../shared/judgebench), or on a synthetic file of --synthetic N pairs. Prints wall time, calls per
 second, the bound C / L and our share of it, our CPU time per judgment (this process only: the endpoint
 and the temporary Prefect server run elsewhere) next to what the openai client alone costs per call on
 this machine, peak memory, and the wall time of a fully cached re-run.
@@ -31,8 +31,33 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "judgebench"
+BESIDE_REPO = ROOT.parent / "shared" / "judgebench"
+DATA_ENV = "JUDGEBENCH_TEST_DATA"  # as the tests (tests/_benchmark_data.py)
 GPT4O_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
+
+
+def add_data_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        metavar="DIR",
+        default=None,
+        help=f"a JudgeBench checkout (default: ${DATA_ENV}, else ../shared/judgebench beside the repository)",
+    )
+
+
+def benchmark_data(given: str | None) -> Path:
+    """The JudgeBench checkout to benchmark on, found as the tests find it: --data, else $JUDGEBENCH_TEST_DATA,
+    else ../shared/judgebench. Without its GPT-4o file: one line naming where it looked, exit 2."""
+    chosen = given or os.environ.get(DATA_ENV) or str(BESIDE_REPO)
+    path = Path(chosen).expanduser()
+    if not (path / "data" / GPT4O_FILE).is_file():
+        print(
+            f"error: no JudgeBench data at {path} (data/{GPT4O_FILE} missing): pass --data DIR or set {DATA_ENV} "
+            "to a clone of https://github.com/ScalerLab/JudgeBench",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return path
 
 
 def start_server(latency: float, port: int) -> subprocess.Popen:
@@ -56,9 +81,9 @@ def start_server(latency: float, port: int) -> subprocess.Popen:
     return process
 
 
-def make_repo(workdir: Path) -> tuple[str, str]:
+def make_repo(workdir: Path, data: Path) -> tuple[str, str]:
     repo = workdir / "JudgeBench"
-    shutil.copytree(SHARED, repo)
+    shutil.copytree(data, repo, ignore=shutil.ignore_patterns(".git"))
     env = {
         **os.environ,
         "GIT_AUTHOR_NAME": "b",
@@ -171,7 +196,9 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=0, help="judge N synthetic pairs from a local file instead")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--reference", action="store_true", help="also time a run_judge.py-shaped loop")
+    add_data_option(parser)
     args = parser.parse_args()
+    data = None if args.synthetic else benchmark_data(args.data)
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -201,7 +228,8 @@ def main() -> None:
             make_synthetic(data_path, args.synthetic)
             config = RunConfig(data_path=str(data_path), **common)
         else:
-            url, sha = make_repo(workdir)
+            assert data is not None
+            url, sha = make_repo(workdir, data)
             data_path = workdir / "JudgeBench" / "data" / GPT4O_FILE
             config = RunConfig(repo_url=url, ref=sha, **common)
 

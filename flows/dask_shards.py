@@ -124,7 +124,7 @@ def _judge_all(
         done = finished.next_batch(block=False) if finished.has_ready() else []
         if not done:  # shards still judging, or the limit full of other runs' slots: look for room again
             time.sleep(idle)
-            idle = min(POLL_MAX_SECONDS / 4, 2 * idle)
+            idle = min(POLL_MAX_SECONDS, 2 * idle)
             fill()
             continue
         idle = POLL_MIN_SECONDS

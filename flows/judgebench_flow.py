@@ -62,6 +62,24 @@ from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
 
 
+async def prefect_api_answering(timeout: float) -> None:
+    """Wait, at most `timeout` seconds, until the Prefect API answers: after a server restart the run's
+    judging went on, but a Prefect client made now (publishing the artifact) fails at once on a refused
+    connection, where one that had connected before retries. Past the timeout the run's server watch has
+    ended the run (exit 5)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            async with get_client() as client:
+                if await client.api_healthcheck() is None:
+                    return
+        except Exception:  # refused or reset while the server boots
+            pass
+        await asyncio.sleep(1.0)
+
+
 def stop_request(exc: BaseException) -> str | None:
     """How the run was asked to stop (Ctrl-C, SIGTERM, a cancellation from Prefect), or None when `exc`
     is a failure. SIGTERM reaches the flow as Prefect's `TerminationSignal`, or as the cancellation of its
@@ -410,15 +428,25 @@ def run_info(
     )
 
 
+def warn_if_retiring(config: RunConfig) -> None:
+    """A model past or near its provider's shutdown date, in the run's log (deployments' runs: the CLI
+    says it before the flow starts)."""
+    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    if retiring:
+        get_run_logger().warning(retiring)
+
+
+def orders_of(config: RunConfig) -> str:
+    return "single game" if config.single_game else "both orders"
+
+
 async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes."""
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
     layout, config = config.output_dir, with_run_paths(config, run_id)
-    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
-    if retiring:  # deployments' runs: the CLI says it before the flow starts
-        logger.warning(retiring)
+    warn_if_retiring(config)
     engine = db.open_database(config.db_url)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
@@ -442,14 +470,8 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         raise
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
-        logger.info(
-            "judging %d pairs in %d shards (%s)",
-            header.dataset.n_pairs,
-            len(shards),
-            "single game" if config.single_game else "both orders",
-        )
-        load_s = clock.lap()
-        cpu_before = time.process_time()
+        logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
+        load_s, cpu_before = clock.lap(), time.process_time()
         await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
         stopped: RunFailed | None = None
         try:
@@ -479,6 +501,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         if too_little:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
+        await prefect_api_answering(config.server_lost_seconds())
         results.outputs = publish(run_id, results, sink, config, source, header, spec)
         point_latest(layout, run_id)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
+import types
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from prefect import flow, get_run_logger
+from prefect import Flow, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import get_run_context
 from prefect.states import Failed, State
@@ -288,6 +290,21 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
     return "\n".join(lines)
 
 
+def cell_flow(name: str) -> Any:
+    """The `judgebench` flow for the cell `name`, its function under a name of its own.
+
+    Prefect matches a rerun night's subflow calls (a crashed night rescheduled, a retried one) to the
+    earlier attempt's by the function's name and the order of the calls; cells side by side call in no
+    fixed order, so each cell gets its own name and its own count of calls: its finished subflow is
+    reused, never another cell's."""
+    fn = judgebench_flow.fn
+    own = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    own.__kwdefaults__, own.__annotations__, own.__doc__ = fn.__kwdefaults__, fn.__annotations__, fn.__doc__
+    own.__module__ = fn.__module__
+    own.__qualname__ = f"judgebench_flow_{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    return Flow(own, name=judgebench_flow.name, log_prints=False, persist_result=True, flow_run_name=name)
+
+
 async def judge_cell(
     entry: MatrixEntry, retry_delay_seconds: float, place: asyncio.Semaphore | None = None
 ) -> tuple[CellOutcome, State]:
@@ -295,7 +312,7 @@ async def judge_cell(
     reason that may pass; persist_result lets a rescheduled night reuse a finished subflow. `place`: the
     cell's place among the cells in flight, given up while it waits to try again."""
     logger = get_run_logger()
-    subflow = judgebench_flow.with_options(flow_run_name=entry.name, persist_result=True)
+    subflow = cell_flow(entry.name)
     state = await subflow(entry.config, retried_if_transient=True, return_state=True)
     outcome = await outcome_of(entry, state)
     if outcome.status == "failed" and outcome.transient:

@@ -3,6 +3,9 @@ and without the network decides at once (no clone waited on) that those tests sk
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,3 +35,20 @@ def test_none_turns_the_clone_off(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(_benchmark_data, "BESIDE_REPO", tmp_path / "no-shared")
     monkeypatch.setattr(_benchmark_data, "_github_reachable", lambda: pytest.fail("probed the network"))
     assert find_benchmark_data() is None
+
+
+@pytest.mark.parametrize("script", ["bench_judging.py", "bench_end_to_end.py"])
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_benchmarks_take_the_data_location_and_fail_in_one_line(tmp_path, script: str, how: str) -> None:
+    """The benchmarks find the data as the tests do (--data, JUDGEBENCH_TEST_DATA, ../shared/judgebench);
+    without it they say so in one line, exit 2, no traceback."""
+    root = Path(__file__).resolve().parents[1]
+    missing = tmp_path / "no-judgebench"
+    env = {**os.environ, ENV_VAR: str(missing)}
+    args = ["--data", str(missing)] if how == "option" else []
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / script), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: no JudgeBench data at {missing}")
+    assert "--data" in done.stderr and ENV_VAR in done.stderr

@@ -5,6 +5,7 @@ are where #22 derives the CLI from, so the text lives there and argparse repeats
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 
@@ -49,3 +50,23 @@ def test_a_prefix_of_an_option_is_refused(argv: list[str]) -> None:
         [sys.executable, "-m", "judgebench_flows.cli.main", *argv], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "unrecognized arguments" in result.stderr, result.stderr
+
+
+def test_automations_dry_run_is_a_short_summary_and_json_in_full() -> None:
+    """`automations install --dry-run` says in a few lines what it would create; `--format json` gives
+    every automation as Prefect's JSON (no server needed for either)."""
+    import json
+
+    base = [sys.executable, "-m", "judgebench_flows.cli.main", "automations", "install"]
+    base += ["--webhook-url", "https://hooks.example.com/judgebench", "--dry-run"]
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    text = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert len(lines) <= 6 and all(len(line) <= 100 for line in lines), text.stdout
+    for name in ("judgebench-alert", "judgebench-silent-runs-crashed", "judgebench-reschedule-crashed"):
+        assert sum(line.strip().startswith(f"{name}: ") for line in lines) == 1, text.stdout
+    full = subprocess.run([*base, "--format", "json"], capture_output=True, text=True, timeout=120, env=env)
+    assert full.returncode == 0, full.stderr
+    bodies = json.loads(full.stdout)
+    assert len(bodies) == 3 and all({"name", "trigger", "actions"} <= body.keys() for body in bodies)

@@ -132,7 +132,8 @@ def test_a_run_reports_what_its_calls_cost_and_a_cached_run_costs_nothing(
         assert f"expected: ${usage['cost_usd']:.4f} (from run" in expected.stdout, expected.stdout  # same tokens
         assert server.answered == 12
 
-        unpriced = run_cli(*_run_args(tmp_path, server.base_url, "judge-model", name="unpriced"))
+        # a model the bundled table prices, served by another endpoint than its provider's own: unpriced
+        unpriced = run_cli(*_run_args(tmp_path, server.base_url, "gpt-4o-mini", name="unpriced"))
         assert unpriced.returncode == 0, unpriced.stderr
         assert _usage(tmp_path, "unpriced")["cost_usd"] is None
         assert "cost unpriced" in unpriced.stdout

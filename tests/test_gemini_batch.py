@@ -250,3 +250,12 @@ def test_a_gemini_batch_that_never_finishes_is_cancelled_at_the_deadline_and_jud
         assert server.batches_created == 1 and server.cancelled_batches == 1
         assert not any(job["output"] for job in server.jobs.values() if "output" in job)  # no line answered by batch
     assert caller.stats.synchronous == 6
+
+
+def test_a_batch_for_a_model_google_does_not_know_stops_the_run_as_our_input() -> None:
+    from judgebench_flows.core.errors import BatchRefused
+
+    with FakeGeminiBatchServer("[[A>B]]", models={FLASH}) as server:
+        answers = judge_all(batch_caller(server, model="gemini-9-nonexistent"), 3)
+    assert all(isinstance(a, BatchRefused) and a.our_input for a in answers), answers
+    assert "gemini-9-nonexistent" in str(answers[0])

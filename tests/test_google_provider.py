@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -226,15 +227,23 @@ def test_gemini_replay_reproduces_o1_minis_score_through_the_gemini_api(
 def test_a_vertex_run_longer_than_three_token_lifetimes_has_no_failed_judgment(
     run_cli, judgebench_repo, tmp_path: Path
 ) -> None:
-    """`--provider vertex` with the service-account flow for real, tokens living 3 s and a run of many
-    times that: claude-3-haiku's 32.22 on the Claude pairs, 0 failed judgments, and neither a token nor
-    the private key in anything the run wrote or printed."""
+    """`--provider vertex` with the service-account flow for real, tokens living 2 s and calls spread over
+    more than three lifetimes: claude-3-haiku's 32.22 on the Claude pairs, 0 failed judgments, no call
+    refused for an expired token, and neither a token nor the private key in anything the run wrote or
+    printed."""
     pairs = load_jsonl(SHARED / "data" / CLAUDE_FILE)
     decisions = judgment_set(pairs, correct=87)
     replay = replay_responder(pairs, decisions)
-    with FakeTokenServer(lifetime=3) as tokens:
+    called: list[float] = []
+
+    def respond(body: dict) -> str:
+        called.append(time.monotonic())
+        return replay(body)
+
+    lifetime = 2
+    with FakeTokenServer(lifetime=lifetime) as tokens:
         account = tokens.service_account(tmp_path.parent / f"{tmp_path.name}-service-account.json")
-        with FakeGoogleServer(replay, mode="vertex", tokens=tokens, latency=0.15) as server:
+        with FakeGoogleServer(respond, mode="vertex", tokens=tokens, latency=0.25) as server:
             command = run_command(
                 judgebench_repo, server, tmp_path, "--provider", "vertex", model=FLASH, concurrency=16
             )
@@ -244,8 +253,9 @@ def test_a_vertex_run_longer_than_three_token_lifetimes_has_no_failed_judgment(
         results = json.loads((tmp_path / "results/judgebench.json").read_text())
         assert round(100 * results["overall_accuracy"]["accuracy"], 2) == 32.22
         assert results["invalid"]["failed_judgments"] == 0
-        # More than three lifetimes: tokens were refreshed (before expiry: none was refused for expiry).
-        assert tokens.issued > 3 and tokens.refused == [] and server.unauthenticated == 0, tokens.issued
+        assert max(called) - min(called) > 3 * lifetime
+        # Each token refreshed before it expired: none refused, no call answered 401.
+        assert tokens.issued >= 4 and tokens.refused == [] and server.unauthenticated == 0, tokens.issued
         written = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file())
         assert "ya29." not in written + result.stdout + result.stderr
         assert "PRIVATE KEY" not in written + result.stdout + result.stderr

@@ -157,7 +157,7 @@ def test_credentials_in_urls_reach_no_store(run_cli, tmp_path: Path, judgebench_
         "terminal": result.stdout + result.stderr,
         "results.json": results_text,
         "jsonl": next((tmp_path / "results" / "latest").glob("*.jsonl")).read_text(),
-        "report": (tmp_path / "results" / "run" / "report.html").read_text(),
+        "report": (tmp_path / "results" / "latest" / "report.html").read_text(),
         "prefect": asyncio.run(_prefect_record(results["run"]["flow_run_id"])),
     }
     engine = sa.create_engine("postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -361,7 +361,7 @@ def test_api_key_echoed_in_an_answer_is_stored_redacted(run_cli, tmp_path: Path)
     stored = {
         "results.json": json.dumps(results),
         "jsonl": next((tmp_path / "results" / "latest").glob("*.jsonl")).read_text(),
-        "report": (tmp_path / "results" / "run" / "report.html").read_text(),
+        "report": (tmp_path / "results" / "latest" / "report.html").read_text(),
     }
     with sqlite3.connect(tmp_path / "j.db") as connection:
         for table in ("judgments", "call_cache", "runs"):

@@ -161,3 +161,17 @@ def test_a_night_runs_its_cells_side_by_side_and_cuts_a_batch_off_at_its_deadlin
     assert a["wait_s"] < 30 and b["wait_s"] < 30  # neither waited for the other to finish
     summary = _summary(state)
     assert "wall time" in summary and f"| {shared_endpoint} | 2 | 24 |" in summary, summary
+
+
+def test_each_cell_has_a_subflow_identity_of_its_own() -> None:
+    """A rerun night matches subflow calls to the earlier attempt's by the function's task key and call
+    order: each cell has its own key, the same on every attempt, so it can only reuse its own subflow."""
+    from prefect.tasks import Task
+
+    from judgebench_flows.flows.nightly import cell_flow
+
+    flows = [cell_flow("vanilla__a__x"), cell_flow("vanilla__b__x"), cell_flow("vanilla__a__x")]
+    keys = [Task(name=f.name, fn=f.fn).task_key for f in flows]
+    assert keys[0] == keys[2] != keys[1]
+    assert {f.name for f in flows} == {"judgebench"} and all(f.persist_result for f in flows)
+    assert flows[0].flow_run_name == "vanilla__a__x"

@@ -142,7 +142,7 @@ def _estimate(tmp_path: Path, **options: object) -> tuple[Estimate, list[list[di
     from judgebench_flows.data.loading import read_pairs_at, select_pairs
 
     path = _pairs_file(tmp_path)
-    config = RunConfig(data_path=str(path), base_url="http://127.0.0.1:9/v1", **options)  # type: ignore[arg-type]
+    config = RunConfig(data_path=str(path), base_url="https://api.openai.com/v1", **options)  # type: ignore[arg-type]
     spec = judge_spec(config, None)
     index = select_pairs(path, None, 42)
     from judgebench_flows.judging.shards import build_judge
@@ -236,7 +236,7 @@ def test_without_the_clients_counts_paid_judgments_are_priced_from_the_records(t
     from judgebench_flows.scoring.metrics import Tally
 
     config = RunConfig(
-        model="gpt-4o-2024-05-13", data_path=str(_pairs_file(tmp_path)), base_url="http://127.0.0.1:9/v1"
+        model="gpt-4o-2024-05-13", data_path=str(_pairs_file(tmp_path)), base_url="https://api.openai.com/v1"
     )
     spec = judge_spec(config, None)
     tally = Tally.of(
@@ -249,3 +249,26 @@ def test_without_the_clients_counts_paid_judgments_are_priced_from_the_records(t
     assert cost_of_calls(spec, sent, tally)["cost_usd"] == pytest.approx(1.0)
     unpriced = judge_spec(config.model_copy(update={"model": "judge-model"}), None)
     assert cost_of_calls(unpriced, sent, tally) == {"cost_usd": None, "prices": None}
+
+
+@pytest.mark.parametrize(
+    ("base_url", "priced"),
+    [
+        ("https://api.openai.com/v1", True),
+        ("https://API.openai.com/v1/", True),
+        ("https://api.anthropic.com", True),
+        (None, True),  # not known: the table applies
+        ("http://127.0.0.1:8000/v1", False),  # the bundled stand-in, a local vLLM
+        ("https://my-gateway.example.com/v1", False),  # a gateway bills what it bills
+        ("https://api.openai.com.evil.example/v1", False),
+    ],
+)
+def test_bundled_prices_apply_on_the_providers_own_endpoint_only(base_url: str | None, priced: bool) -> None:
+    assert (price_for("gpt-4o-mini", base_url=base_url) is not None) is priced
+
+
+def test_a_price_file_prices_a_model_on_any_endpoint(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  gpt-4o-mini: {input_per_mtok: 0.01, output_per_mtok: 0.02}\n")
+    price = price_for("gpt-4o-mini", str(prices), base_url="http://127.0.0.1:8000/v1")
+    assert price is not None and price.input_per_mtok == 0.01 and price.table == str(prices)

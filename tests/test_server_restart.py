@@ -153,10 +153,10 @@ def test_a_run_outlives_a_restarted_prefect_server_or_ends_with_exit_5_and_resum
                     time.sleep(0.1)
                 server.kill()
                 killed = time.monotonic()
-                if back:
+                if back:  # the run judges on while its server is down, and ends judging before it is back
+                    gate.release.set()
                     time.sleep(3)
                     server.start()  # same PREFECT_HOME: the same database, none of the leases
-                    gate.release.set()
                 try:
                     _, stderr = run.communicate(timeout=ENDS_WITHIN + timeout)
                 except subprocess.TimeoutExpired:

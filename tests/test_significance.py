@@ -254,34 +254,48 @@ def seven(tmp_path_factory) -> dict:
 
 @requires_shared
 def test_tiers_equal_a_plain_computation(seven, tmp_path) -> None:
+    from judgebench_flows.data import db
     from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, markdown
     from judgebench_flows.scoring.leaderboard_report import render_leaderboard
+    from tests.test_leaderboard import save_run
 
+    # one of our runs over every pair is compared with the published rows; one on 20 pairs is not
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    engine = db.open_database(url)
+    gpt4o = load_jsonl(SHARED / "data" / GPT4O_FILE)
+    t0 = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    ours = save_run(engine, "f" * 32, "cfg-full", GPT4O_FILE, gpt4o, t0, seed=3, model="our-judge")
+    for row, pair in zip(ours, gpt4o, strict=True):
+        row["pair_id"] = pair["pair_id"]
+    save_run(engine, "5" * 32, "cfg-20", GPT4O_FILE, gpt4o[:20], t0, seed=4, model="our-subset")
+    engine.dispose()
     board = build_leaderboard(
         LeaderboardSettings(
             repo_url=seven["url"],
             ref=seven["sha"],
             cache_dir=str(tmp_path / "cache"),
-            db_url=f"sqlite:///{tmp_path / 'none.db'}",
+            db_url=url,
             bootstrap_resamples=200,
         )
     )
     gpt = [e for e in board["entries"] if e["group"] == "gpt-4o-2024-05-13"]
-    full = {e["judge_model"]: e for e in gpt if e["judge_model"] in SKILLS}
-    assert len(full) == 7
-    names = list(SKILLS)
-    expected = plain_tiers([seven["files"][output_name(GPT4O_FILE, "arena_hard", m)] for m in names])
+    full = {e["judge_model"]: e for e in gpt if e["judge_model"] in [*SKILLS, "our-judge"]}
+    assert len(full) == 8
+    names = [*SKILLS, "our-judge"]
+    expected = plain_tiers([seven["files"][output_name(GPT4O_FILE, "arena_hard", m)] for m in SKILLS] + [ours])
     assert [full[m]["tier"] for m in names] == expected
+    subset = next(e for e in board["entries"] if e["judge_model"] == "our-subset")
+    assert subset["rank"] is None and subset["tier"] is None
     assert len(set(expected)) >= 2 and any(expected.count(t) >= 2 for t in set(expected)), expected
     partial = next(e for e in gpt if e["judge_model"] == "judge-partial")
     assert partial["rank"] == 1 and partial["tier"] is None  # best accuracy, but on 300 of the 350 pairs
     claude = next(e for e in board["entries"] if e["judge_model"] == "judge-claude")
     assert claude["tier"] == 1  # its own table: never compared with the GPT-4o rows
-    # a row's test is against the best row of the tier it was compared in, Bonferroni over 6 tests
+    # a row's test is against the best row of the tier it was compared in, Bonferroni over 7 tests
     for entry in full.values():
         test = entry.get("tier_test")
         if test:
-            assert test["p_adjusted"] == pytest.approx(min(1.0, 6 * test["p_value"]))
+            assert test["p_adjusted"] == pytest.approx(min(1.0, 7 * test["p_value"]))
             assert full[test["against"]["judge_model"]]["tier"] in (entry["tier"], entry["tier"] - 1)
     assert "_correct" not in json.dumps(board)
     assert board["tiers"]["alpha"] == 0.05

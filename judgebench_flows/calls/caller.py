@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.budget import AttemptLedger, not_sent_again, rejections_here
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.errors import CallError
-from judgebench_flows.calls.limits import endpoint_label, shared_limits
+from judgebench_flows.calls.limits import CallLimits, endpoint_label, shared_limits
 from judgebench_flows.calls.other_apis import RawScoreCheck
 from judgebench_flows.calls.providers import cache_api, endpoint_identity, model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
@@ -148,7 +148,9 @@ class ChatCaller:
             if self.batch_deadline:
                 deadline = datetime.fromisoformat(self.batch_deadline).timestamp()
                 self.transport.deadline = deadline  # type: ignore[attr-defined]
-        self.limits = shared_limits(  # one limit per endpoint for every caller of it in this event loop
+        # One limit per endpoint for every caller of it in this event loop; a batch run's own (no limit).
+        share = shared_limits if not self.batch else lambda _endpoint, *limits: CallLimits(*limits)
+        self.limits = share(
             endpoint_label(self.provider, self.base_url),
             self.concurrency,
             self.request_timeout,

@@ -26,6 +26,7 @@ from judgebench_flows.calls.batch import BatchState, LineResult
 from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, REFUSED, GoogleTransport
 from judgebench_flows.calls.transport import BadAnswerBody
+from judgebench_flows.core.errors import BatchRefused
 
 ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
 OPENAI_SUFFIX = "/v1beta/openai"
@@ -141,6 +142,7 @@ class GeminiBatches:
         self.wire, self.model = wire, wire.model
         options = genai_types.HttpOptions(base_url=sdk_root(wire.base_url), api_version="v1beta")
         self.client = genai.Client(api_key=api_key, http_options=options).aio
+        wire.closers.append(self.client.aclose)
 
     @classmethod
     def for_wire(cls, wire: GoogleTransport, api_key: str) -> GeminiBatches:
@@ -162,6 +164,8 @@ class GeminiBatches:
                 model=self.model, src=str(upload.name), config={"display_name": "judgebench-flows"}
             )
         except genai_errors.APIError as exc:
+            if exc.code == 404:  # no such model (or not for Batch Mode): our input, exit 2
+                raise BatchRefused(f"gemini refused a batch for {self.model}: {exc.message}", our_input=True) from None
             raise genai_call_error(exc) from None
         return str(job.name)
 

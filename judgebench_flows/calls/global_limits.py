@@ -49,7 +49,8 @@ from judgebench_flows.core.errors import UserError
 LEASE_SECONDS = 60.0  # the shortest lease the Prefect server gives: how long a dead holder's slots stay taken
 RENEW_EVERY_SECONDS = LEASE_SECONDS / 3  # two renewals may fail before a lease expires
 POLL_MIN_SECONDS = 0.05  # first wait after the server says the limit is full
-POLL_MAX_SECONDS = 1.0  # longest wait between asks: bounds how long freed slots stay unused
+POLL_MAX_SECONDS = 0.25  # longest wait between asks: bounds how long freed slots stay unused
+RETURN_SECONDS = LEASE_SECONDS  # how long `close` waits for a server away to take slots back
 UNREACHABLE_SECONDS = 600.0  # a wait for slots ends when the server has not answered this long
 LOCKED, NOT_FOUND = 423, 404
 TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
@@ -241,6 +242,7 @@ class SlotLeases:
         self._local = threading.local()
         self.requests = 0  # API requests made for slots (the benchmark reports them)
         self.unreachable_since: float | None = None
+        self._unreturned: list[Held] = []  # given back while the server did not answer
 
     def _client(self) -> Any:
         client = getattr(self._local, "client", None)
@@ -285,26 +287,43 @@ class SlotLeases:
             wait = min(POLL_MAX_SECONDS, wait * 2)
 
     def give_back(self, handle: int) -> None:
-        """Return the slots of `handle`: by lease if it still exists, else by count (it was lost). A server
-        that does not answer lets the lease expire (`LEASE_SECONDS`); the next run start repairs a lost one."""
+        """Return the slots of `handle`: by lease if it still exists, else by count (it was lost). While
+        the server does not answer (restarting), the renewal thread and `close` try again."""
         with self._lock:
             held = self._held.pop(handle, None)
         if held is None or held.lease_id is None:
             return
+        self._try_return(held)
+
+    def _try_return(self, held: Held) -> bool:
         try:
             self._return(held)
-        except (httpx.HTTPError, GlobalLimitError) as exc:
-            logger.warning("could not give back slots of %s: %s", self.name, exc)
+            return True
+        except (httpx.HTTPError, GlobalLimitError):
+            with self._lock:
+                self._unreturned.append(held)
+            return False
+
+    def _retry_returns(self) -> bool:
+        """Try again to give back what the server did not take; whether everything is back."""
+        with self._lock:
+            pending, self._unreturned = self._unreturned, []
+        return all([self._try_return(held) for held in pending])
 
     def close(self) -> None:
-        """Give back every slot still held and stop renewing."""
+        """Give back every slot still held and stop renewing; a server away (restarting) is waited for
+        up to `RETURN_SECONDS`, then its leases are left to expire (or, lost, to the next run's repair)."""
         self._stop.set()
         with self._lock:
             held, self._held = list(self._held.values()), {}
         for one in held:
             if one.lease_id is not None:
-                with contextlib.suppress(Exception):
-                    self._return(one)
+                self._try_return(one)
+        deadline = time.monotonic() + RETURN_SECONDS
+        while self._unreturned and time.monotonic() < deadline and not self._retry_returns():
+            time.sleep(1.0)
+        if self._unreturned:
+            logger.warning("could not give back %d groups of slots of %s", len(self._unreturned), self.name)
         client = getattr(self._local, "client", None)
         if client is not None:
             with contextlib.suppress(Exception):
@@ -367,6 +386,7 @@ class SlotLeases:
                     self._renew_one(handle, one)
                 except Exception as exc:  # the server is away: the next round tries again (server_watch bounds it)
                     logger.warning("could not renew slots of %s: %s", self.name, exc)
+            self._retry_returns()
 
     def _renew_one(self, handle: int, held: Held) -> None:
         client = self._client()

@@ -28,6 +28,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -222,6 +223,7 @@ class GoogleTransport(Transport):
         # Vertex: the key slot is never a secret (each request carries the current token instead).
         super().__init__(base_url, model, "adc" if self.token else api_key, request_timeout, concurrency)
         self.sent_model = vertex_model(model) if self.token else model
+        self.closers: list[Callable[[], Awaitable[None]]] = []  # what else closes with it (a batch client)
 
     def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         """The chat body sent (and a batch line's): the model as the endpoint names it, the token budget."""
@@ -248,6 +250,11 @@ class GoogleTransport(Transport):
             except openai.APIError as exc:
                 raise openai_call_error(exc) from None
         raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        for close in self.closers:
+            await close()
+        await super().aclose()
 
     @staticmethod
     def read(response: Any) -> Completion:

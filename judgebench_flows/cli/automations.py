@@ -43,7 +43,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--notify-block",
         help="send alerts through this saved Prefect notification block (TYPE/NAME, e.g. slack-webhook/team)",
     )
-    install.add_argument("--dry-run", action="store_true", help="print the automations; change nothing")
+    install.add_argument("--dry-run", action="store_true", help="say what would be created or updated; change nothing")
+    install.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="with --dry-run: a short summary (text) or every automation as Prefect's JSON",
+    )
     actions.add_parser(
         "remove",
         help="delete the automations (and the webhook block) that install created",
@@ -76,10 +82,14 @@ def _install(args: argparse.Namespace) -> int:
     if args.dry_run:
         if args.webhook_url:
             automations.webhook_block(args.webhook_url)  # the same checks as a real install
+        bodies = [a.model_dump(mode="json", exclude={"id"}, exclude_none=True) for a in automations.planned()]
+        if args.format == "json":
+            print(json.dumps(bodies, indent=2, sort_keys=True))
+            return 0
         print(f"would send alerts through {args.notify_block or 'a custom-webhook block for ' + args.webhook_url}")
-        for automation in automations.planned():
-            body = automation.model_dump(mode="json", exclude={"id"}, exclude_none=True)
-            print(json.dumps(body, indent=2, sort_keys=True))
+        print(f"would create or update {len(bodies)} automations (--format json: each in full):")
+        for body in bodies:
+            print(f"  {body['name']}: {body.get('description', '').removeprefix('JudgeBench: ')}")
         return 0
     for name, done in automations.install(args.webhook_url, args.notify_block):
         print(f"{done}: {name}")

@@ -146,7 +146,7 @@ def command_run(args: argparse.Namespace) -> int:
 
     server = use_prefect_server()
     # A Prefect server lost mid-run ends it with exit 5 (server_watch cancels it), not a hang.
-    watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_timeout).start()
+    watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_seconds()).start()
     try:
         with pointed_at(server):
             return console.run_with_progress(config, show_progress=args.progress)

@@ -97,12 +97,25 @@ def use_prefect_server() -> PrefectServer:
 def serves_home(api_url: str, home: Path) -> bool:
     """Whether the Prefect server behind `api_url` is the one of `home`: it reports its settings through
     Prefect's public `GET /admin/settings`. Anything else (another home, another program) is not ours."""
+    request = urllib.request.Request(f"{api_url.rstrip('/')}/admin/settings", headers=_auth_headers())
     try:
-        with urllib.request.urlopen(f"{api_url.rstrip('/')}/admin/settings", timeout=5.0) as answer:
+        with urllib.request.urlopen(request, timeout=5.0) as answer:
             theirs = json.loads(answer.read()).get("home")
     except (OSError, ValueError, AttributeError):
         return False
     return isinstance(theirs, str) and _same_path(Path(theirs).expanduser(), home)
+
+
+def _auth_headers() -> dict[str, str]:
+    """Prefect's client authentication, for a server started with an auth string (as Prefect's client sends it)."""
+    import base64
+
+    from prefect.settings import get_current_settings
+
+    secret = get_current_settings().api.auth_string
+    if secret is None:
+        return {}
+    return {"Authorization": "Basic " + base64.b64encode(secret.get_secret_value().encode()).decode()}
 
 
 def _same_path(a: Path, b: Path) -> bool:

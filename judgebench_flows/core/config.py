@@ -51,6 +51,9 @@ SECRET_NAME_FIELDS = frozenset({"api_key_env", "api_key_secret"})
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
+DEFAULT_SERVER_LOST_SECONDS = 120.0
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -210,6 +213,16 @@ class RunConfig(BaseModel):
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
         return self
 
+    def server_lost_seconds(self) -> float:
+        """How long the run waits for a Prefect server that stopped answering (`--server-lost-timeout`, else
+        $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120 s)."""
+        if self.server_lost_timeout is not None:
+            return self.server_lost_timeout
+        try:
+            return max(0.0, float(os.environ.get("JUDGEBENCH_SERVER_LOST_TIMEOUT", DEFAULT_SERVER_LOST_SECONDS)))
+        except ValueError:
+            return DEFAULT_SERVER_LOST_SECONDS
+
     @property
     def uses_global_limit(self) -> bool:
         """Whether calls also take slots of a Prefect global concurrency limit shared by all workers."""
@@ -230,7 +243,7 @@ class RunConfig(BaseModel):
 
     def _given_base_url(self) -> str | None:
         """--base-url, else the environment's OPENAI_BASE_URL or BASE_URL, as given (Anthropic's Messages API:
-        ANTHROPIC_BASE_URL, else Anthropic's own API root)."""
+        ANTHROPIC_BASE_URL, else Anthropic's own API root; Gemini and Vertex AI: Google's, `google_base_url`)."""
         if self.endpoint.provider == "anthropic":
             return self.endpoint.base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API_ROOT
         if self.endpoint.provider in ("gemini", "vertex"):

@@ -149,11 +149,37 @@ def bundled_prices() -> dict[str, ModelPrice]:
     return parse_prices(yaml.safe_load(text), "the bundled price table")
 
 
-def price_for(model: str, prices_file: str | None = None, batch: bool = False) -> PricedAs | None:
+# The providers' own APIs, where the bundled table's list prices are what a call costs.
+PROVIDER_HOSTS = frozenset({"api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com"})
+
+
+def providers_own_endpoint(base_url: str | None) -> bool:
+    """Whether `base_url` is a model provider's own API (the bundled prices apply), not another endpoint
+    serving a model of that name: a local vLLM, the bundled stand-in or a gateway bills what it bills
+    (often nothing), so a bundled price there would show a bill that never came. None: not known (yes)."""
+    if base_url is None:
+        return True
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(base_url).hostname or "").lower()
+    except ValueError:
+        return False
+    return host in PROVIDER_HOSTS
+
+
+def price_for(
+    model: str, prices_file: str | None = None, batch: bool = False, base_url: str | None = None
+) -> PricedAs | None:
     """The price of `model` (the id sent to the endpoint, exactly): the user's file first, then the
-    bundled table; None when neither has it (unpriced). Reads and checks the file each time it is asked."""
+    bundled table when `base_url` is the provider's own API; None otherwise (unpriced). Reads and checks
+    the file each time it is asked."""
     user = load_price_file(prices_file) if prices_file else {}
-    price, table = (user[model], prices_file) if model in user else (bundled_prices().get(model), BUNDLED)
+    price: ModelPrice | None
+    if model in user:
+        price, table = user[model], prices_file
+    else:
+        price, table = (bundled_prices().get(model) if providers_own_endpoint(base_url) else None), BUNDLED
     if price is None:
         return None
     return PricedAs(

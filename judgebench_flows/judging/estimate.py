@@ -201,8 +201,8 @@ def check_priced(model: str, price: PricedAs | None, max_cost: float | None, pri
     if max_cost is not None and price is None:
         where = f"in {prices_file} or " if prices_file else ""
         raise UserError(
-            f"--max-cost: '{model}' has no price {where}in the bundled table, so the budget cannot be "
-            "checked: give its price with --prices FILE"
+            f"--max-cost: '{model}' has no price {where}in the bundled table for this endpoint (the table "
+            "prices the providers' own APIs only), so the budget cannot be checked: give its price with --prices FILE"
         )
 
 

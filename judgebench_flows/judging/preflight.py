@@ -98,7 +98,7 @@ def check_prices(config: RunConfig) -> None:
     from judgebench_flows.judging.estimate import check_priced
 
     if config.needs_endpoint and (config.prices or config.max_cost is not None):
-        price = price_for(config.model, config.prices, batch_of(config))
+        price = price_for(config.model, config.prices, batch_of(config), config.resolved_base_url())
         check_priced(config.model, price, config.max_cost, config.prices)
 
 

@@ -401,7 +401,9 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         external_judge_function=config.external_judge_function,
         external_judge_config=config.external_judge_config,
         reward_backend=config.reward_backend,
-        price=price_for(config.model, config.prices, batch_of(config)) if config.needs_endpoint else None,
+        price=price_for(config.model, config.prices, batch_of(config), config.resolved_base_url())
+        if config.needs_endpoint
+        else None,
         max_cost=config.max_cost,
     )
     if config.uses_global_limit:

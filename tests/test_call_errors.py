@@ -73,3 +73,31 @@ def test_call_errors_survive_pickling() -> None:
         "top_p",
     )
     assert str(again) == str(failed)
+
+
+def test_no_api_name_is_compared_outside_the_factory() -> None:
+    """`providers.model_api` picks the wire once; nothing else in the product code compares an endpoint
+    API's name (`api == "chat"`, `judge.api != "pooling"`, ...): a provider or API is added in one place."""
+    import ast
+
+    from tests.test_layout import source_files
+
+    apis = {"chat", "completions", "pooling", "transformers"}
+    found = []
+    for module, path in source_files().items():
+        if module.startswith("judgebench_flows.testing") or module == "judgebench_flows.calls.providers":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            names = {
+                s.id if isinstance(s, ast.Name) else s.attr for s in sides if isinstance(s, ast.Name | ast.Attribute)
+            }
+            constants = {s.value for s in sides if isinstance(s, ast.Constant)}
+            constants |= {
+                e.value for s in sides if isinstance(s, ast.Tuple) for e in s.elts if isinstance(e, ast.Constant)
+            }
+            if "api" in names and constants & apis:
+                found.append(f"{module}:{node.lineno}")
+    assert not found, f"API names compared outside providers.py: {found}"

@@ -120,16 +120,17 @@ def test_api_version_2026_refuses_sampling_and_its_rule_sends_none() -> None:
         rule = anthropic_rule(HAIKU, rule_version)
         params = {n: v for n, v in {"temperature": 0.0, "max_tokens": 8}.items() if n in (rule.keep_only or ())}
         try:
-            return await transport.post("chat", [USER], params)
+            return await transport.post([USER], params)
         finally:
             await transport.aclose()
 
-    import openai
+    from judgebench_flows.calls.errors import CallError
 
     with FakeAnthropicServer(recording("[[A>B]]", bodies)) as server:
-        with pytest.raises(openai.BadRequestError) as refused:
+        with pytest.raises(CallError) as refused:
             asyncio.run(post(ANTHROPIC_VERSION))
-        assert refused.value.body["error"]["param"] == "temperature"  # type: ignore[index]
+        assert refused.value.status == 400 and refused.value.param == "temperature"
+        assert refused.value.error["code"] == "unsupported_parameter"
         asyncio.run(post("2026-10-21"))
     assert bodies == [{"model": HAIKU, "max_tokens": 8, "system": "", "messages": [USER]}]
     assert anthropic_rule(HAIKU).keep_only is not None and "temperature" in anthropic_rule(HAIKU).keep_only

@@ -19,8 +19,9 @@ from judgebench_flows.calls import llm
 from judgebench_flows.calls.cache import request_key
 from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.limits import CallLimits
+from judgebench_flows.calls.providers import model_api, unserved
 from judgebench_flows.calls.retry import RetryPolicy, fatal_error, retryable
-from judgebench_flows.calls.transport import BadAnswerBody, Transport
+from judgebench_flows.calls.transport import BadAnswerBody, Transport, openai_call_error
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.net import connect_error
 from judgebench_flows.scoring.formatting import percent
@@ -65,19 +66,25 @@ def test_sent_body_and_key_are_the_request_as_shaped() -> None:
 
 
 def test_answer_reading_turns_unusable_bodies_into_a_retryable_failure() -> None:
+    wires = {
+        api: model_api("openai", "http://127.0.0.1:9/v1", "m", "k", 5.0, 1, api=api)
+        for api in ("chat", "completions", "pooling")
+    }
     for api, body in (("chat", ["not", "an", "object"]), ("completions", "text"), ("pooling", {"data": []})):
         with pytest.raises(BadAnswerBody):
-            Transport.answer(api, body)
+            wires[api].answer(body)
         assert retryable(BadAnswerBody())
-    answer = Transport.answer(
-        "chat", {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}
+    answer = wires["chat"].answer(
+        {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}
     )
     assert (answer.text, answer.prompt_tokens, answer.finish_reason) == ("ok", 3, "stop")
 
 
 def test_fatal_errors_name_the_endpoint_and_never_the_key() -> None:
     response = httpx.Response(401, request=httpx.Request("POST", "http://h/v1/chat/completions"))
-    error = fatal_error(openai.AuthenticationError("bad key sk-abc", response=response, body=None), "http://h/v1", "m")
+    failed = openai_call_error(openai.AuthenticationError("bad key sk-abc", response=response, body=None))
+    assert failed.fatal and not failed.retryable
+    error = fatal_error(failed, "http://h/v1", "m")
     assert isinstance(error, FatalEndpointError) and "rejected the API key" in str(error) and "sk-abc" not in str(error)
 
 
@@ -120,3 +127,29 @@ def test_connect_error_says_why_and_none_when_listening() -> None:
         port = listener.getsockname()[1]
         assert connect_error(f"http://127.0.0.1:{port}/v1", timeout=5) is None
     assert connect_error(f"http://127.0.0.1:{port}/v1", timeout=5)  # closed now: a reason
+
+
+def test_the_factory_picks_one_wire_per_provider_and_api() -> None:
+    """One module per provider and endpoint API, chosen once (`providers.WIRES`); what has no wire is
+    refused before any call, naming the option."""
+    from judgebench_flows.calls.local_reward import LocalRewardAPI
+    from judgebench_flows.calls.openai_completions import OpenAICompletions
+    from judgebench_flows.calls.vllm_pooling import VLLMPooling
+
+    def wire(provider: str, api: str) -> object:
+        return model_api(provider, "http://127.0.0.1:9/v1", "m", "k", 5.0, 1, api=api)
+
+    assert type(wire("openai", "chat")) is Transport
+    assert type(wire("openai", "completions")) is OpenAICompletions
+    pooling = wire("openai", "pooling")
+    assert type(pooling) is VLLMPooling and pooling.checks_raw_scores  # type: ignore[attr-defined]
+    assert type(wire("openai", "transformers")) is LocalRewardAPI
+    assert type(wire("anthropic", "chat")).__name__ == "AnthropicTransport"
+    assert unserved("anthropic", "pooling") == (
+        "--provider anthropic",
+        "which only OpenAI-compatible endpoints serve (use --provider openai)",
+    )
+    assert unserved("openai", "completions", batch=True) == ("--batch", "which batch APIs do not serve")
+    assert unserved("gemini", "chat", batch=True) is None and unserved("openai", "chat") is None
+    with pytest.raises(ValueError, match="no wire for the pooling API"):
+        wire("gemini", "pooling")

@@ -199,6 +199,8 @@ def test_upgrade_adds_missing_columns_and_keeps_rows(db_url):
         "commit",
         "cost_usd",
         "priced_as",
+        "order_consistency",
+        "first_position_rate",
     } <= runs_columns
     assert {"latency_s", "cached_calls", "completion_tokens"} <= {
         c["name"] for c in sa.inspect(engine).get_columns("judgments")
@@ -302,3 +304,81 @@ def test_list_runs_get_run_and_judgments(db_url):
     assert len(judgments) == 4 and {j.run_id for j in judgments} == {"bbbb3333"}
     assert {(j.pair_id, j.order_index) for j in judgments} == {("p0", 0), ("p0", 1), ("p1", 0), ("p1", 1)}
     assert db.run_judgments(engine, "nope") == []
+
+
+def _tables_of_today(url: str) -> None:
+    """A database as the code before migrations left it: the models' tables made by `create_all`, the
+    schema marker row, no Alembic version table, and a run in it."""
+    setup = sa.create_engine(url)
+    db.SQLModel.metadata.create_all(
+        setup,
+        tables=[
+            db.SQLModel.metadata.tables[name]
+            for name in ("runs", "judgments", "metrics", "call_cache", "provider_batches", "judgebench_schema")
+        ],
+    )
+    with setup.begin() as connection:
+        connection.execute(sa.text("INSERT INTO judgebench_schema (id, version) VALUES (1, 1)"))
+    db.save_run(setup, **_run("today", datetime(2026, 11, 25, tzinfo=timezone.utc)))
+    db.save_judgments(setup, _judgments("today", 2))
+    setup.dispose()
+
+
+def _alembic_version(engine: sa.Engine) -> str:
+    with engine.connect() as connection:
+        return connection.execute(sa.text("SELECT version_num FROM judgebench_alembic_version")).scalar_one()
+
+
+def test_database_from_before_migrations_upgrades_in_place(db_url):
+    """Today's database (made by `create_all`, no migration history) is stamped at the newest migration
+    on open, its rows kept; opening it again changes nothing."""
+    from alembic.script import ScriptDirectory
+
+    _tables_of_today(db_url)
+    engine = db.open_database(db_url)
+    head = ScriptDirectory.from_config(db.migrations_config()).get_current_head()
+    assert _alembic_version(engine) == head
+    [run] = [r for r in db.list_runs(engine) if r.run_id == "today"]
+    assert run.started == datetime(2026, 11, 25, tzinfo=timezone.utc)
+    assert len(db.run_judgments(engine, "today")) == 2
+    db._upgrade_schema(engine)  # again: already at head
+    assert _alembic_version(engine) == head and _count(engine, "judgebench_schema") == 1
+
+
+def test_migrations_build_the_models_schema(db_url):
+    """What the migrations build is what the models declare: a column or table added to a model without
+    its migration fails here (Alembic's own comparison of a database with metadata)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    engine = db.open_database(db_url)
+    with engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), db.SQLModel.metadata)
+    missing = [entry for entry in diff if isinstance(entry, tuple) and entry[0].startswith("add_")]
+    missing += [
+        op for entry in diff if isinstance(entry, list) for op in entry if op[0].startswith(("add_", "modify_nullable"))
+    ]
+    tables = [
+        name
+        for name in db.SQLModel.metadata.tables
+        if name.startswith(("runs", "judg", "metrics", "call_c", "provider_b"))
+    ]
+    assert len(tables) >= 5 and not missing, missing
+
+
+def test_concurrent_first_opens_migrate_once(db_url):
+    """Four processes opening one new database at once (shards, a nightly matrix): every one finds the
+    schema in place, and the migration history holds one version row."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, sqlalchemy as sa; from judgebench_flows.data import db; "
+        "db._upgrade_schema(sa.create_engine(sys.argv[1]))"
+    )
+    processes = [subprocess.Popen([sys.executable, "-c", script, db_url]) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in processes] == [0, 0, 0, 0]
+    engine = sa.create_engine(db_url)
+    assert _count(engine, "judgebench_alembic_version") == 1
+    assert {"runs", "judgments", "call_cache"} <= set(sa.inspect(engine).get_table_names())
+    engine.dispose()

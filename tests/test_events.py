@@ -9,6 +9,8 @@ import httpx
 import openai
 import pytest
 
+from judgebench_flows.calls.errors import http_error
+from judgebench_flows.calls.transport import openai_call_error
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import FatalEndpointError, RunFailed, UserError
 from judgebench_flows.core.secrets import register_secret
@@ -104,9 +106,11 @@ def test_a_failure_another_attempt_follows_is_announced_as_retrying() -> None:
 
 def test_only_passing_failures_are_retried() -> None:
     request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-    assert is_transient(openai.APIConnectionError(request=request))
+    assert is_transient(openai_call_error(openai.APIConnectionError(request=request)))
     assert is_transient(httpx.ConnectError("refused"))
-    assert is_transient(openai.RateLimitError("slow down", response=httpx.Response(429, request=request), body=None))
+    rate_limited = openai.RateLimitError("slow down", response=httpx.Response(429, request=request), body=None)
+    assert is_transient(openai_call_error(rate_limited))
+    assert not is_transient(http_error(400, {"error": {"message": "context too long"}}))
     # measured too little because nothing answered: worth another try; because verdicts were garbage: not
     unanswered = {"invalid": {"failed_judgments": 30, "invalid_judgments": 0}}
     garbage = {"invalid": {"failed_judgments": 0, "invalid_judgments": 30}}

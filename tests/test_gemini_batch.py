@@ -147,7 +147,7 @@ def test_native_translation_keeps_the_answer_and_counts_thinking_as_output() -> 
     }
     from judgebench_flows.calls.google_api import GoogleTransport
 
-    completion = GoogleTransport.answer("chat", chat_completion(response))
+    completion = GoogleTransport.read(chat_completion(response))
     assert (completion.text, completion.prompt_tokens, completion.completion_tokens) == ("[[A>B]]", 10, 53)
 
 

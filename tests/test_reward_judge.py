@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.calls.llm import ChatCaller
-from judgebench_flows.calls.other_apis import answer_of, pooled_score, server_root
+from judgebench_flows.calls.other_apis import pooled_completion, pooled_score, server_root
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
@@ -42,7 +42,7 @@ def test_server_root_strips_v1() -> None:
 
 def test_pooling_answer_is_the_score_as_text() -> None:
     body = {"data": [{"index": 0, "object": "pooling", "data": [2.5]}], "usage": {"prompt_tokens": 12}}
-    completion = answer_of("pooling", body)
+    completion = pooled_completion(body)
     assert completion.text == "2.5" and completion.prompt_tokens == 12
 
 

@@ -5,10 +5,9 @@ retries, limits or cache), for `--provider anthropic`. The request is what Judge
 sends a Claude judge: a leading system message as the top-level `system` (empty when there is none),
 the other turns as `messages`, the judge's `max_tokens` and sampling (`anthropic_rules` decides which).
 
-Errors come out in the vocabulary the rest of `calls/` speaks, the openai SDK's exception classes: both
-SDKs are generated from one template (same classes, same `status_code`/`body`/`response`), so a 429 or
-529 is retried after its `retry-after`, a bad key stops the run, and a 400 that names a sampling
-parameter is rewritten with the `code`/`param` that `request_rules.Learned` adapts to.
+Errors come out as the project's `CallError` (`anthropic_call_error`): a 429 or 529 is retried after its
+`retry-after`, a bad key stops the run, and a 400 that refuses a sampling parameter names it (`param`,
+with the `code` that `request_rules.Learned` adapts to).
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import re
 from typing import Any, cast
 
 import anthropic
-import openai
 
 from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, SAMPLING_PARAMS
-from judgebench_flows.calls.transport import BadAnswerBody, clients_for, status_error_class
+from judgebench_flows.calls.errors import CallError, error_object, http_error
+from judgebench_flows.calls.transport import BadAnswerBody, clients_for
 from judgebench_flows.core.completion import Completion
-from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.secrets import redact
 
 MESSAGES_PATH = "/v1/messages"
@@ -76,23 +74,20 @@ def named_parameter(message: str, sent: dict[str, Any]) -> str | None:
     return None
 
 
-def as_openai_error(exc: anthropic.APIError, sent: dict[str, Any]) -> openai.APIError:
-    """The openai exception `calls/` handles for an anthropic one (see the module's docstring)."""
+def anthropic_call_error(exc: anthropic.APIError, sent: dict[str, Any]) -> CallError:
+    """The `CallError` of an anthropic SDK failure; a 400 refusing a sampling parameter of `sent` names it
+    (`param`), which `request_rules.Learned` adapts to."""
     if isinstance(exc, anthropic.APITimeoutError):
-        return openai.APITimeoutError(request=cast(Any, exc.request))
+        return CallError("timeout")
     if isinstance(exc, anthropic.APIConnectionError):
-        return openai.APIConnectionError(message=str(exc), request=cast(Any, exc.request))
+        return CallError("connection")
     if not isinstance(exc, anthropic.APIStatusError):
-        return openai.APIError(str(exc), cast(Any, exc.request), body=None)
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = dict(body.get("error") or {}) if isinstance(body.get("error"), dict) else {}
-    message = str(error.get("message") or exc.message)
-    param = named_parameter(message, sent) if exc.status_code == 400 else None
-    if param:
-        error.update(code="unsupported_parameter", param=param)
-    error.setdefault("message", message)
-    return status_error_class(exc.status_code)(
-        redact(message), response=cast(Any, exc.response), body={**body, "error": error}
+        return CallError("other", message=f"{type(exc).__name__}: {exc}")
+    said = str(error_object(exc.body).get("message") or exc.message)
+    param = named_parameter(said, sent) if exc.status_code == 400 else None
+    response = exc.response
+    return http_error(
+        exc.status_code, exc.body, response.headers, response.text if response is not None else "", param=param
     )
 
 
@@ -124,24 +119,27 @@ class AnthropicTransport:
         ]
         self._next_client = itertools.cycle(self.clients)
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    checks_raw_scores = False
+
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         """One attempt: the response body as parsed JSON."""
-        if api != "chat":
-            raise UserError(f"--provider anthropic: this judge needs the {api} API, which the Messages API is not")
         body = messages_body(self.model, messages, sampling)
         try:
             return await next(self._next_client).post(MESSAGES_PATH, cast_to=cast(Any, dict[str, object]), body=body)
         except json.JSONDecodeError as exc:
             raise BadAnswerBody() from exc
         except anthropic.APIError as exc:
-            raise as_openai_error(exc, body) from None
+            raise anthropic_call_error(exc, body) from None
 
     @staticmethod
-    def answer(api: str, response: Any) -> Completion:
+    def answer(response: Any) -> Completion:
         try:
             return completion_of(response)
         except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
+
+    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+        return None
 
     async def aclose(self) -> None:
         for client in self.clients:

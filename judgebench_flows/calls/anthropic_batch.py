@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import anthropic
 
-from judgebench_flows.calls.anthropic_api import as_openai_error, messages_body
+from judgebench_flows.calls.anthropic_api import anthropic_call_error, messages_body
 from judgebench_flows.calls.batch import BatchState, LineResult
 
 BATCHES_PATH = "/v1/messages/batches"
@@ -37,7 +37,12 @@ class AnthropicBatches:
     def __init__(self, client: anthropic.AsyncAnthropic, model: str):
         self.client, self.model = client, model
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: Any, api_key: str) -> AnthropicBatches:
+        """The batch API on the Messages wire's first SDK client."""
+        return cls(wire.clients[0], wire.model)
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return messages_body(self.model, messages, sampling)
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
@@ -71,7 +76,7 @@ class AnthropicBatches:
         try:
             return str(await self.client.get(url, cast_to=str))
         except anthropic.APIError as exc:
-            raise as_openai_error(exc, {}) from None
+            raise anthropic_call_error(exc, {}) from None
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
@@ -79,7 +84,7 @@ class AnthropicBatches:
                 return await self.client.post(path, cast_to=cast(Any, dict[str, object]), body=body)
             return await self.client.get(path, cast_to=cast(Any, dict[str, object]))
         except anthropic.APIError as exc:
-            raise as_openai_error(exc, {}) from None
+            raise anthropic_call_error(exc, {}) from None
 
 
 def line_result(result: dict[str, Any]) -> LineResult:

@@ -5,7 +5,7 @@ only the wire changes. `post` puts the request in the next batch and waits for i
 requests that arrive together (a run's first turns; then the follow-up turns their answers ask for) are
 gathered for `GATHER_SECONDS` after the last one, split at the provider's limits, submitted, and polled
 every `--batch-poll-seconds`. A line's outcome comes back to its call as a synchronous answer would:
-a 200's body, or the openai exception its status maps to, so a 5xx or rate-limited line is retried in a
+a 200's body, or the `CallError` its status and error body make, so a 5xx or rate-limited line is retried in a
 later batch within the retry budget, and an invalid one fails its judgment with the API's message.
 
 Nothing paid twice: each line's custom id is a hash of its request body, and a batch's id and custom
@@ -35,11 +35,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx2
-import openai
 from sqlalchemy.engine import Engine
 
-from judgebench_flows.calls.transport import status_error_class
+from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
@@ -86,7 +84,11 @@ class BatchAPI(Protocol):
     max_lines: int
     max_bytes: int
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: Any, api_key: str) -> BatchAPI:
+        """The batch API of the provider whose chat wire this is (`providers.BATCHES`)."""
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         """The request body of one line: the same body a synchronous chat call sends."""
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
@@ -108,13 +110,12 @@ def custom_id(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def line_error(result: LineResult) -> openai.APIStatusError:
-    """The exception a synchronous call would have raised for this line's status and error body."""
-    body = result.body if isinstance(result.body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else body
-    message = str((error or {}).get("message") or f"batch line failed with HTTP {result.status}")
-    response = httpx2.Response(result.status, request=httpx2.Request("POST", "https://batch.invalid/line"))
-    return status_error_class(result.status)(message, response=response, body=body)
+def line_error(result: LineResult) -> CallError:
+    """The failure a synchronous call would have had for this line's status and error body."""
+    failed = http_error(result.status, result.body)
+    if failed.message:
+        return failed
+    return CallError("status", result.status, f"batch line failed with HTTP {result.status}", failed.error)
 
 
 class BatchStore:
@@ -181,6 +182,7 @@ class BatchTransport:
     def __init__(self, inner: Any, batches: BatchAPI, store: BatchStore, poll_seconds: float):
         self.inner, self.batches, self.store, self.poll_seconds = inner, batches, store, poll_seconds
         self.base_url, self.model = inner.base_url, inner.model
+        self.checks_raw_scores = False  # chat only
         self.gather_seconds = min(GATHER_SECONDS, poll_seconds)
         self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
         self._bodies: dict[str, dict[str, Any]] = {}
@@ -197,7 +199,7 @@ class BatchTransport:
         # The deadline (time.time(); None: none) and the synchronous calls allowed in flight after it.
         self.deadline: float | None = None
         self.sync_concurrency = 16
-        self._requests: dict[str, tuple[str, list[dict[str, str]], dict[str, Any]]] = {}
+        self._requests: dict[str, tuple[list[dict[str, str]], dict[str, Any]]] = {}
         self._batches_of: Counter[str] = Counter()  # custom id -> batches it was submitted in
         self._sync_slots: asyncio.Semaphore | None = None
         self._sync_tasks: set[asyncio.Task[None]] = set()
@@ -206,10 +208,9 @@ class BatchTransport:
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
-        if api != "chat":  # both providers' batch APIs take chat requests only (the run refuses others first)
-            raise ValueError(f"--batch sends chat requests only, not {api}")
-        body = self.batches.body(api, messages, sampling)
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """Chat requests only: the factory wraps no other API's wire (`providers.unserved`)."""
+        body = self.batches.body(messages, sampling)
         cid = custom_id(body)
         if cid in self._answers:
             return self._answers[cid]
@@ -218,7 +219,7 @@ class BatchTransport:
         waiters.append(future)
         if len(waiters) == 1:
             self._bodies[cid] = body
-            self._requests[cid] = (api, messages, sampling)
+            self._requests[cid] = (messages, sampling)
             if self.past_deadline():
                 self._go_synchronous([cid])
             else:
@@ -283,14 +284,11 @@ class BatchTransport:
     async def _submit(self, ids: list[str]) -> None:
         try:
             batch_id = await self.batches.submit([self.batches.line(cid, self._bodies[cid]) for cid in ids])
-        except openai.APIStatusError as exc:
-            if exc.status_code < 500 and exc.status_code != 429:
+        except CallError as exc:
+            if exc.kind == "status" and exc.status < 500 and exc.status != 429:
                 refusal = f"{self.batches.provider} refused a batch of {len(ids)} requests: {exc}"
-                self._fail(ids, BatchRefused(refusal, our_input=exc.status_code == 404))  # 404: no such model
+                self._fail(ids, BatchRefused(refusal, our_input=exc.status == 404))  # 404: no such model
                 return
-            self._fail(ids, exc)
-            return
-        except openai.APIError as exc:
             self._fail(ids, exc)
             return
         await self.store.created(batch_id, ids)
@@ -301,8 +299,8 @@ class BatchTransport:
     async def _poll(self, batch_id: str) -> None:
         try:
             state = await self.batches.state(batch_id)
-        except openai.APIError as exc:  # the provider is unreachable for now: poll again later
-            report(f"{batch_id}: status unknown ({type(exc).__name__}); polling again")
+        except CallError as exc:  # the provider is unreachable for now: poll again later
+            report(f"{batch_id}: status unknown ({exc.failure_kind()}); polling again")
             return
         progress = f"{batch_id}: {state.status} " + " ".join(f"{k} {v}" for k, v in state.counts.items())
         if self._seen.get(batch_id) != progress:
@@ -362,8 +360,8 @@ class BatchTransport:
             try:
                 await self.batches.cancel(batch_id)
                 state = await self.batches.state(batch_id)
-            except openai.APIError as exc:
-                report(f"{batch_id}: could not cancel ({type(exc).__name__}); its lines go synchronously")
+            except CallError as exc:
+                report(f"{batch_id}: could not cancel ({exc.failure_kind()}); its lines go synchronously")
                 state = None
             if state is not None and state.ended and not state.refused:
                 await self._settle(batch_id, await self.batches.results(state))
@@ -382,12 +380,12 @@ class BatchTransport:
 
     async def _synchronous(self, cid: str) -> None:
         """One waiting line as a synchronous call (its outcome, answer or error, to every waiter)."""
-        api, messages, sampling = self._requests[cid]
+        messages, sampling = self._requests[cid]
         assert self._sync_slots is not None
         try:
             async with self._sync_slots:
                 self.sync_calls += 1
-                outcome: Any = SyncAnswer(await self.inner.post(api, messages, sampling))
+                outcome: Any = SyncAnswer(await self.inner.post(messages, sampling))
         except Exception as exc:
             outcome = exc
         for future in self._waiting.pop(cid, []):
@@ -407,12 +405,15 @@ class BatchTransport:
             self._bodies.pop(cid, None)
             self._requests.pop(cid, None)
 
-    def answer(self, api: str, response: Any) -> Completion:
+    def answer(self, response: Any) -> Completion:
         if isinstance(response, SyncAnswer):
-            completion = self.inner.answer(api, response.response)
+            completion = self.inner.answer(response.response)
             completion.synchronous = True
             return completion
-        return self.inner.answer(api, response)
+        return self.inner.answer(response)
+
+    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+        return None
 
     async def aclose(self) -> None:
         for task in [self._runner, *self._sync_tasks]:

@@ -10,27 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-import openai
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.budget import AttemptLedger, not_sent_again, rejections_here
 from judgebench_flows.calls.cache import CallCache, request_key
+from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.limits import CallLimits, endpoint_label, shared_limits
-from judgebench_flows.calls.other_apis import RawScoreCheck, endpoint_identity, unsearched_beams
-from judgebench_flows.calls.providers import cache_api, model_api
+from judgebench_flows.calls.other_apis import RawScoreCheck
+from judgebench_flows.calls.providers import cache_api, endpoint_identity, model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
 from judgebench_flows.calls.retry import (
-    FATAL,
     RetryPolicy,
     describe,
-    error_of,
     failure_kind,
     fatal_error,
     retryable,
     server_message,
-    unknown_model,
 )
 from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.api_keys import describe as describe_key_source
@@ -90,7 +87,8 @@ class ChatCaller:
     # What requests this model accepts (request_rules); 400s naming a parameter refine it for the run.
     request_rule: RequestRule = STANDARD
     early_stop_calls: int = EARLY_STOP_CALLS
-    # "chat" (/chat/completions), or what the judge needs instead (other_apis): "completions", "pooling".
+    # The endpoint API the judge needs ("chat", or "completions", "pooling", "transformers"): with the
+    # provider, it picks the wire once (`providers.model_api`).
     api: str = "chat"
     # The run's spend against its --max-cost (core.pricing); None for an unpriced model without a budget.
     spend: Spend | None = None
@@ -141,6 +139,7 @@ class ChatCaller:
             1 if self.batch else self.concurrency,
             self.batch_poll_seconds if self.batch else None,
             self.engine,
+            api=self.api,
         )
         if self.batch:
             from datetime import datetime
@@ -214,7 +213,7 @@ class ChatCaller:
         """One call; a Pooling API's calls one at a time until its scores are shown raw (`RawScoreCheck`:
         the call holding the turn is the probe), so a server that ignores `use_activation` is stopped
         after the probe's requests, before any score is used."""
-        probing = self.api == "pooling" and await self._raw_scores.admit(sampling)
+        probing = self.transport.checks_raw_scores and await self._raw_scores.admit(sampling)
         try:
             return await self._call_adjusted(messages, sampling, key, keyed_rule)
         finally:
@@ -244,20 +243,18 @@ class ChatCaller:
             sent: list[Shaped] = []
             try:
                 completion = await self._send(messages, sampling, sent, budget_key, made)
-            except openai.BadRequestError as exc:
+            except CallError as exc:
+                if exc.status != 400:
+                    self._call_failed(exc, {budget_key, *(self._sent_key(s) for s in sent[-1:])}, made + len(sent))
                 made += len(sent)
-                if unknown_model(exc):
-                    raise fatal_error(exc, self.base_url, self.model, self.api, self.key_source) from None
                 _, sent_messages, params = sent[-1]
-                if self._learned.adjust(params, sent_messages, error_of(exc), server_message(exc)):
+                if self._learned.adjust(params, sent_messages, exc.error, exc.message):
                     continue
                 self._call_failed(exc, {budget_key, self._sent_key(sent[-1])}, made)
-            except openai.APIError as exc:
-                self._call_failed(exc, {budget_key, *(self._sent_key(s) for s in sent[-1:])}, made + len(sent))
             rule, sent_messages, params = sent[-1]
             self._answered(completion, budget_key)
             completion.key = key if key and rule is keyed_rule else self._sent_key(sent[-1])
-            if self.api == "pooling":
+            if self.transport.checks_raw_scores:
                 await self._raw_scores.check(self.base_url, completion, params, self._probe(sent_messages))
             return completion
         raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")
@@ -283,19 +280,19 @@ class ChatCaller:
             endpoint_identity(self.base_url, cache_api(self.provider, self.api)), self.model, sent_messages, params
         )
 
-    def _call_failed(self, exc: openai.APIError, keys: set[str], made: int) -> None:
+    def _call_failed(self, exc: CallError, keys: set[str], made: int) -> NoReturn:
         """Raise this call's failure after `made` requests (the request's budget is spent under each of
         its `keys`: `budget`; a deterministic rejection is remembered beyond the run). The reason keeps the
         server's message whole (`describe`)."""
         can_retry = retryable(exc)
         budget = self.retry.max_retries + 1
         kind = f"{failure_kind(exc)}" + (f" after {made} attempts" if can_retry else "")
-        said = server_message(exc) if isinstance(exc, openai.APIStatusError) else ""
+        said = server_message(exc)
         reason = kind + (f": {said}" if said else "")
         self._ledger.exhaust(keys, budget, (kind, reason, made), deterministic=not can_retry)
         self._failed(kind, reason, can_retry)
 
-    def _failed(self, kind: str, reason: str, can_retry: bool) -> None:
+    def _failed(self, kind: str, reason: str, can_retry: bool) -> NoReturn:
         """Raise a call's failure; stop the run when its first calls all failed alike and for good.
         "Alike" compares failures without the server's words (`kind`), so messages that differ only in
         their numbers (a context length's token counts) are one cause."""
@@ -334,16 +331,18 @@ class ChatCaller:
                         self.stats.retries += 1
                     self.stats.attempts += 1
                     try:
-                        response = await self.limits.run(self._post, api, messages, sampling, sent)
-                        if api == "completions" and (unsearched := unsearched_beams(sent[-1][2], response)):
-                            self._learned.note_ignored("use_beam_search", unsearched)
-                        return self.transport.answer(api, response)
+                        response = await self.limits.run(self._post, messages, sampling, sent)
+                        if ignored := self.transport.ignored(sent[-1][2], response):
+                            self._learned.note_ignored(*ignored)
+                        return self.transport.answer(response)
                     except Exception as exc:
                         if retryable(exc):  # failed attempts only: identical calls in flight each get their own
                             self._ledger.spend(key)
                         raise
-        except FATAL as exc:
-            raise fatal_error(exc, self.base_url, self.model, api, self.key_source) from None
+        except CallError as exc:
+            if exc.fatal:  # a refused key, an unknown model: no later call can succeed either
+                raise fatal_error(exc, self.base_url, self.model, api, self.key_source) from None
+            raise
         except BadAnswerBody as exc:
             self.stats.failed += 1
             reason = f"{describe(exc)} after {made + len(sent)} attempts"
@@ -351,9 +350,7 @@ class ChatCaller:
             raise CallFailed(reason) from None
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    async def _post(
-        self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped]
-    ) -> Any:
+    async def _post(self, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped]) -> Any:
         """One attempt, once the call holds its slot: not sent when the run stopped early or spent its
         budget while the call queued, and shaped by the rule in force now."""
         if self._stopped:  # queued behind the calls that stopped the run: never sent
@@ -363,7 +360,7 @@ class ChatCaller:
         rule = self._learned.rule
         sent_messages, params = shape(rule, messages, sampling)
         sent.append((rule, sent_messages, params))
-        return await self.transport.post(api, sent_messages, params)
+        return await self.transport.post(sent_messages, params)
 
     def _probe(self, messages: list[dict[str, str]]) -> Callable[[dict[str, Any]], Awaitable[Completion | None]]:
         """One request of these messages with other parameters, no retries or cache (`RawScoreCheck`);
@@ -372,9 +369,9 @@ class ChatCaller:
         async def send(params: dict[str, Any]) -> Completion | None:
             self.stats.attempts += 1
             try:
-                response = await self.limits.run(self.transport.post, self.api, messages, params)
-                return self.transport.answer(self.api, response)
-            except (openai.APIError, BadAnswerBody):
+                response = await self.limits.run(self.transport.post, messages, params)
+                return self.transport.answer(response)
+            except (CallError, BadAnswerBody):
                 return None
 
         return send

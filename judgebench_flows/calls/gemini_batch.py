@@ -18,15 +18,15 @@ import json
 import re
 from typing import Any
 
-import httpx2
-import openai
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from judgebench_flows.calls.batch import BatchState, LineResult
+from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, REFUSED, GoogleTransport
-from judgebench_flows.calls.transport import BadAnswerBody, status_error_class
+from judgebench_flows.calls.transport import BadAnswerBody
+from judgebench_flows.core.errors import BatchRefused
 
 ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
 OPENAI_SUFFIX = "/v1beta/openai"
@@ -111,7 +111,7 @@ def line_result(line: dict[str, Any]) -> tuple[str, LineResult]:
         return key, LineResult(status, {"error": error})
     completion = chat_completion(line.get("response") or {})
     try:
-        GoogleTransport.answer("chat", completion)
+        GoogleTransport.read(completion)
     except BadAnswerBody:
         return key, LineResult(500, {"error": {"message": "Gemini answered without a message"}})
     return key, LineResult(200, completion)
@@ -127,12 +127,10 @@ def refused_parameter(message: str) -> str | None:
     return None
 
 
-def as_openai_error(exc: genai_errors.APIError) -> openai.APIStatusError:
-    """google-genai's error as the openai exception `batch` and `retry` read (status, message)."""
+def genai_call_error(exc: genai_errors.APIError) -> CallError:
+    """google-genai's error as the project's `CallError` (status, Google's status name, message)."""
     status = int(exc.code or 500)
-    response = httpx2.Response(status, request=httpx2.Request("POST", "https://generativelanguage.googleapis.com"))
-    error = {"code": exc.status or status, "message": str(exc.message or exc)}
-    return status_error_class(status)(str(exc.message or exc), response=response, body={"error": error})
+    return http_error(status, {"error": {"code": exc.status or status, "message": str(exc.message or exc)}})
 
 
 class GeminiBatches:
@@ -146,7 +144,11 @@ class GeminiBatches:
         self.client = genai.Client(api_key=api_key, http_options=options).aio
         wire.closers.append(self.client.aclose)
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: GoogleTransport, api_key: str) -> GeminiBatches:
+        return cls(wire, api_key)
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return native_request(self.wire.body(messages, sampling))
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
@@ -161,15 +163,17 @@ class GeminiBatches:
             job = await self.client.batches.create(
                 model=self.model, src=str(upload.name), config={"display_name": "judgebench-flows"}
             )
-        except genai_errors.APIError as exc:  # a 404 (no such model) stops the run as our input's fault
-            raise as_openai_error(exc) from None
+        except genai_errors.APIError as exc:
+            if exc.code == 404:  # no such model (or not for Batch Mode): our input, exit 2
+                raise BatchRefused(f"gemini refused a batch for {self.model}: {exc.message}", our_input=True) from None
+            raise genai_call_error(exc) from None
         return str(job.name)
 
     async def state(self, batch_id: str) -> BatchState:
         try:
             job = await self.client.batches.get(name=batch_id)
         except genai_errors.APIError as exc:
-            raise as_openai_error(exc) from None
+            raise genai_call_error(exc) from None
         status = job.state.value if job.state is not None else "JOB_STATE_UNSPECIFIED"
         state = BatchState(status, ended=status in ENDED, handle=job)
         if status == "JOB_STATE_FAILED":
@@ -180,7 +184,7 @@ class GeminiBatches:
         try:
             await self.client.batches.cancel(name=batch_id)
         except genai_errors.APIError as exc:
-            raise as_openai_error(exc) from None
+            raise genai_call_error(exc) from None
 
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         """Each line's outcome; an expired or cancelled batch's lines without one are left out (not run)."""
@@ -190,7 +194,7 @@ class GeminiBatches:
         try:
             data = await self.client.files.download(file=dest.file_name)
         except genai_errors.APIError as exc:
-            raise as_openai_error(exc) from None
+            raise genai_call_error(exc) from None
         results: dict[str, LineResult] = {}
         for text in bytes(data or b"").decode().splitlines():
             if text.strip():

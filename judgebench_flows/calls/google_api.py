@@ -33,12 +33,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, cast
 
-import httpx2
 import openai
 
-from judgebench_flows.calls.transport import BadAnswerBody, Transport, completion_from, status_error_class
+from judgebench_flows.calls.errors import CallError, http_error
+from judgebench_flows.calls.transport import BadAnswerBody, Transport, completion_from, openai_call_error
 from judgebench_flows.core.completion import Completion
-from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.google_adc import default_credentials
 from judgebench_flows.core.secrets import redact, register_secret
 
@@ -94,17 +93,18 @@ def token_budget(model: str, sampling: dict[str, Any]) -> dict[str, Any]:
     return {**sampling, "max_tokens": min(limits.max_output_tokens, asked + thinking)}
 
 
-def google_error(exc: openai.APIStatusError, sent: dict[str, Any]) -> openai.APIStatusError:
-    """The openai exception `calls/` handles for a Google error answer: its list body read as OpenAI's
-    `{"error": {...}}`, a bad key as 401, a refused parameter named in `code`/`param`."""
+def google_error(exc: openai.APIStatusError, sent: dict[str, Any]) -> CallError:
+    """The `CallError` of a Google error answer: its list body read as OpenAI's `{"error": {...}}`, a bad
+    key as 401, a refused parameter named (`param`)."""
     body: Any = exc.body
     if isinstance(body, list) and body and isinstance(body[0], dict):
         body = body[0]
     if not isinstance(body, dict):
-        return exc
+        return openai_call_error(exc)
     error = dict(body.get("error") or {}) if isinstance(body.get("error"), dict) else {}
     message = str(error.get("message") or exc.message)
     status = exc.status_code
+    param = None
     if status in (400, 403) and BAD_KEY.search(message + json.dumps(error.get("details") or "")):
         status = 401
     elif status == 400 and REFUSED.search(message):
@@ -116,15 +116,10 @@ def google_error(exc: openai.APIStatusError, sent: dict[str, Any]) -> openai.API
             ),
             None,
         )
-        if param:
-            error.update(code="unsupported_parameter", param=param)
     error.setdefault("message", message)
     if isinstance(error.get("code"), int):  # Google's numeric code is the HTTP status; its `status` says more
         error["code"] = error.get("status") or error["code"]
-    response = exc.response
-    if status != exc.status_code:  # the status the rest of calls/ reads (`status_code` is the response's)
-        response = type(response)(status, headers=response.headers, request=response.request)
-    return status_error_class(status)(redact(message), response=cast(Any, response), body={"error": error})
+    return http_error(status, {"error": error}, exc.response.headers, param=param)
 
 
 class VertexToken:
@@ -183,17 +178,15 @@ def seconds_left(expiry: datetime | None) -> float:
     return max(0.0, (expiry.replace(tzinfo=timezone.utc) - datetime.now(timezone.utc)).total_seconds())
 
 
-def token_error(exc: Exception) -> openai.APIError:
-    """A failed token refresh as the openai error `retry` reads: retried when google-auth says it may be
-    (the token endpoint unreachable or busy), else a rejected credential (the run stops)."""
+def token_error(exc: Exception) -> CallError:
+    """A failed token refresh as a `CallError`: retried when google-auth says it may be (the token endpoint
+    unreachable or busy), else a rejected credential (the run stops)."""
     import google.auth.exceptions
 
-    request = httpx2.Request("POST", "https://oauth2.googleapis.com/token")
     reason = redact(" ".join(str(exc.args[0] if exc.args else exc).split())[:300])
     if isinstance(exc, google.auth.exceptions.TransportError) or getattr(exc, "retryable", False):
-        return openai.APIConnectionError(message=f"token refresh failed: {reason}", request=request)
-    response = httpx2.Response(401, request=request)
-    return openai.AuthenticationError(f"token refresh refused: {reason}", response=response, body=None)
+        return CallError("connection", message=f"token refresh failed: {reason}")
+    return CallError("status", 401, f"token refresh refused: {reason}")
 
 
 _tokens: dict[str, VertexToken] = {}
@@ -236,9 +229,7 @@ class GoogleTransport(Transport):
         """The chat body sent (and a batch line's): the model as the endpoint names it, the token budget."""
         return {"model": self.sent_model, "messages": messages, **token_budget(self.model, sampling)}
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
-        if api != "chat":
-            raise UserError(f"--provider {self.provider}: this judge needs the {api} API, which Google does not serve")
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         body = self.body(messages, sampling)
         client = next(self._next_client)
         stale: str | None = None
@@ -253,9 +244,11 @@ class GoogleTransport(Transport):
                 raise BadAnswerBody() from exc
             except openai.APIStatusError as exc:
                 error = google_error(exc, body)
-                if isinstance(error, openai.AuthenticationError) and self.token is not None and attempt == 0:
+                if error.status == 401 and self.token is not None and attempt == 0:
                     continue  # the token expired or was revoked early: one fresh token, one more try
                 raise error from None
+            except openai.APIError as exc:
+                raise openai_call_error(exc) from None
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
@@ -264,7 +257,7 @@ class GoogleTransport(Transport):
         await super().aclose()
 
     @staticmethod
-    def answer(api: str, response: Any) -> Completion:
+    def read(response: Any) -> Completion:
         """A chat answer; one without a message (Gemini under load) is a broken answer, retried. Thinking
         tokens Gemini reports only in `total_tokens` are paid as output, as Google bills them."""
         try:
@@ -284,3 +277,17 @@ class GoogleTransport(Transport):
             return completion
         except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
+
+
+class GeminiTransport(GoogleTransport):
+    """`--provider gemini` (the factory's uniform constructor)."""
+
+    def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
+        super().__init__("gemini", base_url, model, api_key, request_timeout, concurrency)
+
+
+class VertexTransport(GoogleTransport):
+    """`--provider vertex` (the factory's uniform constructor): the process's ADC token, never a key."""
+
+    def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
+        super().__init__("vertex", base_url, model, api_key, request_timeout, concurrency)

@@ -18,8 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import openai
-
+from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.global_limits import wait_for_rate
 
 T = TypeVar("T")
@@ -136,8 +135,9 @@ class CallLimits:
         epoch = await adaptive.acquire()
         try:
             response = await self.usage.timed(send, *args)
-        except openai.RateLimitError:
-            adaptive.rate_limited(epoch)
+        except CallError as exc:
+            if exc.rate_limited:
+                adaptive.rate_limited(epoch)
             raise
         finally:
             adaptive.release()

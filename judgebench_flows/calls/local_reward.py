@@ -24,6 +24,8 @@ import threading
 from concurrent.futures import Executor, Future
 from typing import Any
 
+from judgebench_flows.calls.other_apis import score_completion
+from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.text import one_line
 
@@ -135,3 +137,30 @@ class LocalRewardModel:
 @functools.cache
 def local_reward_model(model: str, device: str | None = None) -> LocalRewardModel:
     return LocalRewardModel(model, device)
+
+
+class LocalRewardAPI:
+    """The score API of a reward model run in this process (`--reward-backend transformers`), as a wire:
+    `post` scores the conversation (off the event loop, one forward pass at a time), `answer` is the score
+    as a `Completion` (`other_apis.score_completion`), the same a Pooling API's answer gives. The model is
+    loaded on the first call, once per process (`local_reward_model`)."""
+
+    checks_raw_scores = False  # the model's head is read directly: raw scores always
+
+    def __init__(self, model: str, device: str | None = None):
+        self.base_url, self.model, self.device = "local:", model, device
+
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> float:
+        import asyncio
+
+        scorer = local_reward_model(self.model, self.device)
+        return await asyncio.get_running_loop().run_in_executor(scorer.executor, scorer.score, messages)
+
+    def answer(self, response: float) -> Completion:
+        return score_completion(response)
+
+    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None

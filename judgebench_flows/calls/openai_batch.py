@@ -14,6 +14,7 @@ from typing import Any, Literal
 import openai
 
 from judgebench_flows.calls.batch import BatchState, LineResult
+from judgebench_flows.calls.transport import openai_call_error
 
 CHAT_URL: Literal["/v1/chat/completions"] = "/v1/chat/completions"
 ENDED = frozenset({"completed", "expired", "cancelled", "failed"})
@@ -29,7 +30,12 @@ class OpenAIBatches:
     def __init__(self, client: openai.AsyncOpenAI, model: str):
         self.client, self.model = client, model
 
-    def body(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def for_wire(cls, wire: Any, api_key: str) -> OpenAIBatches:
+        """The batch API on the chat wire's first SDK client."""
+        return cls(wire.clients[0], wire.model)
+
+    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
         return {"model": self.model, "messages": messages, **sampling}
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
@@ -37,6 +43,12 @@ class OpenAIBatches:
         return (json.dumps(line, ensure_ascii=False) + "\n").encode()
 
     async def submit(self, lines: list[bytes]) -> str:
+        try:
+            return await self._submit(lines)
+        except openai.APIError as exc:
+            raise openai_call_error(exc) from None
+
+    async def _submit(self, lines: list[bytes]) -> str:
         upload = await self.client.files.create(file=("judgebench-batch.jsonl", b"".join(lines)), purpose="batch")
         batch = await self.client.batches.create(
             input_file_id=upload.id,
@@ -47,7 +59,10 @@ class OpenAIBatches:
         return batch.id
 
     async def state(self, batch_id: str) -> BatchState:
-        batch = await self.client.batches.retrieve(batch_id)
+        try:
+            batch = await self.client.batches.retrieve(batch_id)
+        except openai.APIError as exc:
+            raise openai_call_error(exc) from None
         counts = batch.request_counts
         state = BatchState(
             batch.status,
@@ -62,14 +77,20 @@ class OpenAIBatches:
         return state
 
     async def cancel(self, batch_id: str) -> None:
-        await self.client.batches.cancel(batch_id)
+        try:
+            await self.client.batches.cancel(batch_id)
+        except openai.APIError as exc:
+            raise openai_call_error(exc) from None
 
     async def results(self, state: BatchState) -> dict[str, LineResult]:
         batch = state.handle
         results: dict[str, LineResult] = {}
         for file_id in (batch.output_file_id, batch.error_file_id):
             if file_id:
-                content = await self.client.files.content(file_id)
+                try:
+                    content = await self.client.files.content(file_id)
+                except openai.APIError as exc:
+                    raise openai_call_error(exc) from None
                 for text in content.text.splitlines():
                     if text.strip():
                         custom_id, result = line_result(json.loads(text))

@@ -1,69 +1,37 @@
-"""Endpoint APIs other than chat completions, for judges that need them.
+"""What the endpoint APIs other than chat share, for judges that need them (each API's wire is its own
+module, chosen by `providers.model_api`):
 
-- "completions": the text-completions API (`POST {base_url}/completions` with a raw `prompt`), which
-  JudgeBench uses for JudgeLM and PandaLM. The judge's single user message is the prompt.
-- "pooling": vLLM's Pooling API for reward models (`POST {server root}/pooling` with the conversation as
-  `messages`). It sits at the server root, so a `--base-url` ending in `/v1` has that suffix removed.
-  The answer's `data[0].data` is the score: a one-element list for a sequence-classification head, or
-  one value per token (the last token's is the score). vLLM applies the head's activation by default
-  (a sigmoid for a one-label reward head: scores squeezed into (0, 1), large ones tied at 1.0), so the
-  reward judge asks for raw scores (`use_activation: false`, vLLM >= 0.11.1; older versions ignore the
-  field, and log that they did). `RawScoreCheck` tells such a server apart before any of its scores is
-  used: JudgeBench compares raw rewards.
+- `openai_completions`: the text-completions API, which JudgeBench uses for JudgeLM and PandaLM;
+  `unsearched_beams` tells a beam search the server did not do.
+- `vllm_pooling`: vLLM's Pooling API for reward models. The answer's `data[0].data` is the score
+  (`pooled_score`): a one-element list for a sequence-classification head, or one value per token (the
+  last token's is the score). vLLM applies the head's activation by default (a sigmoid for a one-label
+  reward head: scores squeezed into (0, 1), large ones tied at 1.0), so the reward judge asks for raw
+  scores (`use_activation: false`, vLLM >= 0.11.1; older versions ignore the field, and log that they
+  did). `RawScoreCheck` tells such a server apart before any of its scores is used: JudgeBench compares
+  raw rewards.
+- `local_reward`: a reward model run in this process, for `--reward-backend transformers`.
 
-- "transformers": a reward model run in this process (calls.local_reward), for `--reward-backend
-  transformers`; its answer has the Pooling API's shape, so both backends share everything after the call.
-
-A call to any of them goes through the same caller as a chat call (limits, retries, call cache, resume); its
-answer becomes a `Completion` whose text is the completion, or the score written as text (what the cache
-stores and the reward judge reads back).
+A call to any of them goes through the same caller as a chat call (limits, retries, call cache, resume); a
+score API's answer is a `Completion` whose text is the score written as text (`score_completion`: what the
+cache stores and the reward judge reads back).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import FatalEndpointError
-from judgebench_flows.core.secrets import redact
-
-OTHER_APIS = ("completions", "pooling", "transformers")
-
-
-def endpoint_identity(base_url: str, api: str) -> str:
-    """The endpoint part of a call's cache key: unchanged for chat (existing caches stay valid), the API
-    named for others (the same messages sent to /pooling and to /chat/completions are different requests)."""
-    return base_url if api == "chat" else f"{base_url.rstrip('/')}#{api}"
 
 
 def server_root(base_url: str) -> str:
     """`http://host:8000/v1` -> `http://host:8000`: where vLLM serves /pooling."""
     root = base_url.rstrip("/")
     return root[: -len("/v1")] if root.endswith("/v1") else root
-
-
-async def other_api_post(
-    client: Any, api: str, base_url: str, model: str, messages: list[dict[str, str]], sampling: dict[str, Any]
-) -> Any:
-    """One request through the SDK's own `post` (auth, errors, connections stay the SDK's), as for chat."""
-    if api == "completions":
-        prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-        return await client.post("/completions", cast_to=dict, body={"model": model, "prompt": prompt, **sampling})
-    if api == "pooling":  # an absolute URL: the SDK sends it as is, outside its /v1 base
-        return await client.post(
-            server_root(base_url) + "/pooling", cast_to=dict, body={"model": model, "messages": messages, **sampling}
-        )
-    if api == "transformers":
-        from judgebench_flows.calls.local_reward import local_reward_model
-
-        scorer = local_reward_model(model, os.environ.get("JUDGEBENCH_REWARD_DEVICE") or None)
-        score = await asyncio.get_running_loop().run_in_executor(scorer.executor, scorer.score, messages)
-        return {"data": [{"index": 0, "object": "pooling", "data": [score]}], "usage": {}}
-    raise ValueError(f"unknown endpoint API '{api}'")
 
 
 def pooled_score(data: Any) -> float:
@@ -83,26 +51,21 @@ def pooled_score(data: Any) -> float:
     return float(value)
 
 
-def answer_of(api: str, response: Any) -> Completion:
-    """The answer of a completions or pooling response body (ValueError/TypeError: not a usable body)."""
+def pooled_completion(response: Any) -> Completion:
+    """The score in a Pooling API answer, as the `Completion` the reward judge reads (ValueError/TypeError:
+    not a usable body)."""
     if not isinstance(response, dict):
         raise ValueError("the endpoint did not answer with a JSON object")
     usage = response.get("usage") or {}
-    prompt_tokens = int(usage.get("prompt_tokens") or 0)
-    if api in ("pooling", "transformers"):
-        items = response.get("data")
-        if not isinstance(items, list) or not items or not isinstance(items[0], dict):
-            raise ValueError("pooling answer without data")
-        return Completion(repr(pooled_score(items[0].get("data"))), prompt_tokens, 0, finish_reason="stop")
-    choices = response.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    text = choice.get("text") if isinstance(choice.get("text"), str) else ""
-    return Completion(
-        redact(text or ""),
-        prompt_tokens,
-        int(usage.get("completion_tokens") or 0),
-        finish_reason=choice.get("finish_reason"),
-    )
+    items = response.get("data")
+    if not isinstance(items, list) or not items or not isinstance(items[0], dict):
+        raise ValueError("pooling answer without data")
+    return score_completion(pooled_score(items[0].get("data")), int(usage.get("prompt_tokens") or 0))
+
+
+def score_completion(score: float, prompt_tokens: int = 0) -> Completion:
+    """A score API's answer: the score written as text (what the call cache stores and the judge reads)."""
+    return Completion(repr(score), prompt_tokens, 0, finish_reason="stop")
 
 
 # Two answers for the same text are one score within this relative tolerance: vLLM computes in float32

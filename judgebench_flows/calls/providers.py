@@ -1,46 +1,94 @@
-"""The model-client protocol: one wire per provider behind one interface (as Inspect AI's `ModelAPI`).
+"""The model-call layer's one interface: a wire per provider and endpoint API behind `ModelAPI` (as Inspect
+AI's `ModelAPI`), chosen once, here, by `model_api` from the table `WIRES`.
 
 `ChatCaller` composes the policies every call goes through (call cache, request rules and their 400
-adjustments, retries, limits); the wire underneath is a `ModelAPI`: the OpenAI-compatible one
-(`transport.Transport`: chat, text completions, vLLM's pooling) or Anthropic's Messages API
-(`anthropic_api.AnthropicTransport`), or Google's OpenAI-compatible endpoints (`google_api.GoogleTransport`:
-the Gemini API and Vertex AI). A provider is one more implementation; so is a batch API.
+adjustments, retries, limits, budget); the wire underneath is one module per provider and API:
+
+    provider   api            module                wire
+    openai     chat           transport             Transport          /chat/completions
+    openai     completions    openai_completions    OpenAICompletions  /completions (JudgeLM, PandaLM)
+    openai     pooling        vllm_pooling          VLLMPooling        vLLM's /pooling (reward models)
+    openai     transformers   local_reward          LocalRewardAPI     a reward model in this process
+    anthropic  chat           anthropic_api         AnthropicTransport Messages API
+    gemini     chat           google_api            GoogleTransport    Gemini's OpenAI-compatible API
+    vertex     chat           google_api            GoogleTransport    Vertex AI's, with ADC tokens
+
+`--batch` wraps the chat wire in `batch.BatchTransport` with the provider's batch API (`BATCHES`). Each
+wire classifies its own failures into `errors.CallError`. A provider or API is one module and one line
+in `WIRES` (and `BATCHES` if it has a batch API). Nothing outside this module compares API names.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+import importlib
+import os
+from typing import Any, Literal, Protocol
 
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.anthropic_rules import anthropic_rule
-from judgebench_flows.calls.batch import BatchAPI, BatchStore, BatchTransport
-from judgebench_flows.calls.openai_batch import OpenAIBatches
-from judgebench_flows.calls.other_apis import endpoint_identity
+from judgebench_flows.calls.batch import BatchStore, BatchTransport
 from judgebench_flows.calls.request_rules import RequestRule, rule_for
-from judgebench_flows.calls.transport import Transport
 from judgebench_flows.core.completion import Completion
-
-if TYPE_CHECKING:
-    from judgebench_flows.calls.anthropic_api import AnthropicTransport
-    from judgebench_flows.calls.google_api import GoogleTransport
 
 Provider = Literal["openai", "anthropic", "gemini", "vertex"]
 GOOGLE = ("gemini", "vertex")
+CHAT = "chat"
 
 
 class ModelAPI(Protocol):
-    """One attempt on the wire: `post` returns the parsed response body or raises an openai exception
-    class (`retry` decides what is retried), `answer` reads a body (an unusable one: `BadAnswerBody`)."""
+    """One attempt on the wire: `post` returns the answer as received (a parsed body, a score) or raises
+    `errors.CallError` (`retry` decides what is retried), `answer` reads it (unusable: `BadAnswerBody`).
+    `checks_raw_scores`: a score API whose scores the caller checks are raw (`other_apis.RawScoreCheck`);
+    `ignored`: a parameter the endpoint ignored and what shows it, or None."""
 
     base_url: str
     model: str
+    checks_raw_scores: bool
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any: ...
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any: ...
 
-    def answer(self, api: str, response: Any) -> Completion: ...
+    def answer(self, response: Any) -> Completion: ...
+
+    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None: ...
 
     async def aclose(self) -> None: ...
+
+
+# (provider, endpoint API) -> "module:class" of its wire, imported when chosen (the anthropic and Google
+# SDKs take most of a second to import). Every wire takes (base_url, model, api_key, timeout, concurrency).
+WIRES: dict[tuple[str, str], str] = {
+    ("openai", CHAT): "transport:Transport",
+    ("openai", "completions"): "openai_completions:OpenAICompletions",
+    ("openai", "pooling"): "vllm_pooling:VLLMPooling",
+    ("openai", "transformers"): "local_reward:LocalRewardAPI",
+    ("anthropic", CHAT): "anthropic_api:AnthropicTransport",
+    ("gemini", CHAT): "google_api:GeminiTransport",
+    ("vertex", CHAT): "google_api:VertexTransport",
+}
+# provider -> "module:class" of its batch API (`batch.BatchAPI`), built on the provider's chat wire.
+BATCHES: dict[str, str] = {
+    "openai": "openai_batch:OpenAIBatches",
+    "anthropic": "anthropic_batch:AnthropicBatches",
+    "gemini": "gemini_batch:GeminiBatches",
+}
+
+
+def _load(target: str) -> Any:
+    module, name = target.split(":")
+    return getattr(importlib.import_module(f"judgebench_flows.calls.{module}"), name)
+
+
+def unserved(provider: str, api: str, batch: bool = False) -> tuple[str, str] | None:
+    """The option and the reason a run cannot send `api` requests to `provider` (None: it can), for the
+    check before any call."""
+    if batch and api != CHAT:
+        return "--batch", "which batch APIs do not serve"
+    if (provider, api) not in WIRES:
+        return f"--provider {provider}", "which only OpenAI-compatible endpoints serve (use --provider openai)"
+    if batch and provider not in BATCHES:
+        return "--batch", f"which --provider {provider} has no batch API for"
+    return None
 
 
 def model_api(
@@ -52,36 +100,26 @@ def model_api(
     concurrency: int,
     batch_poll_seconds: float | None = None,
     engine: Engine | None = None,
+    api: str = CHAT,
 ) -> ModelAPI:
-    """The wire for a run's provider; with `batch_poll_seconds`, its batch API (`batch`), whose batches
-    are stored in `engine` to be re-attached to. The anthropic SDK is imported for Anthropic runs only:
-    it takes most of a second to import."""
-    wire: Transport | AnthropicTransport | GoogleTransport
-    batches: BatchAPI
-    if provider == "anthropic":
-        from judgebench_flows.calls.anthropic_api import AnthropicTransport
-        from judgebench_flows.calls.anthropic_batch import AnthropicBatches
-
-        wire = AnthropicTransport(base_url, model, api_key, request_timeout, concurrency)
-        if batch_poll_seconds is None:
-            return wire
-        batches = AnthropicBatches(wire.clients[0], model)
-    elif provider in GOOGLE:
-        from judgebench_flows.calls.google_api import GoogleTransport
-
-        wire = GoogleTransport(provider, base_url, model, api_key, request_timeout, concurrency)
-        if batch_poll_seconds is None:
-            return wire
-        from judgebench_flows.calls.gemini_batch import GeminiBatches
-
-        batches = GeminiBatches(wire, api_key)
-    else:
-        wire = Transport(base_url, model, api_key, request_timeout, concurrency)
-        if batch_poll_seconds is None:
-            return wire
-        batches = OpenAIBatches(wire.clients[0], model)
-    store = BatchStore(engine, provider, endpoint_identity(base_url, cache_api(provider, "chat")), model)
+    """The wire for a run's provider and its judge's endpoint API; with `batch_poll_seconds`, its batch API
+    (`batch`), whose batches are stored in `engine` to be re-attached to."""
+    if why := unserved(provider, api, batch_poll_seconds is not None):
+        raise ValueError(f"{why[0]}: no wire for the {api} API, {why[1]}")
+    if api == "transformers":  # no endpoint: the model runs here, on the device the environment names
+        return _load(WIRES[provider, api])(model, os.environ.get("JUDGEBENCH_REWARD_DEVICE") or None)
+    wire = _load(WIRES[provider, api])(base_url, model, api_key, request_timeout, concurrency)
+    if batch_poll_seconds is None:
+        return wire
+    batches = _load(BATCHES[provider]).for_wire(wire, api_key)
+    store = BatchStore(engine, provider, endpoint_identity(base_url, cache_api(provider, CHAT)), model)
     return BatchTransport(wire, batches, store, batch_poll_seconds)
+
+
+def endpoint_identity(base_url: str, api: str) -> str:
+    """The endpoint part of a call's cache key: unchanged for chat (existing caches stay valid), the API
+    named for others (the same messages sent to /pooling and to /chat/completions are different requests)."""
+    return base_url if api == CHAT else f"{base_url.rstrip('/')}#{api}"
 
 
 def provider_rule(provider: str, model: str, request_style: str, drop_params: tuple[str, ...]) -> RequestRule:
@@ -103,9 +141,18 @@ def wire_params(provider: str, model: str, params: dict[str, Any]) -> dict[str, 
 
 
 def cache_api(provider: str, api: str) -> str:
-    """The API a call's cache key names (`other_apis.endpoint_identity`): the judge's, or the provider's
+    """The API a call's cache key names (`endpoint_identity`): the judge's, or the provider's
     when that is not OpenAI's (the same messages sent as chat and as Messages are different requests)."""
     return api if provider == "openai" else f"{provider}-{api}"
 
 
-__all__ = ["ModelAPI", "Provider", "cache_api", "model_api", "provider_rule", "wire_params"]
+__all__ = [
+    "ModelAPI",
+    "Provider",
+    "cache_api",
+    "endpoint_identity",
+    "model_api",
+    "provider_rule",
+    "unserved",
+    "wire_params",
+]

@@ -12,98 +12,41 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Any
 
-import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.secrets import redact
 
 
 def retryable(exc: BaseException) -> bool:
-    if isinstance(exc, BadAnswerBody):
-        return True
-    if isinstance(
-        exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
-    ):
-        return True
-    return isinstance(exc, openai.APIStatusError) and (exc.status_code in (408, 409, 425) or exc.status_code >= 500)
+    return isinstance(exc, BadAnswerBody) or (isinstance(exc, CallError) and exc.retryable)
 
 
 def retry_after(exc: BaseException | None) -> float | None:
-    """Seconds the server asked us to wait (`retry-after-ms` or `retry-after`), if it said."""
-    response = getattr(exc, "response", None)
-    if response is None:
-        return None
-    headers = response.headers
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return max(0.0, float(value) * scale)
-            except ValueError:
-                continue
-    return None
-
-
-def error_of(exc: openai.APIStatusError) -> dict[str, Any]:
-    """The error object of an error answer's body, whatever its shape (empty when it has none).
-
-    The SDK already unwraps `{"error": {...}}` (OpenAI, current vLLM, LiteLLM, and Anthropic's
-    `{"type": "error", "error": {...}}`); older vLLM answers the object itself (`{"object": "error",
-    "message": ...}`). A proxy's `{"detail": "..."}` (FastAPI) becomes its message.
-    """
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error", body) if isinstance(body, dict) else {}
-    if isinstance(error, str):  # {"error": "text"}
-        return {"message": error}
-    if not isinstance(error, dict):
-        return {}
-    if "message" not in error and isinstance(error.get("detail"), str):
-        return {**error, "message": error["detail"]}
-    return error
+    """Seconds the server asked us to wait, if it said."""
+    return exc.retry_after if isinstance(exc, CallError) else None
 
 
 def server_message(exc: BaseException) -> str:
     """What the server said about this failure, whole and on one line (secrets redacted); "" if nothing."""
-    if not isinstance(exc, openai.APIStatusError):
-        return ""
-    said = error_of(exc).get("message")
-    if not isinstance(said, str) or not said.strip():
-        text = exc.response.text if exc.response is not None else ""
-        said = text if text.strip() and not text.lstrip().startswith("<") else ""
-    return redact(" ".join(str(said).split()))
-
-
-def error_code(exc: openai.APIStatusError) -> str:
-    """The error's code when it says more than the HTTP status (vLLM and LiteLLM put the status there)."""
-    code = error_of(exc).get("code") or error_of(exc).get("type")
-    text = str(code or "")
-    return "" if not text or text == str(exc.status_code) else text
+    return exc.message if isinstance(exc, CallError) and exc.kind == "status" else ""
 
 
 def failure_kind(exc: BaseException) -> str:
     """A failure without the server's words: calls failing "alike" share it (the early stop's test)."""
-    if isinstance(exc, openai.APIStatusError):
-        code = error_code(exc)
-        return f"HTTP {exc.status_code}" + (f" ({code})" if code else "")
-    return describe(exc)
+    return exc.failure_kind() if isinstance(exc, CallError) else describe(exc)
 
 
 def describe(exc: BaseException) -> str:
     """A failure in one line, free of secrets: what a failed judgment records as its reason. An HTTP error
     keeps the server's message whole (`HTTP 400 (context_length_exceeded): This model's maximum ...`)."""
-    if isinstance(exc, openai.APITimeoutError):
-        return "request timed out"
-    if isinstance(exc, openai.APIConnectionError):
-        return "connection failed or dropped"
+    if isinstance(exc, CallError):
+        return exc.describe()
     if isinstance(exc, BadAnswerBody):
         return "the endpoint answered 200 with a body that is not a JSON object"
-    if isinstance(exc, openai.APIStatusError):
-        said = server_message(exc)
-        return redact(failure_kind(exc) + (f": {said}" if said else ""))
     return redact(f"{type(exc).__name__}: {exc}")
 
 
@@ -122,12 +65,6 @@ def deterministic_reason(reason: str | None) -> bool:
     return 400 <= status < 500 and status not in (408, 409, 425, 429)
 
 
-FATAL = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
-# How a gateway says "no such model" with a 400 (LiteLLM: "Invalid model name passed in model=...").
-UNKNOWN_MODEL = re.compile(
-    r"invalid model name|model[^.;:]{0,80}(does not exist|not found|is not supported)|no such model|unknown model",
-    re.IGNORECASE,
-)
 # What each endpoint API is called in messages (other_apis).
 API_NAMES = {
     "chat": "chat completions API",
@@ -138,28 +75,20 @@ API_NAMES = {
 
 def unknown_model(exc: BaseException) -> bool:
     """A 400 or 404 that says the model is unknown: the same mistake as OpenAI's 404, on any server."""
-    return (
-        isinstance(exc, openai.APIStatusError)
-        and exc.status_code in (400, 404)
-        and (
-            str(error_of(exc).get("code") or "") == "model_not_found" or bool(UNKNOWN_MODEL.search(server_message(exc)))
-        )
-    )
+    return isinstance(exc, CallError) and exc.unknown_model
 
 
 def fatal_error(
-    exc: BaseException, base_url: str, model: str, api: str = "chat", key_source: str = "$OPENAI_API_KEY"
+    exc: CallError, base_url: str, model: str, api: str = "chat", key_source: str = "$OPENAI_API_KEY"
 ) -> FatalEndpointError:
-    """The run-stopping error for one of `FATAL` (or an unknown model however said): no later call to this
-    endpoint can succeed either. `key_source` names where the key came from, never the key."""
-    if isinstance(exc, openai.NotFoundError) or unknown_model(exc):
+    """The run-stopping error for a `CallError.fatal` failure: no later call to this endpoint can succeed
+    either. `key_source` names where the key came from, never the key."""
+    if exc.status == 404 or exc.unknown_model:
         return FatalEndpointError(
             f"the endpoint {base_url} does not know model '{model}' or its {API_NAMES.get(api, api + ' API')} "
             f"({describe(exc)})"
         )
-    return FatalEndpointError(
-        f"the endpoint {base_url} rejected the API key (HTTP {getattr(exc, 'status_code', '?')}); check {key_source}"
-    )
+    return FatalEndpointError(f"the endpoint {base_url} rejected the API key (HTTP {exc.status}); check {key_source}")
 
 
 @dataclass

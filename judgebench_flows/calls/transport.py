@@ -1,7 +1,10 @@
-"""The wire: openai clients that post one request to the endpoint, and the reading of its answer.
+"""The OpenAI chat wire: openai clients that post one request to the endpoint, and the reading of its answer.
+
+The other OpenAI-style APIs are the same wire with another request and answer (`send`, `read`):
+`openai_completions` (text completions) and `vllm_pooling` (vLLM's Pooling API).
 
 No retries, limits or cache here (`retry`, `limits`, `cache`); one attempt in, one response body or
-the SDK's exception out.
+a `CallError` out (the SDK's failure classified here, `openai_call_error`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import httpx
 import openai
 
-from judgebench_flows.calls.other_apis import OTHER_APIS, answer_of, other_api_post
+from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.secrets import redact
 
@@ -28,22 +31,16 @@ def clients_for(concurrency: int) -> int:
     return max(1, math.ceil(concurrency / CONNECTIONS_PER_CLIENT))
 
 
-# openai's class for each HTTP error status, for errors that reach us other than through the openai SDK
-# (Anthropic's SDK, a batch's failed line); 5xx, and Anthropic's 529 "overloaded", are retried.
-_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
-}
-
-
-def status_error_class(status: int) -> type[openai.APIStatusError]:
-    """openai's exception class for an HTTP error status (what a synchronous openai call would raise)."""
-    return _STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
+def openai_call_error(exc: openai.APIError) -> CallError:
+    """The `CallError` of an openai SDK failure (the OpenAI-compatible wire classifies its own errors)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return CallError("timeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return CallError("connection")
+    if isinstance(exc, openai.APIStatusError):
+        response = exc.response
+        return http_error(exc.status_code, exc.body, response.headers, response.text if response is not None else "")
+    return CallError("other", message=f"{type(exc).__name__}: {exc}")
 
 
 class BadAnswerBody(Exception):
@@ -108,24 +105,38 @@ class Transport:
         ]
         self._next_client = itertools.cycle(self.clients)
 
-    async def post(self, api: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    # What this wire's answers are (`providers.ModelAPI`): chat text, checked by no extra probe.
+    checks_raw_scores = False
+
+    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         """One attempt: the response body as parsed JSON (a 200 that is not JSON: `BadAnswerBody`)."""
         try:
-            if api in OTHER_APIS:
-                return await other_api_post(next(self._next_client), api, self.base_url, self.model, messages, sampling)
-            return await next(self._next_client).post(
-                "/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling}
-            )
+            return await self.send(next(self._next_client), messages, sampling)
         except json.JSONDecodeError as exc:
+            raise BadAnswerBody() from exc
+        except openai.APIError as exc:
+            raise openai_call_error(exc) from None
+
+    async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+        """The request through the SDK's own `post` (auth, errors, connections stay the SDK's)."""
+        return await client.post(
+            "/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling}
+        )
+
+    def answer(self, response: Any) -> Completion:
+        """The `Completion` in a response body (not a usable body: `BadAnswerBody`)."""
+        try:
+            return self.read(response)
+        except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
 
     @staticmethod
-    def answer(api: str, response: Any) -> Completion:
-        """The `Completion` in a response body of `api` (not a usable body: `BadAnswerBody`)."""
-        try:
-            return completion_from(response) if api == "chat" else answer_of(api, response)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise BadAnswerBody() from exc
+    def read(response: Any) -> Completion:
+        return completion_from(response)
+
+    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+        """A parameter the endpoint ignored and what shows it (`request_rules.Learned.note_ignored`), or None."""
+        return None
 
     async def aclose(self) -> None:
         for client in self.clients:

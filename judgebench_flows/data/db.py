@@ -3,7 +3,8 @@
 SQLite by default, PostgreSQL in production; the same code path serves both. Every write is an upsert on
 a natural key, so a retried publish or a resumed run never duplicates rows, and concurrent shards may
 write at once (SQLite in WAL mode with a busy timeout; PostgreSQL natively). The schema is created on
-first use and upgraded by adding missing columns and indexes, which is safe for existing data. Datetimes
+first use and upgraded through Alembic migrations (`data/migrations/versions`: a schema change is one
+more migration there; they only add, so existing data is safe). Datetimes
 are stored and returned as aware UTC on both backends.
 """
 
@@ -11,10 +12,8 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,10 +21,13 @@ from typing import Any
 from urllib.parse import quote as url_quote
 
 import sqlalchemy as sa
+from alembic import command as alembic_command
+from alembic.config import Config as AlembicConfig
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, UniqueConstraint, col, select
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
@@ -71,11 +73,11 @@ class RunRow(SQLModel, table=True):
     config_json: str = "{}"
     results_json: str | None = None
     # Dollars the run paid (None: unpriced, or a run from before prices were kept) and how it was priced:
-    # "<entry> read <date>", or "unpriced". Added by the schema upgrade; older rows keep NULL in both.
+    # "<entry> read <date>", or "unpriced". Older rows keep NULL in both.
     cost_usd: float | None = None
     priced_as: str | None = None
     # Position bias (results.json's `consistency`): share of pairs whose two verdicts agree, and share of
-    # sided verdicts for the response shown first. Added by the schema upgrade; older rows keep NULL.
+    # sided verdicts for the response shown first. Added by migration 0002; older rows keep NULL.
     order_consistency: float | None = None
     first_position_rate: float | None = None
 
@@ -209,8 +211,8 @@ def _table(model: type[SQLModel]) -> sa.Table:
     return model.__table__  # type: ignore[attr-defined]
 
 
-TABLES = [_table(model) for model in (RunRow, JudgmentRow, MetricRow, CallCacheRow, BatchRow, RunLockRow, SchemaMeta)]
 WRITE_ATTEMPTS = 8
+MIGRATIONS = Path(__file__).with_name("migrations")
 
 
 def _with_retries(write: Callable[[], None]) -> None:
@@ -220,70 +222,50 @@ def _with_retries(write: Callable[[], None]) -> None:
     may abort one of two transactions that lock the same rows (deadlock, serialization failure). Both
     are transient, and every write here is an idempotent upsert or update, so running it again is safe.
     """
-    for attempt in range(WRITE_ATTEMPTS):
-        try:
-            write()
-            return
-        except OperationalError:
-            if attempt == WRITE_ATTEMPTS - 1:
-                raise
-            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    Retrying(
+        stop=stop_after_attempt(WRITE_ATTEMPTS),
+        wait=wait_random_exponential(multiplier=0.05, max=2.0),
+        retry=retry_if_exception_type(OperationalError),
+        reraise=True,
+    )(write)
 
 
-def _add_column_sql(engine: Engine, table: sa.Table, column: sa.Column) -> str:
-    """ALTER TABLE ... ADD COLUMN for a column newer code defines; a scalar Python default becomes the
-    column's DEFAULT so existing rows get that value instead of NULL (e.g. counters read as 0)."""
-    quote = engine.dialect.identifier_preparer.quote
-    sql = (
-        f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(column.name)} {column.type.compile(dialect=engine.dialect)}"
-    )
-    default = column.default
-    if isinstance(default, sa.ColumnDefault) and default.is_scalar and default.arg is not None:
-        literal = sa.literal(default.arg, type_=column.type).compile(
-            dialect=engine.dialect, compile_kwargs={"literal_binds": True}
-        )
-        sql += f" DEFAULT {literal}"
-    return sql
+def migrations_config() -> AlembicConfig:
+    """Alembic's configuration for the results database: its migrations ship in `data/migrations`."""
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
 
 
-def _upgrade_once(engine: Engine) -> None:
-    with engine.begin() as connection:
-        if engine.dialect.name == "postgresql":  # serialize concurrent upgrades of one database
-            connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('judgebench_schema'))"))
-        SQLModel.metadata.create_all(connection, tables=TABLES)
-        inspector = sa.inspect(connection)
-        for table in TABLES:
-            existing = {column["name"] for column in inspector.get_columns(table.name)}
-            for column in table.columns:
-                if column.name not in existing:
-                    connection.execute(sa.text(_add_column_sql(engine, table, column)))
-            indexes = {index["name"] for index in inspector.get_indexes(table.name)}
-            for index in table.indexes:
-                if index.name not in indexes:
-                    index.create(connection)
-        if connection.execute(sa.select(_table(SchemaMeta))).first() is None:
-            connection.execute(sa.insert(_table(SchemaMeta)).values(id=1, version=SCHEMA_VERSION))
+# Alembic's `context` and `op` are module-level proxies: one migration at a time per process.
+_migrations_lock = threading.Lock()
+
+
+def _migrate_once(engine: Engine) -> None:
+    config = migrations_config()
+    with _migrations_lock, engine.begin() as connection:
+        config.attributes["connection"] = connection
+        alembic_command.upgrade(config, "head")
 
 
 def _upgrade_schema(engine: Engine) -> None:
-    """Create missing tables, then add columns that newer versions of these models define.
+    """Bring the database to the newest schema through its Alembic migrations (`data/migrations`).
 
-    Only adds, never drops or rewrites, so an old database keeps its rows. Several processes may open a
-    new database at once (shards, a nightly matrix): PostgreSQL serializes them with an advisory lock;
-    on SQLite the loser of a race ("table already exists", "duplicate column") simply looks again.
+    Migrations only add, never drop or rewrite, so an old database keeps its rows. Several processes may
+    open a new database at once (shards, a nightly matrix): the loser of the race ("table already exists",
+    a duplicate version row; PostgreSQL runs the whole upgrade in one transaction) looks again and finds
+    the schema in place.
     """
-    for attempt in range(5):
-        try:
-            _upgrade_once(engine)
-            return
-        except DBAPIError:
-            if attempt == 4:
-                raise
-            time.sleep(0.1 * (attempt + 1))
+    Retrying(
+        stop=stop_after_attempt(5),
+        wait=wait_random_exponential(multiplier=0.1, max=1.0),
+        retry=retry_if_exception_type(DBAPIError),
+        reraise=True,
+    )(_migrate_once, engine)
 
 
 def open_database(url: str) -> Engine:
-    """An engine for `url` with the schema in place; one per URL per process."""
+    """An engine for `url` with the schema migrated to the newest version; one per URL per process."""
     with _engines_lock:
         if url in _engines:
             return _engines[url]

@@ -20,8 +20,7 @@ from typing import cast
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.cache import request_key
-from judgebench_flows.calls.other_apis import endpoint_identity
-from judgebench_flows.calls.providers import cache_api, wire_params
+from judgebench_flows.calls.providers import cache_api, endpoint_identity, wire_params
 from judgebench_flows.calls.request_rules import shape
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError

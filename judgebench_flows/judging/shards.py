@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.calls.llm import CallStats, ChatCaller
-from judgebench_flows.calls.providers import provider_rule
+from judgebench_flows.calls.providers import provider_rule, unserved
 from judgebench_flows.calls.request_rules import Learned, RequestRule, learned_for, request_report
 from judgebench_flows.core.api_keys import read_api_key
 from judgebench_flows.core.config import RunConfig
@@ -189,6 +189,7 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
     runtime = per_loop.get(key)
     if runtime is None:
         settings = spec.endpoint
+        judge = build_judge(spec)
         caller = ChatCaller.from_settings(
             settings.model_copy(
                 update={"base_url": resolve_credentials(spec.base_url)}
@@ -200,9 +201,9 @@ def runtime_for(spec: JudgeSpec) -> Runtime:
             paid_by=spec.run_id,
             request_rule=request_rule_of(spec),
             spend=Spend(spec.price, spec.max_cost, night=night_spend.get()) if spec.price is not None else None,
+            api=judge.api,  # judge_lm/panda_lm: completions; reward_model: pooling
         )
-        runtime = Runtime(build_judge(spec), caller)
-        caller.api = runtime.judge.api  # judge_lm/panda_lm: completions; reward_model: pooling
+        runtime = Runtime(judge, caller)
         per_loop[key] = runtime
     return runtime
 
@@ -411,15 +412,9 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
             update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
         )
     judge = build_judge(spec)
-    if spec.endpoint.batch and judge.api != "chat":
-        raise UserError(
-            f"--batch: the {config.judge_type} judge needs the {judge.api} API, which batch APIs do not serve"
-        )
-    if spec.endpoint.provider != "openai" and judge.api != "chat":
-        raise UserError(
-            f"--provider {spec.endpoint.provider}: the {config.judge_type} judge needs the {judge.api} API, "
-            "which only OpenAI-compatible endpoints serve (use --provider openai)"
-        )
+    if refused := unserved(spec.endpoint.provider, judge.api, spec.endpoint.batch):
+        option, why = refused
+        raise UserError(f"{option}: the {config.judge_type} judge needs the {judge.api} API, {why}")
     return spec.model_copy(update={"judge_fingerprint": judge.fingerprint()})
 
 

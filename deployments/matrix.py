@@ -23,6 +23,7 @@ from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, Run
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
+from judgebench_flows.data.outputs import RUN_ID_FIELD
 
 # Set per configuration by the matrix itself; everything else in RunConfig may go under `options`.
 MATRIX_FIELDS = frozenset(
@@ -248,8 +249,9 @@ class NightlyMatrix(BaseModel):
                             "db_url": self.db_url,
                             "max_samples": max_samples or self.max_samples,
                             **({"max_cost": spec.max_cost} if spec.max_cost is not None else {}),
-                            "result_path": str(folder / "results.json"),
-                            "output_dir": str(folder),
+                            # each night's run of the cell in its own folder, `latest` the newest
+                            "result_path": str(folder / RUN_ID_FIELD / "results.json"),
+                            "output_dir": str(folder / RUN_ID_FIELD),
                         }
                     )
                     entries.append(MatrixEntry(name=name, config=config, endpoint=endpoint_of(config)))

@@ -17,6 +17,7 @@ from prefect.artifacts import acreate_markdown_artifact
 
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL, public_url
+from judgebench_flows.data.outputs import RUN_ID_FIELD
 from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, markdown
 from judgebench_flows.scoring.leaderboard_report import write_outputs
 
@@ -77,7 +78,8 @@ async def nightly_leaderboard_section(configs: Sequence[Any], run_ids: Sequence[
             prices=config.prices,
         )
         board = await asyncio.to_thread(build_leaderboard, settings)
-        folder = Path(config.output_dir).parent
+        cell_folder = config.output_dir.split(RUN_ID_FIELD)[0].rstrip("/")  # nightly/<cell>/{run_id}: nightly/<cell>
+        folder = Path(cell_folder).parent
         outputs = await asyncio.to_thread(write_outputs, board, folder / "leaderboard.json", folder)
     except Exception as exc:  # noqa: BLE001 - reported in the summary instead
         reason = (

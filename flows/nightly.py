@@ -47,6 +47,7 @@ from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, buil
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, night_spend, retirement_notice
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
+from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
@@ -108,7 +109,8 @@ def _published_results(entry: MatrixEntry, flow_run_id: str | None) -> dict[str,
     """The results.json a failed cell published before failing (a run that measured too little still
     publishes what it has), if it is this subflow run's and not an earlier night's."""
     try:
-        results = json.loads(Path(entry.config.result_path).read_text(encoding="utf-8"))
+        # a cell's runs each write their own folder; `latest` is the newest one that published
+        results = json.loads(Path(for_run(entry.config.result_path, LATEST)).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not flow_run_id or (results.get("run") or {}).get("flow_run_id") != flow_run_id:
@@ -134,11 +136,16 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
         )
         published = _published_results(entry, flow_run_id)
         counts = _counts(published) if published else {}
+        if published:
+            base["result_path"] = for_run(
+                entry.config.result_path, (published.get("run") or {}).get("run_id") or LATEST
+            )
         if isinstance(error, BudgetReached):  # stopped at its budget: what it spent until then
             counts["cost_usd"] = error.spent
         transient = is_transient(error if isinstance(error, BaseException) else None, published)
         return CellOutcome(status="failed", message=reason[:500], transient=transient, **counts, **base)
     results: dict[str, Any] = await state.aresult()
+    base["result_path"] = for_run(entry.config.result_path, (results.get("run") or {}).get("run_id") or LATEST)
     regression = results.get("regression") or {}
     too_little = measured_too_little(results, entry.config.max_failed_fraction)
     status: Literal["completed", "regressed", "failed"] = (
@@ -497,14 +504,15 @@ async def judgebench_adhoc(
 ) -> dict[str, Any]:
     """One configuration on demand, with plain parameters; fails if the run regressed or measured too little.
 
-    Results go to `output_dir` (default results/adhoc/<judge>__<model>__<data file>/): results.json,
+    Results go to `output_dir` (default results/adhoc/<judge>__<model>__<data file>/<run id>/, with
+    `latest` beside it linking the newest): results.json,
     the judgments JSONL and report.html. The API key comes from the worker's environment: the variable
     `api_key_env` names (default OPENAI_API_KEY) or the Prefect Secret block `api_key_secret`, never
     from a parameter. This run's own page shows the results summary, where its files are and a link to
     the judging subflow, and its log has the headline numbers: no need to open the subflow.
     """
     logger = get_run_logger()
-    folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}"
+    folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}/{RUN_ID_FIELD}"
     config = build_config(
         judge_type=judge_type,
         model=model,
@@ -522,7 +530,7 @@ async def judgebench_adhoc(
         api_key_env=api_key_env,
         api_key_secret=api_key_secret,
     )
-    entry = MatrixEntry(name=Path(folder).name, config=config)
+    entry = MatrixEntry(name=Path(folder.replace(RUN_ID_FIELD, "")).name, config=config)
     outcome, state = await judge_cell(entry, retry_delay_seconds)
     subflow_id = str(state.state_details.flow_run_id or "") or None
     results = await state.aresult() if state.is_completed() else _published_results(entry, subflow_id)
@@ -540,7 +548,7 @@ async def judgebench_adhoc(
         f" ({outcome.message})" if outcome.message else "",
     )
     if results:
-        logger.info("results: %s; report: %s", config.result_path, (results.get("outputs") or {}).get("report") or "-")
+        logger.info("results: %s; report: %s", outcome.result_path, (results.get("outputs") or {}).get("report") or "-")
     await acreate_markdown_artifact(
         adhoc_markdown(outcome, results, subflow_id),
         key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), data_path or data_file)}",
@@ -553,7 +561,7 @@ async def judgebench_adhoc(
     return {
         "run_id": outcome.run_id,
         "accuracy": outcome.accuracy,
-        "result_path": config.result_path,
+        "result_path": outcome.result_path,
         "outputs": results.get("outputs") if results else None,
         "regression": (results.get("regression") or {}).get("message") if results else None,
     }

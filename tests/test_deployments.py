@@ -234,8 +234,11 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(
     assert answered == 12, seen  # judge-a's 6 pairs x 2 orders, asked once
     # no second attempt of anything: an unknown model is not a passing failure
     assert sorted((r.model, r.status) for r in runs) == [("judge-a", "completed"), ("judge-missing", "failed")], seen
-    results = json.loads((tmp_path / "nightly" / good / "results.json").read_text())
-    assert results["overall_accuracy"]["accuracy"] == 1.0 and (tmp_path / "nightly" / good / "report.html").is_file()
+    results = json.loads((tmp_path / "nightly" / good / "latest" / "results.json").read_text())
+    assert (
+        results["overall_accuracy"]["accuracy"] == 1.0
+        and (tmp_path / "nightly" / good / "latest" / "report.html").is_file()
+    )
 
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(state.state_details.flow_run_id).run_count == 1

@@ -152,7 +152,7 @@ def test_a_night_runs_its_cells_side_by_side_and_cuts_a_batch_off_at_its_deadlin
         assert batches.batches_created == 1 and batches.cancelled_batches == 1 and batches.requests == 12
         shared_endpoint = f"openai http://127.0.0.1:{shared.port}/v1"
     results = json.loads(
-        (tmp_path / "nightly" / cell_name("vanilla", "judge-batch", GPT4O_FILE) / "results.json").read_text()
+        (tmp_path / "nightly" / cell_name("vanilla", "judge-batch", GPT4O_FILE) / "latest" / "results.json").read_text()
     )
     assert results["overall_accuracy"]["accuracy"] == 1.0
     assert results["usage"]["synchronous_calls"] == 12

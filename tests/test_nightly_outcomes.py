@@ -268,13 +268,20 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
         state2 = _night(write_matrix(a2.base_url, b2.base_url))
     assert state2.is_completed(), f"{state2!r}"
     nightly = tmp_path / "nightly"
-    good_results = json.loads((nightly / good / "results.json").read_text())
-    bad_results = json.loads((nightly / bad / "results.json").read_text())
+    good_results = json.loads((nightly / good / "latest" / "results.json").read_text())
+    bad_results = json.loads((nightly / bad / "latest" / "results.json").read_text())
     assert good_results["regression"]["baseline_run_id"] == first_a  # a healthy run is a baseline
+    # each night's run of a cell keeps its own folder; `latest` links the newest
+    kept = sorted(p.name for p in (nightly / good).iterdir() if p.is_dir() and not p.is_symlink())
+    assert first_a in kept and good_results["run"]["run_id"] in kept and len(kept) == 2, kept
     assert (
         bad_results["regression"] is None and bad_results["overall_accuracy"]["accuracy"] == 1.0
     )  # the dead night is not
-    for text in ((nightly / good / "results.json").read_text(), (nightly / bad / "results.json").read_text(), summary):
+    for text in (
+        (nightly / good / "latest" / "results.json").read_text(),
+        (nightly / bad / "latest" / "results.json").read_text(),
+        summary,
+    ):
         assert CANARY_KEY not in text and OTHER_KEY not in text
 
 

@@ -406,7 +406,8 @@ def test_a_worker_killed_mid_night_reuses_every_finished_cell_and_answered_call(
         flow_run_id = _run(live_prefect, "nightly-benchmarks/nightly", {"matrix_path": str(tmp_path / "matrix.yaml")})
         first = _start_worker(live_prefect, tmp_path, "first")
         done = [
-            tmp_path / "nightly" / cell_name("vanilla", m, GPT4O_FILE) / "results.json" for m in ("fast-a", "fast-b")
+            tmp_path / "nightly" / cell_name("vanilla", m, GPT4O_FILE) / "latest" / "results.json"
+            for m in ("fast-a", "fast-b")
         ]
         try:
             wait_for(
@@ -433,6 +434,6 @@ def test_a_worker_killed_mid_night_reuses_every_finished_cell_and_answered_call(
     assert sum(count > 1 for count in paid.values()) <= concurrency
     for model in ("fast-a", "fast-b", "slow"):
         results = json.loads(
-            (tmp_path / "nightly" / cell_name("vanilla", model, GPT4O_FILE) / "results.json").read_text()
+            (tmp_path / "nightly" / cell_name("vanilla", model, GPT4O_FILE) / "latest" / "results.json").read_text()
         )
         assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == pairs

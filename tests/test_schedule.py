@@ -290,8 +290,8 @@ def test_every_minute_schedule_runs_a_small_matrix_on_a_worker(live_server, judg
         assert endpoint.snapshot()["distinct_answered"] == 6  # 3 pairs x 2 orders, with the key JUDGE_A_KEY names
 
     cell = out / "vanilla__judge-a__dataset=judgebench,response_model=gpt-4o-2024-05-13"
-    results = json.loads((cell / "results.json").read_text())
+    results = json.loads((cell / "latest" / "results.json").read_text())
     assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == 3
     assert results["run"]["flow_run_id"] != finished["id"]  # the cell ran as a subflow of the scheduled run
-    assert CANARY_KEY not in log and CANARY_KEY not in (cell / "results.json").read_text()
+    assert CANARY_KEY not in log and CANARY_KEY not in (cell / "latest" / "results.json").read_text()
     assert not live_server.errors_in_log(), "\n".join(live_server.errors_in_log())

@@ -140,6 +140,10 @@ class NightlyMatrix(BaseModel):
     # batches have not answered is cancelled and judged synchronously (calls.batch).
     finish_by: str | None = None
     deadline_minutes: float | None = Field(default=None, gt=0)
+    # Where cells run: `process`, side by side in the night's own process; `pool`, each as its own run
+    # of the ad-hoc deployment, spread over the work pool's workers, every endpoint's limit held across
+    # them by a Prefect global concurrency limit (flows/pool_cells.py).
+    cells: Literal["process", "pool"] = "process"
 
     @field_validator("finish_by")
     @classmethod

@@ -41,6 +41,7 @@ from prefect.context import get_run_context
 from prefect.states import Failed, State
 from pydantic import BaseModel
 
+from judgebench_flows.calls.global_limits import held_limit_names
 from judgebench_flows.calls.limits import endpoint_usage
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
@@ -50,6 +51,7 @@ from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
+from judgebench_flows.flows.pool_cells import PoolCell, judge_cells_on_pool, pool_cell_entry
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
@@ -138,7 +140,11 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
             counts["cost_usd"] = error.spent
         transient = is_transient(error if isinstance(error, BaseException) else None, published)
         return CellOutcome(status="failed", message=reason[:500], transient=transient, **counts, **base)
-    results: dict[str, Any] = await state.aresult()
+    return completed_outcome(entry, await state.aresult(), base)
+
+
+def completed_outcome(entry: MatrixEntry, results: dict[str, Any], base: dict[str, Any]) -> CellOutcome:
+    """A completed cell's outcome from its results: completed, regressed, or failed if it measured too little."""
     regression = results.get("regression") or {}
     too_little = measured_too_little(results, entry.config.max_failed_fraction)
     status: Literal["completed", "regressed", "failed"] = (
@@ -446,7 +452,13 @@ async def nightly_benchmarks(
     entries = with_deadline(entries, matrix.deadline(night_start()))
     if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
         night_spend.set(NightSpend(matrix.max_cost))
-    outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
+    if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
+        overrides = {"base_url": base_url, "max_samples": max_samples, "repo_url": repo_url, "ref": ref}
+        overrides |= {"data_files": data_files}
+        deadline = matrix.deadline(night_start())
+        outcomes = await judge_cells_on_pool(matrix_path, entries, budgets, overrides, deadline)
+    else:
+        outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
     wall_s = round(time.monotonic() - started, 3)
     endpoints = endpoint_usage()
 
@@ -494,6 +506,7 @@ async def judgebench_adhoc(
     api_key_env: str | None = None,
     api_key_secret: str | None = None,
     retry_delay_seconds: float = 60,
+    cell: PoolCell | None = None,
 ) -> dict[str, Any]:
     """One configuration on demand, with plain parameters; fails if the run regressed or measured too little.
 
@@ -501,9 +514,16 @@ async def judgebench_adhoc(
     the judgments JSONL and report.html. The API key comes from the worker's environment: the variable
     `api_key_env` names (default OPENAI_API_KEY) or the Prefect Secret block `api_key_secret`, never
     from a parameter. This run's own page shows the results summary, where its files are and a link to
-    the judging subflow, and its log has the headline numbers: no need to open the subflow.
+    the judging subflow, and its log has the headline numbers: no need to open the subflow. `cell` (set
+    by a night whose matrix says `cells: pool`, flows/pool_cells.py) names a cell of a matrix file
+    instead: the run judges the matrix's configuration and ignores the other parameters.
     """
-    logger = get_run_logger()
+    if cell is not None:
+        entry = pool_cell_entry(cell)
+        if cell.limit:  # the endpoint's limit, shared with the night's other cells on any worker
+            held_limit_names.set((cell.limit, cell.rate_limit or f"{cell.limit}-rpm"))
+        outcome, state = await judge_cell(entry, retry_delay_seconds)
+        return await adhoc_ending(entry, outcome, state)
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}"
     config = build_config(
         judge_type=judge_type,
@@ -524,6 +544,12 @@ async def judgebench_adhoc(
     )
     entry = MatrixEntry(name=Path(folder).name, config=config)
     outcome, state = await judge_cell(entry, retry_delay_seconds)
+    return await adhoc_ending(entry, outcome, state)
+
+
+async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -> dict[str, Any]:
+    """An ad-hoc run's log lines, its page and its ending: Failed with one line unless it completed."""
+    logger, config = get_run_logger(), entry.config
     subflow_id = str(state.state_details.flow_run_id or "") or None
     results = await state.aresult() if state.is_completed() else _published_results(entry, subflow_id)
     log = logger.info if outcome.status == "completed" else logger.error
@@ -543,7 +569,7 @@ async def judgebench_adhoc(
         logger.info("results: %s; report: %s", config.result_path, (results.get("outputs") or {}).get("report") or "-")
     await acreate_markdown_artifact(
         adhoc_markdown(outcome, results, subflow_id),
-        key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), data_path or data_file)}",
+        key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), config.data_path or config.data_file)}",
         description=f"JudgeBench ad-hoc run: {entry.name}",
     )
     if outcome.status != "completed":  # Failed with the subflow's reason, as one line (`--watch`, the UI)

@@ -453,8 +453,8 @@ async def nightly_benchmarks(
     if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
         night_spend.set(NightSpend(matrix.max_cost))
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
-        overrides = {"base_url": base_url, "max_samples": max_samples, "repo_url": repo_url, "ref": ref}
-        overrides |= {"data_files": data_files}
+        overrides: dict[str, Any] = {"base_url": base_url, "max_samples": max_samples, "repo_url": repo_url}
+        overrides |= {"ref": ref, "data_files": data_files}
         deadline = matrix.deadline(night_start())
         outcomes = await judge_cells_on_pool(matrix_path, entries, budgets, overrides, deadline)
     else:

@@ -170,7 +170,7 @@ async def judge_cells_on_pool(
     """Every cell as its own run of the ad-hoc deployment, all submitted at once (the pool's workers
     decide how many run side by side); outcomes in matrix order once every run has ended."""
     from prefect import get_run_logger
-    from prefect.deployments import run_deployment
+    from prefect.deployments import arun_deployment
 
     from judgebench_flows.flows.nightly import _within_night_budget
 
@@ -194,7 +194,7 @@ async def judge_cells_on_pool(
             "judge_type": entry.config.judge_type,
             "cell": cell.model_dump(exclude_none=True),
         }
-        run = await run_deployment(deployment, parameters=parameters, flow_run_name=entry.name, timeout=0)
+        run = await arun_deployment(deployment, parameters=parameters, flow_run_name=entry.name, timeout=0)
         run_ids.append(run.id)
     started = time.monotonic()
     logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, night_bound(deadline))

@@ -1,0 +1,144 @@
+"""A night bigger than one worker: with `cells: pool` every cell is its own run of the ad-hoc deployment,
+picked up by a real `prefect worker` (process pool) that runs several flow runs at once, and the endpoint's
+`concurrency` holds across those runs through a Prefect global concurrency limit per endpoint.
+
+The endpoint is the bundled OpenAI-compatible server answering the labelled verdict (accuracy exactly
+100%) with a latency, so cells running side by side without a shared limit would exceed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.deployments.matrix import cell_name, parse_matrix
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL = "judgebench-pool"
+MODELS = ["judge-a", "judge-b", "judge-c"]
+
+
+def test_cells_key_is_checked():
+    base = {"judge_types": ["vanilla"], "models": ["m"], "data_files": [GPT4O_FILE]}
+    assert parse_matrix(base).cells == "process"
+    assert parse_matrix({**base, "cells": "pool"}).cells == "pool"
+    with pytest.raises(UserError, match=r"^matrix: cells: Input should be 'process' or 'pool'$"):
+        parse_matrix({**base, "cells": "cluster"})
+
+
+def test_endpoint_limit_names_are_per_endpoint_without_model_or_secret():
+    from judgebench_flows.calls.global_limits import endpoint_limit_names
+    from judgebench_flows.calls.limits import endpoint_label
+
+    one = endpoint_label("openai", "http://user:sk-secret@127.0.0.1:9000/v1/")
+    assert one == endpoint_label("openai", "http://127.0.0.1:9000/v1")
+    names = endpoint_limit_names(one)
+    assert names == endpoint_limit_names(endpoint_label("openai", "http://127.0.0.1:9000/v1"))
+    assert names != endpoint_limit_names(endpoint_label("anthropic", "http://127.0.0.1:9000/v1"))
+    assert "secret" not in "".join(names) and names[1] == f"{names[0]}-rpm"
+
+
+@pytest.mark.slow
+def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    from judgebench_flows.calls.global_limits import endpoint_limit_names
+    from judgebench_flows.deployments.deploy import deploy_all
+    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY, nightly_benchmarks
+
+    deploy_all(ROOT, POOL)
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    url, sha = judgebench_repo
+    worker_log = tmp_path / "worker.log"
+    with FakeOpenAIServer(
+        oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), api_key=CANARY_KEY, models=set(MODELS), latency=0.2
+    ) as server:
+        matrix = {
+            "judge_types": ["arena_hard"],
+            "models": MODELS,
+            "data_files": [GPT4O_FILE],
+            "repo_url": url,
+            "ref": sha,
+            "base_url": server.base_url,
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_root": str(tmp_path / "nightly"),
+            "max_samples": 6,
+            "concurrency": 2,
+            "cells": "pool",
+            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 200},
+        }
+        path = tmp_path / "matrix.yaml"
+        path.write_text(yaml.safe_dump(matrix))
+        worker = subprocess.Popen(  # one worker that runs up to 3 flow runs at once
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc", "--limit", "3"],
+            cwd=tmp_path,
+            env={
+                **os.environ,
+                "PREFECT_API_URL": prefect_server,
+                "OPENAI_API_KEY": CANARY_KEY,
+                "PREFECT_WORKER_QUERY_SECONDS": "2",
+            },
+            stdout=worker_log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(10)
+        snapshot = server.snapshot()
+
+    log = worker_log.read_text(errors="replace")
+    assert state.is_completed(), f"{state!r}\n{log[-5000:]}"
+    outcomes = asyncio.run(state.aresult())
+    names = [cell_name("arena_hard", model, GPT4O_FILE) for model in MODELS]
+    assert [o["name"] for o in outcomes] == names
+    for outcome in outcomes:  # each cell's numbers, read back from its run
+        assert (outcome["status"], outcome["accuracy"], outcome["n_pairs"], outcome["judgments"]) == (
+            "completed",
+            1.0,
+            6,
+            12,
+        ), outcome
+    assert snapshot["distinct_answered"] == 3 * 12  # 6 pairs x 2 orders per cell, each asked once
+    assert 1 <= snapshot["max_in_flight"] <= 2, snapshot  # the endpoint's concurrency, across the cell runs
+
+    with get_client(sync_client=True) as client:
+        adhoc = client.read_deployment_by_name("judgebench-adhoc/adhoc")
+        runs = [client.read_flow_run(o["flow_run_id"]) for o in outcomes]
+        limit = client.read_global_concurrency_limit_by_name(endpoint_limit_names(outcomes[0]["endpoint"])[0])
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+            )
+        )
+    assert len({r.id for r in runs}) == 3 and all(r.deployment_id == adhoc.id for r in runs)  # a run per cell
+    assert all(r.state.is_completed() and r.parameters["cell"]["name"] == n for r, n in zip(runs, names, strict=True))
+    assert (limit.limit, limit.active_slots) == (2, 0)  # the matrix's value, every slot given back
+    # the worker ran the cell runs side by side (each waiting its turn for the endpoint's slots)
+    spans = sorted((r.start_time, r.end_time) for r in runs)
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans
+    summary = artifacts[-1].data
+    assert all(f"| {n} | completed | 100.00%" in summary for n in names), summary
+    parameters = json.dumps([r.parameters for r in runs])
+    assert CANARY_KEY not in parameters and CANARY_KEY not in log

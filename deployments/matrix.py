@@ -389,6 +389,8 @@ def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:
     """What a night of this matrix runs: each endpoint with its one limit and its cells, and the deadline."""
     entries = matrix.entries()
     lines = [f"{len(entries)} configurations, up to {matrix.cells_in_flight} synchronous ones at once"]
+    if matrix.cells == "pool":
+        lines = [f"{len(entries)} configurations, each its own run of the ad-hoc deployment on the work pool"]
     for endpoint in dict.fromkeys(e.endpoint for e in entries):
         cells = [e for e in entries if e.endpoint == endpoint]
         settings = cells[0].config.endpoint

@@ -153,6 +153,25 @@ def completed_outcome(entry: MatrixEntry, results: dict[str, Any], base: dict[st
     return CellOutcome(status=status, message=too_little or regression.get("message"), **_counts(results), **base)
 
 
+def pool_outcome(entry: MatrixEntry, run: Any, results: dict[str, Any] | None) -> CellOutcome:
+    """A cell run of the pool (flows/pool_cells.py) as it ended, with the results its judging subflow
+    wrote, as the same outcome an in-process cell gives."""
+    base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": str(run.id)}
+    if run.state.is_completed() and results is not None:
+        outcome = completed_outcome(entry, results, base)
+    elif run.state.is_completed():
+        message = f"completed, but its results are not readable here ({entry.config.result_path})"
+        outcome = CellOutcome(status="failed", message=message, **base)
+    else:
+        message = " ".join((run.state.message or run.state.name or run.state.type.value).split())
+        outcome = CellOutcome(status="failed", message=message[:500], **(_counts(results) if results else {}), **base)
+    outcome.endpoint = entry.endpoint
+    if run.start_time is not None:
+        outcome.wait_s = round(max(0.0, (run.start_time - run.created).total_seconds()), 3) if run.created else None
+        outcome.duration_s = round(run.total_run_time.total_seconds(), 3)
+    return outcome
+
+
 def _of(count: int | None, total: int | None) -> str:
     """`3 / 20`, or `-` when the cell never got as far as counting."""
     if count is None:
@@ -456,7 +475,12 @@ async def nightly_benchmarks(
         overrides: dict[str, Any] = {"base_url": base_url, "max_samples": max_samples, "repo_url": repo_url}
         overrides |= {"ref": ref, "data_files": data_files}
         deadline = matrix.deadline(night_start())
-        outcomes = await judge_cells_on_pool(matrix_path, entries, budgets, overrides, deadline)
+        budgeted = [_within_night_budget(e, b) for e, b in zip(entries, budgets, strict=True)]
+        ended = await judge_cells_on_pool(matrix_path, budgeted, overrides, deadline)
+        outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
+        for outcome in outcomes:
+            log = logger.info if outcome.status == "completed" else logger.error
+            log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
     else:
         outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
     wall_s = round(time.monotonic() - started, 3)

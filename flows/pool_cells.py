@@ -138,53 +138,29 @@ async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> dict[str, Any] | 
     return results if parent.flow_run_id == run_id else None
 
 
-async def pool_outcome(entry: MatrixEntry, run: Any) -> Any:
-    """A finished cell run as the same `CellOutcome` an in-process cell gives."""
-    from judgebench_flows.flows.nightly import CellOutcome, _counts, completed_outcome
-
-    base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": str(run.id)}
-    results = await _results_of_run(entry, run.id)
-    if run.state.is_completed() and results is not None:
-        outcome = completed_outcome(entry, results, base)
-    elif run.state.is_completed():
-        message = f"completed, but its results are not readable here ({entry.config.result_path}): put output_root where the night reads it"
-        outcome = CellOutcome(status="failed", message=message, **base)
-    else:
-        message = " ".join((run.state.message or run.state.name or run.state.type.value).split())
-        outcome = CellOutcome(status="failed", message=message[:500], **(_counts(results) if results else {}), **base)
-    outcome.endpoint = entry.endpoint
-    if run.start_time is not None:
-        outcome.wait_s = round(max(0.0, (run.start_time - run.created).total_seconds()), 3) if run.created else None
-        outcome.duration_s = round(run.total_run_time.total_seconds(), 3)
-    return outcome
-
-
 async def judge_cells_on_pool(
     matrix_path: str,
     entries: list[MatrixEntry],
-    budgets: list[float | None],
     overrides: dict[str, Any],
     deadline: datetime | None,
     deployment: str = ADHOC_DEPLOYMENT,
-) -> list[Any]:
-    """Every cell as its own run of the ad-hoc deployment, all submitted at once (the pool's workers
-    decide how many run side by side); outcomes in matrix order once every run has ended."""
+) -> list[tuple[Any, dict[str, Any] | None]]:
+    """Every cell (with its share of the night's budget) as its own run of the ad-hoc deployment, all
+    submitted at once (the pool's workers decide how many run side by side); once every run has ended,
+    each run as it ended with the results its judging subflow wrote (None: none), in matrix order."""
     from prefect import get_run_logger
     from prefect.deployments import arun_deployment
-
-    from judgebench_flows.flows.nightly import _within_night_budget
 
     logger = get_run_logger()
     limits = await ensure_endpoint_limits(entries)
     run_ids = []
-    for planned, budget in zip(entries, budgets, strict=True):
-        entry = _within_night_budget(planned, budget)
+    for entry in entries:
         limit, rate_limit = limits.get(entry.endpoint, (None, None))
         cell = PoolCell(
             matrix_path=matrix_path,
             name=entry.name,
             **overrides,
-            max_cost=entry.config.max_cost if budget is not None else None,
+            max_cost=entry.config.max_cost,
             batch_deadline=entry.config.endpoint.batch_deadline if entry.config.endpoint.batch else None,
             limit=limit,
             rate_limit=rate_limit,
@@ -199,9 +175,6 @@ async def judge_cells_on_pool(
     started = time.monotonic()
     logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, night_bound(deadline))
     finished = await wait_for_runs(run_ids, night_bound(deadline))
-    outcomes = [await pool_outcome(entry, finished[run_id]) for entry, run_id in zip(entries, run_ids, strict=True)]
-    for outcome in outcomes:
-        log = logger.info if outcome.status == "completed" else logger.error
-        log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
+    ended = [finished[run_id] for run_id in run_ids]
     logger.info("cells on the pool took %.1f s", time.monotonic() - started)
-    return outcomes
+    return [(run, await _results_of_run(entry, run.id)) for entry, run in zip(entries, ended, strict=True)]

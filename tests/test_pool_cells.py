@@ -84,7 +84,8 @@ def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
         path = tmp_path / "matrix.yaml"
         path.write_text(yaml.safe_dump(matrix))
         worker = subprocess.Popen(  # one worker that runs up to 3 flow runs at once
-            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc", "--limit", "3"],
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc"]
+            + ["--limit", "3"],
             cwd=tmp_path,
             env={
                 **os.environ,

@@ -121,7 +121,8 @@ def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
             12,
         ), outcome
     assert snapshot["distinct_answered"] == 3 * 12  # 6 pairs x 2 orders per cell, each asked once
-    assert 1 <= snapshot["max_in_flight"] <= 2, snapshot  # the endpoint's concurrency, across the cell runs
+    # the endpoint's concurrency, across the cell runs (without the endpoint's global limit: 4)
+    assert 1 <= snapshot["max_in_flight"] <= 2, f"most in flight: {snapshot['max_in_flight']}"
 
     with get_client(sync_client=True) as client:
         adhoc = client.read_deployment_by_name("judgebench-adhoc/adhoc")

@@ -49,27 +49,21 @@ def test_endpoint_limit_names_are_per_endpoint_without_model_or_secret():
     assert "secret" not in "".join(names) and names[1] == f"{names[0]}-rpm"
 
 
-@pytest.mark.slow
-def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
-    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
-):
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
-
-    from judgebench_flows.calls.global_limits import endpoint_limit_names
+def _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models: list[str], known: set[str]):
+    """A `cells: pool` night of `models` on one endpoint (concurrency 2) that knows `known`, run with one
+    real worker that runs up to 3 flow runs at once: (night's state, endpoint's counters, worker's log)."""
     from judgebench_flows.deployments.deploy import deploy_all
-    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY, nightly_benchmarks
+    from judgebench_flows.flows.nightly import nightly_benchmarks
 
     deploy_all(ROOT, POOL)
-    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
     url, sha = judgebench_repo
     worker_log = tmp_path / "worker.log"
     with FakeOpenAIServer(
-        oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), api_key=CANARY_KEY, models=set(MODELS), latency=0.2
+        oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), api_key=CANARY_KEY, models=known, latency=0.2
     ) as server:
         matrix = {
             "judge_types": ["arena_hard"],
-            "models": MODELS,
+            "models": models,
             "data_files": [GPT4O_FILE],
             "repo_url": url,
             "ref": sha,
@@ -107,8 +101,35 @@ def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait(10)
         snapshot = server.snapshot()
+    return state, snapshot, worker_log.read_text(errors="replace")
 
-    log = worker_log.read_text(errors="replace")
+
+def _night_summary(state) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+            )
+        )
+    return artifacts[-1].data
+
+
+@pytest.mark.slow
+def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
+    from prefect.client.orchestration import get_client
+
+    from judgebench_flows.calls.global_limits import endpoint_limit_names
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    state, snapshot, log = _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, MODELS, set(MODELS))
     assert state.is_completed(), f"{state!r}\n{log[-5000:]}"
     outcomes = asyncio.run(state.aresult())
     names = [cell_name("arena_hard", model, GPT4O_FILE) for model in MODELS]
@@ -128,19 +149,31 @@ def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
         adhoc = client.read_deployment_by_name("judgebench-adhoc/adhoc")
         runs = [client.read_flow_run(o["flow_run_id"]) for o in outcomes]
         limit = client.read_global_concurrency_limit_by_name(endpoint_limit_names(outcomes[0]["endpoint"])[0])
-        artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
-                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
-            )
-        )
     assert len({r.id for r in runs}) == 3 and all(r.deployment_id == adhoc.id for r in runs)  # a run per cell
     assert all(r.state.is_completed() and r.parameters["cell"]["name"] == n for r, n in zip(runs, names, strict=True))
     assert (limit.limit, limit.active_slots) == (2, 0)  # the matrix's value, every slot given back
     # the worker ran the cell runs side by side (each waiting its turn for the endpoint's slots)
     spans = sorted((r.start_time, r.end_time) for r in runs)
     assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans
-    summary = artifacts[-1].data
+    summary = _night_summary(state)
     assert all(f"| {n} | completed | 100.00%" in summary for n in names), summary
     parameters = json.dumps([r.parameters for r in runs])
     assert CANARY_KEY not in parameters and CANARY_KEY not in log
+
+
+@pytest.mark.slow
+def test_a_failed_pool_cell_fails_the_night_with_its_reason(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
+    """A cell run that fails (a model the endpoint does not know) is a failed cell in the night's summary,
+    with its run's one line; the other cell's numbers are there, and the night ends Failed."""
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    models = ["judge-a", "judge-missing"]
+    state, snapshot, log = _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models, {"judge-a"})
+
+    good, bad = (cell_name("arena_hard", model, GPT4O_FILE) for model in models)
+    assert state.is_failed() and f"{bad} (failed)" in state.message and good not in state.message, f"{state!r}"
+    assert snapshot["distinct_answered"] == 12 and snapshot["max_in_flight"] <= 2, snapshot
+    summary = _night_summary(state)
+    assert f"| {good} | completed | 100.00%" in summary and f"| {bad} | **FAILED** |" in summary, summary
+    assert "model 'judge-missing'" in summary, summary

@@ -89,6 +89,33 @@ async def ensure_endpoint_limits(entries: list[MatrixEntry]) -> dict[str, tuple[
     return names
 
 
+async def earlier_cell_runs(deployment: str) -> dict[str, Any]:
+    """This night's cell runs from an earlier attempt (a night rescheduled after its process died, or
+    retried), by cell name, that finished well or are still going: the newest of each. They are waited
+    for again instead of judging their cells a second time beside them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterDeploymentId, FlowRunFilterParentFlowRunId
+    from prefect.context import get_run_context
+
+    night = get_run_context().flow_run  # type: ignore[union-attr]
+    if night is None:
+        return {}
+    async with get_client() as client:
+        deployment_id = (await client.read_deployment_by_name(deployment)).id
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[night.id]),
+                deployment_id=FlowRunFilterDeploymentId(any_=[deployment_id]),
+            )
+        )
+    kept: dict[str, Any] = {}
+    for run in sorted(runs, key=lambda r: r.created or datetime.min.replace(tzinfo=timezone.utc)):
+        name = ((run.parameters or {}).get("cell") or {}).get("name")
+        if name and run.state is not None and (run.state.is_completed() or not run.state.is_final()):
+            kept[name] = run
+    return kept
+
+
 def night_bound(deadline: datetime | None) -> datetime:
     """Until when the night waits for its cell runs."""
     if deadline is not None:
@@ -153,8 +180,13 @@ async def judge_cells_on_pool(
 
     logger = get_run_logger()
     limits = await ensure_endpoint_limits(entries)
+    earlier = await earlier_cell_runs(deployment)
     run_ids = []
     for entry in entries:
+        if entry.name in earlier:
+            logger.info("%s: reusing its run %s of an earlier attempt", entry.name, earlier[entry.name].id)
+            run_ids.append(earlier[entry.name].id)
+            continue
         limit, rate_limit = limits.get(entry.endpoint, (None, None))
         cell = PoolCell(
             matrix_path=matrix_path,

@@ -49,9 +49,10 @@ def test_endpoint_limit_names_are_per_endpoint_without_model_or_secret():
     assert "secret" not in "".join(names) and names[1] == f"{names[0]}-rpm"
 
 
-def _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models: list[str], known: set[str]):
+def _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models: list[str], known: set[str], night=None):
     """A `cells: pool` night of `models` on one endpoint (concurrency 2) that knows `known`, run with one
-    real worker that runs up to 3 flow runs at once: (night's state, endpoint's counters, worker's log)."""
+    real worker that runs up to 3 flow runs at once: (night's state, endpoint's counters, worker's log).
+    `night`: a flow of the matrix path run instead of the nightly flow."""
     from judgebench_flows.deployments.deploy import deploy_all
     from judgebench_flows.flows.nightly import nightly_benchmarks
 
@@ -92,7 +93,8 @@ def _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models: 
             start_new_session=True,
         )
         try:
-            state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
+            night = night or (lambda path: nightly_benchmarks(path, retry_delay_seconds=0, return_state=True))
+            state = asyncio.run(night(str(path)))
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             try:
@@ -177,3 +179,36 @@ def test_a_failed_pool_cell_fails_the_night_with_its_reason(
     summary = _night_summary(state)
     assert f"| {good} | completed | 100.00%" in summary and f"| {bad} | **FAILED** |" in summary, summary
     assert "model 'judge-missing'" in summary, summary
+
+
+@pytest.mark.slow
+def test_a_night_run_again_reuses_its_cell_runs(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch):
+    """A night that runs its cells again in the same flow run (rescheduled after its process died, or
+    retried) waits for the cell runs it already started, finished or not, instead of judging again."""
+    from prefect import flow
+
+    from judgebench_flows.deployments.matrix import load_matrix
+    from judgebench_flows.flows.pool_cells import judge_cells_on_pool
+
+    @flow
+    async def twice(path: str):
+        entries = load_matrix(path).entries()
+        first = await judge_cells_on_pool(path, entries, {}, None)
+        again = await judge_cells_on_pool(path, entries, {}, None)
+        return [run.id for run, _ in first], [
+            (run.id, results["overall_accuracy"]["accuracy"]) for run, results in again
+        ]
+
+    def night(path: str):
+        return twice(path, return_state=True)
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    models = MODELS[:2]
+    state, snapshot, log = _pool_night(
+        prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models, set(models), night
+    )
+    assert state.is_completed(), f"{state!r}\n{log[-5000:]}"
+    first, again = asyncio.run(state.aresult())
+    assert [run_id for run_id, _ in again] == first and len(set(first)) == 2
+    assert [accuracy for _, accuracy in again] == [1.0, 1.0]
+    assert snapshot["distinct_answered"] == snapshot["requests"] == 2 * 12  # each cell judged once

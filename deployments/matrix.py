@@ -141,6 +141,10 @@ class NightlyMatrix(BaseModel):
     # batches have not answered is cancelled and judged synchronously (calls.batch).
     finish_by: str | None = None
     deadline_minutes: float | None = Field(default=None, gt=0)
+    # Where cells run: `process`, side by side in the night's own process; `pool`, each as its own run
+    # of the ad-hoc deployment, spread over the work pool's workers, every endpoint's limit held across
+    # them by a Prefect global concurrency limit (flows/pool_cells.py).
+    cells: Literal["process", "pool"] = "process"
 
     @field_validator("finish_by")
     @classmethod
@@ -387,6 +391,8 @@ def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:
     """What a night of this matrix runs: each endpoint with its one limit and its cells, and the deadline."""
     entries = matrix.entries()
     lines = [f"{len(entries)} configurations, up to {matrix.cells_in_flight} synchronous ones at once"]
+    if matrix.cells == "pool":
+        lines = [f"{len(entries)} configurations, each its own run of the ad-hoc deployment on the work pool"]
     for endpoint in dict.fromkeys(e.endpoint for e in entries):
         cells = [e for e in entries if e.endpoint == endpoint]
         settings = cells[0].config.endpoint

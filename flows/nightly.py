@@ -41,6 +41,7 @@ from prefect.context import get_run_context
 from prefect.states import Failed, State
 from pydantic import BaseModel
 
+from judgebench_flows.calls.global_limits import held_limit_names
 from judgebench_flows.calls.limits import endpoint_usage
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
@@ -51,6 +52,7 @@ from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
+from judgebench_flows.flows.pool_cells import PoolCell, judge_cells_on_pool, pool_cell_entry
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
@@ -144,14 +146,38 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
             counts["cost_usd"] = error.spent
         transient = is_transient(error if isinstance(error, BaseException) else None, published)
         return CellOutcome(status="failed", message=reason[:500], transient=transient, **counts, **base)
-    results: dict[str, Any] = await state.aresult()
-    base["result_path"] = for_run(entry.config.result_path, (results.get("run") or {}).get("run_id") or LATEST)
+    return completed_outcome(entry, await state.aresult(), base)
+
+
+def completed_outcome(entry: MatrixEntry, results: dict[str, Any], base: dict[str, Any]) -> CellOutcome:
+    """A completed cell's outcome from its results: completed, regressed, or failed if it measured too little."""
+    run_id = (results.get("run") or {}).get("run_id") or LATEST
+    base = {**base, "result_path": for_run(entry.config.result_path, run_id)}  # its run's own folder
     regression = results.get("regression") or {}
     too_little = measured_too_little(results, entry.config.max_failed_fraction)
     status: Literal["completed", "regressed", "failed"] = (
         "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
     )
     return CellOutcome(status=status, message=too_little or regression.get("message"), **_counts(results), **base)
+
+
+def pool_outcome(entry: MatrixEntry, run: Any, results: dict[str, Any] | None) -> CellOutcome:
+    """A cell run of the pool (flows/pool_cells.py) as it ended, with the results its judging subflow
+    wrote, as the same outcome an in-process cell gives."""
+    base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": str(run.id)}
+    if run.state.is_completed() and results is not None:
+        outcome = completed_outcome(entry, results, base)
+    elif run.state.is_completed():
+        message = f"completed, but its results are not readable here ({entry.config.result_path})"
+        outcome = CellOutcome(status="failed", message=message, **base)
+    else:
+        message = " ".join((run.state.message or run.state.name or run.state.type.value).split())
+        outcome = CellOutcome(status="failed", message=message[:500], **(_counts(results) if results else {}), **base)
+    outcome.endpoint = entry.endpoint
+    if run.start_time is not None:
+        outcome.wait_s = round(max(0.0, (run.start_time - run.created).total_seconds()), 3) if run.created else None
+        outcome.duration_s = round(run.total_run_time.total_seconds(), 3)
+    return outcome
 
 
 def _of(count: int | None, total: int | None) -> str:
@@ -453,7 +479,18 @@ async def nightly_benchmarks(
     entries = with_deadline(entries, matrix.deadline(night_start()))
     if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
         night_spend.set(NightSpend(matrix.max_cost))
-    outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
+    if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
+        overrides: dict[str, Any] = {"base_url": base_url, "max_samples": max_samples, "repo_url": repo_url}
+        overrides |= {"ref": ref, "data_files": data_files}
+        deadline = matrix.deadline(night_start())
+        budgeted = [_within_night_budget(e, b) for e, b in zip(entries, budgets, strict=True)]
+        ended = await judge_cells_on_pool(matrix_path, budgeted, overrides, deadline)
+        outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
+        for outcome in outcomes:
+            log = logger.info if outcome.status == "completed" else logger.error
+            log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
+    else:
+        outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
     wall_s = round(time.monotonic() - started, 3)
     endpoints = endpoint_usage()
 
@@ -501,6 +538,7 @@ async def judgebench_adhoc(
     api_key_env: str | None = None,
     api_key_secret: str | None = None,
     retry_delay_seconds: float = 60,
+    cell: PoolCell | None = None,
 ) -> dict[str, Any]:
     """One configuration on demand, with plain parameters; fails if the run regressed or measured too little.
 
@@ -509,9 +547,16 @@ async def judgebench_adhoc(
     the judgments JSONL and report.html. The API key comes from the worker's environment: the variable
     `api_key_env` names (default OPENAI_API_KEY) or the Prefect Secret block `api_key_secret`, never
     from a parameter. This run's own page shows the results summary, where its files are and a link to
-    the judging subflow, and its log has the headline numbers: no need to open the subflow.
+    the judging subflow, and its log has the headline numbers: no need to open the subflow. `cell` (set
+    by a night whose matrix says `cells: pool`, flows/pool_cells.py) names a cell of a matrix file
+    instead: the run judges the matrix's configuration and ignores the other parameters.
     """
-    logger = get_run_logger()
+    if cell is not None:
+        entry = pool_cell_entry(cell)
+        if cell.limit:  # the endpoint's limit, shared with the night's other cells on any worker
+            held_limit_names.set((cell.limit, cell.rate_limit or f"{cell.limit}-rpm"))
+        outcome, state = await judge_cell(entry, retry_delay_seconds)
+        return await adhoc_ending(entry, outcome, state)
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}/{RUN_ID_FIELD}"
     config = build_config(
         judge_type=judge_type,
@@ -532,6 +577,12 @@ async def judgebench_adhoc(
     )
     entry = MatrixEntry(name=Path(folder.replace(RUN_ID_FIELD, "")).name, config=config)
     outcome, state = await judge_cell(entry, retry_delay_seconds)
+    return await adhoc_ending(entry, outcome, state)
+
+
+async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -> dict[str, Any]:
+    """An ad-hoc run's log lines, its page and its ending: Failed with one line unless it completed."""
+    logger, config = get_run_logger(), entry.config
     subflow_id = str(state.state_details.flow_run_id or "") or None
     results = await state.aresult() if state.is_completed() else _published_results(entry, subflow_id)
     log = logger.info if outcome.status == "completed" else logger.error
@@ -551,7 +602,7 @@ async def judgebench_adhoc(
         logger.info("results: %s; report: %s", outcome.result_path, (results.get("outputs") or {}).get("report") or "-")
     await acreate_markdown_artifact(
         adhoc_markdown(outcome, results, subflow_id),
-        key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), data_path or data_file)}",
+        key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), config.data_path or config.data_file)}",
         description=f"JudgeBench ad-hoc run: {entry.name}",
     )
     if outcome.status != "completed":  # Failed with the subflow's reason, as one line (`--watch`, the UI)

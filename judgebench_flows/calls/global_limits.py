@@ -70,6 +70,21 @@ def limit_names(base_url: str, model: str) -> tuple[str, str]:
     return f"judgebench-{digest}", f"judgebench-{digest}-rpm"
 
 
+def endpoint_limit_names(endpoint: str) -> tuple[str, str]:
+    """(concurrency limit, rate limit) names of one endpoint, whatever the model: a hash of the
+    endpoint as `calls.limits.endpoint_label` names it (provider and credential-free URL), so every cell
+    of a matrix on that endpoint, on any worker, shares one limit (`cells: pool`)."""
+    digest = hashlib.sha256(f"endpoint\0{endpoint}".encode()).hexdigest()[:12]
+    return f"judgebench-endpoint-{digest}", f"judgebench-endpoint-{digest}-rpm"
+
+
+# The limits a run takes its slots from instead of its own endpoint-and-model ones (a matrix cell run on
+# the pool holds its endpoint's limit, shared by every cell on it); None: `limit_names`.
+held_limit_names: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "held_limit_names", default=None
+)
+
+
 async def ensure_limit(name: str, limit: int, slot_decay_per_second: float = 0.0) -> None:
     """Create the global limit, or update it when its size or decay differs (the latest run's settings
     win for every run sharing the endpoint). Concurrency limits must not decay: a decaying slot would be

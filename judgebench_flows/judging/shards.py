@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from judgebench_flows.calls.global_limits import limit_names
+from judgebench_flows.calls.global_limits import held_limit_names, limit_names
 from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.providers import provider_rule, unserved
 from judgebench_flows.calls.request_rules import Learned, RequestRule, learned_for, request_report
@@ -407,7 +407,7 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         max_cost=config.max_cost,
     )
     if config.uses_global_limit:
-        concurrency_limit, rate_limit = limit_names(spec.base_url, spec.model)
+        concurrency_limit, rate_limit = held_limit_names.get() or limit_names(spec.base_url, spec.model)
         spec = spec.model_copy(
             update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
         )

@@ -1,0 +1,214 @@
+"""A night bigger than one worker (`cells: pool` in the matrix): each cell its own run of the ad-hoc
+deployment, so the cells spread over the work pool's workers, on as many machines as serve the pool.
+
+In one process the cells on an endpoint share its limit in memory (`calls.limits.shared_limits`); across
+processes that limit lives in the Prefect server: one global concurrency limit (and one requests-per-minute
+limit when the matrix gives an rpm) per endpoint, named by `endpoint_limit_names` (provider and URL,
+without the model or any credential), created or updated by the night with the matrix's values before the
+first cell starts. Each cell run takes its run's slots of it (`global_limit`: flows/shard_runs.py), so the
+endpoint never sees more calls at once than its `concurrency`, whichever worker runs which cell.
+
+A cell run's parameters name the matrix file and the cell, and carry what the night decided for it (its
+budget, the deadline, the limit's names): never a key. Keys come from the worker's environment, as for
+any ad-hoc run. The matrix path must resolve on the workers (a path relative to the project directory,
+as the shipped deployment's is) and `output_root` must be storage the night's process reads too: the
+night reads each cell's results.json back into the same outcome as an in-process cell, so the summary
+artifact, events, alerts and regression checks are the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_limits
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.outputs import LATEST, for_run
+from judgebench_flows.deployments.matrix import MatrixEntry, load_matrix
+
+ADHOC_DEPLOYMENT = "judgebench-adhoc/adhoc"  # the ad-hoc deployment of prefect.yaml and deployments/deploy.py
+POLL_SECONDS = 2.0  # how often the night asks the server how its cell runs are doing
+# How long the night waits for its cell runs: until its deadline plus the time the deadline's synchronous
+# judging may take, else this long after the cells start. A cell still running then is cancelled.
+AFTER_DEADLINE_SECONDS = 3600.0
+UNBOUNDED_NIGHT_SECONDS = 24 * 3600.0
+
+
+class PoolCell(BaseModel):
+    """Which cell of which matrix an ad-hoc run judges, with what the night decided for it: names and
+    numbers only, never a key."""
+
+    matrix_path: str
+    name: str
+    base_url: str | None = None
+    max_samples: int | None = None
+    repo_url: str | None = None
+    ref: str | None = None
+    data_files: list[str] | None = None
+    max_cost: float | None = None  # the cell's share of the night's budget
+    batch_deadline: str | None = None  # the night's deadline (ISO 8601), for a batch cell
+    limit: str | None = None  # the endpoint's global concurrency limit; None: a judge that calls none
+    rate_limit: str | None = None  # the endpoint's requests-per-minute limit
+
+
+def pool_cell_entry(cell: PoolCell) -> MatrixEntry:
+    """The cell's configuration as the night's own process would run it: read from the matrix with the
+    night's overrides, its budget, deadline and the endpoint's global limit applied."""
+    matrix = load_matrix(cell.matrix_path).overridden(repo_url=cell.repo_url, ref=cell.ref, data_files=cell.data_files)
+    entries = {e.name: e for e in matrix.entries(base_url=cell.base_url, max_samples=cell.max_samples)}
+    entry = entries.get(cell.name)
+    if entry is None:
+        raise UserError(f"cell: no configuration '{cell.name}' in {cell.matrix_path}")
+    config = entry.config
+    endpoint = config.endpoint
+    if cell.batch_deadline and endpoint.batch:
+        endpoint = endpoint.model_copy(update={"batch_deadline": cell.batch_deadline})
+    update: dict[str, Any] = {"endpoint": endpoint, "global_limit": bool(cell.limit) or config.global_limit}
+    if cell.max_cost is not None:
+        update["max_cost"] = cell.max_cost
+    return entry.model_copy(update={"config": config.model_copy(update=update)})
+
+
+async def ensure_endpoint_limits(entries: list[MatrixEntry]) -> dict[str, tuple[str, str | None]]:
+    """Each endpoint's global limits, created or set to the matrix's values before any cell starts:
+    endpoint -> (concurrency limit, rate limit or None)."""
+    names: dict[str, tuple[str, str | None]] = {}
+    for entry in entries:
+        if not entry.config.needs_endpoint or entry.endpoint in names:
+            continue
+        concurrency_name, rate_name = endpoint_limit_names(entry.endpoint)
+        settings = entry.config.endpoint
+        await ensure_limits(concurrency_name, settings.concurrency, rate_name, settings.rpm)
+        names[entry.endpoint] = (concurrency_name, rate_name if settings.rpm else None)
+    return names
+
+
+async def earlier_cell_runs(deployment: str) -> dict[str, Any]:
+    """This night's cell runs from an earlier attempt (a night rescheduled after its process died, or
+    retried), by cell name, that finished well or are still going: the newest of each. They are waited
+    for again instead of judging their cells a second time beside them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterDeploymentId, FlowRunFilterParentFlowRunId
+    from prefect.context import get_run_context
+
+    night = get_run_context().flow_run  # type: ignore[union-attr]
+    if night is None:
+        return {}
+    async with get_client() as client:
+        deployment_id = (await client.read_deployment_by_name(deployment)).id
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[night.id]),
+                deployment_id=FlowRunFilterDeploymentId(any_=[deployment_id]),
+            )
+        )
+    kept: dict[str, Any] = {}
+    for run in sorted(runs, key=lambda r: r.created or datetime.min.replace(tzinfo=timezone.utc)):
+        name = ((run.parameters or {}).get("cell") or {}).get("name")
+        if name and run.state is not None and (run.state.is_completed() or not run.state.is_final()):
+            kept[name] = run
+    return kept
+
+
+def night_bound(deadline: datetime | None) -> datetime:
+    """Until when the night waits for its cell runs."""
+    if deadline is not None:
+        return deadline + timedelta(seconds=AFTER_DEADLINE_SECONDS)
+    return datetime.now(timezone.utc) + timedelta(seconds=UNBOUNDED_NIGHT_SECONDS)
+
+
+async def wait_for_runs(run_ids: list[UUID], bound: datetime) -> dict[UUID, Any]:
+    """Every cell run as it ended, asking every `POLL_SECONDS`; the runs still going at `bound` are
+    cancelled and returned as they are then."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    finished: dict[UUID, Any] = {}
+    async with get_client() as client:
+        while True:
+            for run_id in [r for r in run_ids if r not in finished]:
+                run = await client.read_flow_run(run_id)
+                if run.state is not None and run.state.is_final():
+                    finished[run_id] = run
+            if len(finished) == len(run_ids):
+                return finished
+            if datetime.now(timezone.utc) >= bound:
+                for run_id in [r for r in run_ids if r not in finished]:
+                    await client.set_flow_run_state(run_id, Cancelling(message="the night's bound passed"), force=True)
+                    finished[run_id] = await client.read_flow_run(run_id)
+                return finished
+            await asyncio.sleep(POLL_SECONDS)
+
+
+async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> dict[str, Any] | None:
+    """The cell's results.json if this cell run's judging subflow wrote it (not an earlier night's)."""
+    from prefect.client.orchestration import get_client
+
+    try:
+        # each run of the cell writes its own folder; `latest` is the newest
+        results = json.loads(Path(for_run(entry.config.result_path, LATEST)).read_text(encoding="utf-8"))
+        subflow_id = (results.get("run") or {}).get("flow_run_id")
+        if not subflow_id:
+            return None
+        async with get_client() as client:
+            subflow = await client.read_flow_run(UUID(subflow_id))
+            if subflow.parent_task_run_id is None:
+                return None
+            parent = await client.read_task_run(subflow.parent_task_run_id)
+    except Exception:  # unreadable here, or not a run this server knows: not this cell run's results
+        return None
+    return results if parent.flow_run_id == run_id else None
+
+
+async def judge_cells_on_pool(
+    matrix_path: str,
+    entries: list[MatrixEntry],
+    overrides: dict[str, Any],
+    deadline: datetime | None,
+    deployment: str = ADHOC_DEPLOYMENT,
+) -> list[tuple[Any, dict[str, Any] | None]]:
+    """Every cell (with its share of the night's budget) as its own run of the ad-hoc deployment, all
+    submitted at once (the pool's workers decide how many run side by side); once every run has ended,
+    each run as it ended with the results its judging subflow wrote (None: none), in matrix order."""
+    from prefect import get_run_logger
+    from prefect.deployments import arun_deployment
+
+    logger = get_run_logger()
+    limits = await ensure_endpoint_limits(entries)
+    earlier = await earlier_cell_runs(deployment)
+    run_ids = []
+    for entry in entries:
+        if entry.name in earlier:
+            logger.info("%s: reusing its run %s of an earlier attempt", entry.name, earlier[entry.name].id)
+            run_ids.append(earlier[entry.name].id)
+            continue
+        limit, rate_limit = limits.get(entry.endpoint, (None, None))
+        cell = PoolCell(
+            matrix_path=matrix_path,
+            name=entry.name,
+            **overrides,
+            max_cost=entry.config.max_cost,
+            batch_deadline=entry.config.endpoint.batch_deadline if entry.config.endpoint.batch else None,
+            limit=limit,
+            rate_limit=rate_limit,
+        )
+        parameters = {
+            "model": entry.config.model,
+            "judge_type": entry.config.judge_type,
+            "cell": cell.model_dump(exclude_none=True),
+        }
+        run = await arun_deployment(deployment, parameters=parameters, flow_run_name=entry.name, timeout=0)
+        run_ids.append(run.id)
+    started = time.monotonic()
+    logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, night_bound(deadline))
+    finished = await wait_for_runs(run_ids, night_bound(deadline))
+    ended = [finished[run_id] for run_id in run_ids]
+    logger.info("cells on the pool took %.1f s", time.monotonic() - started)
+    return [(run, await _results_of_run(entry, run.id)) for entry, run in zip(entries, ended, strict=True)]

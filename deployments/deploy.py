@@ -22,6 +22,7 @@ from uuid import UUID
 from prefect import deploy, flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import RunnerDeployment
 from prefect.exceptions import ObjectNotFound
 from prefect.schedules import Cron
@@ -82,7 +83,8 @@ def nightly_deployment(
             description="Every judge x model x data file of the matrix; fails if any configuration failed or regressed.",
             schedules=[Cron(cron, timezone=NIGHTLY_TIMEZONE)],
             parameters={"matrix_path": matrix_path},
-            concurrency_limit=1,  # a late night must not overlap the next one on the same endpoint
+            # a late night must not overlap the next one on the same endpoint: the next one waits for it
+            concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             work_queue_name="nightly",
             job_variables=HEARTBEATS,
             tags=["judgebench", "nightly"],

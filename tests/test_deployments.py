@@ -93,6 +93,17 @@ def _wait_final(flow_run_id, timeout: float = 120):
 
 
 @pytest.mark.slow
+def _one_night_at_a_time(deployment) -> bool:
+    """Runs of the nightly deployment are serialized the Prefect way: a limit of 1, later runs enqueued."""
+    options = deployment.concurrency_options
+    return (
+        deployment.global_concurrency_limit is not None
+        and deployment.global_concurrency_limit.limit == 1
+        and options is not None
+        and options.collision_strategy == "ENQUEUE"
+    )
+
+
 def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
     """`prefect deploy --all` with the project file, then `prefect deployment ls` lists both deployments."""
     from judgebench_flows.deployments.deploy import ensure_work_pool
@@ -123,6 +134,7 @@ def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
     assert (schedule.schedule.cron, schedule.schedule.timezone, schedule.active) == ("0 2 * * *", "UTC", True)
     assert nightly.entrypoint == "flows/nightly.py:nightly_benchmarks" and nightly.work_pool_name == POOL
     assert nightly.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
+    assert _one_night_at_a_time(nightly)
     adhoc = _read_deployment("judgebench-adhoc/adhoc")
     assert adhoc.entrypoint == "flows/nightly.py:judgebench_adhoc" and not adhoc.schedules
     assert adhoc.parameter_openapi_schema["required"] == ["model"]
@@ -140,6 +152,7 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
     [schedule] = nightly.schedules
     assert (schedule.schedule.cron, schedule.schedule.timezone) == ("0 2 * * *", "UTC")
     assert nightly.parameters == {"matrix_path": "deployments/nightly.yaml"} and nightly.work_queue_name == "nightly"
+    assert _one_night_at_a_time(nightly)
     adhoc = _read_deployment("judgebench-adhoc/adhoc")
     assert adhoc.entrypoint == "flows/nightly.py:judgebench_adhoc"
     assert adhoc.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]

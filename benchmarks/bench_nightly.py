@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_end_to_end import start_prefect_server  # noqa: E402
-from bench_judging import GPT4O_FILE, make_repo  # noqa: E402
+from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo  # noqa: E402
 
 ANSWER = "Output (a)"  # a vanilla verdict
 
@@ -65,7 +65,9 @@ def main() -> None:
     parser.add_argument("--turnaround", type=float, default=25.0)
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
+    add_data_option(parser)
     args = parser.parse_args()
+    data = benchmark_data(args.data)  # before anything starts: no data, one line and exit 2
 
     work = Path(tempfile.mkdtemp(prefix="bench-nightly-"))
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
@@ -82,7 +84,7 @@ def main() -> None:
     from judgebench_flows.testing.fake_batches import FakeBatchServer
     from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
-    repo = make_repo(work)
+    repo = make_repo(work, data)
     servers = [FakeOpenAIServer(ANSWER, latency=args.latency) for _ in range(3)]
     batches = FakeBatchServer(ANSWER, turnaround=args.turnaround)
     try:

@@ -31,9 +31,12 @@ import time
 from pathlib import Path
 
 from judgebench_flows.cli.server_watch import answers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_judging import add_data_option, benchmark_data  # noqa: E402
+
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
-DATA = Path(os.environ.get("JUDGEBENCH_TEST_DATA", "../shared/judgebench")) / "data"
 GPT4O = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 KEY = "sk-bench"
 
@@ -132,11 +135,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--down", type=float, default=5.0, help="seconds the Prefect server stays down")
+    add_data_option(parser)
     args = parser.parse_args()
+    checkout = benchmark_data(args.data)  # before anything starts: no data, one line and exit 2
 
     work = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     data = work / "pairs.jsonl"
-    data.write_text("".join((DATA / GPT4O).read_text().splitlines(keepends=True)[: args.pairs]))
+    data.write_text("".join((checkout / "data" / GPT4O).read_text().splitlines(keepends=True)[: args.pairs]))
     home, port = work / "prefect-home", free_port()
     home.mkdir()
     server = start_prefect(home, port)

@@ -37,7 +37,7 @@ def test_none_turns_the_clone_off(tmp_path: Path, monkeypatch) -> None:
     assert find_benchmark_data() is None
 
 
-@pytest.mark.parametrize("script", ["bench_judging.py", "bench_end_to_end.py", "bench_nightly.py"])
+@pytest.mark.parametrize("script", ["bench_judging.py", "bench_end_to_end.py", "bench_nightly.py", "bench_recovery.py"])
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_benchmarks_take_the_data_location_and_fail_in_one_line(tmp_path, script: str, how: str) -> None:
     """The benchmarks find the data as the tests do (--data, JUDGEBENCH_TEST_DATA, ../shared/judgebench);

@@ -334,13 +334,7 @@ class BatchTransport:
             outcome: Any = result.body if result.status == 200 else line_error(result)
             if result.status == 200:
                 self._answers[cid] = outcome
-            for future in self._waiting.pop(cid):
-                if future.done():
-                    continue
-                if isinstance(outcome, Exception):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+            self._hand_out(cid, outcome)
             self._bodies.pop(cid, None)
             self._requests.pop(cid, None)
         if unfinished:
@@ -388,6 +382,11 @@ class BatchTransport:
                 outcome: Any = SyncAnswer(await self.inner.post(messages, sampling))
         except Exception as exc:
             outcome = exc
+        self._hand_out(cid, outcome)
+        self._bodies.pop(cid, None)
+
+    def _hand_out(self, cid: str, outcome: Any) -> None:
+        """A line's outcome (an answer, or the error to raise) to every call still waiting for it."""
         for future in self._waiting.pop(cid, []):
             if future.done():
                 continue
@@ -395,7 +394,6 @@ class BatchTransport:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
-        self._bodies.pop(cid, None)
 
     def _fail(self, ids: list[str], exc: BaseException) -> None:
         for cid in ids:

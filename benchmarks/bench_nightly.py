@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,7 +111,11 @@ def main() -> None:
         for server in [*servers, batches]:
             server.stop()
         prefect.terminate()
-        prefect.wait(timeout=30)
+        try:
+            prefect.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a server that outlives SIGTERM is not left behind
+            prefect.kill()
+            prefect.wait()
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ block over a few seconds says `<!-- readme-test: slow -->`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -157,14 +159,24 @@ def test_documented_block_runs(block: Block, judgebench_home, workdirs, request)
     if any(command in block.code for command in ("judgebench run", "--flow", "prefect deploy")):
         request.getfixturevalue("prefect_server")  # exports PREFECT_API_URL for the subprocess
         env = {**env, "PREFECT_API_URL": os.environ["PREFECT_API_URL"], "PREFECT_HOME": os.environ["PREFECT_HOME"]}
-    result = subprocess.run(
+    # Its own process group: whatever the block leaves running (a server or worker started with `&` whose
+    # `kill` it outlived) is stopped with the block, not left behind on the machine.
+    process = subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", as_here(block.code, home, commit)],
         cwd=workdirs[block.document.name],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert result.returncode == 0, (
         f"{block.id} exited {result.returncode}\n{block.code}\n{result.stdout}\n{result.stderr}"
     )

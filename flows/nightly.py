@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import time
 import types
 from datetime import datetime, timezone
@@ -48,7 +47,7 @@ from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, buil
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, night_spend, retirement_notice
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
-from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run
+from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
@@ -110,12 +109,8 @@ def _counts(results: dict[str, Any]) -> dict[str, Any]:
 def _published_results(entry: MatrixEntry, flow_run_id: str | None) -> dict[str, Any] | None:
     """The results.json a failed cell published before failing (a run that measured too little still
     publishes what it has), if it is this subflow run's and not an earlier night's."""
-    try:
-        # a cell's runs each write their own folder; `latest` is the newest one that published
-        results = json.loads(Path(for_run(entry.config.result_path, LATEST)).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not flow_run_id or (results.get("run") or {}).get("flow_run_id") != flow_run_id:
+    results = latest_results(entry.config.result_path)  # a cell's runs each write their own folder
+    if not results or not flow_run_id or (results.get("run") or {}).get("flow_run_id") != flow_run_id:
         return None
     return results
 

@@ -19,10 +19,8 @@ artifact, events, alerts and regression checks are the same.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -30,7 +28,7 @@ from pydantic import BaseModel
 
 from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_limits
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.data.outputs import LATEST, for_run
+from judgebench_flows.data.outputs import latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, load_matrix
 
 ADHOC_DEPLOYMENT = "judgebench-adhoc/adhoc"  # the ad-hoc deployment of prefect.yaml and deployments/deploy.py
@@ -151,12 +149,11 @@ async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> dict[str, Any] | 
     """The cell's results.json if this cell run's judging subflow wrote it (not an earlier night's)."""
     from prefect.client.orchestration import get_client
 
+    results = latest_results(entry.config.result_path)  # each run of the cell writes its own folder
+    subflow_id = ((results or {}).get("run") or {}).get("flow_run_id")
+    if not results or not subflow_id:
+        return None
     try:
-        # each run of the cell writes its own folder; `latest` is the newest
-        results = json.loads(Path(for_run(entry.config.result_path, LATEST)).read_text(encoding="utf-8"))
-        subflow_id = (results.get("run") or {}).get("flow_run_id")
-        if not subflow_id:
-            return None
         async with get_client() as client:
             subflow = await client.read_flow_run(UUID(subflow_id))
             if subflow.parent_task_run_id is None:

@@ -7,9 +7,11 @@ path under a file or a name too long for the filesystem must therefore be found 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from judgebench_flows.core.errors import UserError
 
@@ -72,6 +74,15 @@ LATEST = "latest"  # beside the per-run folders: a link to the newest run's fold
 def for_run(path: str, run_id: str) -> str:
     """`path` with `{run_id}` replaced: each run writes its own folder, never a past run's files."""
     return path.replace(RUN_ID_FIELD, run_id)
+
+
+def latest_results(result_path: str) -> dict[str, Any] | None:
+    """The results.json the newest run of a per-run layout published (through `latest`), or None when
+    none can be read: which run wrote it is the caller's to check (its `run.flow_run_id`)."""
+    try:
+        return json.loads(Path(for_run(result_path, LATEST)).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def point_latest(layout: str, run_id: str) -> Path | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from judgebench_flows.core.text import one_line, shorten
+from judgebench_flows.core.text import one_line, shorten, wrapped
 from judgebench_flows.scoring.metrics import reason_of
 
 LITELLM = (
@@ -37,3 +37,10 @@ def test_a_reason_in_results_keeps_the_servers_words_whole() -> None:
     assert reason_of(reason) == f"HTTP 400: {LITELLM}"
     long = "HTTP 400: " + "word " * 1000
     assert reason_of(long).endswith("word... (whole text in the judgments' error)")
+
+
+def test_a_long_notice_is_wrapped_to_the_terminal_at_whole_words() -> None:
+    notice = "starting Prefect's server for /home/someone/.prefect on 127.0.0.1:4200 (once: a first boot " * 2
+    lines = wrapped(notice, 80).splitlines()
+    assert len(lines) > 1 and all(len(line) <= 80 for line in lines)
+    assert " ".join(lines) == one_line(notice)  # nothing cut, no word split

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from judgebench_flows.cli.server_watch import alive, answers, seconds_from_env
+from judgebench_flows.core.text import wrapped
 
 START_TIMEOUT_ENV = "JUDGEBENCH_SERVER_START_TIMEOUT"
 # A first boot with a fresh PREFECT_HOME (creating and migrating Prefect's database) on a loaded small
@@ -148,13 +149,18 @@ def _remembered_port(home: Path, configured: int) -> int | None:
     return chosen if wanted == configured else None
 
 
+def _say(text: str) -> None:
+    """A notice on stderr, wrapped to the terminal (a path in it makes it longer than 80 columns)."""
+    print(wrapped(text), file=sys.stderr, flush=True)
+
+
 def _move_to_free_port(home: Path, host: str, configured: int, taken: int) -> int:
     """A free port for this home's own server, remembered in PREFECT_HOME, said in one line."""
     with socket.socket() as sock:
         sock.bind((host, 0))
         port = int(sock.getsockname()[1])
     (home / PORT_FILE).write_text(f"{configured} {port}\n")
-    print(
+    print(  # one line, as the port it names and the way out must be read together
         f"note: port {taken} is held by a server that is not this PREFECT_HOME's ({home}); starting its own on "
         f"port {port} (remembered in {home / PORT_FILE}); set PREFECT_API_URL to use a server of your choice, "
         "or PREFECT_SERVER_API_PORT to pick the port",
@@ -206,11 +212,9 @@ def _start_background_server(home: Path, host: str, port: int) -> None:
     `prefect server stop` (Prefect refuses to start while it exists)."""
     if (home / PID_FILE).exists():
         _prefect("server", "stop")
-    print(
+    _say(
         f"starting Prefect's server for {home} on {host}:{port} (once: a first boot creates its database, "
         "tens of seconds; it stays up for the next runs until `prefect server stop`)",
-        file=sys.stderr,
-        flush=True,
     )
     done = _prefect("server", "start", "--background", "--host", host, "--port", str(port), log=home / SERVER_LOG)
     if done.returncode != 0:
@@ -239,7 +243,7 @@ def _wait_until_answering(api_url: str, home: Path, say_alive: bool = False) -> 
         time.sleep(0.2)
     if say_alive:
         ui = api_url.removesuffix("/api")
-        print(f"Prefect's server is up after {time.monotonic() - started:.0f} s: {ui}", file=sys.stderr, flush=True)
+        _say(f"Prefect's server is up after {time.monotonic() - started:.0f} s: {ui}")
 
 
 @contextlib.contextmanager

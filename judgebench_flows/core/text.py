@@ -25,3 +25,13 @@ def shorten(text: str, limit: int, whole_in: str | None = None) -> str:
     head = line[: limit + 1]
     cut = head.rsplit(" ", 1)[0] if " " in head else line[:limit]
     return cut.rstrip(" ,;:") + ELLIPSIS + (f" (whole text in {whole_in})" if whole_in else "")
+
+
+def wrapped(text: str, width: int | None = None) -> str:
+    """`text` wrapped at whole words to the terminal's width (`COLUMNS`, else the terminal, else 80), so a
+    long notice is never cut by the terminal nor wider than it; words longer than a line stay whole."""
+    import shutil
+    import textwrap
+
+    columns = width or shutil.get_terminal_size((80, 24)).columns
+    return textwrap.fill(one_line(text), width=max(40, columns), break_long_words=False, break_on_hyphens=False)

@@ -145,7 +145,8 @@ def command_run(args: argparse.Namespace) -> int:
     from judgebench_flows.cli.server_watch import RESUME, ServerWatch, mark_run_failed
 
     server = use_prefect_server()
-    # A Prefect server lost mid-run ends it with exit 5 (server_watch cancels it), not a hang.
+    # A Prefect server lost mid-run ends it with exit 5, not a hang: the watch cancels the run (SIGTERM to
+    # this thread), the run's own shutdown writes its cached answers, and this thread reports it below.
     watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_seconds()).start()
     try:
         with pointed_at(server):

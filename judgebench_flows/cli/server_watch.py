@@ -11,16 +11,20 @@ A thread watches the server for as long as the run judges: the process of Prefec
 is lost at once; a server that has not answered for `--server-lost-timeout` seconds (default
 $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120: a loaded machine's server may be slow, or restarting) is lost
 too, and one that answers again within that time lets the run go on (its slots of a global limit are
-healed, `global_limits`). When the server is lost the thread lets the run's event loop write the answers
-it still holds to the call cache (bounded), then cancels the run: SIGTERM to the main thread, which wakes
-it from any blocking call; `command_run` then marks the run `failed` with the reason and exits 5 with one
-line. Only a run that has not ended `CANCEL_GRACE_SECONDS` later (stuck in a call to the lost server) is
-ended from the thread. A re-run of the same command pays only for the calls never answered.
+healed, `global_limits`).
+
+The watch only decides; the main thread ends the run. When the server is lost the thread cancels the run
+as a stop request does: SIGTERM to the main thread, which wakes it from any blocking call. The run's own
+shutdown path then writes the answers its callers hold to the call cache (the shards' clients are closed
+on the way out) and records the run stopped; `command_run` marks it `failed` with the reason and exits 5
+with one line. A re-run of the same command pays only for the calls never answered. The main thread's
+wait for that is bounded too: a run still going `CANCEL_GRACE_SECONDS` later (stuck in a call to the
+lost server) is woken once more, by SIGALRM, whose handler (in the main thread, installed by `start`)
+records the run failed, says the line and ends the process with exit 5.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -29,6 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 LOST_TIMEOUT_ENV = "JUDGEBENCH_SERVER_LOST_TIMEOUT"
@@ -37,7 +42,6 @@ EXIT_SERVER = 5  # as cli/main.py: the Prefect server could not start or stopped
 POLL_SECONDS = 0.5  # how often the server's process is checked (a /proc read)
 HEALTH_EVERY_SECONDS = 5.0  # how often the server is asked whether it answers
 HEALTH_TIMEOUT_SECONDS = 10.0
-FLUSH_SECONDS = 15.0  # the longest wait for the event loop to write the call cache
 CANCEL_GRACE_SECONDS = 20.0  # after the run is cancelled: its Prefect client may wait on the lost server
 # What a proxy in front of a stopped server answers: not the server answering.
 GATEWAY_ERRORS = (502, 503, 504)
@@ -91,7 +95,7 @@ def _where(api_url: str) -> str:
 
 
 class ServerWatch:
-    """The thread described in the module docstring."""
+    """The thread described in the module docstring, and the main thread's alarm that bounds the cancellation."""
 
     def __init__(self, api_url: str, server_pid: int | None, db_url: str | None, timeout: float | None = None) -> None:
         self.api_url = api_url
@@ -100,15 +104,27 @@ class ServerWatch:
         self.timeout = lost_timeout() if timeout is None else timeout
         self.lost: str | None = None  # why the run was cancelled (the server is gone), for `command_run`
         self._disarmed = threading.Event()
+        self._lock = threading.Lock()  # a cancellation is sent only while the run is still watched
+        self._alarm_taken = False
+        self._previous_alarm: Any = None
         self._thread = threading.Thread(target=self._watch, name="judgebench-server-watch", daemon=True)
 
     def start(self) -> ServerWatch:
+        """Start watching; called from the main thread, which alone can take SIGALRM's handler (elsewhere the
+        cancellation has no last bound)."""
+        if threading.current_thread() is threading.main_thread():
+            self._previous_alarm = signal.signal(signal.SIGALRM, self._overdue)
+            self._alarm_taken = True
         self._thread.start()
         return self
 
     def disarm(self) -> None:
         """The run is over (or its server is being stopped on purpose): watch no more."""
-        self._disarmed.set()
+        with self._lock:
+            self._disarmed.set()
+        if self._alarm_taken and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if self._previous_alarm is None else self._previous_alarm)
+            self._alarm_taken = False
 
     def gone(self) -> str | None:
         """Why the server is gone, asked once now (its process ended, or it does not answer); None if it answers."""
@@ -127,6 +143,7 @@ class ServerWatch:
         while not self._disarmed.wait(POLL_SECONDS):
             if self.server_pid is not None and not alive(self.server_pid):
                 self._lost(_ENDED)
+                return
             now = time.monotonic()
             if now < next_ask:
                 continue
@@ -137,46 +154,37 @@ class ServerWatch:
                     f"{self._name()} stopped answering during the run "
                     f"(no answer for {self.timeout:g} s, --server-lost-timeout)"
                 )
+                return
             next_ask = time.monotonic() + HEALTH_EVERY_SECONDS
 
     def _lost(self, what: str) -> None:
-        if self._disarmed.is_set():  # the run ended meanwhile: its own outcome stands
+        """Cancel the run; wake the main thread's alarm if it has not ended `CANCEL_GRACE_SECONDS` later."""
+        if not self._signal_main(signal.SIGTERM, what):  # the run ended meanwhile: its own outcome stands
             return
-        flush_call_caches(FLUSH_SECONDS)
-        if self._disarmed.is_set():
+        if not self._disarmed.wait(CANCEL_GRACE_SECONDS):
+            self._signal_main(signal.SIGALRM, what)
+
+    def _signal_main(self, signum: int, what: str) -> bool:
+        with self._lock:
+            if self._disarmed.is_set():
+                return False
+            self.lost = what
+            signal.pthread_kill(threading.main_thread().ident or 0, signum)
+            return True
+
+    def _overdue(self, signum: int, frame: object) -> None:
+        """SIGALRM's handler, in the main thread: the cancelled run is stuck in a call to the lost server, so
+        the main thread ends the process here, as `command_run` would have: the run failed, one line, exit 5."""
+        what = self.lost
+        if what is None or self._disarmed.is_set():  # not ours, or the run ended meanwhile
             return
-        self.lost = what
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)  # cancel the run
-        if self._disarmed.wait(CANCEL_GRACE_SECONDS):
-            return
-        mark_run_failed(self.db_url, what)  # the run is stuck in a call to the lost server: end it from here
+        self._disarmed.set()
+        mark_run_failed(self.db_url, what)
         if sys.stderr.isatty():
             sys.stderr.write("\x1b[?25h\n")  # a progress bar hides the cursor until it stops
         sys.stderr.write(f"error: {what}; {RESUME} (see README, Exit codes)\n")
         sys.stderr.flush()
         os._exit(EXIT_SERVER)
-
-
-async def _flush(callers: list) -> None:
-    for caller in callers:
-        try:
-            await caller.flush()
-        except Exception:  # a failed cache write: its answers are asked again by the next run
-            continue
-
-
-def flush_call_caches(timeout: float) -> None:
-    """Let each event loop that judges write the answers its callers still hold to the call cache."""
-    shards = sys.modules.get("judgebench_flows.judging.shards")
-    if shards is None:  # nothing judged in this process
-        return
-    deadline = time.monotonic() + timeout
-    for loop, callers in shards.callers_by_loop():
-        try:
-            future = asyncio.run_coroutine_threadsafe(_flush(callers), loop)
-            future.result(max(0.1, deadline - time.monotonic()))
-        except Exception:  # a closed loop, or one too busy to answer in time
-            continue
 
 
 def mark_run_failed(db_url: str | None, message: str) -> None:

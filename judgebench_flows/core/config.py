@@ -202,7 +202,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _no_credentials(cls, value: str) -> str:
         """This model is the flow's parameter (stored by Prefect) and is copied into every output: a
-        password or token in a URL is kept in this process only (`credentials.stash`)."""
+        password or token in a URL is kept with the run's credentials only (`credentials.stash`)."""
         from judgebench_flows.core.credentials import stash
 
         return stash(value.strip())

@@ -131,7 +131,7 @@ class EndpointSettings(BaseModel):
             raise ValueError("must start with http:// or https://")
         from judgebench_flows.core.credentials import stash
 
-        return stash(value.rstrip("/")) if value else value  # user:password@ stays in this process only
+        return stash(value.rstrip("/")) if value else value  # user:password@ stays with the run's credentials
 
     @field_validator("api_key_env")
     @classmethod

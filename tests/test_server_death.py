@@ -123,6 +123,7 @@ def test_a_server_that_dies_mid_run_ends_it_with_exit_5_and_nothing_is_paid_twic
         assert last.startswith("error: the Prefect server") and "stopped" in last, stderr[-3000:]
         assert "cached" in last and "run the same command again" in last, last
         assert "Traceback" not in stderr, stderr[-3000:]
+        assert sum(line.startswith("error:") for line in stderr.splitlines()) == 1, stderr[-3000:]
         status, message = rows(db, "select status, message from runs")[0]
         assert status == "failed" and "Prefect server" in message and "stopped" in message
         cached = rows(db, "select count(*) from call_cache")[0][0]

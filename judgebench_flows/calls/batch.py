@@ -8,7 +8,7 @@ every `--batch-poll-seconds`. A line's outcome comes back to its call as a synch
 a 200's body, or the `CallError` its status and error body make, so a 5xx or rate-limited line is retried in a
 later batch within the retry budget, and an invalid one fails its judgment with the API's message.
 
-Nothing paid twice: each line's custom id is a hash of its request body, and a batch's id and custom
+Nothing paid twice: each line's custom id is a hash of its request body (`core.identity.batch_line_id`), and a batch's id and custom
 ids are stored (`data.db.BatchRow`) the moment it is created. A run killed, crashed or retried posts
 the same requests again and each is re-attached to the batch that holds it instead of being submitted.
 Lines an expired or cancelled batch never finished go into the next batch, without spending a retry,
@@ -26,7 +26,6 @@ posted after it), at most `sync_concurrency` at once. Answers sent synchronously
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import sys
@@ -40,6 +39,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.errors import BatchRefused
+from judgebench_flows.core.identity import batch_line_id
 from judgebench_flows.data import db
 
 GATHER_SECONDS = 2.0
@@ -103,11 +103,6 @@ class BatchAPI(Protocol):
 
     async def cancel(self, batch_id: str) -> None:
         """Ask the provider to stop the batch (its unfinished lines are then never run nor paid)."""
-
-
-def custom_id(body: dict[str, Any]) -> str:
-    """The line's id: a hash of its request body, so the same request posted after a restart finds it."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def line_error(result: LineResult) -> CallError:
@@ -211,7 +206,7 @@ class BatchTransport:
     async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         """Chat requests only: the factory wraps no other API's wire (`providers.unserved`)."""
         body = self.batches.body(messages, sampling)
-        cid = custom_id(body)
+        cid = batch_line_id(body)
         if cid in self._answers:
             return self._answers[cid]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -1,4 +1,5 @@
-"""The persistent call cache: answers looked up and written by a hash of the exact request.
+"""The persistent call cache: answers looked up and written by a hash of the exact request (`request_key`,
+made in `core.identity` with every other stored key).
 
 A re-run or a resumed run pays only for what was never answered. Lookups come from one query per shard
 (`prefetch`) or, for a request nobody prefetched, one query each; writes are grouped (`save`).
@@ -7,26 +8,15 @@ A re-run or a resumed run pays only for what was never answered. Lookups come fr
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.endpoint import CacheMode
+from judgebench_flows.core.identity import request_key
 from judgebench_flows.data import db
-
-
-def request_key(base_url: str, model: str, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
-    """sha256 of everything that determines the answer: endpoint, model, messages and sampling."""
-    payload = json.dumps(
-        {"endpoint": base_url.rstrip("/"), "model": model, "messages": list(messages), "sampling": sampling},
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 class CallCache:
@@ -112,3 +102,6 @@ class CallCache:
             await asyncio.shield(self._writer)
         if self._writer is not None and self._writer.done() and self._writer.exception():
             raise self._writer.exception()  # type: ignore[misc]
+
+
+__all__ = ["CallCache", "request_key"]

@@ -30,6 +30,7 @@ from judgebench_flows.calls.anthropic_rules import anthropic_rule
 from judgebench_flows.calls.batch import BatchStore, BatchTransport
 from judgebench_flows.calls.request_rules import RequestRule, rule_for
 from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.identity import call_endpoint
 
 Provider = Literal["openai", "anthropic", "gemini", "vertex"]
 GOOGLE = ("gemini", "vertex")
@@ -112,14 +113,8 @@ def model_api(
     if batch_poll_seconds is None:
         return wire
     batches = _load(BATCHES[provider]).for_wire(wire, api_key)
-    store = BatchStore(engine, provider, endpoint_identity(base_url, cache_api(provider, CHAT)), model)
+    store = BatchStore(engine, provider, call_endpoint(base_url, provider, CHAT), model)
     return BatchTransport(wire, batches, store, batch_poll_seconds)
-
-
-def endpoint_identity(base_url: str, api: str) -> str:
-    """The endpoint part of a call's cache key: unchanged for chat (existing caches stay valid), the API
-    named for others (the same messages sent to /pooling and to /chat/completions are different requests)."""
-    return base_url if api == CHAT else f"{base_url.rstrip('/')}#{api}"
 
 
 def provider_rule(provider: str, model: str, request_style: str, drop_params: tuple[str, ...]) -> RequestRule:
@@ -140,17 +135,9 @@ def wire_params(provider: str, model: str, params: dict[str, Any]) -> dict[str, 
     return params
 
 
-def cache_api(provider: str, api: str) -> str:
-    """The API a call's cache key names (`endpoint_identity`): the judge's, or the provider's
-    when that is not OpenAI's (the same messages sent as chat and as Messages are different requests)."""
-    return api if provider == "openai" else f"{provider}-{api}"
-
-
 __all__ = [
     "ModelAPI",
     "Provider",
-    "cache_api",
-    "endpoint_identity",
     "model_api",
     "provider_rule",
     "unserved",

@@ -120,6 +120,7 @@ class AnthropicTransport:
         self._next_client = itertools.cycle(self.clients)
 
     checks_raw_scores = False
+    answers_scores = False
 
     async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         """One attempt: the response body as parsed JSON."""

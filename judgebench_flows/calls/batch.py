@@ -177,7 +177,7 @@ class BatchTransport:
     def __init__(self, inner: Any, batches: BatchAPI, store: BatchStore, poll_seconds: float):
         self.inner, self.batches, self.store, self.poll_seconds = inner, batches, store, poll_seconds
         self.base_url, self.model = inner.base_url, inner.model
-        self.checks_raw_scores = False  # chat only
+        self.checks_raw_scores = self.answers_scores = False  # chat only
         self.gather_seconds = min(GATHER_SECONDS, poll_seconds)
         self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
         self._bodies: dict[str, dict[str, Any]] = {}

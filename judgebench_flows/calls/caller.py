@@ -159,7 +159,7 @@ class ChatCaller:
             self.adaptive,
             self.global_rate_limit,
         )
-        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by)
+        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by, self.transport.answers_scores)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
         # One retry budget per request for the run; deterministic rejections for the loop (`budget`).
         self._ledger = AttemptLedger(rejected=rejections_here(self.base_url, self.model))

@@ -141,11 +141,12 @@ def local_reward_model(model: str, device: str | None = None) -> LocalRewardMode
 
 class LocalRewardAPI:
     """The score API of a reward model run in this process (`--reward-backend transformers`), as a wire:
-    `post` scores the conversation (off the event loop, one forward pass at a time), `answer` is the score
-    as a `Completion` (`other_apis.score_completion`), the same a Pooling API's answer gives. The model is
-    loaded on the first call, once per process (`local_reward_model`)."""
+    `post` scores the conversation (off the event loop, one forward pass at a time) and returns the score
+    itself, `answer` carries it in a `Completion` (`other_apis.score_completion`), as a Pooling API's
+    answer does. The model is loaded on the first call, once per process (`local_reward_model`)."""
 
     checks_raw_scores = False  # the model's head is read directly: raw scores always
+    answers_scores = True
 
     def __init__(self, model: str, device: str | None = None):
         self.base_url, self.model, self.device = "local:", model, device

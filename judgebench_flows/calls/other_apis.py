@@ -13,8 +13,8 @@ module, chosen by `providers.model_api`):
 - `local_reward`: a reward model run in this process, for `--reward-backend transformers`.
 
 A call to any of them goes through the same caller as a chat call (limits, retries, call cache, resume); a
-score API's answer is a `Completion` whose text is the score written as text (`score_completion`: what the
-cache stores and the reward judge reads back).
+score API's answer is a `Completion` carrying the score (`score_completion`), which the reward judge reads
+and the call cache stores (`cache.CallCache`).
 """
 
 from __future__ import annotations
@@ -64,8 +64,15 @@ def pooled_completion(response: Any) -> Completion:
 
 
 def score_completion(score: float, prompt_tokens: int = 0) -> Completion:
-    """A score API's answer: the score written as text (what the call cache stores and the judge reads)."""
-    return Completion(repr(score), prompt_tokens, 0, finish_reason="stop")
+    """A score API's answer: the score, no text."""
+    return Completion("", prompt_tokens, 0, finish_reason="stop", score=score)
+
+
+def score_in(completion: Completion) -> float:
+    """The score of a score API's answer (one without: ValueError, as an unusable answer)."""
+    if completion.score is None:
+        raise ValueError("a score API answered no score")
+    return completion.score
 
 
 # Two answers for the same text are one score within this relative tolerance: vLLM computes in float32
@@ -142,14 +149,14 @@ class RawScoreCheck:
         """Decide with the probe call's answer (`completion`, sent with `params`); raise if it is not raw."""
         if self.verified or params.get("use_activation") is not False:
             return
-        raw = float(completion.text)
+        raw = score_in(completion)
         if not 0.0 <= raw <= 1.0:
             self.verified = True
             return
         answer = await probe({**params, "use_activation": True})
         if answer is None:  # no answer to the probe: undecided, the next call asks again
             return
-        activated = float(answer.text)
+        activated = score_in(answer)
         honoured = honours_raw(raw, activated)
         if honoured:
             self.verified = True

@@ -40,11 +40,13 @@ CHAT = "chat"
 class ModelAPI(Protocol):
     """One attempt on the wire: `post` returns the answer as received (a parsed body, a score) or raises
     `errors.CallError` (`retry` decides what is retried), `answer` reads it (unusable: `BadAnswerBody`).
+    `answers_scores`: a score API, whose answers carry `Completion.score` (and the call cache stores it);
     `checks_raw_scores`: a score API whose scores the caller checks are raw (`other_apis.RawScoreCheck`);
     `ignored`: a parameter the endpoint ignored and what shows it, or None."""
 
     base_url: str
     model: str
+    answers_scores: bool
     checks_raw_scores: bool
 
     async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any: ...

@@ -107,6 +107,7 @@ class Transport:
 
     # What this wire's answers are (`providers.ModelAPI`): chat text, checked by no extra probe.
     checks_raw_scores = False
+    answers_scores = False
 
     async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         """One attempt: the response body as parsed JSON (a 200 that is not JSON: `BadAnswerBody`)."""

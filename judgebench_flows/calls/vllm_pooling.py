@@ -16,6 +16,7 @@ from judgebench_flows.core.completion import Completion
 
 class VLLMPooling(Transport):
     checks_raw_scores = True
+    answers_scores = True
 
     async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
         # An absolute URL: the SDK sends it as is, outside its /v1 base.

@@ -12,6 +12,9 @@ from typing import Any
 
 @dataclass
 class Completion:
+    """One call's answer: the text of a chat or completions API, or the `score` of a score API (a reward
+    model's raw score, whose `text` is empty), with the tokens it cost."""
+
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -23,6 +26,8 @@ class Completion:
     # A batch run's answer sent synchronously (past its deadline, or after its batches expired): it is
     # paid at the synchronous price.
     synchronous: bool = False
+    # A score API's answer (vLLM's Pooling API, a local reward model); None for a text answer.
+    score: float | None = None
 
 
 class CallFailed(Exception):

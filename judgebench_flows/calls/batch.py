@@ -34,10 +34,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.errors import CallError, http_error
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.calls.transport import JsonBody
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.core.identity import batch_line_id
 from judgebench_flows.data import db
@@ -61,7 +63,7 @@ class LineResult:
     error body, or 0 when the batch ended (expired, cancelled) before the line was done."""
 
     status: int
-    body: Any = None
+    body: JsonValue = None
 
 
 @dataclass
@@ -88,10 +90,10 @@ class BatchAPI(Protocol):
     def for_wire(cls, wire: Any, api_key: str) -> BatchAPI:
         """The batch API of the provider whose chat wire this is (`providers.BATCHES`)."""
 
-    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:
         """The request body of one line: the same body a synchronous chat call sends."""
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+    def line(self, custom_id: str, body: JsonBody) -> bytes:
         """One request as the provider's batch input holds it (its size counts toward `max_bytes`)."""
 
     async def submit(self, lines: list[bytes]) -> str:
@@ -180,7 +182,7 @@ class BatchTransport:
         self.checks_raw_scores = self.answers_scores = False  # chat only
         self.gather_seconds = min(GATHER_SECONDS, poll_seconds)
         self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
-        self._bodies: dict[str, dict[str, Any]] = {}
+        self._bodies: dict[str, JsonBody] = {}
         self._queued: list[str] = []
         self._open: dict[str, list[str]] = {}  # batch id -> custom ids, polled while someone waits
         self._stored: dict[str, str] | None = None  # custom id -> open stored batch (read once)
@@ -190,11 +192,11 @@ class BatchTransport:
         self._runner: asyncio.Task[None] | None = None
         # Answers already downloaded, by custom id: the same request posted again (two orders of a pair
         # whose responses are the same text) is answered from here instead of being paid again.
-        self._answers: dict[str, Any] = {}
+        self._answers: dict[str, JsonValue] = {}
         # The deadline (time.time(); None: none) and the synchronous calls allowed in flight after it.
         self.deadline: float | None = None
         self.sync_concurrency = 16
-        self._requests: dict[str, tuple[list[dict[str, str]], dict[str, Any]]] = {}
+        self._requests: dict[str, tuple[list[dict[str, str]], Sampling]] = {}
         self._batches_of: Counter[str] = Counter()  # custom id -> batches it was submitted in
         self._sync_slots: asyncio.Semaphore | None = None
         self._sync_tasks: set[asyncio.Task[None]] = set()
@@ -203,7 +205,7 @@ class BatchTransport:
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         """Chat requests only: the factory wraps no other API's wire (`providers.unserved`)."""
         body = self.batches.body(messages, sampling)
         cid = batch_line_id(body)
@@ -405,7 +407,7 @@ class BatchTransport:
             return completion
         return self.inner.answer(response)
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         return None
 
     async def aclose(self) -> None:

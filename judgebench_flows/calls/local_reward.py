@@ -25,7 +25,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from judgebench_flows.calls.other_apis import score_completion
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.text import one_line
 
@@ -104,7 +104,7 @@ class LocalRewardModel:
                     model, torch_dtype=torch.float16 if on_gpu else torch.float32
                 ).to(self.device)
             else:
-                extra: dict[str, Any] = {}
+                extra: dict[str, str] = {}
                 if on_gpu and importlib.util.find_spec("flash_attn") is not None:
                     extra["attn_implementation"] = "flash_attention_2"
                 self.model = AutoModelForSequenceClassification.from_pretrained(
@@ -151,7 +151,7 @@ class LocalRewardAPI:
     def __init__(self, model: str, device: str | None = None):
         self.base_url, self.model, self.device = "local:", model, device
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> float:
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> float:
         import asyncio
 
         scorer = local_reward_model(self.model, self.device)
@@ -160,7 +160,7 @@ class LocalRewardAPI:
     def answer(self, response: float) -> Completion:
         return score_completion(response)
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         return None
 
     async def aclose(self) -> None:

@@ -24,7 +24,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.errors import FatalEndpointError
 
 
@@ -120,7 +120,7 @@ class RawScoreCheck:
         self.undecided = 0
         self._lock: asyncio.Lock | None = None
 
-    async def admit(self, sampling: dict[str, Any]) -> bool:
+    async def admit(self, sampling: Sampling) -> bool:
         """Wait for this call's turn while undecided. True: this call is the probe and holds the turn
         (release it with `done`); False: go (decided, or the call does not ask for raw scores)."""
         if self.verified or sampling.get("use_activation") is not False:
@@ -143,8 +143,8 @@ class RawScoreCheck:
         self,
         base_url: str,
         completion: Completion,
-        params: dict[str, Any],
-        probe: Callable[[dict[str, Any]], Awaitable[Completion | None]],
+        params: Sampling,
+        probe: Callable[[Sampling], Awaitable[Completion | None]],
     ) -> None:
         """Decide with the probe call's answer (`completion`, sent with `params`); raise if it is not raw."""
         if self.verified or params.get("use_activation") is not False:
@@ -180,12 +180,13 @@ class RawScoreCheck:
         raise self.failure
 
 
-def unsearched_beams(sampling: dict[str, Any], response: Any) -> str | None:
+def unsearched_beams(sampling: Sampling, response: Any) -> str | None:
     """What shows a completions answer was not the beam search asked for (`use_beam_search` with width `n`:
     vLLM answers the `n` best beams), or None. A server that cannot beam-search answers one choice."""
     if not sampling.get("use_beam_search") or not isinstance(response, dict):
         return None
-    asked = int(sampling.get("n") or 1)
+    width = sampling.get("n")
+    asked = width if isinstance(width, int) else 1
     choices = response.get("choices")
     answered = len(choices) if isinstance(choices, list) else 0
     if asked <= 1 or answered >= asked:

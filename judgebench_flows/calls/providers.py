@@ -29,7 +29,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.anthropic_rules import anthropic_rule
 from judgebench_flows.calls.batch import BatchStore, BatchTransport
 from judgebench_flows.calls.request_rules import RequestRule, rule_for
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.identity import call_endpoint
 
 Provider = Literal["openai", "anthropic", "gemini", "vertex"]
@@ -49,11 +49,11 @@ class ModelAPI(Protocol):
     answers_scores: bool
     checks_raw_scores: bool
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any: ...
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any: ...
 
     def answer(self, response: Any) -> Completion: ...
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None: ...
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -127,7 +127,7 @@ def provider_rule(provider: str, model: str, request_style: str, drop_params: tu
     return rule_for(model, request_style, drop_params)
 
 
-def wire_params(provider: str, model: str, params: dict[str, Any]) -> dict[str, Any]:
+def wire_params(provider: str, model: str, params: Sampling) -> Sampling:
     """The parameters the provider's wire sends for these (what an answer may cost): Gemini 2.5 models
     get room to think on top of the judge's `max_tokens` (`google_api.token_budget`)."""
     if provider in GOOGLE:

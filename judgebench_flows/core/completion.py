@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import JsonValue
 
 
 @dataclass
@@ -34,4 +35,7 @@ class CallFailed(Exception):
     """A call that produced no answer after its retries, or one the endpoint rejected for this request."""
 
 
-Complete = Callable[[list[dict[str, str]], dict[str, Any]], Awaitable[Completion]]
+Sampling = dict[str, JsonValue]
+"""A request's parameters besides its messages: JSON fields sent as they are (temperature, max_tokens,
+use_activation, ...), after the model's request rule shaped them."""
+Complete = Callable[[list[dict[str, str]], Sampling], Awaitable[Completion]]

@@ -87,7 +87,7 @@ def output_cap(spec: JudgeSpec, judge: Judge, messages: Messages, price: PricedA
     _, params = shape(request_rule_of(spec), messages, dict(judge.sampling))
     params = wire_params(spec.endpoint.provider, spec.model, params)
     cap = params.get("max_completion_tokens") or params.get("max_tokens")
-    return int(cap) if cap else price.max_output_tokens if price else None
+    return int(cap) if isinstance(cap, (int, float, str)) and cap else price.max_output_tokens if price else None
 
 
 def _chunks(path: str, offsets: list[int]) -> Iterator[list[Pair]]:

@@ -248,3 +248,35 @@ def test_scores_cached_as_text_are_read_back_as_scores(fake_server: FakeOpenAISe
         return [row.response for row in db.cache_get_many(engine, [answer.key]).values()]
 
     assert asyncio.run(score_new()) == ["3.5"]
+
+
+def test_a_cached_score_that_is_no_number_is_an_invalid_judgment_with_its_text(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    from judgebench_flows.core.identity import call_endpoint, request_key
+    from judgebench_flows.data import db
+
+    engine = db.open_database(f"sqlite:///{tmp_path}/cache.db")
+    judge, model = RewardJudge(), "Skywork/Skywork-Reward-Llama-3.1-8B"
+    endpoint = call_endpoint(fake_server.base_url, "openai", "pooling")
+    rows = [
+        {
+            "key": request_key(
+                endpoint,
+                model,
+                [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
+                judge.sampling,
+            ),
+            "model": model,
+            "response": stored,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "created": db.utcnow(),
+            "paid_by": None,
+        }
+        for text, stored in (("a", "nan"), ("b", "1.5"))
+    ]
+    db.cache_put_many(engine, rows)
+    (o0, s0), _ = run_pair(fake_server, "q", "a", "b", caller_kwargs={"engine": engine})
+    assert fake_server.answered == 0 and o0.status == "invalid" and s0 is None
+    assert json.loads(o0.response) == ["nan", "1.5"]

@@ -9,7 +9,7 @@ A response's score does not depend on the order it is shown in, so a pair's two 
 scoring calls: a both-orders run costs two calls per pair, not four (`RewardJudge.judge`, the `Judge`
 protocol, decides a pair's orders together). Each scoring call is an ordinary call
 of the run's endpoint caller (api "pooling": vLLM's Pooling API), so it has the same retries, limits, call
-cache and resume as a chat call; its cached "answer" is the score written as text.
+cache and resume as a chat call; its answer carries the score (`Completion.score`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,9 @@ def conversation(question: str, response: str) -> Messages:
     return [{"role": "user", "content": question}, {"role": "assistant", "content": response}]
 
 
-def score_of(text: str) -> float | None:
-    """The score a scoring call answered (its cached text), or None when it is not a finite number."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+def shown(answer: Completion) -> str:
+    """A scoring answer as an invalid judgment keeps it: its score (not a finite one), else its text."""
+    return repr(answer.score) if answer.score is not None else answer.text
 
 
 def decide(score_first: float, score_second: float) -> str:
@@ -133,7 +129,8 @@ async def judge_by_scores(
         return await complete(conversation(question, response), judge.sampling)
 
     calls = dict(zip(texts, await asyncio.gather(*(score(r) for r in texts), return_exceptions=True), strict=False))
-    completions = [c for c in calls.values() if isinstance(c, Completion)]
+    scored = {text: c for text, c in calls.items() if isinstance(c, Completion)}
+    completions = list(scored.values())
     failure = next((c for c in calls.values() if isinstance(c, BaseException)), None)
     results: list[tuple[Outcome, list[float] | None]] = []
     for i, order in enumerate(orders):
@@ -145,13 +142,13 @@ async def judge_by_scores(
                 raise failure
             results.append((Outcome("failed", "", question, "", str(failure), mine, elapsed), None))
             continue
-        raw = [calls[first].text, calls[second].text]  # type: ignore[union-attr]
-        scores = [score_of(t) for t in raw]
-        if scores[0] is None or scores[1] is None:
+        answers = [scored[first], scored[second]]
+        pair_scores = [a.score for a in answers if a.score is not None and math.isfinite(a.score)]
+        if len(pair_scores) < 2:
+            raw = [shown(a) for a in answers]
             error = f"a scoring call answered no number: {json.dumps(raw)[:200]}"
             results.append((Outcome("invalid", "", question, json.dumps(raw), error, mine, elapsed), None))
             continue
-        pair_scores = [scores[0], scores[1]]
         results.append(
             (
                 Outcome(

@@ -347,8 +347,8 @@ def test_the_pooling_api_activates_unless_asked_not_to() -> None:
     with FakeOpenAIServer("2.5") as server:
         caller = caller_for(server, "rm", api="pooling")
         activated, raw = calls(caller, [(MESSAGES, {}), (MESSAGES, {"use_activation": False})])
-    assert float(activated.text) == pytest.approx(1 / (1 + math.exp(-2.5)))
-    assert float(raw.text) == 2.5 and server.ignored_log == []
+    assert activated.score == pytest.approx(1 / (1 + math.exp(-2.5)))
+    assert raw.score == 2.5 and server.ignored_log == []
 
 
 def test_the_reward_judge_asks_for_raw_scores_in_fields_vllm_reads() -> None:
@@ -363,7 +363,7 @@ def test_a_raw_score_inside_zero_one_is_checked_once_and_accepted() -> None:
             caller,
             [(MESSAGES, {"use_activation": False}), ([{"role": "user", "content": "x"}], {"use_activation": False})],
         )
-    assert [float(r.text) for r in results] == [0.25, 0.25]
+    assert [r.score for r in results] == [0.25, 0.25]
     assert server.requests == 3  # one probe asking for the activated score, then trusted
 
 
@@ -408,7 +408,7 @@ def test_a_raw_score_at_the_sigmoids_fixed_point_leaves_the_check_to_the_next_ca
         caller = caller_for(server, "rm", api="pooling")
         texts = ["a", "b", "c"]
         results = calls(caller, [([{"role": "user", "content": t}], {"use_activation": False}) for t in texts])
-    assert [float(r.text) for r in results] == [0.6590460684, 0.25, 0.25]
+    assert [r.score for r in results] == [0.6590460684, 0.25, 0.25]
     assert server.requests == 5  # a and its probe, b and its probe, then c alone
 
 

@@ -40,10 +40,10 @@ def test_server_root_strips_v1() -> None:
     assert server_root("http://host:8000") == "http://host:8000"
 
 
-def test_pooling_answer_is_the_score_as_text() -> None:
+def test_pooling_answer_carries_the_score() -> None:
     body = {"data": [{"index": 0, "object": "pooling", "data": [2.5]}], "usage": {"prompt_tokens": 12}}
     completion = pooled_completion(body)
-    assert completion.text == "2.5" and completion.prompt_tokens == 12
+    assert completion.score == 2.5 and completion.text == "" and completion.prompt_tokens == 12
 
 
 def scores_by_text(table: dict[str, float]):
@@ -200,3 +200,83 @@ def test_replayed_scores_give_judgebench_accuracy(run_cli, judgebench_repo, gpt4
         again = run_cli(*args)
         assert again.returncode == 0, again.stderr[-3000:]
         assert server.answered == paid
+
+
+def test_scores_cached_as_text_are_read_back_as_scores(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    """The call cache's rows hold a score as its repr (what every earlier version wrote): a run finds them,
+    pays nothing, and decides from the same scores; its own answers are stored the same way."""
+    from judgebench_flows.core.identity import call_endpoint, request_key
+    from judgebench_flows.data import db
+
+    engine = db.open_database(f"sqlite:///{tmp_path}/cache.db")
+    judge, model = RewardJudge(), "Skywork/Skywork-Reward-Llama-3.1-8B"
+    endpoint = call_endpoint(fake_server.base_url, "openai", "pooling")
+    old_rows = [
+        {
+            "key": request_key(
+                endpoint,
+                model,
+                [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
+                judge.sampling,
+            ),
+            "model": model,
+            "response": repr(score),
+            "prompt_tokens": 7,
+            "completion_tokens": 0,
+            "created": db.utcnow(),
+            "paid_by": None,
+        }
+        for text, score in (("good", 2.75), ("bad", -0.5))
+    ]
+    db.cache_put_many(engine, old_rows)
+    (o0, s0), (o1, s1) = run_pair(fake_server, "q", "bad", "good", caller_kwargs={"engine": engine})
+    assert fake_server.answered == 0
+    assert (o0.decision, s0, o1.decision, s1) == ("B>A", [-0.5, 2.75], "A>B", [2.75, -0.5])
+    assert all(c.cached and c.text == "" for c in o0.completions)
+
+    fake_server.set_responder(scores_by_text({"new": 3.5}))
+
+    async def score_new() -> list[str]:
+        caller = ChatCaller(base_url=fake_server.base_url, model=model, api_key="k", api="pooling", engine=engine)
+        try:
+            answer = await caller.complete(
+                [{"role": "user", "content": "q"}, {"role": "assistant", "content": "new"}], judge.sampling
+            )
+            await caller.remember([answer])
+        finally:
+            await caller.aclose()
+        return [row.response for row in db.cache_get_many(engine, [answer.key]).values()]
+
+    assert asyncio.run(score_new()) == ["3.5"]
+
+
+def test_a_cached_score_that_is_no_number_is_an_invalid_judgment_with_its_text(
+    fake_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    from judgebench_flows.core.identity import call_endpoint, request_key
+    from judgebench_flows.data import db
+
+    engine = db.open_database(f"sqlite:///{tmp_path}/cache.db")
+    judge, model = RewardJudge(), "Skywork/Skywork-Reward-Llama-3.1-8B"
+    endpoint = call_endpoint(fake_server.base_url, "openai", "pooling")
+    rows = [
+        {
+            "key": request_key(
+                endpoint,
+                model,
+                [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
+                judge.sampling,
+            ),
+            "model": model,
+            "response": stored,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "created": db.utcnow(),
+            "paid_by": None,
+        }
+        for text, stored in (("a", "nan"), ("b", "1.5"))
+    ]
+    db.cache_put_many(engine, rows)
+    (o0, s0), _ = run_pair(fake_server, "q", "a", "b", caller_kwargs={"engine": engine})
+    assert fake_server.answered == 0 and o0.status == "invalid" and s0 is None
+    assert json.loads(o0.response) == ["nan", "1.5"]

@@ -21,8 +21,8 @@ import anthropic
 
 from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, SAMPLING_PARAMS
 from judgebench_flows.calls.errors import CallError, error_object, http_error
-from judgebench_flows.calls.transport import BadAnswerBody, clients_for
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.calls.transport import BadAnswerBody, JsonBody, clients_for, json_messages
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.secrets import redact
 
 MESSAGES_PATH = "/v1/messages"
@@ -30,7 +30,7 @@ MESSAGES_PATH = "/v1/messages"
 FINISH_REASONS = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
 
 
-def messages_body(model: str, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+def messages_body(model: str, messages: list[dict[str, str]], params: Sampling) -> JsonBody:
     """The Messages API body for chat messages and the parameters a rule let through."""
     system = ""
     if messages and messages[0].get("role") == "system":
@@ -40,7 +40,7 @@ def messages_body(model: str, messages: list[dict[str, str]], params: dict[str, 
         "max_tokens": DEFAULT_MAX_TOKENS,
         **params,
         "system": system,
-        "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+        "messages": json_messages([{"role": m["role"], "content": m["content"]} for m in messages]),
     }
 
 
@@ -64,7 +64,7 @@ def completion_of(response: Any) -> Completion:
 REFUSAL = re.compile(r"not (supported|permitted|allowed)|extra inputs|cannot both be specified", re.IGNORECASE)
 
 
-def named_parameter(message: str, sent: dict[str, Any]) -> str | None:
+def named_parameter(message: str, sent: JsonBody) -> str | None:
     """The sampling parameter a 400's message refuses, if it names one this request carried."""
     if not REFUSAL.search(message):
         return None
@@ -74,7 +74,7 @@ def named_parameter(message: str, sent: dict[str, Any]) -> str | None:
     return None
 
 
-def anthropic_call_error(exc: anthropic.APIError, sent: dict[str, Any]) -> CallError:
+def anthropic_call_error(exc: anthropic.APIError, sent: JsonBody) -> CallError:
     """The `CallError` of an anthropic SDK failure; a 400 refusing a sampling parameter of `sent` names it
     (`param`), which `request_rules.Learned` adapts to."""
     if isinstance(exc, anthropic.APITimeoutError):
@@ -120,8 +120,9 @@ class AnthropicTransport:
         self._next_client = itertools.cycle(self.clients)
 
     checks_raw_scores = False
+    answers_scores = False
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         """One attempt: the response body as parsed JSON."""
         body = messages_body(self.model, messages, sampling)
         try:
@@ -138,7 +139,7 @@ class AnthropicTransport:
         except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         return None
 
     async def aclose(self) -> None:

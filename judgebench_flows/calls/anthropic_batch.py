@@ -9,12 +9,15 @@ the same API version header, so the same request rules hold inside batches.
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import anthropic
+from pydantic import JsonValue
 
 from judgebench_flows.calls.anthropic_api import anthropic_call_error, messages_body
 from judgebench_flows.calls.batch import BatchState, LineResult
+from judgebench_flows.calls.transport import JsonBody
+from judgebench_flows.core.completion import Sampling
 
 BATCHES_PATH = "/v1/messages/batches"
 # How a refused line reads: the error type's usual HTTP status.
@@ -27,6 +30,24 @@ ERROR_STATUS = {
     "api_error": 500,
     "overloaded_error": 529,
 }
+
+
+class MessageBatch(TypedDict, total=False):
+    """A Message Batch as the API describes it (what `state` and `results` read of it)."""
+
+    id: str
+    processing_status: str
+    request_counts: dict[str, int]
+    results_url: str | None
+
+
+class LineOutcome(TypedDict, total=False):
+    """A results line's `result`: `succeeded` with the `message`, `errored` with the error body (whose
+    `error` is the error object), or `canceled`/`expired`."""
+
+    type: str
+    message: JsonValue
+    error: dict[str, JsonValue]
 
 
 class AnthropicBatches:
@@ -42,10 +63,10 @@ class AnthropicBatches:
         """The batch API on the Messages wire's first SDK client."""
         return cls(wire.clients[0], wire.model)
 
-    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:
         return messages_body(self.model, messages, sampling)
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+    def line(self, custom_id: str, body: JsonBody) -> bytes:
         return json.dumps({"custom_id": custom_id, "params": body}, ensure_ascii=False).encode()
 
     async def submit(self, lines: list[bytes]) -> str:
@@ -69,7 +90,7 @@ class AnthropicBatches:
         for raw in text.splitlines():
             if raw.strip():
                 line = json.loads(raw)
-                results[str(line["custom_id"])] = line_result(line.get("result") or {})
+                results[str(line["custom_id"])] = line_result(line.get("result") or LineOutcome())
         return results
 
     async def _call_text(self, url: str) -> str:
@@ -78,7 +99,7 @@ class AnthropicBatches:
         except anthropic.APIError as exc:
             raise anthropic_call_error(exc, {}) from None
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _call(self, method: str, path: str, body: JsonBody | None = None) -> MessageBatch:
         try:
             if method == "post":
                 return await self.client.post(path, cast_to=cast(Any, dict[str, object]), body=body)
@@ -87,13 +108,13 @@ class AnthropicBatches:
             raise anthropic_call_error(exc, {}) from None
 
 
-def line_result(result: dict[str, Any]) -> LineResult:
+def line_result(result: LineOutcome) -> LineResult:
     kind = result.get("type")
     if kind == "succeeded":
         return LineResult(200, result.get("message"))
     if kind == "errored":
         body = result.get("error") or {}
         inner = body.get("error")
-        error: dict[str, Any] = inner if isinstance(inner, dict) else body
+        error: dict[str, JsonValue] = inner if isinstance(inner, dict) else body
         return LineResult(ERROR_STATUS.get(str(error.get("type")), 500), {"error": error})
     return LineResult(0)  # canceled, expired: never ran

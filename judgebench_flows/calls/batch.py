@@ -8,7 +8,7 @@ every `--batch-poll-seconds`. A line's outcome comes back to its call as a synch
 a 200's body, or the `CallError` its status and error body make, so a 5xx or rate-limited line is retried in a
 later batch within the retry budget, and an invalid one fails its judgment with the API's message.
 
-Nothing paid twice: each line's custom id is a hash of its request body, and a batch's id and custom
+Nothing paid twice: each line's custom id is a hash of its request body (`core.identity.batch_line_id`), and a batch's id and custom
 ids are stored (`data.db.BatchRow`) the moment it is created. A run killed, crashed or retried posts
 the same requests again and each is re-attached to the batch that holds it instead of being submitted.
 Lines an expired or cancelled batch never finished go into the next batch, without spending a retry,
@@ -26,7 +26,6 @@ posted after it), at most `sync_concurrency` at once. Answers sent synchronously
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import sys
@@ -35,11 +34,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.errors import CallError, http_error
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.calls.transport import JsonBody
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.errors import BatchRefused
+from judgebench_flows.core.identity import batch_line_id
 from judgebench_flows.data import db
 
 GATHER_SECONDS = 2.0
@@ -61,7 +63,7 @@ class LineResult:
     error body, or 0 when the batch ended (expired, cancelled) before the line was done."""
 
     status: int
-    body: Any = None
+    body: JsonValue = None
 
 
 @dataclass
@@ -88,10 +90,10 @@ class BatchAPI(Protocol):
     def for_wire(cls, wire: Any, api_key: str) -> BatchAPI:
         """The batch API of the provider whose chat wire this is (`providers.BATCHES`)."""
 
-    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:
         """The request body of one line: the same body a synchronous chat call sends."""
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+    def line(self, custom_id: str, body: JsonBody) -> bytes:
         """One request as the provider's batch input holds it (its size counts toward `max_bytes`)."""
 
     async def submit(self, lines: list[bytes]) -> str:
@@ -103,11 +105,6 @@ class BatchAPI(Protocol):
 
     async def cancel(self, batch_id: str) -> None:
         """Ask the provider to stop the batch (its unfinished lines are then never run nor paid)."""
-
-
-def custom_id(body: dict[str, Any]) -> str:
-    """The line's id: a hash of its request body, so the same request posted after a restart finds it."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def line_error(result: LineResult) -> CallError:
@@ -182,10 +179,10 @@ class BatchTransport:
     def __init__(self, inner: Any, batches: BatchAPI, store: BatchStore, poll_seconds: float):
         self.inner, self.batches, self.store, self.poll_seconds = inner, batches, store, poll_seconds
         self.base_url, self.model = inner.base_url, inner.model
-        self.checks_raw_scores = False  # chat only
+        self.checks_raw_scores = self.answers_scores = False  # chat only
         self.gather_seconds = min(GATHER_SECONDS, poll_seconds)
         self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
-        self._bodies: dict[str, dict[str, Any]] = {}
+        self._bodies: dict[str, JsonBody] = {}
         self._queued: list[str] = []
         self._open: dict[str, list[str]] = {}  # batch id -> custom ids, polled while someone waits
         self._stored: dict[str, str] | None = None  # custom id -> open stored batch (read once)
@@ -195,11 +192,11 @@ class BatchTransport:
         self._runner: asyncio.Task[None] | None = None
         # Answers already downloaded, by custom id: the same request posted again (two orders of a pair
         # whose responses are the same text) is answered from here instead of being paid again.
-        self._answers: dict[str, Any] = {}
+        self._answers: dict[str, JsonValue] = {}
         # The deadline (time.time(); None: none) and the synchronous calls allowed in flight after it.
         self.deadline: float | None = None
         self.sync_concurrency = 16
-        self._requests: dict[str, tuple[list[dict[str, str]], dict[str, Any]]] = {}
+        self._requests: dict[str, tuple[list[dict[str, str]], Sampling]] = {}
         self._batches_of: Counter[str] = Counter()  # custom id -> batches it was submitted in
         self._sync_slots: asyncio.Semaphore | None = None
         self._sync_tasks: set[asyncio.Task[None]] = set()
@@ -208,10 +205,10 @@ class BatchTransport:
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         """Chat requests only: the factory wraps no other API's wire (`providers.unserved`)."""
         body = self.batches.body(messages, sampling)
-        cid = custom_id(body)
+        cid = batch_line_id(body)
         if cid in self._answers:
             return self._answers[cid]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -410,7 +407,7 @@ class BatchTransport:
             return completion
         return self.inner.answer(response)
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         return None
 
     async def aclose(self) -> None:

@@ -1,4 +1,5 @@
-"""The persistent call cache: answers looked up and written by a hash of the exact request.
+"""The persistent call cache: answers looked up and written by a hash of the exact request (`request_key`,
+made in `core.identity` with every other stored key).
 
 A re-run or a resumed run pays only for what was never answered. Lookups come from one query per shard
 (`prefetch`) or, for a request nobody prefetched, one query each; writes are grouped (`save`).
@@ -7,37 +8,43 @@ A re-run or a resumed run pays only for what was never answered. Lookups come fr
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.endpoint import CacheMode
+from judgebench_flows.core.identity import request_key
 from judgebench_flows.data import db
 
 
-def request_key(base_url: str, model: str, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
-    """sha256 of everything that determines the answer: endpoint, model, messages and sampling."""
-    payload = json.dumps(
-        {"endpoint": base_url.rstrip("/"), "model": model, "messages": list(messages), "sampling": sampling},
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
+def stored_score(text: str) -> float | None:
+    """A score as the cache table's `response` holds it (the float's repr), or None when it is no finite
+    number (the reward judge then reports the answer invalid, its text kept)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 class CallCache:
     """One caller's view of the cache table: `use` reads and writes, `refresh` only writes, `off` neither.
-    Without an engine it holds nothing."""
+    Without an engine it holds nothing.
 
-    def __init__(self, engine: Engine | None, mode: CacheMode, model: str, paid_by: str | None = None):
+    A row's `response` is the answer's text, or for a score API (`scores`) the score's repr: the table
+    keeps one text column for both, so answers cached by any earlier version are read as they were."""
+
+    def __init__(
+        self, engine: Engine | None, mode: CacheMode, model: str, paid_by: str | None = None, scores: bool = False
+    ):
         self.engine = engine
         self.mode = mode
         self.model = model
         self.paid_by = paid_by  # the run whose calls these are (`db.paid_by_run`)
+        self.scores = scores  # the caller's API answers scores (`providers.ModelAPI.answers_scores`)
         self._prefetched: dict[str, Completion | None] = {}
         self._unsaved: list[dict[str, Any]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -57,11 +64,7 @@ class CallCache:
         rows = await asyncio.to_thread(db.cache_get_many, self.engine, wanted)
         for key in wanted:  # a known miss (None) is remembered too, so it costs no second query
             row = rows.get(key)
-            self._prefetched[key] = (
-                Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
-                if row is not None
-                else None
-            )
+            self._prefetched[key] = self._completion(row) if row is not None else None
 
     async def lookup(self, key: str) -> Completion | None:
         """The cached answer to this request, if any (only with mode `use`; the caller checks `reads`)."""
@@ -70,9 +73,14 @@ class CallCache:
         if not known and self.engine is not None:
             rows = await asyncio.to_thread(db.cache_get_many, self.engine, [key])
             if key in rows:
-                row = rows[key]
-                hit = Completion(row.response, row.prompt_tokens, row.completion_tokens, cached=True, key=key)
+                hit = self._completion(rows[key])
         return hit
+
+    def _completion(self, row: db.CallCacheRow) -> Completion:
+        """A cached answer as the wire gave it: a score API's score, else the text."""
+        score = stored_score(row.response) if self.scores else None
+        text = "" if score is not None else row.response
+        return Completion(text, row.prompt_tokens, row.completion_tokens, cached=True, key=row.key, score=score)
 
     def save(self, completions: list[Completion]) -> None:
         """Queue answers for writing; the write starts at once, in the background (see `_write`)."""
@@ -82,7 +90,7 @@ class CallCache:
             {
                 "key": c.key,
                 "model": self.model,
-                "response": c.text,
+                "response": repr(c.score) if c.score is not None else c.text,
                 "prompt_tokens": c.prompt_tokens,
                 "completion_tokens": c.completion_tokens,
                 "created": db.utcnow(),
@@ -112,3 +120,6 @@ class CallCache:
             await asyncio.shield(self._writer)
         if self._writer is not None and self._writer.done() and self._writer.exception():
             raise self._writer.exception()  # type: ignore[misc]
+
+
+__all__ = ["CallCache", "request_key"]

@@ -19,7 +19,7 @@ from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.limits import CallLimits, endpoint_label, shared_limits
 from judgebench_flows.calls.other_apis import RawScoreCheck
-from judgebench_flows.calls.providers import cache_api, endpoint_identity, model_api
+from judgebench_flows.calls.providers import model_api
 from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
 from judgebench_flows.calls.retry import (
     RetryPolicy,
@@ -34,6 +34,7 @@ from judgebench_flows.core.api_keys import describe as describe_key_source
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
 from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.core.identity import call_endpoint
 from judgebench_flows.core.pricing import Spend
 from judgebench_flows.core.secrets import redact
 
@@ -158,7 +159,7 @@ class ChatCaller:
             self.adaptive,
             self.global_rate_limit,
         )
-        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by)
+        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by, self.transport.answers_scores)
         self._learned = learned_for(self.base_url, self.model, self.request_rule)
         # One retry budget per request for the run; deterministic rejections for the loop (`budget`).
         self._ledger = AttemptLedger(rejected=rejections_here(self.base_url, self.model))
@@ -177,9 +178,7 @@ class ChatCaller:
 
     def _key_under(self, rule: RequestRule, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
         sent_messages, params = shape(rule, list(messages), sampling)
-        return request_key(
-            endpoint_identity(self.base_url, cache_api(self.provider, self.api)), self.model, sent_messages, params
-        )
+        return request_key(call_endpoint(self.base_url, self.provider, self.api), self.model, sent_messages, params)
 
     async def prefetch(self, keys: Iterable[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
@@ -276,9 +275,7 @@ class ChatCaller:
     def _sent_key(self, shaped: Shaped) -> str:
         """The call-cache key of a request as an attempt sent it."""
         _, sent_messages, params = shaped
-        return request_key(
-            endpoint_identity(self.base_url, cache_api(self.provider, self.api)), self.model, sent_messages, params
-        )
+        return request_key(call_endpoint(self.base_url, self.provider, self.api), self.model, sent_messages, params)
 
     def _call_failed(self, exc: CallError, keys: set[str], made: int) -> NoReturn:
         """Raise this call's failure after `made` requests (the request's budget is spent under each of

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from pydantic import JsonValue
+
 from judgebench_flows.core.secrets import redact
 
 Kind = Literal["timeout", "connection", "status", "other"]
@@ -34,7 +36,7 @@ class CallError(Exception):
         kind: Kind,
         status: int = 0,
         message: str = "",
-        error: Mapping[str, Any] | None = None,
+        error: dict[str, JsonValue] | None = None,
         retry_after: float | None = None,
         param: str | None = None,
     ):
@@ -93,7 +95,7 @@ class CallError(Exception):
         return redact(self.message)
 
 
-def error_object(body: Any) -> dict[str, Any]:
+def error_object(body: Any) -> dict[str, JsonValue]:
     """The error object of an error answer's body, whatever its shape (empty when it has none).
 
     `{"error": {...}}` (OpenAI, current vLLM, LiteLLM, Anthropic's `{"type": "error", "error": {...}}`)

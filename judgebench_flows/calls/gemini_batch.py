@@ -16,16 +16,18 @@ from __future__ import annotations
 import io
 import json
 import re
-from typing import Any
+from typing import TypedDict
 
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
+from pydantic import JsonValue
 
 from judgebench_flows.calls.batch import BatchState, LineResult
 from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.google_api import EFFORT_THINKING_TOKENS, REFUSED, GoogleTransport
-from judgebench_flows.calls.transport import BadAnswerBody
+from judgebench_flows.calls.transport import BadAnswerBody, JsonBody
+from judgebench_flows.core.completion import Sampling
 from judgebench_flows.core.errors import BatchRefused
 
 ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
@@ -51,11 +53,49 @@ def sdk_root(base_url: str) -> str:
     return root[: -len(OPENAI_SUFFIX)] if root.endswith(OPENAI_SUFFIX) else root
 
 
-def native_request(chat: dict[str, Any]) -> dict[str, Any]:
+class Part(TypedDict, total=False):
+    text: str
+    thought: bool
+
+
+class Content(TypedDict, total=False):
+    role: str
+    parts: list[Part]
+
+
+class Candidate(TypedDict, total=False):
+    content: Content | None
+    finishReason: str | None
+
+
+class UsageMetadata(TypedDict, total=False):
+    promptTokenCount: int
+    candidatesTokenCount: int
+    totalTokenCount: int
+
+
+class GenerateContentResponse(TypedDict, total=False):
+    """A batch line's response: what `chat_completion` reads of a native GenerateContentResponse."""
+
+    candidates: list[Candidate]
+    usageMetadata: UsageMetadata
+    modelVersion: str
+
+
+class ResponsesLine(TypedDict, total=False):
+    """A line of a batch's responses file: its `key` (our custom id) and a `response` or an `error`."""
+
+    key: str
+    response: GenerateContentResponse
+    error: dict[str, JsonValue]
+
+
+def native_request(chat: JsonBody) -> JsonBody:
     """A chat completions body as the native GenerateContentRequest Batch Mode takes (no model: the
     batch names it)."""
-    messages = list(chat.get("messages") or [])
-    request: dict[str, Any] = {}
+    sent = chat.get("messages")
+    messages = [m for m in sent if isinstance(m, dict)] if isinstance(sent, list) else []
+    request: JsonBody = {}
     if messages and messages[0].get("role") == "system":
         request["systemInstruction"] = {"parts": [{"text": str(messages.pop(0)["content"])}]}
     request["contents"] = [
@@ -63,8 +103,9 @@ def native_request(chat: dict[str, Any]) -> dict[str, Any]:
         for m in messages
     ]
     config = {GENERATION_CONFIG[k]: v for k, v in chat.items() if k in GENERATION_CONFIG}
-    if chat.get("stop"):
-        config["stopSequences"] = [chat["stop"]] if isinstance(chat["stop"], str) else list(chat["stop"])
+    stop = chat.get("stop")
+    if stop:
+        config["stopSequences"] = list(stop) if isinstance(stop, list) else [stop]
     if chat.get("reasoning_effort") in EFFORT_THINKING_TOKENS:
         config["thinkingConfig"] = {"thinkingBudget": EFFORT_THINKING_TOKENS[str(chat["reasoning_effort"])]}
     if config:
@@ -72,17 +113,17 @@ def native_request(chat: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def chat_completion(response: dict[str, Any]) -> dict[str, Any]:
+def chat_completion(response: GenerateContentResponse) -> JsonBody:
     """A native GenerateContentResponse as the chat completion the synchronous wire reads: the answer's
     text parts (never a thought), its finish reason, and the usage (thinking in `total_tokens`)."""
     candidates = response.get("candidates") or []
     candidate = candidates[0] if candidates and isinstance(candidates[0], dict) else {}
-    parts = (candidate.get("content") or {}).get("parts") or []
+    parts: list[Part] = (candidate.get("content") or {}).get("parts") or []
     text = "".join(str(p.get("text") or "") for p in parts if isinstance(p, dict) and not p.get("thought"))
     usage = response.get("usageMetadata") or {}
     prompt, answer = int(usage.get("promptTokenCount") or 0), int(usage.get("candidatesTokenCount") or 0)
     finish = candidate.get("finishReason")
-    choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH_REASONS.get(str(finish), finish)}
+    choice: JsonBody = {"index": 0, "finish_reason": FINISH_REASONS.get(str(finish), finish)}
     if candidate.get("content") is not None:
         choice["message"] = {"role": "assistant", "content": text}
     return {
@@ -97,13 +138,14 @@ def chat_completion(response: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def line_result(line: dict[str, Any]) -> tuple[str, LineResult]:
+def line_result(line: ResponsesLine) -> tuple[str, LineResult]:
     """A responses-file line as the synchronous wire's outcome: the chat completion, or the error with a
     refused field named by its chat parameter (so the run drops it, as a synchronous 400 would). An
     answer without a message (Gemini under load) is a failed line, asked again in a later batch."""
     key, error = str(line.get("key")), line.get("error")
     if isinstance(error, dict):
-        status = int(error.get("code") or 500)
+        code = error.get("code")
+        status = int(code) if isinstance(code, (int, float, str)) and code else 500
         message = str(error.get("message") or "")
         param = refused_parameter(message) if status == 400 else None
         if param:
@@ -148,10 +190,10 @@ class GeminiBatches:
     def for_wire(cls, wire: GoogleTransport, api_key: str) -> GeminiBatches:
         return cls(wire, api_key)
 
-    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:
         return native_request(self.wire.body(messages, sampling))
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+    def line(self, custom_id: str, body: JsonBody) -> bytes:
         return (json.dumps({"key": custom_id, "request": body}, ensure_ascii=False) + "\n").encode()
 
     async def submit(self, lines: list[bytes]) -> str:

@@ -31,13 +31,20 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, cast
+from typing import Any
 
 import openai
 
 from judgebench_flows.calls.errors import CallError, http_error
-from judgebench_flows.calls.transport import BadAnswerBody, Transport, completion_from, openai_call_error
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.calls.transport import (
+    BadAnswerBody,
+    JsonBody,
+    Transport,
+    completion_from,
+    json_messages,
+    openai_call_error,
+)
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.google_adc import default_credentials
 from judgebench_flows.core.secrets import redact, register_secret
 
@@ -81,7 +88,7 @@ def gemini_model(model: str) -> GeminiModel | None:
     return GEMINI_MODELS[max(matches, key=len)] if matches else None
 
 
-def token_budget(model: str, sampling: dict[str, Any]) -> dict[str, Any]:
+def token_budget(model: str, sampling: Sampling) -> Sampling:
     """The sampling with `max_tokens` as the model takes it: the judge's answer budget plus room for the
     thinking a 2.5 model spends from the same budget, never above the model's cap (which it refuses)."""
     limits = gemini_model(model)
@@ -93,7 +100,7 @@ def token_budget(model: str, sampling: dict[str, Any]) -> dict[str, Any]:
     return {**sampling, "max_tokens": min(limits.max_output_tokens, asked + thinking)}
 
 
-def google_error(exc: openai.APIStatusError, sent: dict[str, Any]) -> CallError:
+def google_error(exc: openai.APIStatusError, sent: JsonBody) -> CallError:
     """The `CallError` of a Google error answer: its list body read as OpenAI's `{"error": {...}}`, a bad
     key as 401, a refused parameter named (`param`)."""
     body: Any = exc.body
@@ -225,21 +232,21 @@ class GoogleTransport(Transport):
         self.sent_model = vertex_model(model) if self.token else model
         self.closers: list[Callable[[], Awaitable[None]]] = []  # what else closes with it (a batch client)
 
-    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:
         """The chat body sent (and a batch line's): the model as the endpoint names it, the token budget."""
-        return {"model": self.sent_model, "messages": messages, **token_budget(self.model, sampling)}
+        return {"model": self.sent_model, "messages": json_messages(messages), **token_budget(self.model, sampling)}
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         body = self.body(messages, sampling)
         client = next(self._next_client)
         stale: str | None = None
         for attempt in range(2 if self.token else 1):
-            options: dict[str, Any] = {}
+            options: openai.RequestOptions = {}
             if self.token is not None:
                 stale = await self.token.bearer(stale)
                 options = {"headers": {"Authorization": f"Bearer {stale}"}}
             try:
-                return await client.post(CHAT_PATH, cast_to=dict, body=body, options=cast(Any, options))
+                return await client.post(CHAT_PATH, cast_to=dict, body=body, options=options)
             except json.JSONDecodeError as exc:
                 raise BadAnswerBody() from exc
             except openai.APIStatusError as exc:

@@ -25,7 +25,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from judgebench_flows.calls.other_apis import score_completion
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.text import one_line
 
@@ -104,7 +104,7 @@ class LocalRewardModel:
                     model, torch_dtype=torch.float16 if on_gpu else torch.float32
                 ).to(self.device)
             else:
-                extra: dict[str, Any] = {}
+                extra: dict[str, str] = {}
                 if on_gpu and importlib.util.find_spec("flash_attn") is not None:
                     extra["attn_implementation"] = "flash_attention_2"
                 self.model = AutoModelForSequenceClassification.from_pretrained(
@@ -141,16 +141,17 @@ def local_reward_model(model: str, device: str | None = None) -> LocalRewardMode
 
 class LocalRewardAPI:
     """The score API of a reward model run in this process (`--reward-backend transformers`), as a wire:
-    `post` scores the conversation (off the event loop, one forward pass at a time), `answer` is the score
-    as a `Completion` (`other_apis.score_completion`), the same a Pooling API's answer gives. The model is
-    loaded on the first call, once per process (`local_reward_model`)."""
+    `post` scores the conversation (off the event loop, one forward pass at a time) and returns the score
+    itself, `answer` carries it in a `Completion` (`other_apis.score_completion`), as a Pooling API's
+    answer does. The model is loaded on the first call, once per process (`local_reward_model`)."""
 
     checks_raw_scores = False  # the model's head is read directly: raw scores always
+    answers_scores = True
 
     def __init__(self, model: str, device: str | None = None):
         self.base_url, self.model, self.device = "local:", model, device
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> float:
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> float:
         import asyncio
 
         scorer = local_reward_model(self.model, self.device)
@@ -159,7 +160,7 @@ class LocalRewardAPI:
     def answer(self, response: float) -> Completion:
         return score_completion(response)
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         return None
 
     async def aclose(self) -> None:

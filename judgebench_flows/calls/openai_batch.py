@@ -9,12 +9,14 @@ models: no temperature, `max_completion_tokens`, o1's folded system prompt) hold
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import openai
+from pydantic import JsonValue
 
 from judgebench_flows.calls.batch import BatchState, LineResult
-from judgebench_flows.calls.transport import openai_call_error
+from judgebench_flows.calls.transport import JsonBody, json_messages, openai_call_error
+from judgebench_flows.core.completion import Sampling
 
 CHAT_URL: Literal["/v1/chat/completions"] = "/v1/chat/completions"
 ENDED = frozenset({"completed", "expired", "cancelled", "failed"})
@@ -35,10 +37,10 @@ class OpenAIBatches:
         """The batch API on the chat wire's first SDK client."""
         return cls(wire.clients[0], wire.model)
 
-    def body(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
-        return {"model": self.model, "messages": messages, **sampling}
+    def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:
+        return {"model": self.model, "messages": json_messages(messages), **sampling}
 
-    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+    def line(self, custom_id: str, body: JsonBody) -> bytes:
         line = {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": body}
         return (json.dumps(line, ensure_ascii=False) + "\n").encode()
 
@@ -98,7 +100,20 @@ class OpenAIBatches:
         return results
 
 
-def line_result(line: dict[str, Any]) -> tuple[str, LineResult]:
+class LineResponse(TypedDict, total=False):
+    status_code: int
+    body: JsonValue
+
+
+class OutputLine(TypedDict, total=False):
+    """A line of a batch's output or error file (`custom_id` always; a response, or an error)."""
+
+    custom_id: str
+    response: LineResponse | None
+    error: dict[str, JsonValue] | None
+
+
+def line_result(line: OutputLine) -> tuple[str, LineResult]:
     """An output or error file line: the answer or error status, or 0 for a line the batch never ran."""
     response = line.get("response")
     if isinstance(response, dict) and response.get("status_code"):

@@ -10,12 +10,12 @@ import openai
 
 from judgebench_flows.calls.other_apis import unsearched_beams
 from judgebench_flows.calls.transport import Transport
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.secrets import redact
 
 
 class OpenAICompletions(Transport):
-    async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         return await client.post("/completions", cast_to=dict, body={"model": self.model, "prompt": prompt, **sampling})
 
@@ -35,7 +35,7 @@ class OpenAICompletions(Transport):
             finish_reason=choice.get("finish_reason"),
         )
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         """A beam search answered with fewer choices than beams was no beam search (`unsearched_beams`)."""
         reason = unsearched_beams(params, response)
         return ("use_beam_search", reason) if reason else None

@@ -13,8 +13,8 @@ module, chosen by `providers.model_api`):
 - `local_reward`: a reward model run in this process, for `--reward-backend transformers`.
 
 A call to any of them goes through the same caller as a chat call (limits, retries, call cache, resume); a
-score API's answer is a `Completion` whose text is the score written as text (`score_completion`: what the
-cache stores and the reward judge reads back).
+score API's answer is a `Completion` carrying the score (`score_completion`), which the reward judge reads
+and the call cache stores (`cache.CallCache`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.errors import FatalEndpointError
 
 
@@ -64,8 +64,15 @@ def pooled_completion(response: Any) -> Completion:
 
 
 def score_completion(score: float, prompt_tokens: int = 0) -> Completion:
-    """A score API's answer: the score written as text (what the call cache stores and the judge reads)."""
-    return Completion(repr(score), prompt_tokens, 0, finish_reason="stop")
+    """A score API's answer: the score, no text."""
+    return Completion("", prompt_tokens, 0, finish_reason="stop", score=score)
+
+
+def score_in(completion: Completion) -> float:
+    """The score of a score API's answer (one without: ValueError, as an unusable answer)."""
+    if completion.score is None:
+        raise ValueError("a score API answered no score")
+    return completion.score
 
 
 # Two answers for the same text are one score within this relative tolerance: vLLM computes in float32
@@ -113,7 +120,7 @@ class RawScoreCheck:
         self.undecided = 0
         self._lock: asyncio.Lock | None = None
 
-    async def admit(self, sampling: dict[str, Any]) -> bool:
+    async def admit(self, sampling: Sampling) -> bool:
         """Wait for this call's turn while undecided. True: this call is the probe and holds the turn
         (release it with `done`); False: go (decided, or the call does not ask for raw scores)."""
         if self.verified or sampling.get("use_activation") is not False:
@@ -136,20 +143,20 @@ class RawScoreCheck:
         self,
         base_url: str,
         completion: Completion,
-        params: dict[str, Any],
-        probe: Callable[[dict[str, Any]], Awaitable[Completion | None]],
+        params: Sampling,
+        probe: Callable[[Sampling], Awaitable[Completion | None]],
     ) -> None:
         """Decide with the probe call's answer (`completion`, sent with `params`); raise if it is not raw."""
         if self.verified or params.get("use_activation") is not False:
             return
-        raw = float(completion.text)
+        raw = score_in(completion)
         if not 0.0 <= raw <= 1.0:
             self.verified = True
             return
         answer = await probe({**params, "use_activation": True})
         if answer is None:  # no answer to the probe: undecided, the next call asks again
             return
-        activated = float(answer.text)
+        activated = score_in(answer)
         honoured = honours_raw(raw, activated)
         if honoured:
             self.verified = True
@@ -173,12 +180,13 @@ class RawScoreCheck:
         raise self.failure
 
 
-def unsearched_beams(sampling: dict[str, Any], response: Any) -> str | None:
+def unsearched_beams(sampling: Sampling, response: Any) -> str | None:
     """What shows a completions answer was not the beam search asked for (`use_beam_search` with width `n`:
     vLLM answers the `n` best beams), or None. A server that cannot beam-search answers one choice."""
     if not sampling.get("use_beam_search") or not isinstance(response, dict):
         return None
-    asked = int(sampling.get("n") or 1)
+    width = sampling.get("n")
+    asked = width if isinstance(width, int) else 1
     choices = response.get("choices")
     answered = len(choices) if isinstance(choices, list) else 0
     if asked <= 1 or answered >= asked:

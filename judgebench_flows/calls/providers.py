@@ -29,7 +29,8 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.anthropic_rules import anthropic_rule
 from judgebench_flows.calls.batch import BatchStore, BatchTransport
 from judgebench_flows.calls.request_rules import RequestRule, rule_for
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
+from judgebench_flows.core.identity import call_endpoint
 
 Provider = Literal["openai", "anthropic", "gemini", "vertex"]
 GOOGLE = ("gemini", "vertex")
@@ -39,18 +40,20 @@ CHAT = "chat"
 class ModelAPI(Protocol):
     """One attempt on the wire: `post` returns the answer as received (a parsed body, a score) or raises
     `errors.CallError` (`retry` decides what is retried), `answer` reads it (unusable: `BadAnswerBody`).
+    `answers_scores`: a score API, whose answers carry `Completion.score` (and the call cache stores it);
     `checks_raw_scores`: a score API whose scores the caller checks are raw (`other_apis.RawScoreCheck`);
     `ignored`: a parameter the endpoint ignored and what shows it, or None."""
 
     base_url: str
     model: str
+    answers_scores: bool
     checks_raw_scores: bool
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any: ...
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any: ...
 
     def answer(self, response: Any) -> Completion: ...
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None: ...
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -112,14 +115,8 @@ def model_api(
     if batch_poll_seconds is None:
         return wire
     batches = _load(BATCHES[provider]).for_wire(wire, api_key)
-    store = BatchStore(engine, provider, endpoint_identity(base_url, cache_api(provider, CHAT)), model)
+    store = BatchStore(engine, provider, call_endpoint(base_url, provider, CHAT), model)
     return BatchTransport(wire, batches, store, batch_poll_seconds)
-
-
-def endpoint_identity(base_url: str, api: str) -> str:
-    """The endpoint part of a call's cache key: unchanged for chat (existing caches stay valid), the API
-    named for others (the same messages sent to /pooling and to /chat/completions are different requests)."""
-    return base_url if api == CHAT else f"{base_url.rstrip('/')}#{api}"
 
 
 def provider_rule(provider: str, model: str, request_style: str, drop_params: tuple[str, ...]) -> RequestRule:
@@ -130,7 +127,7 @@ def provider_rule(provider: str, model: str, request_style: str, drop_params: tu
     return rule_for(model, request_style, drop_params)
 
 
-def wire_params(provider: str, model: str, params: dict[str, Any]) -> dict[str, Any]:
+def wire_params(provider: str, model: str, params: Sampling) -> Sampling:
     """The parameters the provider's wire sends for these (what an answer may cost): Gemini 2.5 models
     get room to think on top of the judge's `max_tokens` (`google_api.token_budget`)."""
     if provider in GOOGLE:
@@ -140,17 +137,9 @@ def wire_params(provider: str, model: str, params: dict[str, Any]) -> dict[str, 
     return params
 
 
-def cache_api(provider: str, api: str) -> str:
-    """The API a call's cache key names (`endpoint_identity`): the judge's, or the provider's
-    when that is not OpenAI's (the same messages sent as chat and as Messages are different requests)."""
-    return api if provider == "openai" else f"{provider}-{api}"
-
-
 __all__ = [
     "ModelAPI",
     "Provider",
-    "cache_api",
-    "endpoint_identity",
     "model_api",
     "provider_rule",
     "unserved",

@@ -14,16 +14,24 @@ import itertools
 import json
 import math
 import ssl
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
+from pydantic import JsonValue
 
 from judgebench_flows.calls.errors import CallError, http_error
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.secrets import redact
 
 CONNECTIONS_PER_CLIENT = 8
+JsonBody = dict[str, JsonValue]
+"""A body as JSON: a request a wire builds and posts (and a batch line holds), an answer before it is read."""
+
+
+def json_messages(messages: list[dict[str, str]]) -> list[JsonValue]:
+    """Chat messages as the JSON they are (only a list's invariance hides that from the type checker)."""
+    return cast(list[JsonValue], messages)
 
 
 def clients_for(concurrency: int) -> int:
@@ -107,8 +115,9 @@ class Transport:
 
     # What this wire's answers are (`providers.ModelAPI`): chat text, checked by no extra probe.
     checks_raw_scores = False
+    answers_scores = False
 
-    async def post(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         """One attempt: the response body as parsed JSON (a 200 that is not JSON: `BadAnswerBody`)."""
         try:
             return await self.send(next(self._next_client), messages, sampling)
@@ -117,7 +126,7 @@ class Transport:
         except openai.APIError as exc:
             raise openai_call_error(exc) from None
 
-    async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         """The request through the SDK's own `post` (auth, errors, connections stay the SDK's)."""
         return await client.post(
             "/chat/completions", cast_to=dict, body={"model": self.model, "messages": messages, **sampling}
@@ -134,7 +143,7 @@ class Transport:
     def read(response: Any) -> Completion:
         return completion_from(response)
 
-    def ignored(self, params: dict[str, Any], response: Any) -> tuple[str, str] | None:
+    def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         """A parameter the endpoint ignored and what shows it (`request_rules.Learned.note_ignored`), or None."""
         return None
 

@@ -11,13 +11,14 @@ import openai
 
 from judgebench_flows.calls.other_apis import pooled_completion, server_root
 from judgebench_flows.calls.transport import Transport
-from judgebench_flows.core.completion import Completion
+from judgebench_flows.core.completion import Completion, Sampling
 
 
 class VLLMPooling(Transport):
     checks_raw_scores = True
+    answers_scores = True
 
-    async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Any:
+    async def send(self, client: openai.AsyncOpenAI, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         # An absolute URL: the SDK sends it as is, outside its /v1 base.
         return await client.post(
             server_root(self.base_url) + "/pooling",

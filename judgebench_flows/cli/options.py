@@ -19,11 +19,14 @@ import json
 import sys
 import types
 import typing
-from collections.abc import Iterable
-from typing import Any, Literal, NoReturn
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypedDict
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -81,7 +84,7 @@ def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def _json_object(text: str) -> dict[str, JsonValue]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -103,10 +106,27 @@ def _help(field: FieldInfo) -> str | None:
     return text
 
 
+class ArgumentOptions(TypedDict, total=False):
+    """What `_add` passes to argparse's `add_argument` for one field."""
+
+    dest: str
+    default: None
+    help: str | None
+    action: str | type[argparse.Action]
+    choices: list[str]
+    type: Callable[[str], object]
+    metavar: str
+
+
 def _add(group: Any, name: str, field: FieldInfo) -> None:
-    extra: dict[str, Any] = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    flags = [f"--{name.replace('_', '-')}", *([f"--{name}"] if "_" in name else []), *extra.get("aliases", [])]
-    kwargs: dict[str, Any] = {"dest": name, "default": None, "help": _help(field)}
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    aliases, shortcuts = extra.get("aliases"), extra.get("shortcuts")
+    flags = [
+        f"--{name.replace('_', '-')}",
+        *([f"--{name}"] if "_" in name else []),
+        *(str(alias) for alias in (aliases if isinstance(aliases, list) else [])),
+    ]
+    kwargs: ArgumentOptions = {"dest": name, "default": None, "help": _help(field)}
     annotation = _plain(field.annotation)
     origin = typing.get_origin(annotation)
     if annotation is bool:
@@ -126,7 +146,7 @@ def _add(group: Any, name: str, field: FieldInfo) -> None:
     elif origin is dict:
         kwargs["type"], kwargs["metavar"] = _json_object, "JSON"
     group.add_argument(*flags, **kwargs)
-    for flag, value in extra.get("shortcuts", {}).items():  # e.g. --no-cache for --cache off
+    for flag, value in (shortcuts if isinstance(shortcuts, dict) else {}).items():  # e.g. --no-cache for --cache off
         group.add_argument(flag, dest=name, action="store_const", const=value, help=f"--{name} {value}")
 
 

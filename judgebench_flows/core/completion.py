@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import JsonValue
 
 
 @dataclass
 class Completion:
+    """One call's answer: the text of a chat or completions API, or the `score` of a score API (a reward
+    model's raw score, whose `text` is empty), with the tokens it cost."""
+
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -23,10 +27,15 @@ class Completion:
     # A batch run's answer sent synchronously (past its deadline, or after its batches expired): it is
     # paid at the synchronous price.
     synchronous: bool = False
+    # A score API's answer (vLLM's Pooling API, a local reward model); None for a text answer.
+    score: float | None = None
 
 
 class CallFailed(Exception):
     """A call that produced no answer after its retries, or one the endpoint rejected for this request."""
 
 
-Complete = Callable[[list[dict[str, str]], dict[str, Any]], Awaitable[Completion]]
+Sampling = dict[str, JsonValue]
+"""A request's parameters besides its messages: JSON fields sent as they are (temperature, max_tokens,
+use_activation, ...), after the model's request rule shaped them."""
+Complete = Callable[[list[dict[str, str]], Sampling], Awaitable[Completion]]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -19,6 +18,7 @@ from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.endpoint import ENDPOINT_OPTIONS, EndpointSettings
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.identity import ConfigurationIdentity, configuration_key
 
 DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 DEFAULT_DB_URL = "sqlite:///results/judgebench.db"
@@ -270,7 +270,7 @@ class RunConfig(BaseModel):
             overrides["reasoning_effort"] = self.endpoint.reasoning_effort
         return overrides
 
-    def identity(self, commit: str | None = None, judge_fingerprint: str | None = None) -> dict[str, object]:
+    def identity(self, commit: str | None = None, judge_fingerprint: str | None = None) -> ConfigurationIdentity:
         """What makes two runs comparable: everything that changes the answer (not paths or speed).
 
         The judge, model, endpoint (without credentials; two servers of "the same" model are different
@@ -293,8 +293,7 @@ class RunConfig(BaseModel):
             "prompts": judge_fingerprint and hashlib.sha256(judge_fingerprint.encode()).hexdigest()[:16],
             "templates_dir": None if judge_fingerprint else self.templates_dir,
             "request": [self.endpoint.reasoning_effort, self.endpoint.request_style, sorted(self.endpoint.drop_params)],
-            # Only when not the default: the configuration keys of every earlier run stay what they were.
-            **({"provider": self.endpoint.provider} if self.endpoint.provider != "openai" else {}),
+            "provider": self.endpoint.provider,
         }
 
     def endpoint_identity(self) -> str | None:
@@ -312,8 +311,7 @@ class RunConfig(BaseModel):
         """Key of a configuration's history: a run is compared only with earlier runs of the same key.
         Keys from before the endpoint, commit and prompts were part of it stay readable in the history,
         they just never match a new run's key (a new chain starts)."""
-        identity = self.identity(commit, judge_fingerprint)
-        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return configuration_key(self.identity(commit, judge_fingerprint))
 
     def public_dict(self) -> dict[str, object]:
         data = self.model_dump()

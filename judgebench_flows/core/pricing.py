@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -211,7 +211,15 @@ def shutdown_date_of(model: str, prices_file: str | None = None) -> date | None:
     return bundled.shutdown_date if bundled else None
 
 
-def retirement_of(model: str, prices_file: str | None = None, today: date | None = None) -> dict[str, Any] | None:
+class ModelRetirement(TypedDict):
+    """A model's provider shutdown as the leaderboard marks it: the date, days left, whether it is past."""
+
+    shutdown_date: str
+    days_left: int
+    retired: bool
+
+
+def retirement_of(model: str, prices_file: str | None = None, today: date | None = None) -> ModelRetirement | None:
     """{"shutdown_date", "days_left", "retired"} when `model` is past its shutdown date or within 30 days
     of it (what the leaderboard marks and the commands warn about), else None."""
     shutdown = shutdown_date_of(model, prices_file)

@@ -20,10 +20,11 @@ from typing import cast
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.cache import request_key
-from judgebench_flows.calls.providers import cache_api, endpoint_identity, wire_params
+from judgebench_flows.calls.providers import wire_params
 from judgebench_flows.calls.request_rules import shape
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.identity import call_endpoint
 from judgebench_flows.core.pricing import MESSAGE_OVERHEAD_TOKENS, PricedAs, estimate_tokens, format_usd
 from judgebench_flows.core.records import FINISHED, Pair
 from judgebench_flows.data import db
@@ -86,7 +87,7 @@ def output_cap(spec: JudgeSpec, judge: Judge, messages: Messages, price: PricedA
     _, params = shape(request_rule_of(spec), messages, dict(judge.sampling))
     params = wire_params(spec.endpoint.provider, spec.model, params)
     cap = params.get("max_completion_tokens") or params.get("max_tokens")
-    return int(cap) if cap else price.max_output_tokens if price else None
+    return int(cap) if isinstance(cap, (int, float, str)) and cap else price.max_output_tokens if price else None
 
 
 def _chunks(path: str, offsets: list[int]) -> Iterator[list[Pair]]:
@@ -110,7 +111,7 @@ class CallCacheView:
     def __init__(self, spec: JudgeSpec, judge: Judge, engine: Engine):
         self.spec, self.judge, self.engine = spec, judge, engine
         self.prompted = cast(Prompted, judge)  # a judge with a first turn formats and parses its prompts
-        self.endpoint = endpoint_identity(spec.base_url, cache_api(spec.endpoint.provider, judge.api))
+        self.endpoint = call_endpoint(spec.base_url, spec.endpoint.provider, judge.api)
 
     def _key(self, messages: Messages) -> str:
         sent, params = shape(request_rule_of(self.spec), list(messages), dict(self.judge.sampling))

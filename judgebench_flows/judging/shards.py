@@ -27,6 +27,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.identity import ShardIdentity, shard_identity
 from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, night_spend, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
@@ -119,19 +120,19 @@ class JudgeSpec(BaseModel):
         return self.endpoint.base_url or "local:"
 
     def cache_identity(self) -> str:
-        parts = [
-            self.judge_fingerprint,
-            self.model,
-            self.base_url,
-            repr(sorted(self.sampling_overrides.items())),
-            repr(self.orders),
-        ]
-        request_style, drop_params = self.endpoint.request_style, self.endpoint.drop_params
-        if request_style != "auto" or drop_params:  # only then: earlier shard keys stay valid
-            parts.append(repr((request_style, sorted(drop_params))))
-        if self.endpoint.provider != "openai":
-            parts.append(self.endpoint.provider)
-        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+        endpoint = self.endpoint
+        return shard_identity(
+            ShardIdentity(
+                self.judge_fingerprint,
+                self.model,
+                self.base_url,
+                self.sampling_overrides,
+                self.orders,
+                endpoint.request_style,
+                endpoint.drop_params,
+                endpoint.provider,
+            )
+        )
 
 
 class Shard(BaseModel):

@@ -1,0 +1,132 @@
+"""Cache identities: every key that outlives a run, derived in one place, each with its version.
+
+Four keys are stored and looked up again by later runs: the call cache's request key (`request_key`), a
+shard's Prefect cache key (`shard_identity`), a configuration's history key (`configuration_key`) and a
+batch line's custom id (`batch_line_id`). Each is `identity(scheme, payload)`: the sha256 of what
+determines the thing stored, encoded as its `Scheme` says.
+
+A scheme carries a version. Version 1 is the encoding the stored keys were made with, and it hashes the
+payload alone. Fields a scheme took in after keys of it were stored enter it only when they differ from
+the value every earlier key implied (`added`): keys from before stay what they were, which is the one
+compatibility rule here. A change that cannot keep the stored keys is a new version, whose scheme name
+and number are hashed with the payload, so its keys never meet the old ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypedDict
+
+from pydantic import JsonValue
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one kind of key is made: its name, version and how many hex digits of the digest it keeps."""
+
+    name: str
+    version: int
+    length: int = 64
+
+
+REQUEST = Scheme("request", 1)
+SHARD = Scheme("shard", 1)
+CONFIGURATION = Scheme("configuration", 1, length=16)
+BATCH_LINE = Scheme("batch-line", 1)
+# The API a request key names when the endpoint's URL does not: OpenAI's chat API was the first keyed.
+FIRST_API = ("openai", "chat")
+
+
+def identity(scheme: Scheme, payload: str) -> str:
+    """The key of `payload` under `scheme` (version 1: the payload's digest alone, as stored keys are)."""
+    if scheme.version > 1:
+        payload = f"{scheme.name} v{scheme.version}\0{payload}"
+    return hashlib.sha256(payload.encode()).hexdigest()[: scheme.length]
+
+
+def added(value: str, implied: str) -> list[str]:
+    """A field taken in after keys were stored: in the key only when it is not what those keys implied."""
+    return [] if value == implied else [value]
+
+
+def call_endpoint(base_url: str, provider: str, api: str) -> str:
+    """The endpoint as a request key names it: its URL, and the API when not OpenAI's chat (the same
+    messages sent to /pooling, as Messages, or as chat are different requests). Batch records name their
+    endpoint this way too (`calls.batch.BatchStore`)."""
+    tag = api if provider == "openai" else f"{provider}-{api}"
+    if (provider, api) == FIRST_API:
+        return base_url
+    return f"{base_url.rstrip('/')}#{tag}"
+
+
+def request_key(endpoint: str, model: str, messages: Sequence[dict[str, str]], sampling: dict[str, JsonValue]) -> str:
+    """The call cache's key: everything that determines an answer (endpoint, model, messages, sampling)."""
+    payload = {"endpoint": endpoint.rstrip("/"), "model": model, "messages": list(messages), "sampling": sampling}
+    return identity(REQUEST, json.dumps(payload, sort_keys=True, ensure_ascii=False))
+
+
+def batch_line_id(body: dict[str, JsonValue]) -> str:
+    """A batch line's custom id: its request body's key, so the same request posted after a restart finds
+    the batch that holds it."""
+    return identity(BATCH_LINE, json.dumps(body, sort_keys=True, ensure_ascii=False))
+
+
+@dataclass(frozen=True)
+class ShardIdentity:
+    """What decides a shard's judgments besides its pairs: the judge as built, the model and endpoint, the
+    sampling overrides, the orders, how requests are shaped, the provider."""
+
+    judge_fingerprint: str
+    model: str
+    base_url: str
+    sampling_overrides: dict[str, JsonValue]
+    orders: tuple[int, ...]
+    request_style: str = "auto"
+    drop_params: Sequence[str] = ()
+    provider: str = "openai"
+
+
+def shard_identity(shard: ShardIdentity) -> str:
+    """A shard's key (without its pairs' hash): the fields joined by NUL, request shaping and provider only
+    when not the defaults every earlier key implied."""
+    parts = [
+        shard.judge_fingerprint,
+        shard.model,
+        shard.base_url,
+        repr(sorted(shard.sampling_overrides.items())),
+        repr(shard.orders),
+        *added(repr((shard.request_style, sorted(shard.drop_params))), repr(("auto", []))),
+        *added(shard.provider, "openai"),
+    ]
+    return identity(SHARD, "\0".join(parts))
+
+
+class ConfigurationIdentity(TypedDict, total=False):
+    """What makes two runs comparable (`core.config.RunConfig.identity`); `provider` only when not OpenAI."""
+
+    judge_type: str
+    external: tuple[str, str, dict[str, JsonValue]] | str | None
+    model: str
+    endpoint: str | None
+    data: str
+    commit: str | None
+    single_game: bool
+    shuffle: bool | int
+    max_samples: tuple[int, int] | int | None
+    sampling: dict[str, float | int | str]
+    prompts: str | None
+    templates_dir: str | None
+    request: list[str | list[str] | None]
+    provider: str
+
+
+def configuration_key(fields: ConfigurationIdentity) -> str:
+    """A configuration's history key: its identity as sorted JSON (non-JSON values by their text), the
+    provider only when not the OpenAI every earlier key implied."""
+    kept = ConfigurationIdentity(**fields)
+    if kept.get("provider") == "openai":
+        del kept["provider"]
+    return identity(CONFIGURATION, json.dumps(kept, sort_keys=True, default=str))

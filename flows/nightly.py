@@ -38,6 +38,7 @@ from prefect import Flow, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import get_run_context
 from prefect.states import Failed, State
+from pydantic import JsonValue
 
 from judgebench_flows.calls.global_limits import held_limit_names
 from judgebench_flows.calls.limits import endpoint_usage
@@ -468,7 +469,7 @@ async def nightly_benchmarks(
     ref: str | None = None,
     data_files: list[str] | None = None,
     retry_delay_seconds: float = 60,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, JsonValue]]:
     """Run every configuration of the matrix; fail at the end if any failed or regressed.
 
     `base_url`, `max_samples`, `repo_url` (another JudgeBench copy: a URL or a local path), `ref` and

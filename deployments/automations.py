@@ -21,7 +21,6 @@ them in place and `remove` deletes exactly these:
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 from uuid import UUID
 
 from prefect.automations import Automation
@@ -46,7 +45,7 @@ SILENCE = timedelta(seconds=90)  # three missed heartbeats, as Prefect's documen
 MAX_RESCHEDULES = 2
 
 # Related resources every run of our deployments has: its deployment and our tag.
-OUR_DEPLOYMENT_RUNS: list[dict[str, Any]] = [
+OUR_DEPLOYMENT_RUNS: list[dict[str, str]] = [
     {"prefect.resource.role": "deployment"},
     {"prefect.resource.role": "tag", "prefect.resource.id": f"prefect.tag.{DEPLOYMENT_TAG}"},
 ]

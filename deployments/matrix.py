@@ -31,6 +31,11 @@ MATRIX_FIELDS = frozenset(
 )
 
 
+# Run options as the matrix file gives them (its `options`, and each cell's settings put together): values
+# as YAML reads them, each checked by `RunConfig` when a cell's config is built, a bad one reported under
+# its matrix key (`_run_config`).
+RunOptions = dict[str, Any]
+
 # A model's own endpoint settings, passed to its cells as given.
 CELL_ENDPOINT = {"provider", "batch", "vertex_project", "vertex_location"}
 
@@ -133,7 +138,7 @@ class NightlyMatrix(BaseModel):
         gt=0,
         description="the night's budget in USD: each run's --max-cost is what the night has left (or less)",
     )
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: RunOptions = Field(default_factory=dict)
     # Cells judged at once (batch cells, which mostly wait, are not counted): bounds the night's memory.
     cells_in_flight: int = Field(default=8, ge=1, le=256)
     # When the night must be done: a time of day in a time zone ("07:00 Europe/Berlin": the next such
@@ -205,7 +210,7 @@ class NightlyMatrix(BaseModel):
 
     @field_validator("options")
     @classmethod
-    def _known_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+    def _known_options(cls, options: RunOptions) -> RunOptions:
         for key in options:
             if key in MATRIX_FIELDS:
                 raise ValueError(f"'{key}' is set by the matrix itself, not under options")
@@ -306,7 +311,7 @@ def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]
     return {"api_key_env": matrix.api_key_env, "api_key_secret": matrix.api_key_secret}
 
 
-def _run_config(options: dict[str, Any]) -> RunConfig:
+def _run_config(options: RunOptions) -> RunConfig:
     """A RunConfig for one cell; a bad value is reported under the matrix key it came from."""
     try:
         return RunConfig(**options)

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
 from prefect.states import State
@@ -30,6 +30,14 @@ from judgebench_flows.core.net import connect_error
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, merge_adjustments
 from judgebench_flows.tasks.judge import shard_task
+
+
+class ShardParameters(TypedDict):
+    """A shard task's parameters (`tasks.judge.shard_task`), as the Dask runner submits them."""
+
+    shard: Shard
+    spec: JudgeSpec
+    known: NotRequired[list[dict[str, str]]]  # request adjustments learned so far (`adjustments_of`)
 
 
 def judge_on_dask(
@@ -99,11 +107,11 @@ def _judge_all(
 
     def submit(shard: Shard, shard_spec: JudgeSpec, handle: int | None) -> None:
         # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
-        parameters: dict[str, Any] = {"shard": shard, "spec": shard_spec}
+        parameters: ShardParameters = {"shard": shard, "spec": shard_spec}
         known = adjustments_of(spec)  # learned on the workers so far, merged below
         if known:
             parameters["known"] = known
-        future = runner.submit(task, parameters=parameters).wrapped_future
+        future = runner.submit(task, parameters=dict(parameters)).wrapped_future
         submitted[future] = (shard, handle)
         finished.add(future)
 

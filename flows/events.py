@@ -23,18 +23,19 @@ and the run's own state, artifacts and results still say everything.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from prefect.events import emit_event
 from prefect.logging import get_logger
+from pydantic import BaseModel
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.secrets import redact
+from judgebench_flows.flows.outcomes import CellOutcome, RunStatus
 
-RunStatus = Literal["completed", "regressed", "failed"]
 RUN_EVENT_PREFIX = "judgebench.run."
 NIGHT_EVENT_PREFIX = "judgebench.night."
 CONFIG_RESOURCE_PREFIX = "judgebench.config."
@@ -51,6 +52,81 @@ class RunTrace:
     commit: str | None = None
     config_key: str | None = None
     data_file: str | None = None
+
+
+class BeforeAfter(TypedDict):
+    baseline: float | None
+    candidate: float | None
+
+
+class PositionBiasChange(TypedDict):
+    """What changed in position bias (`scoring.regression.position_bias_change`), without its message."""
+
+    changed: bool | None
+    order_consistency: BeforeAfter | None
+    first_position_rate: BeforeAfter | None
+
+
+class Change(TypedDict):
+    """A run's change against its baseline run (results.json's `regression`), with its interval."""
+
+    delta: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_drop: float | None
+    regressed: bool | None
+    baseline_run_id: str | None
+    baseline_accuracy: float | None
+    n_pairs: int | None
+    position_bias: NotRequired[PositionBiasChange]
+
+
+class RunPayload(TypedDict):
+    """A `judgebench.run.*` event's payload (docs/operations.md names its fields; automations match them)."""
+
+    status: RunStatus
+    run_id: str | None
+    flow_run_id: str | None
+    accuracy: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_pairs: int | None
+    change: Change | None
+    judgments: int | None
+    failed_judgments: int | None
+    invalid_judgments: int | None
+    cost_usd: float | None
+    message: str | None
+    retrying: NotRequired[bool]  # set by `run_event`
+
+
+class RunEvent(TypedDict):
+    event: str
+    resource: dict[str, str]
+    payload: RunPayload
+
+
+class NightRefused(BaseModel):
+    """The one cell a night refused before its first cell reports: its preflight's one line."""
+
+    name: Literal["preflight"] = "preflight"
+    status: Literal["failed"] = "failed"
+    message: str
+
+
+class NightPayload(BaseModel):
+    """A `judgebench.night.*` event's payload: every cell's outcome, and the night's timing once it ran."""
+
+    status: RunStatus
+    attempt: int
+    cells: list[CellOutcome | NightRefused]
+    counts: dict[RunStatus, int]
+    wall_s: float | None = None  # with `endpoints`: left out of a night refused before its first cell
+    endpoints: dict[str, dict[str, int | float]] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The payload as sent: each cell as its model dumps, the timing only when the night ran."""
+        return self.model_dump(exclude={"wall_s", "endpoints"} if self.wall_s is None else None)
 
 
 def _judge_name(config: RunConfig) -> str:
@@ -85,21 +161,33 @@ def run_status(results: Mapping[str, Any] | None, error: BaseException | None) -
     return "regressed" if (results.get("regression") or {}).get("regressed") else "completed"
 
 
-def _change(regression: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _change(regression: Mapping[str, Any] | None) -> Change | None:
     """The change against the baseline run with its interval (None without a baseline)."""
     if not regression:
         return None
-    keys = ("delta", "ci_low", "ci_high", "p_drop", "regressed", "baseline_run_id", "baseline_accuracy", "n_pairs")
-    change = {key: regression.get(key) for key in keys}
+    change = Change(
+        delta=regression.get("delta"),
+        ci_low=regression.get("ci_low"),
+        ci_high=regression.get("ci_high"),
+        p_drop=regression.get("p_drop"),
+        regressed=regression.get("regressed"),
+        baseline_run_id=regression.get("baseline_run_id"),
+        baseline_accuracy=regression.get("baseline_accuracy"),
+        n_pairs=regression.get("n_pairs"),
+    )
     bias = regression.get("position_bias")
     if bias:  # what changed in position bias, without its long message (the payload's message has it)
-        change["position_bias"] = {k: bias.get(k) for k in ("changed", "order_consistency", "first_position_rate")}
+        change["position_bias"] = PositionBiasChange(
+            changed=bias.get("changed"),
+            order_consistency=bias.get("order_consistency"),
+            first_position_rate=bias.get("first_position_rate"),
+        )
     return change
 
 
 def run_payload(
     results: Mapping[str, Any] | None, error: BaseException | None, trace: RunTrace, flow_run_id: str | None
-) -> dict[str, Any]:
+) -> RunPayload:
     """What a run measured, in plain JSON: enough for a notification without opening the run."""
     results = results or {}
     overall, invalid, usage = (results.get(k) or {} for k in ("overall_accuracy", "invalid", "usage"))
@@ -110,7 +198,7 @@ def run_payload(
         if error is not None
         else run.get("failure") or (regression or {}).get("message")
     )
-    return {
+    payload: RunPayload = {
         "status": run_status(results, error),
         "run_id": run.get("run_id") or trace.run_id,
         "flow_run_id": flow_run_id,
@@ -125,6 +213,7 @@ def run_payload(
         "cost_usd": usage.get("cost_usd"),
         "message": message[:MESSAGE_LIMIT] if message else None,
     }
+    return payload
 
 
 def run_event(
@@ -134,19 +223,19 @@ def run_event(
     error: BaseException | None = None,
     flow_run_id: str | None = None,
     retrying: bool = False,
-) -> dict[str, Any]:
+) -> RunEvent:
     """The run's `judgebench.run.<status>` event as name, resource and payload: `retrying` instead of
     `failed` for a failure that another attempt follows."""
     payload = run_payload(results, error, trace, flow_run_id)
     payload["retrying"] = retrying and payload["status"] == "failed"
     name = RUN_EVENT_PREFIX + ("retrying" if payload["retrying"] else payload["status"])
-    return {"event": name, "resource": config_resource(config, trace), "payload": payload}
+    return RunEvent(event=name, resource=config_resource(config, trace), payload=payload)
 
 
-def emit(event: Mapping[str, Any]) -> None:
+def emit(event: RunEvent) -> None:
     """Send a `run_event` to Prefect, which adds the flow run, flow and deployment as related resources
     from the run context."""
-    _emit(event["event"], dict(event["resource"]), dict(event["payload"]))
+    _emit(event["event"], dict(event["resource"]), event["payload"])
 
 
 def night_status(statuses: Iterable[str]) -> RunStatus:
@@ -156,37 +245,48 @@ def night_status(statuses: Iterable[str]) -> RunStatus:
 
 
 def emit_night_event(
-    matrix_path: str, cells: list[dict[str, Any]], attempt: int = 1, night: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    matrix_path: str,
+    cells: Sequence[CellOutcome | NightRefused],
+    attempt: int = 1,
+    wall_s: float | None = None,
+    endpoints: dict[str, dict[str, int | float]] | None = None,
+) -> NightPayload:
     """Emit `judgebench.night.<status>` with every cell's outcome; the matrix file is its resource.
     Each attempt of a night emits one (`attempt` counts them), since a retried night ends twice.
-    `night`: the night's wall time (`wall_s`) and each endpoint's calls and busy time (`endpoints`)."""
-    status = night_status(cell["status"] for cell in cells)
+    `wall_s`, `endpoints`: the night's wall time and each endpoint's calls and busy time."""
+    status = night_status(cell.status for cell in cells)
     resource = {
         "prefect.resource.id": f"{NIGHT_RESOURCE_PREFIX}{Path(matrix_path).stem}",
         "prefect.resource.name": f"JudgeBench nightly ({matrix_path})",
         "judgebench.matrix": matrix_path,
     }
-    payload = {
-        "status": status,
-        "attempt": attempt,
-        "cells": cells,
-        "counts": {s: sum(c["status"] == s for c in cells) for s in ("completed", "regressed", "failed")},
-        **(night or {}),
-    }
-    name = NIGHT_EVENT_PREFIX + status
-    _emit(name, resource, payload)
-    return {"event": name, "resource": resource, "payload": payload}
+    statuses: tuple[RunStatus, ...] = ("completed", "regressed", "failed")
+    payload = NightPayload(
+        status=status,
+        attempt=attempt,
+        cells=list(cells),
+        counts={s: sum(c.status == s for c in cells) for s in statuses},
+        wall_s=wall_s,
+        endpoints=endpoints,
+    )
+    _emit(NIGHT_EVENT_PREFIX + status, resource, payload)
+    return payload
 
 
-def _emit(name: str, resource: dict[str, str], payload: dict[str, Any]) -> None:
+def _emit(name: str, resource: dict[str, str], payload: RunPayload | NightPayload) -> None:
     try:
-        emit_event(event=name, resource=resource, payload=payload)
+        sent = payload.as_json() if isinstance(payload, NightPayload) else dict(payload)
+        emit_event(event=name, resource=resource, payload=sent)
     except Exception as exc:  # an event is a courtesy to automations: the run's own outcome stands
         get_logger("judgebench_flows.events").warning("could not emit %s: %s", name, exc)
 
 
 __all__ = [
+    "NightPayload",
+    "NightRefused",
+    "RunEvent",
+    "RunPayload",
+    "RunStatus",
     "RunTrace",
     "config_resource",
     "run_event",

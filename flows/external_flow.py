@@ -18,6 +18,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from pydantic import JsonValue
 
 from judgebench_flows.judges.external.config import ExternalJudgeConfig
 from judgebench_flows.judges.external.run import finish, preflight, shards
@@ -35,7 +36,7 @@ def _thread_pool(max_workers: int) -> TaskRunner[PrefectFuture[Any]]:
 
 
 @flow(name="external-judge", task_runner=_thread_pool(8))
-def external_judge_flow(config: ExternalJudgeConfig) -> dict[str, Any]:
+def external_judge_flow(config: ExternalJudgeConfig) -> dict[str, JsonValue]:
     """Score every row of config.data_path; write outputs and a summary; return the summary as a dict."""
     logger = get_run_logger()
     prepared = preflight(config)
@@ -80,7 +81,7 @@ def external_judge_flow(config: ExternalJudgeConfig) -> dict[str, Any]:
     return summary.model_dump(mode="json")
 
 
-def run_external(config: ExternalJudgeConfig) -> dict[str, Any]:
+def run_external(config: ExternalJudgeConfig) -> dict[str, JsonValue]:
     """Validate, then run the flow with a thread pool of max_workers; returns the summary dict.
 
     Raises UserError (before any Prefect start-up) for anything wrong with the input or config.

@@ -18,12 +18,13 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.exceptions import TerminationSignal
 from prefect.utilities.annotations import quote
+from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.global_limits import ensure_limits
@@ -133,19 +134,42 @@ def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> 
     )
 
 
+class CallCounts(TypedDict, total=False):
+    """results.json's `usage` counts of calls, where this process knows them (`usage_of_calls`)."""
+
+    paid_calls: int
+    attempts: int | None
+    errors: int | None
+    cached_calls: int
+
+
+class CallCost(TypedDict, total=False):
+    """results.json's `usage.cost_usd` and `usage.prices`, and a batch run's calls sent synchronously."""
+
+    cost_usd: Required[float | None]
+    prices: Required[dict[str, JsonValue] | None]  # the `PricedAs` entry used, as JSON
+    synchronous_calls: int
+    synchronous_cost_usd: float
+
+
+class RunUsage(CallCounts, CallCost, total=False):
+    """results.json's `usage` beyond what the records count (`usage_of_run`)."""
+
+
 def cost_of_calls(
     spec: JudgeSpec, sent: CallStats | None, tally: Tally, paid: tuple[int, int, int] | None = None
-) -> dict[str, Any]:
+) -> CallCost:
     """results.json's `usage.cost_usd` (None: unpriced, never 0) and `usage.prices` (the entry used).
 
     Paid tokens only: this process's clients count the calls they sent (a cache hit sends none); on Dask
     the answers the call cache holds as paid by this run (`paid`, see `usage_on_dask`), else the records
     (judgments none of whose calls came from a cache)."""
-    synchronous: dict[str, Any] = (
-        {"synchronous_calls": sent.synchronous} if sent is not None and sent.synchronous else {}
-    )
+    synchronous = sent.synchronous if sent is not None else 0
     if spec.price is None:
-        return {"cost_usd": None, "prices": None, **synchronous}
+        unpriced: CallCost = {"cost_usd": None, "prices": None}
+        if synchronous:
+            unpriced["synchronous_calls"] = synchronous
+        return unpriced
     if sent is not None:
         prompt, completion = sent.prompt_tokens, sent.completion_tokens
     elif paid is not None and paid[0] >= tally.usage["paid_calls"]:
@@ -154,9 +178,12 @@ def cost_of_calls(
         prompt, completion = tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"]
     if synchronous and sent is not None:  # a batch run past its deadline: those calls at the synchronous price
         sync_tokens = (sent.synchronous_prompt_tokens, sent.synchronous_completion_tokens)
-        synchronous["synchronous_cost_usd"] = round(cost_usd(spec.price, *sync_tokens, False), 6)
-        cost = split_cost(spec.price, prompt, completion, *sync_tokens)
-        return {"cost_usd": round(cost, 6), "prices": spec.price.model_dump(), **synchronous}
+        return {
+            "cost_usd": round(split_cost(spec.price, prompt, completion, *sync_tokens), 6),
+            "prices": spec.price.model_dump(),
+            "synchronous_calls": synchronous,
+            "synchronous_cost_usd": round(cost_usd(spec.price, *sync_tokens, False), 6),
+        }
     return {"cost_usd": round(spec.price.cost(prompt, completion), 6), "prices": spec.price.model_dump()}
 
 
@@ -179,7 +206,7 @@ def check_worst_case(config: RunConfig, spec: JudgeSpec, index: PairIndex, engin
     get_run_logger().info("worst case %s within --max-cost %s", estimate.worst_usd, config.max_cost)
 
 
-def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
+def usage_of_calls(sent: CallStats | None) -> CallCounts:
     """Paid calls are the calls this run sent that were answered, counted where they were sent: a
     judgment from a cache paid nothing. Attempts are requests
     sent, retries included; errors are attempts that got no answer. Unknown on Dask (None)."""
@@ -188,7 +215,7 @@ def usage_of_calls(sent: CallStats | None) -> dict[str, int | None]:
     return {"paid_calls": sent.answered, "attempts": sent.attempts, "errors": sent.attempts - sent.answered}
 
 
-def usage_on_dask(paid: tuple[int, int, int] | None, tally: Tally) -> dict[str, int]:
+def usage_on_dask(paid: tuple[int, int, int] | None, tally: Tally) -> CallCounts:
     """Paid and cached calls of a Dask run, counting what its lost attempts paid.
 
     A worker that dies mid-shard has paid for the answers it already wrote to the call cache; the shard's
@@ -200,14 +227,11 @@ def usage_on_dask(paid: tuple[int, int, int] | None, tally: Tally) -> dict[str, 
     return {"paid_calls": paid[0], "cached_calls": max(0, tally.usage["cached_calls"] - lost_attempts)}
 
 
-def usage_of_run(engine: Engine, run_id: str, spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> dict[str, Any]:
+def usage_of_run(engine: Engine, run_id: str, spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> RunUsage:
     """results.json's `usage` beyond the records': calls sent and what they cost."""
     paid = db.paid_by_run(engine, run_id) if sent is None else None
-    return {
-        **usage_of_calls(sent),
-        **(usage_on_dask(paid, tally) if sent is None else {}),
-        **cost_of_calls(spec, sent, tally, paid),
-    }
+    on_dask = usage_on_dask(paid, tally) if sent is None else CallCounts()
+    return {**usage_of_calls(sent), **on_dask, **cost_of_calls(spec, sent, tally, paid)}
 
 
 def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec) -> None:
@@ -493,7 +517,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
-            usage=usage,
+            usage=dict(usage),
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings),
         )

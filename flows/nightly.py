@@ -32,13 +32,13 @@ import time
 import types
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from prefect import Flow, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import get_run_context
 from prefect.states import Failed, State
-from pydantic import BaseModel
+from pydantic import JsonValue
 
 from judgebench_flows.calls.global_limits import held_limit_names
 from judgebench_flows.calls.limits import endpoint_usage
@@ -49,46 +49,48 @@ from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd,
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
-from judgebench_flows.flows.events import emit_night_event
+from judgebench_flows.flows.events import NightRefused, emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
-from judgebench_flows.flows.pool_cells import PoolCell, judge_cells_on_pool, pool_cell_entry
+from judgebench_flows.flows.outcomes import CellOutcome, RunStatus
+from judgebench_flows.flows.pool_cells import NightOverrides, PoolCell, judge_cells_on_pool, pool_cell_entry
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import FlowRun
 
 NIGHTLY_ARTIFACT_KEY = NIGHTLY_KEY  # the night's summary has a key of its own; each cell's artifacts have theirs
 # How long synchronous cells wait for the batch cells to start judging (their batches to go out first).
 BATCH_HEAD_START_SECONDS = 120.0
 
 
-class CellOutcome(BaseModel):
-    """How one configuration ended, for the summary artifact and the flow's return value."""
+class CellCounts(TypedDict, total=False):
+    """What a cell measured (`CellOutcome`'s fields of the same names); none when it published nothing."""
 
-    name: str
-    status: Literal["completed", "regressed", "failed"]
-    run_id: str | None = None
-    flow_run_id: str | None = None
-    accuracy: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n_pairs: int | None = None
-    judgments: int | None = None
-    failed_judgments: int | None = None
-    invalid_judgments: int | None = None
-    # Dollars the cell's calls cost (None: unpriced, or it stopped before reporting); `unpriced` tells which.
-    cost_usd: float | None = None
-    unpriced: bool = False
+    run_id: str | None
+    accuracy: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_pairs: int | None
+    judgments: int | None
+    failed_judgments: int | None
+    invalid_judgments: int | None
+    cost_usd: float | None
+    unpriced: bool
+
+
+class AdhocResult(TypedDict):
+    """An ad-hoc run's result, as Prefect shows it: where the results are and the headline numbers."""
+
+    run_id: str | None
+    accuracy: float | None
     result_path: str
-    message: str | None = None
-    transient: bool = False  # failed for a reason a second attempt may not meet (flows/retries.py)
-    # The endpoint whose limit it shared, how long it waited for a place among the cells in flight and
-    # how long it then took (seconds; None in outcomes read back from an earlier version).
-    endpoint: str = ""
-    wait_s: float | None = None
-    duration_s: float | None = None
+    outputs: dict[str, str] | None
+    regression: str | None  # the regression check's message
 
 
-def _counts(results: dict[str, Any]) -> dict[str, Any]:
+def _counts(results: dict[str, Any]) -> CellCounts:
     """What a cell measured, for the summary: accuracy, and how many judgments failed or were invalid."""
     overall, invalid = results.get("overall_accuracy") or {}, results.get("invalid") or {}
     usage = results.get("usage") or {}
@@ -123,7 +125,6 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
     a completed subflow's results, so a cell whose calls all failed can never count as a measurement.
     """
     flow_run_id = str(state.state_details.flow_run_id or "") or None
-    base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": flow_run_id}
     if not state.is_completed():
         error = await state.aresult(raise_on_failure=False)
         reason = (
@@ -132,42 +133,65 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
             else (state.message or state.name or state.type.value)
         )
         published = _published_results(entry, flow_run_id)
-        counts = _counts(published) if published else {}
-        if published:
-            base["result_path"] = for_run(
-                entry.config.result_path, (published.get("run") or {}).get("run_id") or LATEST
-            )
+        counts = _counts(published) if published else CellCounts()
         if isinstance(error, BudgetReached):  # stopped at its budget: what it spent until then
             counts["cost_usd"] = error.spent
         transient = is_transient(error if isinstance(error, BaseException) else None, published)
-        return CellOutcome(status="failed", message=reason[:500], transient=transient, **counts, **base)
-    return completed_outcome(entry, await state.aresult(), base)
+        return CellOutcome(
+            name=entry.name,
+            result_path=_run_folder(entry, published) if published else entry.config.result_path,
+            flow_run_id=flow_run_id,
+            status="failed",
+            message=reason[:500],
+            transient=transient,
+            **counts,
+        )
+    return completed_outcome(entry, await state.aresult(), flow_run_id)
 
 
-def completed_outcome(entry: MatrixEntry, results: dict[str, Any], base: dict[str, Any]) -> CellOutcome:
+def _run_folder(entry: MatrixEntry, results: dict[str, Any]) -> str:
+    """The results.json of the run that wrote `results`: its own folder of the cell's layout."""
+    return for_run(entry.config.result_path, (results.get("run") or {}).get("run_id") or LATEST)
+
+
+def completed_outcome(entry: MatrixEntry, results: dict[str, Any], flow_run_id: str | None) -> CellOutcome:
     """A completed cell's outcome from its results: completed, regressed, or failed if it measured too little."""
-    run_id = (results.get("run") or {}).get("run_id") or LATEST
-    base = {**base, "result_path": for_run(entry.config.result_path, run_id)}  # its run's own folder
     regression = results.get("regression") or {}
     too_little = measured_too_little(results, entry.config.max_failed_fraction)
-    status: Literal["completed", "regressed", "failed"] = (
-        "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
+    status: RunStatus = "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
+    return CellOutcome(
+        name=entry.name,
+        result_path=_run_folder(entry, results),
+        flow_run_id=flow_run_id,
+        status=status,
+        message=too_little or regression.get("message"),
+        **_counts(results),
     )
-    return CellOutcome(status=status, message=too_little or regression.get("message"), **_counts(results), **base)
 
 
-def pool_outcome(entry: MatrixEntry, run: Any, results: dict[str, Any] | None) -> CellOutcome:
+def pool_outcome(entry: MatrixEntry, run: FlowRun, results: dict[str, Any] | None) -> CellOutcome:
     """A cell run of the pool (flows/pool_cells.py) as it ended, with the results its judging subflow
     wrote, as the same outcome an in-process cell gives."""
-    base: dict[str, Any] = {"name": entry.name, "result_path": entry.config.result_path, "flow_run_id": str(run.id)}
-    if run.state.is_completed() and results is not None:
-        outcome = completed_outcome(entry, results, base)
-    elif run.state.is_completed():
+    state, name, result_path = run.state, entry.name, entry.config.result_path
+    if state is not None and state.is_completed() and results is not None:
+        outcome = completed_outcome(entry, results, str(run.id))
+    elif state is not None and state.is_completed():
         message = f"completed, but its results are not readable here ({entry.config.result_path})"
-        outcome = CellOutcome(status="failed", message=message, **base)
+        outcome = CellOutcome(
+            name=name, result_path=result_path, flow_run_id=str(run.id), status="failed", message=message
+        )
     else:
-        message = " ".join((run.state.message or run.state.name or run.state.type.value).split())
-        outcome = CellOutcome(status="failed", message=message[:500], **(_counts(results) if results else {}), **base)
+        ended = (state.message or state.name or state.type.value) if state is not None else "no state"
+        message = " ".join(ended.split())
+        counts = _counts(results) if results else CellCounts()
+        outcome = CellOutcome(
+            name=name,
+            result_path=result_path,
+            flow_run_id=str(run.id),
+            status="failed",
+            message=message[:500],
+            **counts,
+        )
     outcome.endpoint = entry.endpoint
     if run.start_time is not None:
         outcome.wait_s = round(max(0.0, (run.start_time - run.created).total_seconds()), 3) if run.created else None
@@ -274,7 +298,7 @@ def with_deadline(entries: list[MatrixEntry], deadline: datetime | None) -> list
     ]
 
 
-def night_markdown(wall_s: float, endpoints: dict[str, dict[str, Any]], outcomes: list[CellOutcome]) -> str:
+def night_markdown(wall_s: float, endpoints: dict[str, dict[str, int | float]], outcomes: list[CellOutcome]) -> str:
     """The night's timing: its wall time, each endpoint's calls and busy time, each cell's wait."""
     lines = [
         "",
@@ -369,8 +393,7 @@ async def preflight_night(matrix_path: str, entries: list[MatrixEntry]) -> State
     except UserError as exc:
         line = failure_line(exc)
         get_run_logger().error(line)
-        cell = {"name": "preflight", "status": "failed", "message": line}
-        emit_night_event(matrix_path, [cell], get_run_context().flow_run.run_count)  # type: ignore[union-attr]
+        emit_night_event(matrix_path, [NightRefused(message=line)], get_run_context().flow_run.run_count)  # type: ignore[union-attr]
         return Failed(message=line, data=BenchmarkFailed(line))
     return None
 
@@ -446,7 +469,7 @@ async def nightly_benchmarks(
     ref: str | None = None,
     data_files: list[str] | None = None,
     retry_delay_seconds: float = 60,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, JsonValue]]:
     """Run every configuration of the matrix; fail at the end if any failed or regressed.
 
     `base_url`, `max_samples`, `repo_url` (another JudgeBench copy: a URL or a local path), `ref` and
@@ -475,8 +498,9 @@ async def nightly_benchmarks(
     if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
         night_spend.set(NightSpend(matrix.max_cost))
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
-        overrides: dict[str, Any] = {"base_url": base_url, "max_samples": max_samples, "repo_url": repo_url}
-        overrides |= {"ref": ref, "data_files": data_files}
+        overrides = NightOverrides(
+            base_url=base_url, max_samples=max_samples, repo_url=repo_url, ref=ref, data_files=data_files
+        )
         deadline = matrix.deadline(night_start())
         budgeted = [_within_night_budget(e, b) for e, b in zip(entries, budgets, strict=True)]
         ended = await judge_cells_on_pool(matrix_path, budgeted, overrides, deadline)
@@ -504,9 +528,7 @@ async def nightly_benchmarks(
         description=f"JudgeBench nightly: {len(outcomes)} configurations",
     )
     attempt = get_run_context().flow_run.run_count  # type: ignore[union-attr]
-    emit_night_event(
-        matrix_path, [o.model_dump() for o in outcomes], attempt, {"wall_s": wall_s, "endpoints": endpoints}
-    )
+    emit_night_event(matrix_path, outcomes, attempt, wall_s=wall_s, endpoints=endpoints)
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
         raise BenchmarkFailed(
@@ -534,7 +556,7 @@ async def judgebench_adhoc(
     api_key_secret: str | None = None,
     retry_delay_seconds: float = 60,
     cell: PoolCell | None = None,
-) -> dict[str, Any]:
+) -> AdhocResult:
     """One configuration on demand, with plain parameters; fails if the run regressed or measured too little.
 
     Results go to `output_dir` (default results/adhoc/<judge>__<model>__<data file>/<run id>/, with
@@ -575,7 +597,7 @@ async def judgebench_adhoc(
     return await adhoc_ending(entry, outcome, state)
 
 
-async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -> dict[str, Any]:
+async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -> AdhocResult:
     """An ad-hoc run's log lines, its page and its ending: Failed with one line unless it completed."""
     logger, config = get_run_logger(), entry.config
     subflow_id = str(state.state_details.flow_run_id or "") or None
@@ -604,13 +626,13 @@ async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -
         line = " ".join((outcome.message or outcome.status).split())
         logger.error(line)
         return Failed(message=line, data=BenchmarkFailed(line))  # type: ignore[return-value]
-    return {
-        "run_id": outcome.run_id,
-        "accuracy": outcome.accuracy,
-        "result_path": outcome.result_path,
-        "outputs": results.get("outputs") if results else None,
-        "regression": (results.get("regression") or {}).get("message") if results else None,
-    }
+    return AdhocResult(
+        run_id=outcome.run_id,
+        accuracy=outcome.accuracy,
+        result_path=outcome.result_path,
+        outputs=results.get("outputs") if results else None,
+        regression=(results.get("regression") or {}).get("message") if results else None,
+    )
 
 
 def _flow_run_link(flow_run_id: str | None) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -31,12 +31,25 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.outputs import latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, load_matrix
 
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import FlowRun
+
 ADHOC_DEPLOYMENT = "judgebench-adhoc/adhoc"  # the ad-hoc deployment of prefect.yaml and deployments/deploy.py
 POLL_SECONDS = 2.0  # how often the night asks the server how its cell runs are doing
 # How long the night waits for its cell runs: until its deadline plus the time the deadline's synchronous
 # judging may take, else this long after the cells start. A cell still running then is cancelled.
 AFTER_DEADLINE_SECONDS = 3600.0
 UNBOUNDED_NIGHT_SECONDS = 24 * 3600.0
+
+
+class NightOverrides(TypedDict, total=False):
+    """What a night's parameters override in its matrix file (`nightly_benchmarks`), passed to each cell run."""
+
+    base_url: str | None
+    max_samples: int | None
+    repo_url: str | None
+    ref: str | None
+    data_files: list[str] | None
 
 
 class PoolCell(BaseModel):
@@ -68,9 +81,9 @@ def pool_cell_entry(cell: PoolCell) -> MatrixEntry:
     endpoint = config.endpoint
     if cell.batch_deadline and endpoint.batch:
         endpoint = endpoint.model_copy(update={"batch_deadline": cell.batch_deadline})
-    update: dict[str, Any] = {"endpoint": endpoint, "global_limit": bool(cell.limit) or config.global_limit}
-    if cell.max_cost is not None:
-        update["max_cost"] = cell.max_cost
+    max_cost = cell.max_cost if cell.max_cost is not None else config.max_cost
+    global_limit = bool(cell.limit) or config.global_limit
+    update = {"endpoint": endpoint, "global_limit": global_limit, "max_cost": max_cost}
     return entry.model_copy(update={"config": config.model_copy(update=update)})
 
 
@@ -88,7 +101,7 @@ async def ensure_endpoint_limits(entries: list[MatrixEntry]) -> dict[str, tuple[
     return names
 
 
-async def earlier_cell_runs(deployment: str) -> dict[str, Any]:
+async def earlier_cell_runs(deployment: str) -> dict[str, FlowRun]:
     """This night's cell runs from an earlier attempt (a night rescheduled after its process died, or
     retried), by cell name, that finished well or are still going: the newest of each. They are waited
     for again instead of judging their cells a second time beside them."""
@@ -107,7 +120,7 @@ async def earlier_cell_runs(deployment: str) -> dict[str, Any]:
                 deployment_id=FlowRunFilterDeploymentId(any_=[deployment_id]),
             )
         )
-    kept: dict[str, Any] = {}
+    kept: dict[str, FlowRun] = {}
     for run in sorted(runs, key=lambda r: r.created or datetime.min.replace(tzinfo=timezone.utc)):
         name = ((run.parameters or {}).get("cell") or {}).get("name")
         if name and run.state is not None and (run.state.is_completed() or not run.state.is_final()):
@@ -122,13 +135,13 @@ def night_bound(deadline: datetime | None) -> datetime:
     return datetime.now(timezone.utc) + timedelta(seconds=UNBOUNDED_NIGHT_SECONDS)
 
 
-async def wait_for_runs(run_ids: list[UUID], bound: datetime) -> dict[UUID, Any]:
+async def wait_for_runs(run_ids: list[UUID], bound: datetime) -> dict[UUID, FlowRun]:
     """Every cell run as it ended, asking every `POLL_SECONDS`; the runs still going at `bound` are
     cancelled and returned as they are then."""
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
-    finished: dict[UUID, Any] = {}
+    finished: dict[UUID, FlowRun] = {}
     async with get_client() as client:
         while True:
             for run_id in [r for r in run_ids if r not in finished]:
@@ -167,10 +180,10 @@ async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> dict[str, Any] | 
 async def judge_cells_on_pool(
     matrix_path: str,
     entries: list[MatrixEntry],
-    overrides: dict[str, Any],
+    overrides: NightOverrides,
     deadline: datetime | None,
     deployment: str = ADHOC_DEPLOYMENT,
-) -> list[tuple[Any, dict[str, Any] | None]]:
+) -> list[tuple[FlowRun, dict[str, Any] | None]]:
     """Every cell (with its share of the night's budget) as its own run of the ad-hoc deployment, all
     submitted at once (the pool's workers decide how many run side by side); once every run has ended,
     each run as it ended with the results its judging subflow wrote (None: none), in matrix order."""

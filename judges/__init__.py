@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges.builtin import BUILTIN_JUDGES, PromptJudge
 from judgebench_flows.judges.custom import CustomJudge, ParseFailed
-from judgebench_flows.judges.procedure import Judge
+from judgebench_flows.judges.procedure import Judge, Sampling
 from judgebench_flows.judges.prompts import TemplateSet
 from judgebench_flows.judges.reward import REWARD_JUDGE_TYPE, RewardJudge
 from judgebench_flows.judges.tokenized import TOKENIZED_JUDGES, TokenizedJudge, build_tokenized_judge
+
+if TYPE_CHECKING:  # the external judges' package is imported when an external judge is asked for
+    from judgebench_flows.judges.external.config import UserMapping
 
 JUDGE_TYPES: tuple[str, ...] = (*BUILTIN_JUDGES, *TOKENIZED_JUDGES, REWARD_JUDGE_TYPE, "custom", "external")
 
@@ -29,9 +32,9 @@ def get_judge(
     judge_template: str | None = None,
     external_judge_path: str | None = None,
     external_judge_function: str = "evaluate",
-    external_judge_config: dict | None = None,
+    external_judge_config: UserMapping | None = None,
     model: str | None = None,
-    sampling_overrides: dict[str, Any] | None = None,
+    sampling_overrides: Sampling | None = None,
     reward_backend: str = "pooling",
 ):
     """The judge for `judge_type`, with prompts from `templates_dir` (a checkout's utils/templates).
@@ -66,7 +69,7 @@ def get_judge(
     return _with_sampling(prompted, sampling_overrides)
 
 
-def _with_sampling(judge: PromptJudge, overrides: dict[str, Any] | None) -> PromptJudge:
+def _with_sampling(judge: PromptJudge, overrides: Sampling | None) -> PromptJudge:
     return dataclasses.replace(judge, sampling={**judge.sampling, **overrides}) if overrides else judge
 
 

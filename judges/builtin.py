@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from judgebench_flows.judges import parsing
-from judgebench_flows.judges.procedure import PromptProcedure
+from judgebench_flows.judges.procedure import PromptProcedure, Sampling
 from judgebench_flows.judges.prompts import TemplateSet
 
 Messages = list[dict[str, str]]
@@ -43,7 +42,7 @@ class PromptJudge(PromptProcedure):
     parser: Callable[[str], str] = field(repr=False, compare=False)
     system_template: str | None = None
     system_text: str | None = None
-    sampling: dict[str, Any] = field(default_factory=dict)
+    sampling: Sampling = field(default_factory=dict)
     follow_up: str | None = None
     follow_up_when: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
 

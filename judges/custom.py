@@ -12,12 +12,11 @@ import hashlib
 import importlib
 import inspect
 from pathlib import Path
-from typing import Any
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import DECISIONS
 from judgebench_flows.judges.files import ImportFailed, import_file, one_line
-from judgebench_flows.judges.procedure import ParseFailed, PromptProcedure
+from judgebench_flows.judges.procedure import ParseFailed, PromptProcedure, Sampling
 
 
 def _load_module(spec: str):
@@ -79,7 +78,7 @@ class CustomJudge(PromptProcedure):
             raise UserError(f"--judge-template: creating {class_name}() failed: {one_line(exc)}") from None
         self.name = f"custom:{class_name}"
         self.spec = spec
-        self.sampling: dict[str, Any] = dict(getattr(self._judge, "sampling", None) or {"temperature": 0.0})
+        self.sampling: Sampling = dict(getattr(self._judge, "sampling", None) or {"temperature": 0.0})
         self.follow_up = None
         self._source = _source_of(cls, path) or spec
 

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from pydantic import JsonValue
+
 from judgebench_flows.core.completion import CallFailed, Complete, Completion
 from judgebench_flows.judges.parsing import strip_reasoning
 
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
     from judgebench_flows.core.records import Pair
 
 Messages = list[dict[str, str]]
+# A judge's sampling parameters: JSON fields sent as they are with each of its requests (temperature,
+# max_tokens, ...; a custom judge's own, `--sampling` overrides), each API's request rule shaping them.
+Sampling = dict[str, JsonValue]
 
 
 class ParseFailed(Exception):
@@ -47,7 +52,7 @@ class Outcome:
 class ModelCall(Protocol):
     """How a judge reaches its model: the run's endpoint caller (retries, limits, call cache) or a double."""
 
-    async def complete(self, messages: Messages, sampling: dict[str, Any]) -> Completion: ...
+    async def complete(self, messages: Messages, sampling: Sampling) -> Completion: ...
 
     async def remember(self, completions: list[Completion]) -> None:
         """Cache these answered calls: only those of judgments that reached a verdict."""
@@ -65,7 +70,7 @@ class Judge(Protocol):
         """The endpoint API its calls use: "chat", "completions", "pooling" or "transformers"."""
 
     @property
-    def sampling(self) -> dict[str, Any]: ...
+    def sampling(self) -> Sampling: ...
 
     @property
     def first_turn(self) -> Callable[[str, str, str], Messages] | None:
@@ -88,7 +93,7 @@ class Judge(Protocol):
 class Prompted(Protocol):
     """What `judge_one_order` needs: a judge that formats a prompt and parses the model's answer."""
 
-    sampling: dict[str, Any]
+    sampling: Sampling
     follow_up: str | None
 
     def format(self, question: str, answer_A: str, answer_B: str) -> Messages: ...

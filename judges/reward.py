@@ -19,9 +19,9 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from judgebench_flows.judges.procedure import CallFailed, Complete, Completion, ModelCall, Outcome
+from judgebench_flows.judges.procedure import CallFailed, Complete, Completion, ModelCall, Outcome, Sampling
 
 if TYPE_CHECKING:
     from judgebench_flows.core.records import Pair
@@ -58,7 +58,7 @@ class RewardJudge:
     # Raw rewards, as JudgeBench compares them: vLLM's Pooling API applies the head's activation (a sigmoid)
     # unless told not to (`use_activation`, vLLM >= 0.11.1; `calls.other_apis.RawScoreCheck` stops a run
     # on a server that ignores it). The transformers backend always gives raw scores.
-    sampling: dict[str, Any] = field(default_factory=lambda: {"use_activation": False})
+    sampling: Sampling = field(default_factory=lambda: {"use_activation": False})
     follow_up: str | None = None
     first_turn = None  # a class attribute, not a field (see the docstring)
 

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges import parsing
 from judgebench_flows.judges.builtin import Messages, PromptJudge
+from judgebench_flows.judges.procedure import Sampling
 from judgebench_flows.judges.prompts import TemplateSet
 
 CONTEXT_LIMIT = 2048
@@ -147,7 +148,7 @@ def _pandalm_clean(text: str) -> str:
 # best beam, as JudgeBench reads it. A server that answers fewer choices did not beam-search: the run
 # says so (`request_rules.Learned.note_ignored`, results.json's `run.requests.adjustments`).
 PANDALM_BEAMS = 4
-PANDALM_SAMPLING: dict[str, object] = {
+PANDALM_SAMPLING: Sampling = {
     "temperature": 0,
     "top_p": 1,
     "max_tokens": 150,

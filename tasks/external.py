@@ -17,6 +17,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.external.config import UserMapping
 from judgebench_flows.judges.external.run import judge_shard
 from judgebench_flows.judges.external.scoring import RowResult
 
@@ -41,7 +42,7 @@ def retry_unless_user_error(task: Any, task_run: Any, state: Any) -> bool:
     task_run_name="score-shard-{shard_index}",
 )
 def score_shard(
-    rows: pd.DataFrame, judge_path: str, function: str, config: dict[str, Any], shard_index: int = 0
+    rows: pd.DataFrame, judge_path: str, function: str, config: UserMapping, shard_index: int = 0
 ) -> list[RowResult]:
     """One RowResult per row of the shard, in order."""
     results = judge_shard(rows, judge_path, function, config)

@@ -72,6 +72,30 @@ def test_payload_holds_accuracy_change_counts_and_cost() -> None:
     json.dumps(payload)  # plain JSON: what an event carries
 
 
+def test_night_payload_lists_each_cell_as_its_outcome_and_the_timing_once_the_night_ran() -> None:
+    from judgebench_flows.flows.events import NightPayload, NightRefused
+    from judgebench_flows.flows.outcomes import CellOutcome
+
+    cell = CellOutcome(name="a", status="regressed", result_path="a/results.json", accuracy=0.5, endpoint="e")
+    usage = {"e": {"calls": 3, "busy_s": 1.5, "max_in_flight": 2, "concurrency": 4}}
+    counts = {"completed": 0, "regressed": 1, "failed": 0}
+    ran = NightPayload(status="regressed", attempt=1, cells=[cell], counts=counts, wall_s=2.0, endpoints=usage)
+    assert json.loads(json.dumps(ran.as_json())) == {
+        "status": "regressed",
+        "attempt": 1,
+        "cells": [cell.model_dump()],
+        "counts": counts,
+        "wall_s": 2.0,
+        "endpoints": usage,
+    }
+    assert type(ran.as_json()["endpoints"]["e"]["calls"]) is int  # counts stay integers in the JSON
+    refused = NightPayload(
+        status="failed", attempt=2, cells=[NightRefused(message="bad ref")], counts={**counts, "failed": 1}
+    )
+    assert refused.as_json()["cells"] == [{"name": "preflight", "status": "failed", "message": "bad ref"}]
+    assert "wall_s" not in refused.as_json() and "endpoints" not in refused.as_json()
+
+
 def test_configuration_is_a_stable_resource() -> None:
     config = _config(base_url="http://127.0.0.1:9/v1")
     trace = RunTrace(run_id="x", commit="c" * 40, config_key="k" * 16, data_file=GPT4O_FILE)

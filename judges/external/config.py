@@ -20,6 +20,10 @@ from judgebench_flows.core.errors import UserError
 # The option names that say which column holds what; the judge's config gets them too (see judge_config).
 COLUMN_OPTIONS: tuple[str, ...] = ("model_input_column", "model_output_column", "reference_column", "qid_column")
 
+# A mapping as the user wrote it: a judge's parameters (`external_judge_config`, read by the user's judge
+# alone, so it has no shape of ours) and a config file's options before `ExternalJudgeConfig` checks them.
+UserMapping = dict[str, Any]
+
 
 class ExternalJudgeConfig(BaseModel):
     """Everything an external-judge run needs. A column option set to None means "not used, not checked"."""
@@ -30,7 +34,7 @@ class ExternalJudgeConfig(BaseModel):
     judge_type: Literal["external"] = "external"
     external_judge_path: str
     external_judge_function: str = "evaluate"
-    external_judge_config: dict[str, Any] = Field(default_factory=dict)
+    external_judge_config: UserMapping = Field(default_factory=dict)
     model_input_column: str | None = Field(
         default="model_input",
         description="column of --data-path with the prompt that was answered (default model_input)",
@@ -59,7 +63,7 @@ class ExternalJudgeConfig(BaseModel):
 FIELDS: tuple[str, ...] = tuple(ExternalJudgeConfig.model_fields)
 
 
-def judge_config(config: ExternalJudgeConfig) -> dict[str, Any]:
+def judge_config(config: ExternalJudgeConfig) -> UserMapping:
     """The `config` argument a judge receives.
 
     It is `external_judge_config` flattened, plus the column options (so the judge knows which columns
@@ -77,7 +81,7 @@ def judge_config(config: ExternalJudgeConfig) -> dict[str, Any]:
     return {**params, **columns, "external_judge_config": dict(config.external_judge_config)}
 
 
-def parse_judge_config_json(text: str, source: str = "--external-judge-config") -> dict[str, Any]:
+def parse_judge_config_json(text: str, source: str = "--external-judge-config") -> UserMapping:
     """CLI judge parameters come as a JSON object string; anything else is a user error."""
     try:
         value = json.loads(text)
@@ -90,7 +94,7 @@ def parse_judge_config_json(text: str, source: str = "--external-judge-config") 
     return value
 
 
-def _read_yaml(config_path: str) -> dict[str, Any]:
+def _read_yaml(config_path: str) -> UserMapping:
     path = Path(config_path)
     if not path.is_file():
         raise UserError(f"Config file not found: {config_path}")
@@ -117,7 +121,7 @@ def _read_yaml(config_path: str) -> dict[str, Any]:
     return data
 
 
-def external_config_from_options(config_path: str | None, overrides: dict[str, Any]) -> ExternalJudgeConfig:
+def external_config_from_options(config_path: str | None, overrides: UserMapping) -> ExternalJudgeConfig:
     """Build the run config from an optional YAML file and CLI overrides (None values are ignored).
 
     `overrides` keys must be ExternalJudgeConfig field names; `external_judge_config` may be a JSON

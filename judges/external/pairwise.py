@@ -12,12 +12,13 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.judges.external.config import UserMapping
 from judgebench_flows.judges.external.loader import load_judge
 from judgebench_flows.judges.external.scoring import InvalidJudgeOutput, check_decision
-from judgebench_flows.judges.procedure import ModelCall, Outcome
+from judgebench_flows.judges.procedure import ModelCall, Outcome, Sampling
 
 if TYPE_CHECKING:
     from judgebench_flows.core.records import Pair
@@ -30,7 +31,7 @@ class ExternalPairwiseJudge:
     first_turn = None
     follow_up = None
 
-    def __init__(self, path: str, function: str = "evaluate", config: dict[str, Any] | None = None):
+    def __init__(self, path: str, function: str = "evaluate", config: UserMapping | None = None):
         self._function, form = load_judge(path, function)
         if form != "row":
             raise UserError(
@@ -39,13 +40,13 @@ class ExternalPairwiseJudge:
         self.path = Path(path)
         self.config = {"reference_column": "ground_truth", **(config or {})}
         self.name = f"external:{self.path.stem}"
-        self.sampling: dict[str, Any] = {}
+        self.sampling: Sampling = {}
 
-    def decide(self, pair_fields: dict[str, Any], answer_A: str, answer_B: str) -> tuple[str, str, str | None]:
+    def decide(self, pair: Pair, answer_A: str, answer_B: str) -> tuple[str, str, str | None]:
         """(text, decision, error): a judge that raises or breaks the contract gives an invalid judgment."""
         import pandas as pd  # here, not at import: a run of a built-in judge does not load pandas before its first call
 
-        row = pd.Series({**pair_fields, "response_A": answer_A, "response_B": answer_B})
+        row = pd.Series({**pair.model_dump(), "response_A": answer_A, "response_B": answer_B})
         try:
             text, decision = check_decision(self._function(row, dict(self.config)))
         except InvalidJudgeOutput as exc:
@@ -62,7 +63,7 @@ class ExternalPairwiseJudge:
         for order in orders:
             a, b = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
             started = time.perf_counter()
-            text, decision, error = self.decide(pair.model_dump(), a, b)
+            text, decision, error = self.decide(pair, a, b)
             status: Literal["ok", "invalid"] = "ok" if decision else "invalid"
             outcomes.append(
                 Outcome(

@@ -11,12 +11,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from judgebench_flows.judges.external.config import ExternalJudgeConfig, judge_config
+from judgebench_flows.judges.external.config import ExternalJudgeConfig, UserMapping, judge_config
 from judgebench_flows.judges.external.data import check_columns, read_data, with_results, write_scored
 from judgebench_flows.judges.external.loader import JudgeFn, JudgeForm, load_judge
 from judgebench_flows.judges.external.scoring import RowResult, score_rows
@@ -30,7 +29,7 @@ class Prepared(BaseModel):
 
     frame: pd.DataFrame
     form: JudgeForm
-    judge_config: dict[str, Any]
+    judge_config: UserMapping
 
 
 def preflight(config: ExternalJudgeConfig) -> Prepared:
@@ -65,7 +64,7 @@ def load_judge_cached(judge_path: str, function_name: str) -> tuple[JudgeFn, Jud
     return _load_cached(judge_path, function_name, os.path.abspath(judge_path), mtime_ns)
 
 
-def judge_shard(rows: pd.DataFrame, judge_path: str, function_name: str, config: dict[str, Any]) -> list[RowResult]:
+def judge_shard(rows: pd.DataFrame, judge_path: str, function_name: str, config: UserMapping) -> list[RowResult]:
     """Load the judge by path and score the rows, so the same call works in any worker process."""
     judge, form = load_judge_cached(judge_path, function_name)
     return score_rows(judge, form, rows, config)

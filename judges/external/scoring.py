@@ -18,6 +18,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from judgebench_flows.core.records import DECISIONS
+from judgebench_flows.judges.external.config import UserMapping
 from judgebench_flows.judges.external.loader import JudgeFn, JudgeForm
 
 RowStatus = Literal["scored", "na", "error"]
@@ -85,7 +86,7 @@ def _result(text: Any, score: Any) -> RowResult:
     return RowResult(evaluation_text=checked_text, score=checked, status="scored")
 
 
-def score_row(judge: JudgeFn, row: pd.Series, config: dict[str, Any]) -> RowResult:
+def score_row(judge: JudgeFn, row: pd.Series, config: UserMapping) -> RowResult:
     try:
         output = judge(row, config)
     except Exception as exc:  # the judge's own failure on this row: recorded, the run goes on
@@ -96,7 +97,7 @@ def score_row(judge: JudgeFn, row: pd.Series, config: dict[str, Any]) -> RowResu
     return _result(*output)
 
 
-def score_table(judge: JudgeFn, table: pd.DataFrame, config: dict[str, Any]) -> list[RowResult]:
+def score_table(judge: JudgeFn, table: pd.DataFrame, config: UserMapping) -> list[RowResult]:
     """A table-form judge sees the whole shard; if it fails as a whole, every row of it is an error."""
     try:
         output = judge(table.copy(), config)
@@ -114,7 +115,7 @@ def score_table(judge: JudgeFn, table: pd.DataFrame, config: dict[str, Any]) -> 
     return [_result(text, score) for text, score in zip(texts, scores, strict=False)]
 
 
-def score_rows(judge: JudgeFn, form: JudgeForm, rows: pd.DataFrame, config: dict[str, Any]) -> list[RowResult]:
+def score_rows(judge: JudgeFn, form: JudgeForm, rows: pd.DataFrame, config: UserMapping) -> list[RowResult]:
     """One RowResult per row of `rows`, in order.
 
     Row judges get each row as an object-dtype Series built from the record, so an int column stays int

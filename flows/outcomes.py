@@ -1,0 +1,40 @@
+"""How one configuration of a night ended: what the night's summary, its event and its flow's result say
+of each cell, whether it ran in the night's process (flows/nightly.py) or on the pool (flows/pool_cells.py)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+RunStatus = Literal["completed", "regressed", "failed"]
+
+
+class CellOutcome(BaseModel):
+    """How one configuration ended, for the summary artifact and the flow's return value."""
+
+    name: str
+    status: RunStatus
+    run_id: str | None = None
+    flow_run_id: str | None = None
+    accuracy: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_pairs: int | None = None
+    judgments: int | None = None
+    failed_judgments: int | None = None
+    invalid_judgments: int | None = None
+    # Dollars the cell's calls cost (None: unpriced, or it stopped before reporting); `unpriced` tells which.
+    cost_usd: float | None = None
+    unpriced: bool = False
+    result_path: str
+    message: str | None = None
+    transient: bool = False  # failed for a reason a second attempt may not meet (flows/retries.py)
+    # The endpoint whose limit it shared, how long it waited for a place among the cells in flight and
+    # how long it then took (seconds; None in outcomes read back from an earlier version).
+    endpoint: str = ""
+    wait_s: float | None = None
+    duration_s: float | None = None
+
+
+__all__ = ["CellOutcome", "RunStatus"]

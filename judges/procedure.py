@@ -18,18 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import JsonValue
 
-from judgebench_flows.core.completion import CallFailed, Complete, Completion
+from judgebench_flows.core.completion import CallFailed, Complete, Completion, Sampling
 from judgebench_flows.judges.parsing import strip_reasoning
 
 if TYPE_CHECKING:
     from judgebench_flows.core.records import Pair
 
 Messages = list[dict[str, str]]
-# A judge's sampling parameters: JSON fields sent as they are with each of its requests (temperature,
-# max_tokens, ...; a custom judge's own, `--sampling` overrides), each API's request rule shaping them.
-Sampling = dict[str, JsonValue]
 
 
 class ParseFailed(Exception):

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-
 from judgebench_flows.core.completion import CallFailed, Complete, Completion, Sampling
 from judgebench_flows.judges.parsing import strip_reasoning
 

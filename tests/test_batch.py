@@ -23,7 +23,7 @@ from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_batches import FakeAnthropicBatchServer, FakeBatchServer
-from tests._helpers import run_command
+from tests._helpers import chat_caller, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY, CLAUDE_FILE, SHARED, load_jsonl
 
@@ -37,7 +37,7 @@ def requests(n: int) -> list[list[dict[str, str]]]:
 
 
 def batch_caller(server: FakeBatchServer, engine=None, model: str = O1_MINI, rule_of: str | None = None) -> ChatCaller:
-    return ChatCaller(
+    return chat_caller(
         base_url=server.base_url,
         model=model,
         api_key=CANARY_KEY,
@@ -202,7 +202,7 @@ def test_a_run_killed_after_submitting_resumes_without_submitting_a_line_twice(
 
 
 def anthropic_batch_caller(server: FakeAnthropicBatchServer) -> ChatCaller:
-    return ChatCaller(
+    return chat_caller(
         base_url=server.base_url,
         model=HAIKU,
         api_key=CANARY_KEY,

@@ -41,7 +41,7 @@ def recording(answer: str, bodies: list[dict]):
 def caller_for(server: FakeGoogleServer, provider: str, model: str = FLASH, **settings) -> ChatCaller:
     endpoint = EndpointSettings(provider=provider, base_url=server.base_url, retry_initial_wait=0.01, **settings)  # type: ignore[arg-type]
     rule = provider_rule(provider, model, "auto", ())
-    return ChatCaller.from_settings(endpoint, model=model, api_key=CANARY_KEY, request_rule=rule)
+    return ChatCaller(endpoint, model=model, api_key=CANARY_KEY, request_rule=rule)
 
 
 def complete(caller: ChatCaller, messages: list[dict], sampling: dict, times: int = 1):

@@ -34,7 +34,7 @@ from judgebench_flows.testing.fake_openai import (
     batch_wobble,
     sigmoid,
 )
-from tests._helpers import run_command
+from tests._helpers import chat_caller, run_command
 
 MESSAGES = [{"role": "user", "content": "Which answer is right, A or B? Say [[A>B]] or [[B>A]]."}]
 SAMPLING = {"temperature": 0.0, "max_tokens": 64}
@@ -43,7 +43,7 @@ SAMPLING = {"temperature": 0.0, "max_tokens": 64}
 def caller_for(server: FakeOpenAIServer, model: str = "judge", **options: Any) -> ChatCaller:
     options.setdefault("retry", RetryPolicy(max_retries=2, initial_wait=0.01, max_wait=0.02))
     options.setdefault("request_rule", STANDARD)
-    return ChatCaller(base_url=server.base_url, model=model, api_key="sk-test", **options)
+    return chat_caller(base_url=server.base_url, model=model, api_key="sk-test", **options)
 
 
 def calls(caller: ChatCaller, requests: list[tuple[list[dict[str, str]], dict[str, Any]]]) -> list[Any]:

@@ -29,7 +29,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from judgebench_flows.judging.run_context import RunContext
 
 LOST_TIMEOUT_ENV = "JUDGEBENCH_SERVER_LOST_TIMEOUT"
 DEFAULT_LOST_TIMEOUT = 120.0
@@ -93,8 +97,16 @@ def _where(api_url: str) -> str:
 class ServerWatch:
     """The thread described in the module docstring."""
 
-    def __init__(self, api_url: str, server_pid: int | None, db_url: str | None, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        server_pid: int | None,
+        db_url: str | None,
+        timeout: float | None = None,
+        run: RunContext | None = None,
+    ) -> None:
         self.api_url = api_url
+        self.run = run  # the run watched: its callers write the answers they hold before it is cancelled
         self.server_pid = server_pid
         self.db_url = db_url
         self.timeout = lost_timeout() if timeout is None else timeout
@@ -142,7 +154,7 @@ class ServerWatch:
     def _lost(self, what: str) -> None:
         if self._disarmed.is_set():  # the run ended meanwhile: its own outcome stands
             return
-        flush_call_caches(FLUSH_SECONDS)
+        flush_call_caches(FLUSH_SECONDS, self.run)
         if self._disarmed.is_set():
             return
         self.lost = what
@@ -165,13 +177,12 @@ async def _flush(callers: list) -> None:
             continue
 
 
-def flush_call_caches(timeout: float) -> None:
-    """Let each event loop that judges write the answers its callers still hold to the call cache."""
-    shards = sys.modules.get("judgebench_flows.judging.shards")
-    if shards is None:  # nothing judged in this process
+def flush_call_caches(timeout: float, run: RunContext | None) -> None:
+    """Let each event loop that judges for `run` write the answers its callers still hold to the call cache."""
+    if run is None:  # nothing judged for a run here
         return
     deadline = time.monotonic() + timeout
-    for loop, callers in shards.callers_by_loop():
+    for loop, callers in run.callers_by_loop():
         try:
             future = asyncio.run_coroutine_threadsafe(_flush(callers), loop)
             future.result(max(0.1, deadline - time.monotonic()))

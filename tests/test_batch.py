@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,9 @@ def requests(n: int) -> list[list[dict[str, str]]]:
     return [[{"role": "system", "content": "Judge."}, {"role": "user", "content": f"pair {i}"}] for i in range(n)]
 
 
-def batch_caller(server: FakeBatchServer, engine=None, model: str = O1_MINI, rule_of: str | None = None) -> ChatCaller:
+def batch_caller(
+    server: FakeBatchServer, engine=None, model: str = O1_MINI, rule_of: str | None = None, **options: Any
+) -> ChatCaller:
     return chat_caller(
         base_url=server.base_url,
         model=model,
@@ -46,6 +49,7 @@ def batch_caller(server: FakeBatchServer, engine=None, model: str = O1_MINI, rul
         engine=engine,
         request_rule=provider_rule("openai", rule_of or model, "auto", ()),
         retry=RetryPolicy(max_retries=6, initial_wait=0.05, max_wait=0.2),  # the budget as run's, waits short
+        **options,
     )
 
 

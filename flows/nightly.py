@@ -46,7 +46,7 @@ from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
-from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, night_spend, retirement_notice
+from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, retirement_notice
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
@@ -54,7 +54,7 @@ from judgebench_flows.flows.events import emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.flows.pool_cells import PoolCell, judge_cells_on_pool, pool_cell_entry
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
-from judgebench_flows.judging.run_context import running
+from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
 
@@ -474,8 +474,6 @@ async def nightly_benchmarks(
         logger.warning(notice)
     budgets = await night_budgets(entries, matrix.max_cost)
     entries = with_deadline(entries, matrix.deadline(night_start()))
-    if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
-        night_spend.set(NightSpend(matrix.max_cost))
     endpoints: dict[str, EndpointUse] = {}  # in this process: none for a pool's cells
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
         overrides: dict[str, Any] = {"base_url": base_url, "max_samples": max_samples, "repo_url": repo_url}
@@ -488,7 +486,10 @@ async def nightly_benchmarks(
             log = logger.info if outcome.status == "completed" else logger.error
             log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
     else:
-        with running() as night:  # one run context for the night: its cells share each endpoint's limit
+        # One run context for the night: its cells share each endpoint's limit, and with a night's
+        # --max-cost every cell's calls count toward the night's budget as they run.
+        night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
+        with running(night):
             outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
         endpoints = night.calls.endpoint_usage()
     wall_s = round(time.monotonic() - started, 3)

@@ -1,8 +1,8 @@
 """`RunContext`: the state of one run (or of one night's runs side by side), created by whoever starts it.
 
 It holds what the run's calls share (`calls.state.CallState`: learned request rules, rejections, limits
-per endpoint, Vertex tokens), the judge and caller per spec and event loop (`Runtime`), and the progress
-hooks a console registers. The flow (flows/judgebench_flow.py) uses the one in force (`current_run`: the
+per endpoint, Vertex tokens), the judge and caller per spec and event loop (`Runtime`), the progress
+hooks a console registers, and a night's budget. The flow (flows/judgebench_flow.py) uses the one in force (`current_run`: the
 CLI's, which carries its progress bar, or the nightly flow's, which its cells share) or makes its own; the
 shard task finds it the same way, in process. On a Dask worker the run's context lives on the worker (a
 worker plugin the flow registers for the run, `WORKER_PLUGIN`), shared by the worker's shard tasks.
@@ -20,6 +20,7 @@ from typing import Any
 
 from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.state import CallState
+from judgebench_flows.core.pricing import NightSpend
 from judgebench_flows.judges.procedure import Judge
 
 ProgressHook = Callable[[int, int, int], None]
@@ -45,6 +46,8 @@ class RunContext:
     progress_hooks: list[ProgressHook] = dataclasses.field(default_factory=list)
     settle_hooks: list[SettleHook] = dataclasses.field(default_factory=list)
     total_hooks: list[TotalHook] = dataclasses.field(default_factory=list)
+    # A night's budget (--max-cost of the matrix), which every cell's spend counts toward; None: no such.
+    night_spend: NightSpend | None = None
     # Per event loop (an endpoint client and a semaphore belong to the loop that made them), per spec.
     runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Runtime]] = dataclasses.field(
         default_factory=weakref.WeakKeyDictionary

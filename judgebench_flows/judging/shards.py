@@ -25,7 +25,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, night_spend, price_for
+from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
@@ -153,7 +153,7 @@ def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
             global_rate_limit=spec.global_rate_limit,
             paid_by=spec.run_id,
             request_rule=request_rule_of(spec),
-            spend=Spend(spec.price, spec.max_cost, night=night_spend.get()) if spec.price is not None else None,
+            spend=Spend(spec.price, spec.max_cost, night=run.night_spend) if spec.price is not None else None,
             api=judge.api,  # judge_lm/panda_lm: completions; reward_model: pooling
             state=run.calls,
         )

@@ -18,6 +18,7 @@ from datetime import timedelta
 
 from prefect import get_run_logger, task
 
+from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.calls.retry import deterministic_reason
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import JudgmentRecord
@@ -80,7 +81,7 @@ async def retry_failed_calls(task, task_run, state) -> bool:
     retry_condition_fn=retry_failed_calls,
     task_run_name="judge-shard-{shard.index}",
 )
-async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[dict[str, str]] | None = None) -> list[JudgmentRecord]:
+async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[Adjustment] | None = None) -> list[JudgmentRecord]:
     """`known`: request adjustments learned elsewhere in the run (not part of the cache key: they change
     the requests only as this process would have changed them itself after one 400). The run's state is
     the one in force (the flow's), or on a Dask worker the run's there (`run_context.run_here`)."""

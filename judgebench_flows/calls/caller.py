@@ -21,7 +21,7 @@ from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.limits import CallLimits, endpoint_label
 from judgebench_flows.calls.other_apis import RawScoreCheck
 from judgebench_flows.calls.providers import cache_api, endpoint_identity, model_api
-from judgebench_flows.calls.request_rules import STANDARD, RequestRule, shape
+from judgebench_flows.calls.request_rules import STANDARD, Adjustment, RequestRule, shape
 from judgebench_flows.calls.retry import (
     RetryPolicy,
     describe,
@@ -142,7 +142,7 @@ class ChatCaller:
         self._stopped: str | None = None
 
     @property
-    def adjustments(self) -> list[dict[str, str]]:
+    def adjustments(self) -> list[Adjustment]:
         return list(self._learned.adjustments)
 
     def key(self, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:

@@ -32,6 +32,15 @@ SYSTEM_BEGIN = "<|BEGIN_SYSTEM_MESSAGE|>\n"
 SYSTEM_END = "\n<|END_SYSTEM_MESSAGE|>\n\n"
 
 
+class Adjustment(TypedDict):
+    """One change a run made to a rule after a 400 (or a parameter an endpoint ignored): the parameter,
+    what was done (`FOLDED`, `RENAMED`, `DROPPED`, `IGNORED`) and the endpoint's words, secrets redacted."""
+
+    param: str
+    action: str
+    endpoint_said: str
+
+
 class RuleDescription(TypedDict):
     """A rule as results.json's `run.requests` and the report show it."""
 
@@ -43,10 +52,9 @@ class RuleDescription(TypedDict):
 
 
 class RequestReport(RuleDescription):
-    """results.json's `run.requests`: the rule applied and what the run adjusted on the way (each change
-    as `Learned` notes it: `param`, `action`, `endpoint_said`)."""
+    """results.json's `run.requests`: the rule applied and what the run adjusted on the way."""
 
-    adjustments: list[dict[str, str]]
+    adjustments: list[Adjustment]
 
 
 @dataclass(frozen=True)
@@ -192,7 +200,7 @@ class Learned:
 
     base: RequestRule
     rule: RequestRule = field(init=False)
-    adjustments: list[dict[str, str]] = field(default_factory=list)
+    adjustments: list[Adjustment] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -241,10 +249,10 @@ class Learned:
                 self._note(name, DROPPED, message)
             return True
 
-    def merge(self, adjustments: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    def merge(self, adjustments: Iterable[Adjustment]) -> list[Adjustment]:
         """Apply adjustments another process recorded (as `adjustments` lists them), each as `adjust` made
         it, and note those not known here yet (same param and action), in their order. Returns those."""
-        added: list[dict[str, str]] = []
+        added: list[Adjustment] = []
         with self._lock:
             for change in adjustments:
                 param, action = str(change.get("param") or ""), str(change.get("action") or "")
@@ -289,6 +297,7 @@ __all__ = [
     "REASONING_EFFORTS",
     "REQUEST_STYLES",
     "RequestRule",
+    "Adjustment",
     "Learned",
     "RequestReport",
     "fold_system",

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from judgebench_flows.calls.global_limits import held_limit_names, limit_names
 from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.providers import provider_rule, unserved
-from judgebench_flows.calls.request_rules import Learned, RequestReport, RequestRule
+from judgebench_flows.calls.request_rules import Adjustment, Learned, RequestReport, RequestRule
 from judgebench_flows.core.api_keys import read_api_key
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
@@ -178,12 +178,12 @@ def request_report_of(spec: JudgeSpec, run: RunContext) -> RequestReport:
     return learned_of(spec, run).report()
 
 
-def adjustments_of(spec: JudgeSpec, run: RunContext) -> list[dict[str, str]]:
+def adjustments_of(spec: JudgeSpec, run: RunContext) -> list[Adjustment]:
     """The request adjustments the run knows here for the spec's endpoint and model (small, no secret)."""
     return list(learned_of(spec, run).adjustments)
 
 
-def merge_adjustments(spec: JudgeSpec, run: RunContext, adjustments: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+def merge_adjustments(spec: JudgeSpec, run: RunContext, adjustments: Iterable[Adjustment]) -> list[Adjustment]:
     """Take in adjustments another process learned (a worker's, or the flow's passed to a worker): applied to
     the run's requests here from now on and reported with its own. Returns the ones new here."""
     return learned_of(spec, run).merge(adjustments)
@@ -194,9 +194,9 @@ class ShardRecords(list[JudgmentRecord]):
     done: how what a Dask worker learned gets back to the flow. A plain list to everything else; a shard
     result stored before this existed (a plain list) carries none."""
 
-    def __init__(self, records: Iterable[JudgmentRecord] = (), adjustments: Iterable[dict[str, str]] = ()) -> None:
+    def __init__(self, records: Iterable[JudgmentRecord] = (), adjustments: Iterable[Adjustment] = ()) -> None:
         super().__init__(records)
-        self.adjustments: list[dict[str, str]] = [dict(change) for change in adjustments]
+        self.adjustments: list[Adjustment] = [change.copy() for change in adjustments]
 
 
 async def close_runtimes(run: RunContext, spec: JudgeSpec | None = None) -> CallStats:

@@ -21,13 +21,16 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
+from distributed.diagnostics.plugin import WorkerPlugin
 from prefect.states import State
 
 from judgebench_flows.calls.global_limits import POLL_MAX_SECONDS, POLL_MIN_SECONDS, SlotLeases
+from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.net import connect_error
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
+from judgebench_flows.judging.run_context import WORKER_PLUGIN, RunContext
 from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, merge_adjustments
 from judgebench_flows.tasks.judge import shard_task
 
@@ -37,7 +40,7 @@ class ShardParameters(TypedDict):
 
     shard: Shard
     spec: JudgeSpec
-    known: NotRequired[list[dict[str, str]]]  # request adjustments learned so far (`adjustments_of`)
+    known: NotRequired[list[Adjustment]]  # request adjustments learned so far (`adjustments_of`)
 
 
 def judge_on_dask(
@@ -45,6 +48,7 @@ def judge_on_dask(
     spec: JudgeSpec,
     config: RunConfig,
     on_shard_done: ShardDone,
+    run: RunContext,
     stop: threading.Event | None = None,
 ) -> None:
     """Shards as Prefect task runs on the Dask cluster at `--dask-address`, a bounded number at a time,
@@ -57,8 +61,9 @@ def judge_on_dask(
     shards and workers is the Prefect global concurrency limit named in the spec, whose slots this
     process takes for each shard (`_judge_all`).
 
-    Request adjustments a shard's worker learned come back with its records and are merged into this
-    process's (`request_report_of` then reports them); shards sent afterwards take them along (`known`).
+    Each worker holds the run's context for its shard tasks (`RunOnWorkers`, for the run only). Request
+    adjustments a shard's worker learned come back with its records and are merged into `run`'s here
+    (`request_report_of` then reports them); shards sent afterwards take them along (`known`).
     `stop` set (the run was cancelled: Ctrl-C, SIGTERM) cancels the shards in flight and gives their
     slots back.
     """
@@ -67,11 +72,14 @@ def judge_on_dask(
     with _dask_runner(config.dask_address or "") as runner:
         _check_workers(runner.client, config.dask_address or "", _paths_workers_need(spec, shards))
         slots = SlotLeases(spec.global_limit) if spec.global_limit else None
+        plugin = WORKER_PLUGIN.format(run_id=spec.run_id)
+        runner.client.register_plugin(RunOnWorkers(), name=plugin)
         try:
-            _judge_all(runner, task, shards, spec, config, on_shard_done, slots, stop or threading.Event())
+            _judge_all(runner, task, shards, spec, config, on_shard_done, run, slots, stop or threading.Event())
         finally:
             if slots is not None:
                 slots.close()
+            runner.client.unregister_worker_plugin(plugin)
 
 
 def _threads(client: Any) -> int:
@@ -86,6 +94,7 @@ def _judge_all(
     spec: JudgeSpec,
     config: RunConfig,
     on_shard_done: ShardDone,
+    run: RunContext,
     slots: SlotLeases | None,
     stop: threading.Event,
 ) -> None:
@@ -108,7 +117,7 @@ def _judge_all(
     def submit(shard: Shard, shard_spec: JudgeSpec, handle: int | None) -> None:
         # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
         parameters: ShardParameters = {"shard": shard, "spec": shard_spec}
-        known = adjustments_of(spec)  # learned on the workers so far, merged below
+        known = adjustments_of(spec, run)  # learned on the workers so far, merged below
         if known:
             parameters["known"] = known
         future = runner.submit(task, parameters=dict(parameters)).wrapped_future
@@ -154,9 +163,17 @@ def _judge_all(
                     slots.give_back(handle)
             # A shard judged on a worker (complete or not) carries its worker's adjustments; one served
             # from Prefect's cache carries none, as in-process.
-            merge_adjustments(spec, getattr(records, "adjustments", ()))
+            merge_adjustments(spec, run, getattr(records, "adjustments", ()))
             on_shard_done(shard, records)
         fill()
+
+
+class RunOnWorkers(WorkerPlugin):
+    """A run's context on each Dask worker, for the run only (`run_context.WORKER_PLUGIN`): the worker's
+    shard tasks share its learned request rules and Vertex token, each in its own event loop."""
+
+    def setup(self, worker: Any) -> None:
+        self.run = RunContext()
 
 
 def _final_state(future: Any) -> State:

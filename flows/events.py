@@ -31,6 +31,7 @@ from prefect.events import emit_event
 from prefect.logging import get_logger
 from pydantic import BaseModel
 
+from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.secrets import redact
@@ -122,7 +123,7 @@ class NightPayload(BaseModel):
     cells: list[CellOutcome | NightRefused]
     counts: dict[RunStatus, int]
     wall_s: float | None = None  # with `endpoints`: left out of a night refused before its first cell
-    endpoints: dict[str, dict[str, int | float]] | None = None
+    endpoints: dict[str, EndpointUse] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The payload as sent: each cell as its model dumps, the timing only when the night ran."""
@@ -249,7 +250,7 @@ def emit_night_event(
     cells: Sequence[CellOutcome | NightRefused],
     attempt: int = 1,
     wall_s: float | None = None,
-    endpoints: dict[str, dict[str, int | float]] | None = None,
+    endpoints: dict[str, EndpointUse] | None = None,
 ) -> NightPayload:
     """Emit `judgebench.night.<status>` with every cell's outcome; the matrix file is its resource.
     Each attempt of a night emits one (`attempt` counts them), since a retried night ends twice.

@@ -1,9 +1,10 @@
 """The JudgeBench evaluation flow: fetch, load, shard, judge, aggregate, publish.
 
 Shards run concurrently in the flow's own event loop, so they share one endpoint client and one
-connection limit (`--concurrency`); with `--task-runner dask` they are submitted to a Dask cluster, each
-shard builds its own client on its worker, and every call also holds a slot of a Prefect global
-concurrency limit, so `--concurrency` and `--rpm` hold across all workers. A run is recorded in the results
+connection limit (`--concurrency`), held by the run's context (`judging.run_context`: the one in force,
+the CLI's or the night's, else the run's own); with `--task-runner dask` they are submitted to a Dask
+cluster, each shard builds its own client on its worker, and every call also holds a slot of a Prefect
+global concurrency limit, so `--concurrency` and `--rpm` hold across all workers. A run is recorded in the results
 database from its start, so a crashed run is visible in `judgebench history` as "running"/"failed".
 How shards run is in `shard_runs` (in process) and `dask_shards`; results.json is `scoring.run_results`.
 """
@@ -43,6 +44,7 @@ from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
+from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.judging.shards import (
     JudgeSpec,
     Shard,
@@ -51,7 +53,6 @@ from judgebench_flows.judging.shards import (
     judge_spec,
     make_shards,
     request_report_of,
-    settle_progress,
     with_prompts,
 )
 from judgebench_flows.scoring.metrics import Tally
@@ -290,8 +291,11 @@ class ShardSink:
     """Takes each shard as it finishes: its JSONL part and database rows are written and it is added to
     the tally now, then its records are let go, so memory holds the shards in flight, not the run."""
 
-    def __init__(self, engine: Engine, run_id: str, parts_dir: Path, spec: JudgeSpec, judge_name: str) -> None:
+    def __init__(
+        self, engine: Engine, run_id: str, parts_dir: Path, spec: JudgeSpec, judge_name: str, run: RunContext
+    ) -> None:
         self.engine, self.run_id, self.parts_dir, self.judge_name = engine, run_id, parts_dir, judge_name
+        self.run = run  # whose progress hooks hear each shard's final count
         self.judge = build_judge(spec)
         self.tally = Tally()
 
@@ -303,7 +307,7 @@ class ShardSink:
         )
         db.save_judgments(self.engine, db.judgment_rows(self.run_id, records))
         self.tally.add(records)
-        settle_progress(shard.index, len(records))
+        self.run.settle_progress(shard.index, len(records))
 
     def parts(self) -> list[Path]:
         return sorted(self.parts_dir.glob("shard-*.jsonl"))
@@ -416,7 +420,8 @@ async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False)
     trace = RunTrace()
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     try:
-        results = await evaluate(config, trace)
+        with running() as run:  # the CLI's or the night's run context, else the run's own
+            results = await evaluate(config, trace, run)
     except BaseException as exc:
         published = getattr(exc, "results", None)
         retrying = retried_if_transient and is_transient(exc, published)
@@ -435,6 +440,7 @@ def run_info(
     started: datetime,
     finished: datetime,
     timings: Timings,
+    run: RunContext,
 ) -> RunInfo:
     """results.json's `run`: which run this was, how it judged, and how long each phase took."""
     return RunInfo(
@@ -447,7 +453,7 @@ def run_info(
         mode="single-game" if config.single_game else "both-orders",
         shuffle_responses=config.shuffle_responses,
         seed=config.seed,
-        requests=request_report_of(spec) if config.needs_endpoint else None,
+        requests={**request_report_of(spec, run)} if config.needs_endpoint else None,
         timings=timings,
     )
 
@@ -464,8 +470,9 @@ def orders_of(config: RunConfig) -> str:
     return "single game" if config.single_game else "both orders"
 
 
-async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
-    """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes."""
+async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[str, Any]:
+    """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes. `run`:
+    the run's context (`run_context.RunContext`), in force while it judges."""
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
     clock, run_id = Stopwatch(), uuid.uuid4().hex
@@ -479,7 +486,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     spec = judge_spec(config, source.templates_dir).model_copy(update={"run_id": run_id})
     fetch_s = clock.lap()
     index = await index_dataset(source.data_path, config.max_samples, config.seed)
-    announce_total(len(index.offsets) * len(spec.orders))
+    announce_total(run, len(index.offsets) * len(spec.orders))
     header = run_header(config, source, index)
     await asyncio.to_thread(check_worst_case, config, spec, index, engine)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
@@ -488,7 +495,8 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
     lock = await hold_configuration(engine, config_key, run_id)
     try:
         record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
-        sink = ShardSink(engine, run_id, Path(config.output_dir) / ".parts" / run_id, spec, output_judge_name(config))
+        parts_dir = Path(config.output_dir) / ".parts" / run_id
+        sink = ShardSink(engine, run_id, parts_dir, spec, output_judge_name(config), run)
     except BaseException:
         lock.release()
         raise
@@ -499,7 +507,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
         await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
         stopped: RunFailed | None = None
         try:
-            sent = await judge_shards(shards, spec, config, sink)
+            sent = await judge_shards(shards, spec, config, sink, run)
         except RunFailed as exc:  # stopped early: what was judged is still published, then exit 4
             stopped, sent = exc, None
         judge_cpu = time.process_time() - cpu_before
@@ -519,7 +527,7 @@ async def evaluate(config: RunConfig, trace: RunTrace) -> dict[str, Any]:
             bootstrap_resamples=config.bootstrap_resamples,
             usage=dict(usage),
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
-            run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings),
+            run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
         too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:

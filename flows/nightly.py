@@ -3,7 +3,8 @@
 `nightly_benchmarks` runs every cell of deployments/nightly.yaml as a `judgebench` subflow, side by
 side: up to `cells_in_flight` synchronous cells at once (batch cells, which mostly wait for their
 provider, all start at once, so their batches are submitted together), in one event loop, so every cell
-calling one endpoint shares that endpoint's one `concurrency` and `rpm` (`calls.limits.shared_limits`;
+calling one endpoint shares that endpoint's one `concurrency` and `rpm` (the night's one run context,
+`judging.run_context`, holds them: `calls.state.CallState.shared_limits`;
 the matrix gives each endpoint its value). A cell that fails or regresses does not stop the others; the
 flow fails at the end, after writing a summary artifact, so the schedule's run is red whenever any cell
 needs a look. The summary and the night's event also give the night's wall time, each endpoint's calls
@@ -41,11 +42,11 @@ from prefect.states import Failed, State
 from pydantic import JsonValue
 
 from judgebench_flows.calls.global_limits import held_limit_names
-from judgebench_flows.calls.limits import endpoint_usage
+from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
-from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, night_spend, retirement_notice
+from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, retirement_notice
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
@@ -54,6 +55,7 @@ from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too
 from judgebench_flows.flows.outcomes import CellOutcome, RunStatus
 from judgebench_flows.flows.pool_cells import NightOverrides, PoolCell, judge_cells_on_pool, pool_cell_entry
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
+from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
 
@@ -298,7 +300,7 @@ def with_deadline(entries: list[MatrixEntry], deadline: datetime | None) -> list
     ]
 
 
-def night_markdown(wall_s: float, endpoints: dict[str, dict[str, int | float]], outcomes: list[CellOutcome]) -> str:
+def night_markdown(wall_s: float, endpoints: dict[str, EndpointUse], outcomes: list[CellOutcome]) -> str:
     """The night's timing: its wall time, each endpoint's calls and busy time, each cell's wait."""
     lines = [
         "",
@@ -495,8 +497,7 @@ async def nightly_benchmarks(
         logger.warning(notice)
     budgets = await night_budgets(entries, matrix.max_cost)
     entries = with_deadline(entries, matrix.deadline(night_start()))
-    if matrix.max_cost is not None:  # every cell's calls count toward the night's budget as they run
-        night_spend.set(NightSpend(matrix.max_cost))
+    endpoints: dict[str, EndpointUse] = {}  # in this process: none for a pool's cells
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
         overrides = NightOverrides(
             base_url=base_url, max_samples=max_samples, repo_url=repo_url, ref=ref, data_files=data_files
@@ -509,9 +510,13 @@ async def nightly_benchmarks(
             log = logger.info if outcome.status == "completed" else logger.error
             log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
     else:
-        outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
+        # One run context for the night: its cells share each endpoint's limit, and with a night's
+        # --max-cost every cell's calls count toward the night's budget as they run.
+        night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
+        with running(night):
+            outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
+        endpoints = night.calls.endpoint_usage()
     wall_s = round(time.monotonic() - started, 3)
-    endpoints = endpoint_usage()
 
     from judgebench_flows.flows.leaderboard_flow import (
         nightly_leaderboard_section,  # the leaderboard with tonight's rows (never raises)

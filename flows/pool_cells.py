@@ -1,7 +1,7 @@
 """A night bigger than one worker (`cells: pool` in the matrix): each cell its own run of the ad-hoc
 deployment, so the cells spread over the work pool's workers, on as many machines as serve the pool.
 
-In one process the cells on an endpoint share its limit in memory (`calls.limits.shared_limits`); across
+In one process the cells on an endpoint share its limit in memory (the night's run context); across
 processes that limit lives in the Prefect server: one global concurrency limit (and one requests-per-minute
 limit when the matrix gives an rpm) per endpoint, named by `endpoint_limit_names` (provider and URL,
 without the model or any credential), created or updated by the night with the matrix's values before the

@@ -18,28 +18,30 @@ from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
+from judgebench_flows.judging.run_context import RunContext
 from judgebench_flows.judging.shards import JudgeSpec, Shard, close_runtimes
 from judgebench_flows.tasks.judge import shard_task
 
 
 async def judge_shards(
-    shards: list[Shard], spec: JudgeSpec, config: RunConfig, on_shard_done: ShardDone
+    shards: list[Shard], spec: JudgeSpec, config: RunConfig, on_shard_done: ShardDone, run: RunContext
 ) -> CallStats | None:
     """Judge every shard where the run says; returns what this process's endpoint clients sent, or None
-    on Dask (the workers' clients send the calls: usage is then counted from the records)."""
+    on Dask (the workers' clients send the calls: usage is then counted from the records). `run`: the
+    run's context, in force here (`run_context.running`), where the shard tasks find it."""
     if config.task_runner == "dask":
         from judgebench_flows.flows.dask_shards import judge_on_dask
 
         stop = threading.Event()  # the run is cancelled (Ctrl-C, SIGTERM): the thread stops sending shards
         try:
-            await asyncio.to_thread(judge_on_dask, shards, spec, config, on_shard_done, stop)
+            await asyncio.to_thread(judge_on_dask, shards, spec, config, on_shard_done, run, stop)
         finally:
             stop.set()
         return None
     if spec.global_limit:  # --global-limit in process: the run holds its --concurrency of the endpoint's slots
         async with endpoint_slots(spec.global_limit, spec.endpoint.concurrency):
-            return await judge_in_process(shards, spec, config, on_shard_done)
-    return await judge_in_process(shards, spec, config, on_shard_done)
+            return await judge_in_process(shards, spec, config, on_shard_done, run)
+    return await judge_in_process(shards, spec, config, on_shard_done, run)
 
 
 async def judge_in_process(
@@ -47,6 +49,7 @@ async def judge_in_process(
     spec: JudgeSpec,
     config: RunConfig,
     on_shard_done: ShardDone,
+    run: RunContext,
 ) -> CallStats:
     """Judge every shard in this event loop; returns what the endpoint clients sent (`usage_of_calls`)."""
     task = shard_task(config.endpoint.cache, config.shard_retries)
@@ -78,5 +81,5 @@ async def judge_in_process(
         await asyncio.gather(*workers, return_exceptions=True)
         raise
     finally:
-        sent = await close_runtimes(spec)
+        sent = await close_runtimes(run, spec)
     return sent

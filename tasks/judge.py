@@ -18,9 +18,11 @@ from datetime import timedelta
 
 from prefect import get_run_logger, task
 
+from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.calls.retry import deterministic_reason
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.judging.run_context import run_here
 from judgebench_flows.judging.shards import (
     JudgeSpec,
     Shard,
@@ -79,16 +81,18 @@ async def retry_failed_calls(task, task_run, state) -> bool:
     retry_condition_fn=retry_failed_calls,
     task_run_name="judge-shard-{shard.index}",
 )
-async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[dict[str, str]] | None = None) -> list[JudgmentRecord]:
+async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[Adjustment] | None = None) -> list[JudgmentRecord]:
     """`known`: request adjustments learned elsewhere in the run (not part of the cache key: they change
-    the requests only as this process would have changed them itself after one 400)."""
+    the requests only as this process would have changed them itself after one 400). The run's state is
+    the one in force (the flow's), or on a Dask worker the run's there (`run_context.run_here`)."""
+    run = run_here(spec.run_id)
     if known:
-        merge_adjustments(spec, known)
-    runtime = runtime_for(spec)
+        merge_adjustments(spec, run, known)
+    runtime = runtime_for(spec, run)
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
-    judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index)
-    records = ShardRecords((r.model_copy(update={"prompt": ""}) for r in judged), adjustments_of(spec))
+    judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index, run.progress_hooks)
+    records = ShardRecords((r.model_copy(update={"prompt": ""}) for r in judged), adjustments_of(spec, run))
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(
         "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",

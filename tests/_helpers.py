@@ -4,13 +4,40 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import GPT4O_FILE
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+
+
+def chat_caller(
+    *,
+    base_url: str,
+    model: str,
+    api_key: str = "sk-test",
+    retry: RetryPolicy | None = None,
+    cache_mode: str | None = None,
+    adaptive: bool | None = None,
+    **options: Any,
+) -> ChatCaller:
+    """A `ChatCaller` as a test builds one: the options `EndpointSettings` names (concurrency, rpm, provider,
+    batch, ...) and `retry`, `cache_mode`, `adaptive` become its settings; the rest (engine, api,
+    request_rule, state, ...) are the caller's own. `base_url` "local:": no endpoint (a local model)."""
+    fields = {name: options.pop(name) for name in list(options) if name in EndpointSettings.model_fields}
+    if retry is not None:
+        fields |= {"max_retries": retry.max_retries, "retry_initial_wait": retry.initial_wait}
+        fields |= {"retry_max_wait": retry.max_wait}
+    if cache_mode is not None:
+        fields["cache"] = cache_mode
+    if adaptive is not None:
+        fields["adaptive_concurrency"] = adaptive
+    settings = EndpointSettings(base_url=None if base_url == "local:" else base_url, **fields)
+    return ChatCaller(settings, model=model, api_key=api_key, **options)
 
 
 def run_command(

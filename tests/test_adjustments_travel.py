@@ -10,26 +10,32 @@ import pickle
 from prefect.logging import disable_run_logger
 
 from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
-from judgebench_flows.calls.request_rules import learned_for, rule_for
+from judgebench_flows.calls.request_rules import rule_for
+from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.secrets import register_secret
 from judgebench_flows.data.loading import index_pairs
+from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.judging.shards import JudgeSpec, Shard, ShardRecords, close_runtimes, request_report_of
 from judgebench_flows.tasks.judge import ShardIncomplete, judge_shard
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import chat_caller
 from tests.conftest import GPT4O_FILE, SHARED, requires_shared
 
 MESSAGES = [{"role": "system", "content": "Judge."}, {"role": "user", "content": "Which is better?"}]
 SAMPLING = {"temperature": 0.0, "max_tokens": 4096}
 
 
-def calls(server: FakeOpenAIServer, model: str, style: str, count: int = 3) -> ChatCaller:
-    caller = ChatCaller(
+def calls(
+    server: FakeOpenAIServer, model: str, style: str, count: int = 3, state: CallState | None = None
+) -> ChatCaller:
+    caller = chat_caller(
         base_url=server.base_url,
         model=model,
         api_key="sk-test",
         retry=RetryPolicy(max_retries=1, initial_wait=0.01, max_wait=0.02),
         request_rule=rule_for(model, style),
+        state=state or CallState(),
     )
 
     async def go() -> None:
@@ -52,18 +58,19 @@ def test_adjustments_learned_elsewhere_replay_in_order_and_spare_the_400s() -> N
         first_url = first.base_url
     with FakeOpenAIServer("[[A>B]]", openai_rules=True) as second:
         base = rule_for("o1-mini", "standard")
-        learned = learned_for(second.base_url, "o1-mini", base)
+        elsewhere = CallState()  # another process's run
+        learned = elsewhere.learned_for(second.base_url, "o1-mini", base)
         assert learned.merge(taught.adjustments) == taught.adjustments
-        assert learned.rule == learned_for(first_url, "o1-mini", base).rule
+        assert learned.rule == taught.state.learned_for(first_url, "o1-mini", base).rule
         assert learned.merge(taught.adjustments) == [], "each change once, however often it comes back"
-        calls(second, "o1-mini", "standard")
+        calls(second, "o1-mini", "standard", state=elsewhere)
         assert second.status_counts == {200: 3}
     assert learned.adjustments == taught.adjustments
 
 
 def test_merge_ignores_unknown_actions_and_keeps_secrets_out() -> None:
     register_secret("sk-merge-secret-123456")
-    learned = learned_for("http://127.0.0.1:9/v1", "acme-merge", rule_for("acme-merge"))
+    learned = CallState().learned_for("http://127.0.0.1:9/v1", "acme-merge", rule_for("acme-merge"))
     added = learned.merge(
         [
             {"param": "top_p", "action": "rewritten by a future version", "endpoint_said": "?"},
@@ -99,11 +106,12 @@ def test_a_shard_given_known_adjustments_sends_no_rejected_request_and_returns_t
         )
 
         async def go() -> list:
-            try:
-                with disable_run_logger():  # the task's function, outside any task run
-                    return await judge_shard.fn(shard, spec, known)
-            finally:
-                await close_runtimes()
+            with running() as worker_run:  # a new run for each: what one learned, the other is not told
+                try:
+                    with disable_run_logger():  # the task's function, outside any task run
+                        return await judge_shard.fn(shard, spec, known)
+                finally:
+                    await close_runtimes(worker_run)
 
         try:
             return asyncio.run(go())
@@ -131,6 +139,7 @@ def test_the_report_shows_what_was_merged() -> None:
     from judgebench_flows.judging.shards import merge_adjustments
 
     change = {"param": "temperature", "action": "dropped", "endpoint_said": "unsupported"}
-    assert merge_adjustments(spec, [change]) == [change]
-    report = request_report_of(spec)
+    run = RunContext()
+    assert merge_adjustments(spec, run, [change]) == [change]
+    report = request_report_of(spec, run)
     assert report["rule"] == "standard" and report["adjustments"] == [change]

@@ -17,7 +17,7 @@ from judgebench_flows.calls.providers import provider_rule
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.testing.fake_anthropic import FakeAnthropicServer
-from tests._helpers import run_command
+from tests._helpers import chat_caller, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY, CLAUDE_FILE, SHARED, load_jsonl
 
@@ -27,7 +27,7 @@ USER = {"role": "user", "content": "Which answer is better?"}
 
 
 def caller_for(server: FakeAnthropicServer, model: str = HAIKU, **fields) -> ChatCaller:
-    return ChatCaller(
+    return chat_caller(
         base_url=server.base_url,
         model=model,
         api_key=CANARY_KEY,
@@ -91,7 +91,7 @@ def test_a_bad_key_stops_the_run_and_never_shows_the_key() -> None:
     with FakeAnthropicServer("[[A>B]]", api_key="the-right-key") as server:
         settings = EndpointSettings(provider="anthropic", base_url=server.base_url)
         rule = provider_rule("anthropic", HAIKU, "auto", ())
-        caller = ChatCaller.from_settings(settings, model=HAIKU, api_key=CANARY_KEY, request_rule=rule)
+        caller = ChatCaller(settings, model=HAIKU, api_key=CANARY_KEY, request_rule=rule)
         with pytest.raises(FatalEndpointError) as caught:
             complete(caller, [USER], {"max_tokens": 16})
     message = str(caught.value)

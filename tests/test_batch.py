@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_batches import FakeAnthropicBatchServer, FakeBatchServer
-from tests._helpers import run_command
+from tests._helpers import chat_caller, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY, CLAUDE_FILE, SHARED, load_jsonl
 
@@ -36,8 +37,10 @@ def requests(n: int) -> list[list[dict[str, str]]]:
     return [[{"role": "system", "content": "Judge."}, {"role": "user", "content": f"pair {i}"}] for i in range(n)]
 
 
-def batch_caller(server: FakeBatchServer, engine=None, model: str = O1_MINI, rule_of: str | None = None) -> ChatCaller:
-    return ChatCaller(
+def batch_caller(
+    server: FakeBatchServer, engine=None, model: str = O1_MINI, rule_of: str | None = None, **options: Any
+) -> ChatCaller:
+    return chat_caller(
         base_url=server.base_url,
         model=model,
         api_key=CANARY_KEY,
@@ -46,6 +49,7 @@ def batch_caller(server: FakeBatchServer, engine=None, model: str = O1_MINI, rul
         engine=engine,
         request_rule=provider_rule("openai", rule_of or model, "auto", ()),
         retry=RetryPolicy(max_retries=6, initial_wait=0.05, max_wait=0.2),  # the budget as run's, waits short
+        **options,
     )
 
 
@@ -202,7 +206,7 @@ def test_a_run_killed_after_submitting_resumes_without_submitting_a_line_twice(
 
 
 def anthropic_batch_caller(server: FakeAnthropicBatchServer) -> ChatCaller:
-    return ChatCaller(
+    return chat_caller(
         base_url=server.base_url,
         model=HAIKU,
         api_key=CANARY_KEY,

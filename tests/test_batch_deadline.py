@@ -37,9 +37,7 @@ def test_a_batch_that_never_finishes_is_cancelled_at_the_deadline_and_judged_syn
 def test_the_deadline_reaches_the_batch_wire_from_the_settings() -> None:
     with FakeBatchServer("[[A>B]]", hold=True) as server:
         config = RunConfig(model="o1-mini", base_url=server.base_url, batch=True, batch_deadline=_in(1.0))
-        caller = batch_caller(server)
-        caller.batch_deadline = config.endpoint.batch_deadline
-        caller.__post_init__()
+        caller = batch_caller(server, batch_deadline=config.endpoint.batch_deadline)
         answers = judge_all(caller, 3)
         assert all(a.synchronous for a in answers) and server.cancelled_batches == 1
 

@@ -17,7 +17,6 @@ import pytest
 
 from judgebench_flows.calls import llm
 from judgebench_flows.calls.cache import request_key
-from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.providers import model_api, unserved
 from judgebench_flows.calls.retry import RetryPolicy, fatal_error, retryable
@@ -26,6 +25,7 @@ from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.net import connect_error
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import chat_caller
 
 
 def test_request_key_is_pinned() -> None:
@@ -46,7 +46,7 @@ def test_sent_body_and_key_are_the_request_as_shaped() -> None:
         base_url = server.base_url
 
         async def go() -> Any:
-            caller = ChatCaller(
+            caller = chat_caller(
                 base_url=server.base_url, model="judge-model", api_key="sk-test", retry=RetryPolicy(max_retries=0)
             )
             try:

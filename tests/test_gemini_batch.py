@@ -23,7 +23,7 @@ from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_google import FakeGeminiBatchServer
-from tests._helpers import run_command
+from tests._helpers import chat_caller, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY
 
@@ -36,7 +36,7 @@ def requests(n: int) -> list[list[dict[str, str]]]:
 
 
 def batch_caller(server: FakeGeminiBatchServer, engine=None, model: str = FLASH) -> ChatCaller:
-    return ChatCaller(
+    return chat_caller(
         base_url=server.base_url,
         model=model,
         api_key=CANARY_KEY,

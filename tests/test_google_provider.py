@@ -16,6 +16,7 @@ import pytest
 from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.google_api import VertexToken, token_budget
 from judgebench_flows.calls.providers import provider_rule
+from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import FatalEndpointError
@@ -38,10 +39,12 @@ def recording(answer: str, bodies: list[dict]):
     return respond
 
 
-def caller_for(server: FakeGoogleServer, provider: str, model: str = FLASH, **settings) -> ChatCaller:
+def caller_for(
+    server: FakeGoogleServer, provider: str, model: str = FLASH, state: CallState | None = None, **settings
+) -> ChatCaller:
     endpoint = EndpointSettings(provider=provider, base_url=server.base_url, retry_initial_wait=0.01, **settings)  # type: ignore[arg-type]
     rule = provider_rule(provider, model, "auto", ())
-    return ChatCaller.from_settings(endpoint, model=model, api_key=CANARY_KEY, request_rule=rule)
+    return ChatCaller(endpoint, model=model, api_key=CANARY_KEY, request_rule=rule, state=state or CallState())
 
 
 def complete(caller: ChatCaller, messages: list[dict], sampling: dict, times: int = 1):
@@ -144,10 +147,11 @@ def test_vertex_sends_google_model_names_with_one_shared_token_from_the_service_
 def test_vertex_takes_a_fresh_token_once_when_a_call_is_answered_401(credentials) -> None:
     """A token revoked (or expired early) is refreshed once and the call goes through; 401 again is a
     credentials problem: the run stops naming the Application Default Credentials."""
+    run = CallState()  # one run's callers: one token
     with FakeGoogleServer("[[A>B]]", mode="vertex", tokens=credentials) as server:
-        complete(caller_for(server, "vertex"), [USER], ARENA_HARD)
+        complete(caller_for(server, "vertex", state=run), [USER], ARENA_HARD)
         credentials.expire_all()
-        caller = caller_for(server, "vertex")
+        caller = caller_for(server, "vertex", state=run)
         assert complete(caller, [USER], ARENA_HARD, times=4)[0].text == "[[A>B]]"
         assert server.unauthenticated >= 1 and caller.stats.failed == 0 and caller.stats.retries == 0
         assert credentials.issued == 2

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.calls.llm import RetryPolicy
 from judgebench_flows.core.records import Pair
 from judgebench_flows.judges import BUILTIN_JUDGES, CustomJudge, RewardJudge, get_judge
 from judgebench_flows.judges.procedure import Judge, ModelCall, Outcome
@@ -19,6 +19,7 @@ from judgebench_flows.judges.tokenized import build_tokenized_judge
 from judgebench_flows.judging import shards
 from judgebench_flows.judging.shards import Runtime, first_turns, judge_pairs, with_prompts
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import chat_caller
 from tests.conftest import SHARED, requires_shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +166,7 @@ def test_judge_pairs_runs_a_judge_known_only_by_the_protocol() -> None:
     with FakeOpenAIServer(respond) as server:
 
         async def go():
-            caller = ChatCaller(
+            caller = chat_caller(
                 base_url=server.base_url, model="m", api_key="sk-test", retry=RetryPolicy(max_retries=0)
             )
             try:

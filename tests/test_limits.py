@@ -24,10 +24,11 @@ from judgebench_flows.calls.global_limits import (
 from judgebench_flows.calls.llm import AdaptiveLimit, ChatCaller, RetryPolicy
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import chat_caller
 
 
 def caller(server: FakeOpenAIServer, **options: Any) -> ChatCaller:
-    return ChatCaller(
+    return chat_caller(
         base_url=server.base_url,
         model="judge-model",
         api_key="sk-test",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.calls.llm import RetryPolicy
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.records import Pair
 from judgebench_flows.data import db
@@ -25,6 +25,7 @@ from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import CallFailed
 from judgebench_flows.judging.shards import Runtime, judge_pair
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import chat_caller
 
 SERVER_KEY = "sk-server-side-key-0123456789"
 CALLER_KEY = "sk-caller-side-key-9876543210"
@@ -47,7 +48,7 @@ def call(server: FakeOpenAIServer, messages: list[dict[str, str]] = MESSAGES, **
 
     async def go():
         options = {"api_key": "sk-test", "retry": fast_retries(), **caller_options}
-        caller = ChatCaller(base_url=server.base_url, model="judge-model", **options)
+        caller = chat_caller(base_url=server.base_url, model="judge-model", **options)
         started = time.perf_counter()
         try:
             result: Any = await caller.complete(messages, SAMPLING)
@@ -161,7 +162,7 @@ def test_concurrency_limit_bounds_requests_in_flight(server: FakeOpenAIServer) -
     server.set_responder(slow)
 
     async def go() -> float:
-        caller = ChatCaller(
+        caller = chat_caller(
             base_url=server.base_url, model="judge-model", api_key="sk-test", concurrency=4, retry=fast_retries()
         )
         started = time.perf_counter()
@@ -188,7 +189,7 @@ def cached_call(server: FakeOpenAIServer, db_url: str, mode: str, store: bool = 
     """One call through a caller with the given cache mode; `store` remembers its answer like a judgment."""
 
     async def go():
-        caller = ChatCaller(
+        caller = chat_caller(
             base_url=server.base_url,
             model="judge-model",
             api_key="sk-test",
@@ -242,7 +243,7 @@ PAIR = Pair(pair_id="p1", source="mmlu-pro-math", question="What is 2+2?", respo
 
 def judge_once(server: FakeOpenAIServer, db_url: str, orders: tuple[int, ...] = (0, 1)):
     async def go():
-        caller = ChatCaller(
+        caller = chat_caller(
             base_url=server.base_url,
             model="judge-model",
             api_key="sk-test",

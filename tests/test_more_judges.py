@@ -16,6 +16,7 @@ from judgebench_flows.judges import BUILTIN_JUDGES, JUDGE_TYPES, TOKENIZED_JUDGE
 from judgebench_flows.judges.parsing import judge_lm_scores, parse_compass_judger, parse_judge_lm, parse_panda_lm
 from judgebench_flows.judges.prompts import TemplateSet
 from judgebench_flows.judges.tokenized import build_tokenized_judge, load_tokenizer
+from tests._helpers import chat_caller
 from tests.conftest import SHARED, requires_shared
 
 TEMPLATES = SHARED / "utils" / "templates"
@@ -268,7 +269,6 @@ def test_an_unloadable_tokenizer_is_one_line(tmp_path: Path) -> None:
 @requires_shared
 def test_completions_judges_go_through_the_completions_api(fake_server) -> None:
     """judge_lm over HTTP: POST /v1/completions with the raw prompt and JudgeLM's sampling; verdict parsed."""
-    from judgebench_flows.calls.llm import ChatCaller
     from judgebench_flows.judges.procedure import judge_one_order
 
     seen: list[dict] = []
@@ -281,7 +281,7 @@ def test_completions_judges_go_through_the_completions_api(fake_server) -> None:
     judge = build_tokenized_judge("judge_lm", TemplateSet(TEMPLATES), None, tokenizer=CharTokenizer())
 
     async def run():
-        caller = ChatCaller(base_url=fake_server.base_url, model="judgelm-7b", api_key="k", api="completions")
+        caller = chat_caller(base_url=fake_server.base_url, model="judgelm-7b", api_key="k", api="completions")
         try:
             return await judge_one_order(judge, "q", "a", "b", caller.complete), caller.key(
                 judge.format("q", "a", "b"), judge.sampling

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from judgebench_flows.calls.caller import ChatCaller
-from judgebench_flows.calls.limits import endpoint_usage
+from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.deployments.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_batches import FakeBatchServer
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import chat_caller
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 from tests.test_nightly_outcomes import _night, _release_prefect_workers, _summary  # noqa: F401
 
@@ -91,8 +91,9 @@ def test_finish_by_is_the_next_such_moment_in_its_time_zone() -> None:
 
 def test_callers_of_one_endpoint_in_one_loop_hold_one_limit_together() -> None:
     async def go(a_url: str, b_url: str) -> dict:
+        night = CallState()  # one night's: its cells' callers share it
         callers = [
-            ChatCaller(base_url=url, model=model, api_key=CANARY_KEY, concurrency=3)
+            chat_caller(base_url=url, model=model, api_key=CANARY_KEY, concurrency=3, state=night)
             for url, model in ((a_url, "judge-1"), (a_url, "judge-2"), (b_url, "judge-3"))
         ]
         messages = [[{"role": "user", "content": f"question {i}"}] for i in range(12)]
@@ -101,7 +102,7 @@ def test_callers_of_one_endpoint_in_one_loop_hold_one_limit_together() -> None:
         finally:
             for caller in callers:
                 await caller.aclose()
-        return endpoint_usage()
+        return night.endpoint_usage()
 
     with FakeOpenAIServer("ok", latency=0.1) as a, FakeOpenAIServer("ok", latency=0.1) as b:
         usage = asyncio.run(go(a.base_url, b.base_url))

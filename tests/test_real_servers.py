@@ -22,6 +22,7 @@ from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.other_apis import honours_raw
 from judgebench_flows.calls.request_rules import STANDARD, rejected_parameter
 from judgebench_flows.calls.retry import RetryPolicy, deterministic_reason
+from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import FatalEndpointError, RunFailed
 from judgebench_flows.judges.reward import RewardJudge
@@ -34,7 +35,7 @@ from judgebench_flows.testing.fake_openai import (
     batch_wobble,
     sigmoid,
 )
-from tests._helpers import run_command
+from tests._helpers import chat_caller, run_command
 
 MESSAGES = [{"role": "user", "content": "Which answer is right, A or B? Say [[A>B]] or [[B>A]]."}]
 SAMPLING = {"temperature": 0.0, "max_tokens": 64}
@@ -43,7 +44,7 @@ SAMPLING = {"temperature": 0.0, "max_tokens": 64}
 def caller_for(server: FakeOpenAIServer, model: str = "judge", **options: Any) -> ChatCaller:
     options.setdefault("retry", RetryPolicy(max_retries=2, initial_wait=0.01, max_wait=0.02))
     options.setdefault("request_rule", STANDARD)
-    return ChatCaller(base_url=server.base_url, model=model, api_key="sk-test", **options)
+    return chat_caller(base_url=server.base_url, model=model, api_key="sk-test", **options)
 
 
 def calls(caller: ChatCaller, requests: list[tuple[list[dict[str, str]], dict[str, Any]]]) -> list[Any]:
@@ -121,15 +122,16 @@ def test_litellms_context_window_400_after_a_dropped_parameter_reaches_the_serve
     assert all(str(r) == f"{first} (sent 2 times: not sent again)" for r in again)
 
 
-def test_a_rejected_request_is_not_sent_again_by_a_later_run_in_the_same_loop() -> None:
-    """A nightly configuration run once more (its second attempt, in the same flow) is a new caller: it
-    does not send what the endpoint rejected for what it is; a 5xx gets a fresh budget."""
+def test_a_rejected_request_is_not_sent_again_by_a_later_run_in_the_same_night() -> None:
+    """A nightly configuration run once more (its second attempt, in the same night's run context) is a
+    new caller: it does not send what the endpoint rejected for what it is; a 5xx gets a fresh budget."""
     with FakeOpenAIServer("[[A>B]]", max_context_chars=100, error_style="vllm") as server:
 
         async def two_runs() -> list[Any]:
             outcomes: list[Any] = []
+            night = CallState()
             for _ in range(2):
-                caller = caller_for(server)
+                caller = caller_for(server, state=night)
                 try:
                     await caller.complete(list(LONG), dict(SAMPLING))
                 except CallFailed as exc:
@@ -140,7 +142,7 @@ def test_a_rejected_request_is_not_sent_again_by_a_later_run_in_the_same_loop() 
 
         first, second = asyncio.run(two_runs())
         assert server.requests == 1 and str(second) == f"{first} (sent once: not sent again)"
-        asyncio.run(two_runs())  # a new `judgebench run` (a new process, here a new loop) tries again
+        asyncio.run(two_runs())  # a new `judgebench run` (a new run context) tries again
         assert server.requests == 2
 
 

@@ -18,6 +18,7 @@ from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import CallFailed, judge_one_order
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer, openai_rejection
+from tests._helpers import chat_caller
 
 SYSTEM = "  Please act as an impartial judge.\n"
 USER = "<|User Prompt|>\nWhat is 2+2?\n<|The Start of Assistant A's Answer|>4"
@@ -28,7 +29,7 @@ ARENA_SAMPLING = {"temperature": 0.0, "max_tokens": 4096}
 def caller_for(server: FakeOpenAIServer, model: str, **options: Any) -> ChatCaller:
     options.setdefault("retry", RetryPolicy(max_retries=2, initial_wait=0.01, max_wait=0.02))
     options.setdefault("request_rule", rule_for(model))
-    return ChatCaller(base_url=server.base_url, model=model, api_key="sk-test", **options)
+    return chat_caller(base_url=server.base_url, model=model, api_key="sk-test", **options)
 
 
 def recording(answer: Any = "My final verdict is [[A>B]]") -> tuple[list[dict], Any]:

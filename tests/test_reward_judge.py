@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.calls.llm import ChatCaller
 from judgebench_flows.calls.other_apis import pooled_completion, pooled_score, server_root
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests._helpers import run_command
+from tests._helpers import chat_caller, run_command
 from tests.conftest import GPT4O_FILE, load_jsonl
 
 
@@ -59,7 +58,7 @@ def scores_by_text(table: dict[str, float]):
 
 def run_pair(server: FakeOpenAIServer, question: str, a: str, b: str, orders=(0, 1), caller_kwargs=None):
     async def go():
-        caller = ChatCaller(
+        caller = chat_caller(
             base_url=server.base_url,
             model="Skywork/Skywork-Reward-Llama-3.1-8B",
             api_key="k",
@@ -237,7 +236,7 @@ def test_scores_cached_as_text_are_read_back_as_scores(fake_server: FakeOpenAISe
     fake_server.set_responder(scores_by_text({"new": 3.5}))
 
     async def score_new() -> list[str]:
-        caller = ChatCaller(base_url=fake_server.base_url, model=model, api_key="k", api="pooling", engine=engine)
+        caller = chat_caller(base_url=fake_server.base_url, model=model, api_key="k", api="pooling", engine=engine)
         try:
             answer = await caller.complete(
                 [{"role": "user", "content": "q"}, {"role": "assistant", "content": "new"}], judge.sampling

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._helpers import chat_caller
+
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "tokenizers")),
     reason='torch/transformers not installed (pip install -e ".[reward]")',
@@ -104,7 +106,6 @@ def test_a_model_that_cannot_load_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.slow  # imports torch and builds a model
 def test_whole_path_through_the_caller_with_the_call_cache(tiny_reward_model: Path, tmp_path: Path) -> None:
     """The local backend is an API of the same caller: scores cached by request, reused on a re-run."""
-    from judgebench_flows.calls.llm import ChatCaller
     from judgebench_flows.data import db
     from judgebench_flows.judges.reward import RewardJudge, judge_by_scores
 
@@ -114,7 +115,7 @@ def test_whole_path_through_the_caller_with_the_call_cache(tiny_reward_model: Pa
     question, a, b = "What is 6 times 7?", "The answer is 42.", "It is 41."
 
     async def run():
-        caller = ChatCaller(
+        caller = chat_caller(
             base_url="local:", model=str(tiny_reward_model), api_key="EMPTY", engine=engine, api=judge.api
         )
         try:

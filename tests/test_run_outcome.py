@@ -7,19 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.calls.llm import RetryPolicy
 from judgebench_flows.cli import main as cli
 from judgebench_flows.cli.console import JudgmentCounter
 from judgebench_flows.core.records import Pair
 from judgebench_flows.judges import get_judge
-from judgebench_flows.judging.shards import (
-    Runtime,
-    add_progress_hook,
-    clear_progress_hooks,
-    judge_pairs,
-    settle_progress,
-)
+from judgebench_flows.judging.run_context import RunContext, Runtime
+from judgebench_flows.judging.shards import judge_pairs
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import chat_caller
 
 PAIRS = [
     Pair(
@@ -51,36 +47,35 @@ def test_counter_counts_each_judgment_once_across_retries_and_cached_shards() ->
 def test_judging_ticks_per_shard_and_a_failed_shard_retried_stays_within_its_plan() -> None:
     shown: list[int] = []
     counter = JudgmentCounter(shown.append)
-    add_progress_hook(counter.advance, counter.settle)
-    try:
-        with FakeOpenAIServer("I cannot decide", fail_first=1, fail_kind="500") as server:
+    run = RunContext()
+    run.add_progress_hook(counter.advance, counter.settle)
+    with FakeOpenAIServer("I cannot decide", fail_first=1, fail_kind="500") as server:
 
-            async def go():
-                caller = ChatCaller(
-                    base_url=server.base_url,
-                    model="m",
-                    api_key="sk-test",
-                    retry=RetryPolicy(max_retries=0, initial_wait=0.01, max_wait=0.01),
-                )
-                runtime = Runtime(get_judge("vanilla"), caller)
-                try:
-                    first = await judge_pairs(PAIRS, runtime, (0, 1), shard_index=3)  # every call fails (500)
-                    again = await judge_pairs(PAIRS, runtime, (0, 1), shard_index=3)  # the shard's retry
-                    return first, again
-                finally:
-                    await caller.aclose()
+        async def go():
+            caller = chat_caller(
+                base_url=server.base_url,
+                model="m",
+                api_key="sk-test",
+                retry=RetryPolicy(max_retries=0, initial_wait=0.01, max_wait=0.01),
+            )
+            runtime = Runtime(get_judge("vanilla"), caller)
+            try:
+                hooks = run.progress_hooks
+                first = await judge_pairs(PAIRS, runtime, (0, 1), 3, hooks)  # every call fails (500)
+                again = await judge_pairs(PAIRS, runtime, (0, 1), 3, hooks)  # the shard's retry
+                return first, again
+            finally:
+                await caller.aclose()
 
-            first, again = asyncio.run(go())
-            sent = server.requests
-        # The retry finds each call's budget spent (--max-retries 0: one attempt): failed again, nothing sent.
-        assert {r.status for r in first} == {"failed"} and {r.status for r in again} == {"failed"}
-        assert sent == len(first)
-        assert counter.done == 10, "a retried shard's judgments are not counted twice"
-        settle_progress(3, len(again))
-        settle_progress(4, 10)  # a cached shard
-        assert counter.done == 20
-    finally:
-        clear_progress_hooks()
+        first, again = asyncio.run(go())
+        sent = server.requests
+    # The retry finds each call's budget spent (--max-retries 0: one attempt): failed again, nothing sent.
+    assert {r.status for r in first} == {"failed"} and {r.status for r in again} == {"failed"}
+    assert sent == len(first)
+    assert counter.done == 10, "a retried shard's judgments are not counted twice"
+    run.settle_progress(3, len(again))
+    run.settle_progress(4, 10)  # a cached shard
+    assert counter.done == 20
 
 
 def test_unexpected_error_exits_3_with_one_line_and_the_traceback_in_a_log(monkeypatch, tmp_path: Path, capsys) -> None:

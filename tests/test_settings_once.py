@@ -67,19 +67,17 @@ def test_caller_is_built_from_the_settings_whole() -> None:
     )
 
     async def build() -> ChatCaller:
-        caller = ChatCaller.from_settings(settings, model="m", api_key="k")
+        caller = ChatCaller(settings, model="m", api_key="k")
         await caller.aclose()
         return caller
 
     caller = asyncio.run(build())
-    assert (
-        caller.base_url,
-        caller.concurrency,
-        caller.request_timeout,
-        caller.rpm,
-        caller.cache_mode,
-        caller.adaptive,
-    ) == ("http://127.0.0.1:9/v1", 5, 7, 30, "off", True)
+    assert caller.settings is settings and caller.base_url == "http://127.0.0.1:9/v1"
+    # Each policy configured from them: limits (adaptive from 5, paced at 30 rpm), cache mode, retries.
+    limits = caller.limits
+    assert limits.adaptive is not None and limits.adaptive.maximum == 5
+    assert limits.pacer is not None and limits.pacer.interval == 60 / 30
+    assert caller.cache.mode == "off" and not caller.cache.reads
     assert (caller.retry.max_retries, caller.retry.initial_wait, caller.retry.max_wait) == (2, 0.5, 3)
 
 

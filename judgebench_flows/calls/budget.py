@@ -4,13 +4,14 @@ A call can be asked again after it failed: the shard task's retries and a re-run
 same pairs again. Each used to get a full budget of its own, so 3 shard attempts x 3 call attempts sent
 one failing request 9 times. The ledger counts the failed attempts of each request (by its call-cache key) for
 the run's caller (one per run and event loop, kept across the shard task's retries: `judging.shards.
-runtime_for`), and remembers why its last attempt failed: a request with nothing left fails at once with that reason, sending nothing. Only failures count,
-so identical requests in flight together (two pairs with the same prompt) each get their own attempts. A deterministic rejection
-(a 4xx that is not a rate limit) spends the whole budget at once: sending it again cannot help.
+runtime_for`), and remembers why its last attempt failed: a request with nothing left fails at once with
+that reason, sending nothing. Only failures count, so identical requests in flight together (two pairs
+with the same prompt) each get their own attempts. A deterministic rejection (a 4xx that is not a rate
+limit) spends the whole budget at once: sending it again cannot help.
 
 A request the endpoint rejected for what it is (a deterministic 4xx: context too long, invalid request) is
-also remembered for the event loop's later runs against the same endpoint and model (`rejections_here`): a
-nightly configuration run once more in the same flow (flows/nightly.py) does not send it again either.
+also remembered by the run's `state.CallState` for the same endpoint and model (`rejections_for`): a
+nightly configuration run once more in the same night (flows/nightly.py) does not send it again either.
 
 A new `judgebench run` starts afresh: running the same command again is how a user says "try again" (after
 fixing the server, say), and what that run pays for is bounded the same way.
@@ -18,9 +19,7 @@ fixing the server, say), and what that run pays for is bounded the same way.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import weakref
 from dataclasses import dataclass, field
 
 # A request's last failure: (the failure without the server's words, as `retry.failure_kind` gives it;
@@ -34,7 +33,7 @@ class AttemptLedger:
 
     spent: dict[str, int] = field(default_factory=dict)
     last_failure: dict[str, Failure] = field(default_factory=dict)
-    # Requests rejected for what they are: shared by the loop's ledgers for one endpoint and model.
+    # Requests rejected for what they are: shared by the run's ledgers for one endpoint and model.
     rejected: dict[str, Failure] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -66,22 +65,6 @@ class AttemptLedger:
         """(kind, reason, requests sent) of the request's last failure."""
         with self._lock:
             return self.last_failure.get(key) or self.rejected.get(key) or ("failed", "failed", 0)
-
-
-_rejections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], dict[str, Failure]]]
-_rejections = weakref.WeakKeyDictionary()
-_rejections_lock = threading.Lock()
-
-
-def rejections_here(base_url: str, model: str) -> dict[str, Failure]:
-    """The requests this event loop's runs saw rejected for what they are, for one endpoint and model (a
-    fresh dict outside a running loop). Per loop, not per process: each `asyncio.run` starts clean."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return {}
-    with _rejections_lock:
-        return _rejections.setdefault(loop, {}).setdefault((base_url.rstrip("/"), model), {})
 
 
 def not_sent_again(failure: Failure) -> str:

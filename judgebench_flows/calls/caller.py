@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NoReturn
 
 from sqlalchemy.engine import Engine
 
-from judgebench_flows.calls.budget import AttemptLedger, not_sent_again, rejections_here
+from judgebench_flows.calls.budget import AttemptLedger, not_sent_again
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.errors import CallError
-from judgebench_flows.calls.limits import CallLimits, endpoint_label, shared_limits
+from judgebench_flows.calls.limits import CallLimits, endpoint_label
 from judgebench_flows.calls.other_apis import RawScoreCheck
 from judgebench_flows.calls.providers import model_api
-from judgebench_flows.calls.request_rules import STANDARD, RequestRule, learned_for, shape
+from judgebench_flows.calls.request_rules import STANDARD, Adjustment, RequestRule, shape
 from judgebench_flows.calls.retry import (
     RetryPolicy,
     describe,
@@ -29,10 +30,11 @@ from judgebench_flows.calls.retry import (
     retryable,
     server_message,
 )
+from judgebench_flows.calls.state import CallState
 from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.api_keys import describe as describe_key_source
 from judgebench_flows.core.completion import CallFailed, Completion
-from judgebench_flows.core.endpoint import CacheMode, EndpointSettings
+from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.core.identity import call_endpoint
 from judgebench_flows.core.pricing import Spend
@@ -71,105 +73,77 @@ class CallStats:
 
 @dataclass
 class ChatCaller:
-    """The one object through which a run talks to its endpoint (create inside the running event loop)."""
+    """The one object through which a run talks to its endpoint (create inside the running event loop).
 
-    base_url: str
+    Configured from the run's endpoint settings, whole (`settings`: limits, retries, cache mode, provider,
+    batching), plus what the run adds: the model, its key, the cache's engine, the global rate limit's
+    name, the model's request rule, the spend, and the run's `CallState` (what its callers share)."""
+
+    settings: EndpointSettings
     model: str
     api_key: str
-    concurrency: int = 16
-    request_timeout: float = 120.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    rpm: float | None = None
     engine: Engine | None = None
-    cache_mode: CacheMode = "use"
     global_rate_limit: str | None = None
-    adaptive: bool = False
-    stats: CallStats = field(default_factory=CallStats)
     # What requests this model accepts (request_rules); 400s naming a parameter refine it for the run.
     request_rule: RequestRule = STANDARD
-    early_stop_calls: int = EARLY_STOP_CALLS
     # The endpoint API the judge needs ("chat", or "completions", "pooling", "transformers"): with the
     # provider, it picks the wire once (`providers.model_api`).
     api: str = "chat"
     # The run's spend against its --max-cost (core.pricing); None for an unpriced model without a budget.
     spend: Spend | None = None
-    # The wire (`providers.model_api`): "openai" (OpenAI-compatible) or "anthropic" (Messages API).
-    provider: str = "openai"
-    # --batch: every call through the provider's batch API (`batch`), its status read this often.
-    batch: bool = False
-    batch_poll_seconds: float = 60.0
-    # With `batch`: when open batches are cancelled and the rest is judged synchronously (ISO 8601).
-    batch_deadline: str | None = None
-    # Where the key came from (`api_keys.describe`), for the message when the endpoint rejects it.
-    key_source: str = "$OPENAI_API_KEY"
     # The run these calls are for, noted with each cached answer (its cost counts lost attempts' answers).
     paid_by: str | None = None
-
-    @classmethod
-    def from_settings(cls, settings: EndpointSettings, *, model: str, api_key: str, **parts: Any) -> ChatCaller:
-        """The caller a run's endpoint settings describe (the one place they become a caller's fields);
-        `parts` are what a run adds: the cache's engine, global limit names, the request rule."""
-        return cls(
-            base_url=settings.base_url or "local:",
-            model=model,
-            api_key=api_key,
-            concurrency=settings.concurrency,
-            request_timeout=settings.request_timeout,
-            rpm=settings.rpm,
-            cache_mode=settings.cache,
-            retry=RetryPolicy(settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait),
-            adaptive=settings.adaptive_concurrency,
-            provider=settings.provider,
-            batch=settings.batch,
-            batch_poll_seconds=settings.batch_poll_seconds,
-            batch_deadline=settings.batch_deadline,
-            key_source=describe_key_source(settings.api_key_env, settings.api_key_secret, settings.provider),
-            **parts,
-        )
+    # What the run's callers share: learned request rules, rejections, limits per endpoint, tokens.
+    state: CallState = field(default_factory=CallState)
+    early_stop_calls: int = EARLY_STOP_CALLS
+    stats: CallStats = field(default_factory=CallStats)
 
     def __post_init__(self) -> None:
-        sync_concurrency = self.concurrency  # a batch run's synchronous calls (past its deadline) at most
-        if self.batch:  # a batch holds every request of a round: no in-process limit, no pacing
-            self.concurrency, self.rpm, self.adaptive = BATCH_IN_FLIGHT, None, False
+        settings = self.settings
+        self.base_url = settings.base_url or "local:"
+        self.provider = settings.provider
+        self.retry = RetryPolicy(settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait)
+        # Where the key came from (`api_keys.describe`), for the message when the endpoint rejects it.
+        self.key_source = describe_key_source(settings.api_key_env, settings.api_key_secret, settings.provider)
+        batch = settings.batch  # every call through the provider's batch API (`batch`)
         self.transport = model_api(
             self.provider,
             self.base_url,
             self.model,
             self.api_key,
-            self.request_timeout,
-            1 if self.batch else self.concurrency,
-            self.batch_poll_seconds if self.batch else None,
+            settings.request_timeout,
+            1 if batch else settings.concurrency,
+            settings.batch_poll_seconds if batch else None,
             self.engine,
             api=self.api,
+            state=self.state,
         )
-        if self.batch:
-            from datetime import datetime
-
-            self.transport.sync_concurrency = sync_concurrency  # type: ignore[attr-defined]
-            if self.batch_deadline:
-                deadline = datetime.fromisoformat(self.batch_deadline).timestamp()
+        if batch:  # a batch holds every request of a round: no in-process limit, no pacing
+            self.transport.sync_concurrency = settings.concurrency  # type: ignore[attr-defined]
+            if settings.batch_deadline:  # when open batches are cancelled and the rest is judged synchronously
+                deadline = datetime.fromisoformat(settings.batch_deadline).timestamp()
                 self.transport.deadline = deadline  # type: ignore[attr-defined]
-        # One limit per endpoint for every caller of it in this event loop; a batch run's own (no limit).
-        share = shared_limits if not self.batch else lambda _endpoint, *limits: CallLimits(*limits)
-        self.limits = share(
-            endpoint_label(self.provider, self.base_url),
-            self.concurrency,
-            self.request_timeout,
-            self.rpm,
-            self.adaptive,
-            self.global_rate_limit,
-        )
-        self.cache = CallCache(self.engine, self.cache_mode, self.model, self.paid_by, self.transport.answers_scores)
-        self._learned = learned_for(self.base_url, self.model, self.request_rule)
-        # One retry budget per request for the run; deterministic rejections for the loop (`budget`).
-        self._ledger = AttemptLedger(rejected=rejections_here(self.base_url, self.model))
+            self.limits = CallLimits(BATCH_IN_FLIGHT, settings.request_timeout, None, False, self.global_rate_limit)
+        else:  # one limit per endpoint for every caller of it in the run and event loop
+            self.limits = self.state.shared_limits(
+                endpoint_label(self.provider, self.base_url),
+                settings.concurrency,
+                settings.request_timeout,
+                settings.rpm,
+                settings.adaptive_concurrency,
+                self.global_rate_limit,
+            )
+        self.cache = CallCache(self.engine, settings.cache, self.model, self.paid_by, self.transport.answers_scores)
+        self._learned = self.state.learned_for(self.base_url, self.model, self.request_rule)
+        # One retry budget per request for the run; deterministic rejections for the run's state (`budget`).
+        self._ledger = AttemptLedger(rejected=self.state.rejections_for(self.base_url, self.model))
         self._raw_scores = RawScoreCheck()  # a Pooling API's scores are raw, not activated (`other_apis`)
         # Early stop: outcomes of the run's first calls, while every one failed alike (None: not anymore).
         self._first_failures: tuple[str, int] | None = ("", 0)
         self._stopped: str | None = None
 
     @property
-    def adjustments(self) -> list[dict[str, str]]:
+    def adjustments(self) -> list[Adjustment]:
         return list(self._learned.adjustments)
 
     def key(self, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:

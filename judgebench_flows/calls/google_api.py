@@ -9,8 +9,8 @@ retries), with what Google adds:
 - vertex: Vertex AI's endpoint for a project and location (`google_adc.vertex_base_url`), models named
   `google/<model>` as JudgeBench's `GeminiAPI` sends them, and an OAuth access token from Application
   Default Credentials through google-auth (`VertexToken`). JudgeBench fetched one token per run, so its
-  runs past the token's hour failed; here one token per process and credentials is shared by every call,
-  shard and event loop, refreshed before it expires and once more when a call is answered 401.
+  runs past the token's hour failed; here one token per run and credentials (`state.CallState`) is shared
+  by every call, shard and event loop, refreshed before it expires and once more when a call is answered 401.
 - An answer without a message (Gemini under load; JudgeBench retries it) is retried like a 5xx.
 - Google's error bodies (`[{"error": {"code", "message", "status"}}]`) are read as OpenAI's, and a 400
   refusing a parameter by name carries `code`/`param`, so the run drops it (`request_rules.Learned`).
@@ -130,7 +130,7 @@ def google_error(exc: openai.APIStatusError, sent: JsonBody) -> CallError:
 
 
 class VertexToken:
-    """One OAuth access token from Application Default Credentials, for every call of this process.
+    """One OAuth access token from Application Default Credentials, for every call of a run.
 
     `bearer()` hands out the current token while more than `REFRESH_BEFORE_SECONDS` (or a quarter of
     its lifetime) is left; else one caller refreshes it (google-auth, in a thread: it blocks) while the
@@ -196,22 +196,6 @@ def token_error(exc: Exception) -> CallError:
     return CallError("status", 401, f"token refresh refused: {reason}")
 
 
-_tokens: dict[str, VertexToken] = {}
-_tokens_lock = threading.Lock()
-
-
-def vertex_token() -> VertexToken:
-    """The process's token for its Application Default Credentials (one per credentials file)."""
-    import os
-
-    key = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or ""
-    with _tokens_lock:
-        token = _tokens.get(key)
-        if token is None:
-            token = _tokens[key] = VertexToken()
-        return token
-
-
 class GoogleTransport(Transport):
     """The OpenAI wire for `--provider gemini` and `--provider vertex` (see the module docstring)."""
 
@@ -226,7 +210,7 @@ class GoogleTransport(Transport):
         token: VertexToken | None = None,
     ):
         self.provider = provider
-        self.token = (token or vertex_token()) if provider == "vertex" else None
+        self.token = (token or VertexToken()) if provider == "vertex" else None
         # Vertex: the key slot is never a secret (each request carries the current token instead).
         super().__init__(base_url, model, "adc" if self.token else api_key, request_timeout, concurrency)
         self.sent_model = vertex_model(model) if self.token else model
@@ -294,7 +278,16 @@ class GeminiTransport(GoogleTransport):
 
 
 class VertexTransport(GoogleTransport):
-    """`--provider vertex` (the factory's uniform constructor): the process's ADC token, never a key."""
+    """`--provider vertex` (the factory's uniform constructor, plus the run's token: `state.CallState.
+    vertex_token`): an ADC token, never a key."""
 
-    def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
-        super().__init__("vertex", base_url, model, api_key, request_timeout, concurrency)
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str,
+        request_timeout: float,
+        concurrency: int,
+        token: VertexToken | None = None,
+    ):
+        super().__init__("vertex", base_url, model, api_key, request_timeout, concurrency, token)

@@ -1,8 +1,8 @@
 """How many attempts may be in flight, and how fast they may start.
 
-One `asyncio.Semaphore` per endpoint and event loop (`shared_limits`: every caller of that endpoint
-with the same limits, e.g. the nightly matrix's cells on one endpoint, shares it) bounds attempts in
-flight across all shards and runs; an optional requests-per-minute pacer spaces their starts; with
+One `asyncio.Semaphore` per endpoint and event loop (`state.CallState.shared_limits`: every caller of
+that endpoint in the run with the same limits, e.g. the nightly matrix's cells on one endpoint, shares it)
+bounds attempts in flight across all shards and runs; an optional requests-per-minute pacer spaces their starts; with
 `--adaptive-concurrency` the in-process limit halves on a 429 and grows back slowly. Across processes
 (Dask workers, separate runs) the run holds slots of a Prefect global concurrency limit for each shard
 (`global_limits`), and the shard's semaphore is its share: attempts take no slot of their own.
@@ -12,16 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.global_limits import wait_for_rate
 
 T = TypeVar("T")
+# What limits are shared by: endpoint label, concurrency, request timeout, rpm, adaptive, global rate limit.
+LimitKey = tuple[str, int, float, float | None, bool, str | None]
+
+
+class UsageSeen(TypedDict):
+    """What one limit's endpoint did: attempts sent, busy seconds, the most attempts in flight at once."""
+
+    calls: int
+    busy_s: float
+    max_in_flight: int
+
+
+class EndpointUse(UsageSeen):
+    """One endpoint's usage over a run's limits, with its concurrency (the night's summary and event)."""
+
+    concurrency: int
 
 
 class RatePacer:
@@ -169,15 +184,9 @@ class EndpointUsage:
             if not self.in_flight:
                 self.busy_s += time.monotonic() - self._busy_since
 
-    def as_dict(self) -> dict[str, Any]:
+    def seen(self) -> UsageSeen:
         busy = self.busy_s + (time.monotonic() - self._busy_since if self.in_flight else 0.0)
         return {"calls": self.calls, "busy_s": round(busy, 3), "max_in_flight": self.max_in_flight}
-
-
-# Per event loop (a semaphore belongs to the loop that made it): endpoint label and limits -> CallLimits.
-_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], CallLimits]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def endpoint_label(provider: str, base_url: str) -> str:
@@ -188,39 +197,3 @@ def endpoint_label(provider: str, base_url: str) -> str:
         return f"{provider} {base_url}"
     host = (parts.hostname or "").lower() + (f":{parts.port}" if parts.port else "")
     return f"{provider} {parts.scheme.lower()}://{host}{parts.path}"
-
-
-def shared_limits(
-    endpoint: str,
-    concurrency: int,
-    request_timeout: float,
-    rpm: float | None = None,
-    adaptive: bool = False,
-    global_rate_limit: str | None = None,
-) -> CallLimits:
-    """The limits of `endpoint` in the running event loop, shared by every caller that asks with the
-    same values: runs side by side in one process (the nightly matrix's cells) hold one `concurrency`
-    and one `rpm` per endpoint together, not one each."""
-    key = (endpoint, concurrency, request_timeout, rpm, adaptive, global_rate_limit)
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # made outside a loop (a script's caller): its own limits
-        return CallLimits(concurrency, request_timeout, rpm, adaptive, global_rate_limit)
-    per_loop = _shared.setdefault(loop, {})
-    limits = per_loop.get(key)
-    if limits is None:
-        limits = CallLimits(concurrency, request_timeout, rpm, adaptive, global_rate_limit)
-        per_loop[key] = limits
-    return limits
-
-
-def endpoint_usage() -> dict[str, dict[str, Any]]:
-    """What each endpoint's limits saw in the running event loop (summed over limits of one endpoint)."""
-    usage: dict[str, dict[str, Any]] = {}
-    for key, limits in _shared.get(asyncio.get_running_loop(), {}).items():
-        seen = limits.usage.as_dict()
-        known = usage.setdefault(key[0], {"calls": 0, "busy_s": 0.0, "max_in_flight": 0, "concurrency": key[1]})
-        known["calls"] += seen["calls"]
-        known["busy_s"] = round(known["busy_s"] + seen["busy_s"], 3)
-        known["max_in_flight"] = max(known["max_in_flight"], seen["max_in_flight"])
-    return usage

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sqlalchemy.engine import Engine
 
@@ -31,6 +31,9 @@ from judgebench_flows.calls.batch import BatchStore, BatchTransport
 from judgebench_flows.calls.request_rules import RequestRule, rule_for
 from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.identity import call_endpoint
+
+if TYPE_CHECKING:
+    from judgebench_flows.calls.state import CallState
 
 Provider = Literal["openai", "anthropic", "gemini", "vertex"]
 GOOGLE = ("gemini", "vertex")
@@ -104,14 +107,17 @@ def model_api(
     batch_poll_seconds: float | None = None,
     engine: Engine | None = None,
     api: str = CHAT,
+    state: CallState | None = None,
 ) -> ModelAPI:
     """The wire for a run's provider and its judge's endpoint API; with `batch_poll_seconds`, its batch API
-    (`batch`), whose batches are stored in `engine` to be re-attached to."""
+    (`batch`), whose batches are stored in `engine` to be re-attached to. `state`: the run's, whose Vertex
+    token a vertex wire uses."""
     if why := unserved(provider, api, batch_poll_seconds is not None):
         raise ValueError(f"{why[0]}: no wire for the {api} API, {why[1]}")
     if api == "transformers":  # no endpoint: the model runs here, on the device the environment names
         return _load(WIRES[provider, api])(model, os.environ.get("JUDGEBENCH_REWARD_DEVICE") or None)
-    wire = _load(WIRES[provider, api])(base_url, model, api_key, request_timeout, concurrency)
+    shared = {"token": state.vertex_token()} if provider == "vertex" and state is not None else {}
+    wire = _load(WIRES[provider, api])(base_url, model, api_key, request_timeout, concurrency, **shared)
     if batch_poll_seconds is None:
         return wire
     batches = _load(BATCHES[provider]).for_wire(wire, api_key)

@@ -20,7 +20,7 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from judgebench_flows.core.secrets import redact
 from judgebench_flows.core.text import shorten
@@ -30,6 +30,31 @@ REQUEST_STYLES: tuple[str, ...] = ("auto", "standard", "o1", "reasoning")
 REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
 SYSTEM_BEGIN = "<|BEGIN_SYSTEM_MESSAGE|>\n"
 SYSTEM_END = "\n<|END_SYSTEM_MESSAGE|>\n\n"
+
+
+class Adjustment(TypedDict):
+    """One change a run made to a rule after a 400 (or a parameter an endpoint ignored): the parameter,
+    what was done (`FOLDED`, `RENAMED`, `DROPPED`, `IGNORED`) and the endpoint's words, secrets redacted."""
+
+    param: str
+    action: str
+    endpoint_said: str
+
+
+class RuleDescription(TypedDict):
+    """A rule as results.json's `run.requests` and the report show it."""
+
+    rule: str
+    fold_system: bool
+    keep_only: list[str] | None
+    drop: list[str]
+    rename: dict[str, str]
+
+
+class RequestReport(RuleDescription):
+    """results.json's `run.requests`: the rule applied and what the run adjusted on the way."""
+
+    adjustments: list[Adjustment]
 
 
 @dataclass(frozen=True)
@@ -51,7 +76,7 @@ class RequestRule:
     def is_identity(self) -> bool:
         return not self.fold_system and self.keep_only is None and not self.drop and not self.rename
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> RuleDescription:
         return {
             "rule": self.name,
             "fold_system": self.fold_system,
@@ -168,14 +193,14 @@ def rejected_parameter(message: str, sent_params: dict[str, Any]) -> str | None:
 class Learned:
     """What one run learned about one endpoint and model from its 400s, on top of the configured rule.
 
-    Shared by every call of the process to that endpoint and model, and changed only under a lock; a
-    change is recorded once, however many calls in flight were rejected for the same reason. What another
-    process learned (a Dask worker's, carried back with its shard's result) is taken in by `merge`.
+    Shared by every call of the run to that endpoint and model (`state.CallState`), and changed only
+    under a lock; a change is recorded once, however many calls in flight were rejected for the same
+    reason. What another process learned (a Dask worker's, carried back with its shard's result) is taken in by `merge`.
     """
 
     base: RequestRule
     rule: RequestRule = field(init=False)
-    adjustments: list[dict[str, str]] = field(default_factory=list)
+    adjustments: list[Adjustment] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -224,10 +249,10 @@ class Learned:
                 self._note(name, DROPPED, message)
             return True
 
-    def merge(self, adjustments: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    def merge(self, adjustments: Iterable[Adjustment]) -> list[Adjustment]:
         """Apply adjustments another process recorded (as `adjustments` lists them), each as `adjust` made
         it, and note those not known here yet (same param and action), in their order. Returns those."""
-        added: list[dict[str, str]] = []
+        added: list[Adjustment] = []
         with self._lock:
             for change in adjustments:
                 param, action = str(change.get("param") or ""), str(change.get("action") or "")
@@ -257,30 +282,14 @@ class Learned:
             self._note(param, IGNORED, observed)
             return True
 
+    def report(self) -> RequestReport:
+        """The rule applied and what the run adjusted (`RequestReport`)."""
+        return {**self.base.describe(), "adjustments": list(self.adjustments)}
+
     def _note(self, param: str, action: str, message: str) -> None:
         # Kept, printed, and carried between processes (a shard's result): never with a secret in it.
         # Whole (a cut message reads like another one), bounded only against a pathological body.
         self.adjustments.append({"param": param, "action": action, "endpoint_said": redact(shorten(message, 2000))})
-
-
-_learned: dict[tuple[str, str, RequestRule], Learned] = {}
-_learned_lock = threading.Lock()
-
-
-def learned_for(base_url: str, model: str, base: RequestRule) -> Learned:
-    """The process's `Learned` for an endpoint, model and configured rule (created on first use)."""
-    key = (base_url.rstrip("/"), model, base)
-    with _learned_lock:
-        learned = _learned.get(key)
-        if learned is None:
-            learned = _learned[key] = Learned(base)
-        return learned
-
-
-def request_report(base_url: str, model: str, base: RequestRule) -> dict[str, Any]:
-    """For results.json's `run` section and the report: the rule applied and what the run adjusted."""
-    learned = learned_for(base_url, model, base)
-    return {**base.describe(), "adjustments": list(learned.adjustments)}
 
 
 __all__ = [
@@ -288,10 +297,10 @@ __all__ = [
     "REASONING_EFFORTS",
     "REQUEST_STYLES",
     "RequestRule",
+    "Adjustment",
     "Learned",
+    "RequestReport",
     "fold_system",
-    "learned_for",
-    "request_report",
     "rule_for",
     "shape",
 ]

@@ -10,13 +10,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.views.summaries import err, print_results
 
 
-def run_with_progress(config: RunConfig, show_progress: bool = True) -> int:
-    """The JudgeBench flow under a progress bar, then its results as tables; 1 when it found a regression."""
+def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunContext | None = None) -> int:
+    """The JudgeBench flow under a progress bar, then its results as tables; 1 when it found a regression.
+    `run`: the run's context (a new one without it), which the flow uses and the bar's hooks are added to."""
     from judgebench_flows.flows.judgebench_flow import judgebench_flow
-    from judgebench_flows.judging.shards import add_progress_hook, add_total_hook, clear_progress_hooks
+
+    run = run or RunContext()
 
     err.print(
         f"[bold]judgebench[/] {config.judge_template or config.judge_type} / {config.model}; "
@@ -34,17 +37,16 @@ def run_with_progress(config: RunConfig, show_progress: bool = True) -> int:
     with progress:
         bar = progress.add_task("judging", total=None)
         counter = JudgmentCounter(lambda done: progress.update(bar, completed=done))
-        add_total_hook(lambda n: progress.update(bar, total=n))
-        add_progress_hook(counter.advance, counter.settle)
+        run.add_total_hook(lambda n: progress.update(bar, total=n))
+        run.add_progress_hook(counter.advance, counter.settle)
         try:
-            results = asyncio.run(judgebench_flow(config))
+            with running(run):
+                results = asyncio.run(judgebench_flow(config))
         except RunFailed as exc:  # published but not a measurement: show what there is, then exit 4
             if exc.results:
                 progress.stop()
                 print_results(exc.results)
             raise
-        finally:
-            clear_progress_hooks()
     print_results(results)
     regression = results.get("regression") or {}
     return 1 if regression.get("regressed") else 0

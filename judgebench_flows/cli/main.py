@@ -143,14 +143,16 @@ def command_run(args: argparse.Namespace) -> int:
     from judgebench_flows.cli import console
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.cli.server_watch import RESUME, ServerWatch, mark_run_failed
+    from judgebench_flows.judging.run_context import RunContext
 
     server = use_prefect_server()
+    run = RunContext()  # the run's state, which the progress bar watches
     # A Prefect server lost mid-run ends it with exit 5, not a hang: the watch cancels the run (SIGTERM to
     # this thread), the run's own shutdown writes its cached answers, and this thread reports it below.
     watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_seconds()).start()
     try:
         with pointed_at(server):
-            return console.run_with_progress(config, show_progress=args.progress)
+            return console.run_with_progress(config, show_progress=args.progress, run=run)
     except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
         lost = watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
         if lost is None:

@@ -1,8 +1,8 @@
 """How a run talks to its endpoint: one settings model, defaults written here and nowhere else.
 
 `RunConfig` embeds it whole (as `endpoint`, while still taking the flat option names the CLI and the
-deployments use), `JudgeSpec` carries it to the workers, and `ChatCaller.from_settings` builds the caller
-from it. It travels as a Prefect parameter and to Dask workers, so it names where the key is and never
+deployments use), `JudgeSpec` carries it to the workers, and `ChatCaller` is configured from it, whole.
+It travels as a Prefect parameter and to Dask workers, so it names where the key is and never
 holds the key itself.
 """
 

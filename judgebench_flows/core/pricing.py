@@ -13,7 +13,6 @@ scoring layer reports it; neither imports the other.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import json
 import math
@@ -280,14 +279,11 @@ class BudgetReached(UserError):
 @dataclass
 class NightSpend:
     """The dollars of a night's cells running side by side in one process, against the night's budget:
-    each cell's `Spend` adds what it charges here and refuses a new call once the night's is spent."""
+    each cell's `Spend` adds what it charges here and refuses a new call once the night's is spent (the
+    night's run context holds it: `judging.run_context.RunContext.night_spend`)."""
 
     max_cost: float
     spent: float = 0.0
-
-
-# The night's spending for the cells of this context (set by the nightly flow for each cell it runs).
-night_spend: contextvars.ContextVar[NightSpend | None] = contextvars.ContextVar("night_spend", default=None)
 
 
 @dataclass

@@ -2,18 +2,16 @@
 
 A `JudgeSpec` is everything a worker needs to rebuild the judge and its endpoint caller, and nothing
 secret, so it can travel to a Dask worker as a task parameter. `runtime_for` builds the judge and the
-caller once per process and event loop, so all shards in a process share one connection limit and one
-client.
+caller once per run (`run_context.RunContext`) and event loop, so all shards of a run in a process share
+one connection limit and one client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import hashlib
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -21,49 +19,20 @@ from pydantic import BaseModel
 from judgebench_flows.calls.global_limits import held_limit_names, limit_names
 from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.providers import provider_rule, unserved
-from judgebench_flows.calls.request_rules import Learned, RequestRule, learned_for, request_report
+from judgebench_flows.calls.request_rules import Adjustment, Learned, RequestReport, RequestRule
 from judgebench_flows.core.api_keys import read_api_key
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.identity import ShardIdentity, shard_identity
-from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, night_spend, price_for
+from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import Judge, Outcome
-
-ProgressHook = Callable[[int, int, int], None]
-"""(shard index, judgments just done, judgments the shard plans): counted once per judgment of a shard,
-however often the shard is retried; `settle_progress` then sets a finished shard's exact count."""
-_progress_hooks: list[ProgressHook] = []
-SettleHook = Callable[[int, int], None]
-_settle_hooks: list[SettleHook] = []
-
-
-def add_progress_hook(hook: ProgressHook, settle: SettleHook | None = None) -> None:
-    _progress_hooks.append(hook)
-    if settle is not None:
-        _settle_hooks.append(settle)
-
-
-def settle_progress(shard_index: int, judgments: int) -> None:
-    """A shard is finished with this many judgments (judged here, on a Dask worker, or from Prefect's
-    cache, where no judgment ticked): the progress bar counts exactly these for it."""
-    for hook in _settle_hooks:
-        hook(shard_index, judgments)
-
-
-TotalHook = Callable[[int], None]
-_total_hooks: list[TotalHook] = []
-
-
-def add_total_hook(hook: TotalHook) -> None:
-    """Called once with the number of judgments a run will make (known only after the data is read)."""
-    _total_hooks.append(hook)
-
+from judgebench_flows.judging.run_context import ProgressHook, RunContext, Runtime
 
 # Told when the run of this context starts judging, its data read: the nightly flow starts its
 # synchronous cells once its batch cells are that far, so their batches go out first.
@@ -72,18 +41,13 @@ judging_begins: contextvars.ContextVar[Callable[[], None] | None] = contextvars.
 )
 
 
-def announce_total(judgments: int) -> None:
-    for hook in _total_hooks:
-        hook(judgments)
+def announce_total(run: RunContext, judgments: int) -> None:
+    """The run's judgments are counted (its data read): its total hooks hear the number, and the night
+    waiting for this cell to judge (`judging_begins`) hears that it does."""
+    run.announce_total(judgments)
     begun = judging_begins.get()
     if begun is not None:
         begun()
-
-
-def clear_progress_hooks() -> None:
-    _progress_hooks.clear()
-    _settle_hooks.clear()
-    _total_hooks.clear()
 
 
 class JudgeSpec(BaseModel):
@@ -173,36 +137,26 @@ def build_judge(spec: JudgeSpec) -> Judge:
     )
 
 
-@dataclasses.dataclass
-class Runtime:
-    judge: Judge
-    caller: ChatCaller
-
-
-# Per event loop (an AsyncOpenAI client and a semaphore belong to the loop that made them), per spec.
-_runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Runtime]] = weakref.WeakKeyDictionary()
-
-
-def runtime_for(spec: JudgeSpec) -> Runtime:
-    """The judge and caller for this spec in the running event loop (created on first use)."""
-    per_loop = _runtimes.setdefault(asyncio.get_running_loop(), {})
+def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
+    """The judge and caller for this spec in the run and the running event loop (created on first use)."""
+    per_loop = run.runtimes.setdefault(asyncio.get_running_loop(), {})
     key = spec.model_dump_json()
     runtime = per_loop.get(key)
     if runtime is None:
         settings = spec.endpoint
         judge = build_judge(spec)
-        caller = ChatCaller.from_settings(
-            settings.model_copy(
-                update={"base_url": resolve_credentials(spec.base_url)}
-            ),  # the spec's URL has no user:password@
+        caller = ChatCaller(
+            # The spec's URL has no user:password@; the caller's does.
+            settings.model_copy(update={"base_url": resolve_credentials(spec.base_url)}),
             model=spec.model,
             api_key=read_api_key(settings.api_key_env, settings.api_key_secret, provider=settings.provider),
             engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
             global_rate_limit=spec.global_rate_limit,
             paid_by=spec.run_id,
             request_rule=request_rule_of(spec),
-            spend=Spend(spec.price, spec.max_cost, night=night_spend.get()) if spec.price is not None else None,
+            spend=Spend(spec.price, spec.max_cost, night=run.night_spend) if spec.price is not None else None,
             api=judge.api,  # judge_lm/panda_lm: completions; reward_model: pooling
+            state=run.calls,
         )
         runtime = Runtime(judge, caller)
         per_loop[key] = runtime
@@ -214,28 +168,26 @@ def request_rule_of(spec: JudgeSpec) -> RequestRule:
     return provider_rule(endpoint.provider, spec.model, endpoint.request_style, tuple(endpoint.drop_params))
 
 
-def learned_of(spec: JudgeSpec) -> Learned:
-    """What this process learned about the spec's endpoint and model from 400s, keyed as its caller keys it."""
-    return learned_for(resolve_credentials(spec.base_url), spec.model, request_rule_of(spec))
+def learned_of(spec: JudgeSpec, run: RunContext) -> Learned:
+    """What the run learned about the spec's endpoint and model from 400s, keyed as its caller keys it."""
+    return run.calls.learned_for(resolve_credentials(spec.base_url), spec.model, request_rule_of(spec))
 
 
-def request_report_of(spec: JudgeSpec) -> dict[str, Any]:
+def request_report_of(spec: JudgeSpec, run: RunContext) -> RequestReport:
     """The request rule this run applied and what it adjusted on the way (for results.json's `run`): in
     this process, or on Dask workers and merged here from their shards' results (`merge_adjustments`)."""
-    return request_report(
-        resolve_credentials(spec.base_url), spec.model, request_rule_of(spec)
-    )  # as the caller keys it
+    return learned_of(spec, run).report()
 
 
-def adjustments_of(spec: JudgeSpec) -> list[dict[str, str]]:
-    """The request adjustments this process knows for the spec's endpoint and model (small, no secret)."""
-    return list(learned_of(spec).adjustments)
+def adjustments_of(spec: JudgeSpec, run: RunContext) -> list[Adjustment]:
+    """The request adjustments the run knows here for the spec's endpoint and model (small, no secret)."""
+    return list(learned_of(spec, run).adjustments)
 
 
-def merge_adjustments(spec: JudgeSpec, adjustments: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+def merge_adjustments(spec: JudgeSpec, run: RunContext, adjustments: Iterable[Adjustment]) -> list[Adjustment]:
     """Take in adjustments another process learned (a worker's, or the flow's passed to a worker): applied to
-    this process's requests from now on and reported with its own. Returns the ones new here."""
-    return learned_of(spec).merge(adjustments)
+    the run's requests here from now on and reported with its own. Returns the ones new here."""
+    return learned_of(spec, run).merge(adjustments)
 
 
 class ShardRecords(list[JudgmentRecord]):
@@ -243,35 +195,15 @@ class ShardRecords(list[JudgmentRecord]):
     done: how what a Dask worker learned gets back to the flow. A plain list to everything else; a shard
     result stored before this existed (a plain list) carries none."""
 
-    def __init__(self, records: Iterable[JudgmentRecord] = (), adjustments: Iterable[dict[str, str]] = ()) -> None:
+    def __init__(self, records: Iterable[JudgmentRecord] = (), adjustments: Iterable[Adjustment] = ()) -> None:
         super().__init__(records)
-        self.adjustments: list[dict[str, str]] = [dict(change) for change in adjustments]
+        self.adjustments: list[Adjustment] = [change.copy() for change in adjustments]
 
 
-def callers_by_loop() -> list[tuple[asyncio.AbstractEventLoop, list[ChatCaller]]]:
-    """The endpoint clients of this process, by the event loop they belong to: for another thread that
-    must have them write what they hold (cli/server_watch, before the process ends)."""
-    return [
-        (loop, [runtime.caller for runtime in list(runtimes.values())]) for loop, runtimes in list(_runtimes.items())
-    ]
-
-
-async def close_runtimes(spec: JudgeSpec | None = None) -> CallStats:
-    """Close this loop's endpoint clients (their connections belong to the loop that is about to end), or
-    only `spec`'s (a run ending while others go on in the same loop); returns what they sent, summed (see
-    `usage_of_calls`)."""
-    total = CallStats()
-    loop = asyncio.get_running_loop()
-    if spec is None:
-        closing = list(_runtimes.pop(loop, {}).values())
-    else:
-        runtime = _runtimes.get(loop, {}).pop(spec.model_dump_json(), None)
-        closing = [runtime] if runtime is not None else []
-    for runtime in closing:
-        await runtime.caller.aclose()
-        for name in (f.name for f in dataclasses.fields(CallStats)):
-            setattr(total, name, getattr(total, name) + getattr(runtime.caller.stats, name))
-    return total
+async def close_runtimes(run: RunContext, spec: JudgeSpec | None = None) -> CallStats:
+    """Close the run's endpoint clients of this loop, or only `spec`'s (a run ending while others go on in
+    the same loop); returns what they sent, summed (see `usage_of_calls`)."""
+    return await run.close_runtimes(spec.model_dump_json() if spec is not None else None)
 
 
 def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRecord:
@@ -351,15 +283,20 @@ def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -
 
 
 async def judge_pairs(
-    pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...] = (0, 1), shard_index: int | None = None
+    pairs: list[Pair],
+    runtime: Runtime,
+    orders: tuple[int, ...] = (0, 1),
+    shard_index: int | None = None,
+    progress: Sequence[ProgressHook] = (),
 ) -> list[JudgmentRecord]:
+    """The records of these pairs; `progress`: the run's hooks, told of each judgment of shard `shard_index`."""
     await runtime.caller.prefetch(request_keys(pairs, runtime, orders))
     tick = _no_progress
-    if shard_index is not None and _progress_hooks:
+    if shard_index is not None and progress:
         planned = len(pairs) * len(orders)
 
         def tick(judgments: int) -> None:
-            for hook in _progress_hooks:
+            for hook in progress:
                 hook(shard_index, judgments, planned)
 
     # Every pair ends before an error ends the shard: the answers of calls in flight when the run stops

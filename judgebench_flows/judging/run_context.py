@@ -1,0 +1,137 @@
+"""`RunContext`: the state of one run (or of one night's runs side by side), created by whoever starts it.
+
+It holds what the run's calls share (`calls.state.CallState`: learned request rules, rejections, limits
+per endpoint, Vertex tokens), the judge and caller per spec and event loop (`Runtime`), the progress
+hooks a console registers, and a night's budget. The flow (flows/judgebench_flow.py) uses the one in force (`current_run`: the
+CLI's, which carries its progress bar, or the nightly flow's, which its cells share) or makes its own; the
+shard task finds it the same way, in process. On a Dask worker the run's context lives on the worker (a
+worker plugin the flow registers for the run, `WORKER_PLUGIN`), shared by the worker's shard tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from judgebench_flows.calls.llm import CallStats, ChatCaller
+from judgebench_flows.calls.state import CallState
+from judgebench_flows.core.pricing import NightSpend
+from judgebench_flows.judges.procedure import Judge
+
+ProgressHook = Callable[[int, int, int], None]
+"""(shard index, judgments just done, judgments the shard plans): counted once per judgment of a shard,
+however often the shard is retried; `settle_progress` then sets a finished shard's exact count."""
+SettleHook = Callable[[int, int], None]
+TotalHook = Callable[[int], None]
+# The name of the worker plugin holding a run's context on its Dask workers (flows/dask_shards.py).
+WORKER_PLUGIN = "judgebench-run-{run_id}"
+
+
+@dataclasses.dataclass
+class Runtime:
+    judge: Judge
+    caller: ChatCaller
+
+
+@dataclasses.dataclass(eq=False)
+class RunContext:
+    """One run's state (see the module docstring); each run started afresh gets a new one."""
+
+    calls: CallState = dataclasses.field(default_factory=CallState)
+    progress_hooks: list[ProgressHook] = dataclasses.field(default_factory=list)
+    settle_hooks: list[SettleHook] = dataclasses.field(default_factory=list)
+    total_hooks: list[TotalHook] = dataclasses.field(default_factory=list)
+    # A night's budget (--max-cost of the matrix), which every cell's spend counts toward; None: no such.
+    night_spend: NightSpend | None = None
+    # Per event loop (an endpoint client and a semaphore belong to the loop that made them), per spec.
+    runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Runtime]] = dataclasses.field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+
+    def add_progress_hook(self, hook: ProgressHook, settle: SettleHook | None = None) -> None:
+        self.progress_hooks.append(hook)
+        if settle is not None:
+            self.settle_hooks.append(settle)
+
+    def add_total_hook(self, hook: TotalHook) -> None:
+        """Called once with the number of judgments a run will make (known only after the data is read)."""
+        self.total_hooks.append(hook)
+
+    def settle_progress(self, shard_index: int, judgments: int) -> None:
+        """A shard is finished with this many judgments (judged here, on a Dask worker, or from Prefect's
+        cache, where no judgment ticked): the progress bar counts exactly these for it."""
+        for hook in self.settle_hooks:
+            hook(shard_index, judgments)
+
+    def announce_total(self, judgments: int) -> None:
+        for hook in self.total_hooks:
+            hook(judgments)
+
+    def callers_by_loop(self) -> list[tuple[asyncio.AbstractEventLoop, list[ChatCaller]]]:
+        """The run's endpoint clients, by the event loop they belong to: for another thread that must have
+        them write what they hold (cli/server_watch, before the process ends)."""
+        return [
+            (loop, [runtime.caller for runtime in list(runtimes.values())])
+            for loop, runtimes in list(self.runtimes.items())
+        ]
+
+    async def close_runtimes(self, spec_key: str | None = None) -> CallStats:
+        """Close this loop's endpoint clients (their connections belong to the loop that is about to end),
+        or only those of one spec (`spec_key`: a run ending while others go on in the same loop); returns
+        what they sent, summed."""
+        total = CallStats()
+        loop = asyncio.get_running_loop()
+        if spec_key is None:
+            closing = list(self.runtimes.pop(loop, {}).values())
+        else:
+            runtime = self.runtimes.get(loop, {}).pop(spec_key, None)
+            closing = [runtime] if runtime is not None else []
+        for runtime in closing:
+            await runtime.caller.aclose()
+            for name in (f.name for f in dataclasses.fields(CallStats)):
+                setattr(total, name, getattr(total, name) + getattr(runtime.caller.stats, name))
+        return total
+
+
+current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("current_run", default=None)
+"""The run in force: set by whoever starts a run (`running`), read by the flow and its shard tasks."""
+
+
+@contextlib.contextmanager
+def running(run: RunContext | None = None) -> Iterator[RunContext]:
+    """`run` in force for the code inside; without one, the run already in force (the CLI's, a night's),
+    else a new one: a run started afresh starts clean."""
+    run = run or current_run.get() or RunContext()
+    token = current_run.set(run)
+    try:
+        yield run
+    finally:
+        current_run.reset(token)
+
+
+def run_here(run_id: str | None = None) -> RunContext:
+    """The context of the run this code judges for: the one in force, else on a Dask worker the run's
+    (`WORKER_PLUGIN`), else a new one (a shard judged outside any run)."""
+    run = current_run.get()
+    if run is not None:
+        return run
+    on_worker = _worker_run(run_id) if run_id else None
+    return on_worker if on_worker is not None else RunContext()
+
+
+def _worker_run(run_id: str) -> RunContext | None:
+    """The run's context on this Dask worker, if this is one and the flow registered it there."""
+    try:
+        from distributed import get_worker
+
+        worker: Any = get_worker()
+    except (ImportError, ValueError):  # no Dask here, or not in a worker's task
+        return None
+    plugin = worker.plugins.get(WORKER_PLUGIN.format(run_id=run_id))
+    run = getattr(plugin, "run", None)
+    return run if isinstance(run, RunContext) else None

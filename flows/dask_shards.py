@@ -18,11 +18,12 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 from urllib.parse import urlsplit
 
 from distributed.diagnostics.plugin import WorkerPlugin
 from prefect.states import State
+from typing_extensions import NotRequired, TypedDict
 
 from judgebench_flows.calls.global_limits import POLL_MAX_SECONDS, POLL_MIN_SECONDS, SlotLeases
 from judgebench_flows.calls.request_rules import Adjustment

@@ -25,11 +25,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal
 
 from prefect.events import emit_event
 from prefect.logging import get_logger
 from pydantic import BaseModel
+from typing_extensions import NotRequired, TypedDict
 
 from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.config import RunConfig

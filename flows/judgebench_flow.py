@@ -19,7 +19,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Required, TypedDict
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
@@ -27,6 +27,7 @@ from prefect.exceptions import TerminationSignal
 from prefect.utilities.annotations import quote
 from pydantic import JsonValue
 from sqlalchemy.engine import Engine
+from typing_extensions import Required, TypedDict
 
 from judgebench_flows.calls.global_limits import ensure_limits
 from judgebench_flows.calls.llm import CallStats

@@ -33,13 +33,14 @@ import time
 import types
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from prefect import Flow, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import get_run_context
 from prefect.states import Failed, State
 from pydantic import JsonValue
+from typing_extensions import TypedDict
 
 from judgebench_flows.calls.global_limits import held_limit_names
 from judgebench_flows.calls.limits import EndpointUse

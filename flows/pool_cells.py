@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_limits
 from judgebench_flows.core.errors import UserError

@@ -9,10 +9,11 @@ the same API version header, so the same request rules hold inside batches.
 from __future__ import annotations
 
 import json
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 import anthropic
 from pydantic import JsonValue
+from typing_extensions import TypedDict
 
 from judgebench_flows.calls.anthropic_api import anthropic_call_error, messages_body
 from judgebench_flows.calls.batch import BatchState, LineResult

@@ -16,12 +16,12 @@ from __future__ import annotations
 import io
 import json
 import re
-from typing import TypedDict
 
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 from pydantic import JsonValue
+from typing_extensions import TypedDict
 
 from judgebench_flows.calls.batch import BatchState, LineResult
 from judgebench_flows.calls.errors import CallError, http_error

@@ -14,8 +14,10 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+from typing_extensions import TypedDict  # pydantic validates these (the night's event) on Python < 3.12
 
 from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.global_limits import wait_for_rate

@@ -9,10 +9,11 @@ models: no temperature, `max_completion_tokens`, o1's folded system prompt) hold
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import openai
 from pydantic import JsonValue
+from typing_extensions import TypedDict
 
 from judgebench_flows.calls.batch import BatchState, LineResult
 from judgebench_flows.calls.transport import JsonBody, json_messages, openai_call_error

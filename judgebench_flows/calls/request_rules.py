@@ -20,7 +20,9 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
+
+from typing_extensions import TypedDict
 
 from judgebench_flows.core.secrets import redact
 from judgebench_flows.core.text import shorten

@@ -20,10 +20,11 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from typing_extensions import TypedDict
 
 if TYPE_CHECKING:
     from pydantic import JsonValue

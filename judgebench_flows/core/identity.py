@@ -18,9 +18,9 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 from pydantic import JsonValue
+from typing_extensions import TypedDict
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing_extensions import TypedDict
 
 from judgebench_flows.core.errors import UserError
 

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote as url_quote
 
 import sqlalchemy as sa
@@ -32,6 +32,9 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import FINISHED, JudgmentRecord
+
+if TYPE_CHECKING:
+    from judgebench_flows.scoring.result_types import Consistency, SliceAccuracy
 
 SCHEMA_VERSION = 1
 
@@ -441,12 +444,12 @@ def finish_run(
     *,
     status: str,
     finished: datetime,
-    overall: dict[str, Any],
+    overall: SliceAccuracy,
     message: str | None,
     results_json: str,
     cost_usd: float | None = None,
     priced_as: str | None = None,
-    consistency: dict[str, Any] | None = None,
+    consistency: Consistency | None = None,
 ) -> None:
     """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy,
     its position bias (results.json's `consistency`) and what it cost."""
@@ -455,15 +458,15 @@ def finish_run(
         run_id,
         status=status,
         finished=finished,
-        overall_accuracy=overall["accuracy"],
-        ci_low=overall.get("ci_low"),
-        ci_high=overall.get("ci_high"),
+        overall_accuracy=overall.accuracy,
+        ci_low=overall.ci_low,
+        ci_high=overall.ci_high,
         message=message,
         results_json=results_json,
         cost_usd=cost_usd,
         priced_as=priced_as,
-        order_consistency=(consistency or {}).get("consistency"),
-        first_position_rate=(consistency or {}).get("first_position_rate"),
+        order_consistency=consistency.consistency if consistency else None,
+        first_position_rate=consistency.first_position_rate if consistency else None,
     )
 
 

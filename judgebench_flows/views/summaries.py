@@ -15,6 +15,8 @@ from rich.table import Table
 
 from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.scoring.formatting import percent as _pct
+from judgebench_flows.scoring.result_types import Consistency, Usage
+from judgebench_flows.scoring.run_results import RunResults
 
 if TYPE_CHECKING:
     from judgebench_flows.judging.estimate import Estimate
@@ -23,68 +25,61 @@ err = Console(stderr=True)
 out = Console()
 
 
-def _problems(results: dict[str, Any]) -> str | None:
+def _problems(results: RunResults) -> str | None:
     """Failed and invalid judgments in words, with their top reasons (None when there are none)."""
-    invalid, judgments = results["invalid"], results["usage"].get("judgments") or 0
-    failed, unparsed = invalid["failed_judgments"], invalid["invalid_judgments"]
+    invalid, judgments = results.invalid, (results.usage.judgments if results.usage else 0) or 0
+    failed, unparsed = invalid.failed_judgments, invalid.invalid_judgments
     if not failed and not unparsed:
         return None
-    reasons = "; ".join(f"{reason} x{count}" for reason, count in list((invalid.get("reasons") or {}).items())[:3])
+    reasons = "; ".join(f"{reason} x{count}" for reason, count in list(invalid.reasons.items())[:3])
     return f"{failed} failed and {unparsed} invalid of {judgments} judgments; top reasons: {reasons}"
 
 
-def print_results(results: dict[str, Any]) -> None:
-    table = Table(title=f"JudgeBench: {results['judge_type']} / {results['model']}")
+def print_results(results: RunResults) -> None:
+    table = Table(title=f"JudgeBench: {results.judge_type} / {results.model}")
     for column in ("slice", "accuracy", "95% CI", "correct", "valid", "total"):
         table.add_column(column, justify="left" if column == "slice" else "right")
-    rows = [("overall", results["overall_accuracy"])] + [
-        (c, results["category_accuracy"][c]) for c in results["category_accuracy"]
-    ]
+    rows = [("overall", results.overall_accuracy), *results.category_accuracy.items()]
     for name, acc in rows:
         # An accuracy over pairs none of which got a valid verdict measures the failures, not the judge.
-        measured = bool(acc.get("valid_samples")) or not acc.get("total_samples")
-        ci = (
-            f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}"
-            if measured and acc.get("ci_low") is not None
-            else ""
-        )
-        shown = _pct(acc["accuracy"]) if measured else "n/a"
-        table.add_row(name, shown, ci, str(acc["correct_count"]), str(acc["valid_samples"]), str(acc["total_samples"]))
+        measured = bool(acc.valid_samples) or not acc.total_samples
+        ci = f"{_pct(acc.ci_low)} - {_pct(acc.ci_high)}" if measured and acc.ci_low is not None else ""
+        shown = _pct(acc.accuracy) if measured else "n/a"
+        table.add_row(name, shown, ci, str(acc.correct_count), str(acc.valid_samples), str(acc.total_samples))
     out.print(table)
     problems = _problems(results)
     if problems:
         out.print(f"[bold yellow]{escape(problems)}[/]")
-    failure = (results.get("run") or {}).get("failure")
-    if failure:
-        out.print(f"[bold red]run failed: {escape(failure)}[/]")
-    adjusted = ((results.get("run") or {}).get("requests") or {}).get("adjustments") or []
-    for change in adjusted:  # whole, wrapped at words by the console; the server's words are not markup
+    run = results.run
+    if run.failure:
+        out.print(f"[bold red]run failed: {escape(run.failure)}[/]")
+    for change in run.requests.adjustments() if run.requests else []:
+        # whole, wrapped at words by the console; the server's words are not markup
         out.print(
-            f"request adjusted for {results['model']}: {change['param']} {change['action']} "
-            f"(the endpoint said: {change['endpoint_said']})",
+            f"request adjusted for {results.model}: {change.param} {change.action} "
+            f"(the endpoint said: {change.endpoint_said})",
             markup=False,
         )
-    dataset, invalid, usage = results["dataset"], results["invalid"], results["usage"]
-    where = f"commit {str(dataset['commit'])[:12]}" if dataset.get("commit") else "local file"
+    dataset, invalid, usage = results.dataset, results.invalid, results.usage or Usage()
+    consistency = results.consistency or Consistency()
+    where = f"commit {str(dataset.commit)[:12]}" if dataset.commit else "local file"
+    out.print(f"dataset {dataset.data_file} ({where}): {dataset.n_pairs} pairs, {dataset.skipped_rows} rows skipped")
+    attempts = usage.extra("attempts")
     out.print(
-        f"dataset {dataset.get('data_file')} ({where}): {dataset.get('n_pairs')} pairs, "
-        f"{dataset.get('skipped_rows', 0)} rows skipped"
-    )
-    out.print(
-        f"consistency {_pct(results['consistency'].get('consistency'))}, "
-        f"first-position rate {_pct(results['consistency'].get('first_position_rate'))}; invalid verdicts {invalid['invalid_judgments']}, "
-        f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "
-        f"paid {usage.get('paid_calls')}"
-        + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "")
+        f"consistency {_pct(consistency.consistency)}, "
+        f"first-position rate {_pct(consistency.first_position_rate)}; invalid verdicts {invalid.invalid_judgments}, "
+        f"failed calls {invalid.failed_judgments}; calls {usage.calls} ({usage.cached_calls} from cache), "
+        f"paid {usage.paid_calls}"
+        + (f" ({attempts} requests, {usage.extra('errors')} errors)" if attempts is not None else "")
         + ", "
-        f"tokens {usage['prompt_tokens']} in / {usage['completion_tokens']} out, cost {cost_text(usage)}"
+        f"tokens {usage.prompt_tokens} in / {usage.completion_tokens} out, cost {cost_text(usage)}"
     )
-    if results.get("regression"):
-        style = "bold red" if results["regression"].get("regressed") else "green"
-        out.print(f"[{style}]{results['regression']['message']}[/]")
+    if results.regression:
+        style = "bold red" if results.regression.regressed else "green"
+        out.print(f"[{style}]{results.regression.message}[/]")
     from judgebench_flows.views.tables import short_path
 
-    for name, path in (results.get("outputs") or {}).items():
+    for name, path in (results.outputs or {}).items():
         out.print(f"{name}: {short_path(path)}")
 
 
@@ -166,15 +161,13 @@ def _p_text(p: float | None) -> str:
     return "<0.0001" if p < 0.0001 else f"{p:.3g}"
 
 
-def cost_text(usage: dict[str, Any]) -> str:
+def cost_text(usage: Usage) -> str:
     """results.json's cost for people: dollars and the price entry's date, or "unpriced"."""
-    if "cost_usd" not in usage:
+    if not usage.priced:
         return "not recorded"
-    prices = usage.get("prices") or {}
-    when = (
-        f" (prices of {prices['read_on']}{', batch' if prices.get('batch') else ''})" if prices.get("read_on") else ""
-    )
-    return format_usd(usage["cost_usd"]) + (when if usage["cost_usd"] is not None else "")
+    prices = usage.price
+    when = f" (prices of {prices.read_on}{', batch' if prices.batch else ''})" if prices.read_on else ""
+    return format_usd(usage.dollars) + (when if usage.dollars is not None else "")
 
 
 def print_estimate(estimate: Estimate) -> None:

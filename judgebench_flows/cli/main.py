@@ -264,7 +264,7 @@ def command_compare(args: argparse.Namespace) -> int:
 
         print(to_json(comparison))  # its warnings are in it
         return 0
-    for warning in comparison.get("warnings", []):
+    for warning in comparison.warnings:
         err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
     print_comparison(comparison)
     return 0

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_serializer
 
-from judgebench_flows.scoring.stats import DeltaResult
+from judgebench_flows.scoring.stats import DeltaResult, McNemarResult
 
 
 class Section(BaseModel):
@@ -177,7 +177,68 @@ class Measured(BaseModel):
     usage: Usage
 
 
+class Scored(BaseModel):
+    """A file's or a stored run's verdicts scored as results.json scores a run (`published.score_verdicts`)."""
+
+    pairs: int
+    overall_accuracy: SliceAccuracy
+    category_accuracy: dict[str, SliceAccuracy]
+    consistency: Consistency
+    invalid_judgments: int
+    failed_judgments: int
+
+
+class SliceComparison(BaseModel):
+    """One slice of two runs on their common pairs: accuracies, the paired bootstrap's difference and
+    interval, the exact McNemar p-value (Holm-adjusted over the categories) and the verdict in words."""
+
+    name: str
+    a: float | None = None
+    b: float | None = None
+    delta: float | None = None
+    n: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    verdict: str = ""
+
+
+class FlippedPair(BaseModel):
+    """A pair one run judged correctly and the other did not, with each run's verdicts."""
+
+    pair_id: str
+    source: str
+    label: str
+    a: str
+    b: str
+    now_correct: bool
+
+
+class RunCosts(BaseModel):
+    a: str
+    b: str
+
+
+class Comparison(BaseModel):
+    """`judgebench compare`: two runs, slice by slice, and the pairs whose verdict changed."""
+
+    run_a: str
+    run_b: str
+    slices: list[SliceComparison]
+    flipped: list[FlippedPair]
+    bootstrap: DeltaResult | None
+    mcnemar: McNemarResult | None
+    alpha: float
+    warnings: list[str]
+    cost: RunCosts
+
+
 __all__ = [
+    "Scored",
+    "Comparison",
+    "FlippedPair",
+    "SliceComparison",
     "Consistency",
     "Invalid",
     "Measured",

@@ -12,7 +12,6 @@ import os
 import shutil
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -38,18 +37,28 @@ def output_file_name(data_file: str, judge_name: str, model: str) -> str:
 judgment_rows = db.judgment_rows  # the one record -> row mapping lives beside the table
 
 
-def metric_rows(run_id: str, results: RunResults) -> list[dict[str, Any]]:
-    """The accuracies measured, as rows (`db.MetricRow`'s columns); none for a scope with no valid
-    judgment (a run stopped early publishes what it has, which may be nothing measured)."""
+def metric_rows(run_id: str, results: RunResults) -> list[db.MetricRow]:
+    """The accuracies measured, as rows; none for a scope with no valid judgment (a run stopped early
+    publishes what it has, which may be nothing measured)."""
     results = RunResults.model_validate(results)  # also a results.json's content
-    rows = [{"run_id": run_id, "scope": "overall", "name": "overall", **results.overall_accuracy.model_dump()}]
-    for scope, slices in (("category", results.category_accuracy), ("source", results.source_accuracy)):
-        rows += [
-            {"run_id": run_id, "scope": scope, "name": name, **acc.model_dump()}
-            for name, acc in slices.items()
-            if acc.total_samples
-        ]
-    return [row for row in rows if row.get("accuracy") is not None]
+    scopes = [("overall", {"overall": results.overall_accuracy})]
+    scopes += [("category", results.category_accuracy), ("source", results.source_accuracy)]
+    return [
+        db.MetricRow(
+            run_id=run_id,
+            scope=scope,
+            name=name,
+            accuracy=acc.accuracy,
+            correct_count=acc.correct_count,
+            valid_samples=acc.valid_samples,
+            total_samples=acc.total_samples,
+            ci_low=acc.ci_low,
+            ci_high=acc.ci_high,
+        )
+        for scope, slices in scopes
+        for name, acc in slices.items()
+        if (scope == "overall" or acc.total_samples) and acc.accuracy is not None
+    ]
 
 
 _pct = partial(percent, missing="n/a")

@@ -344,7 +344,7 @@ def open_read_only(url: str) -> tuple[Engine | None, str | None]:
     return engine, None
 
 
-def latest_finished_runs(engine: Engine) -> list[Any]:
+def latest_finished_runs(engine: Engine) -> list[sa.Row[Any]]:
     """The latest finished run of each configuration, newest first: the columns every schema version has
     (a database written by older code is read as it is, not upgraded)."""
     columns = (
@@ -365,7 +365,7 @@ def latest_finished_runs(engine: Engine) -> list[Any]:
     )
     with engine.connect() as connection:
         rows = connection.execute(query).all()
-    latest: dict[str, Any] = {}
+    latest: dict[str, sa.Row[Any]] = {}
     for row in rows:
         latest.setdefault(row.config_key, row)
     return list(latest.values())
@@ -515,8 +515,9 @@ def judgment_records(rows: Iterable[JudgmentRow]) -> list[JudgmentRecord]:
     return [JudgmentRecord(judge_model="", **{name: getattr(row, column) for name, column in fields}) for row in rows]
 
 
-def save_metrics(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
-    _upsert(engine, MetricRow, list(rows), ["run_id", "scope", "name"])
+def save_metrics(engine: Engine, rows: Iterable[MetricRow]) -> None:
+    """Upsert on (run, scope, name): a retried publish rewrites its rows, never adds more."""
+    _upsert(engine, MetricRow, [row.model_dump(exclude={"id"}) for row in rows], ["run_id", "scope", "name"])
 
 
 def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:

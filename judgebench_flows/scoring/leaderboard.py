@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_serializer
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
@@ -76,7 +76,7 @@ class Retirement(BaseModel):
     retired: bool
 
 
-class Entry(BaseModel):
+class Entry(Section):
     """One leaderboard row: a published outputs file or one of our runs, scored alike (`Scored`'s
     fields), then where ranking placed it. A published row has `file` and `duplicate_lines`, ours
     `status`, `date`, `data_file` and `cost`; only the fields given are written, in this order."""
@@ -109,10 +109,7 @@ class Entry(BaseModel):
     retirement: Retirement | None = None
     # pair id -> 1.0/0.0 while ranking: the paired test's input, never in the JSON
     _correct: dict[str, float] = PrivateAttr(default_factory=dict)
-
-    @model_serializer(mode="wrap")
-    def _given_only(self, handler: Any) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+    _given_only = True
 
     @classmethod
     def scored(cls, scored: Scored, verdicts: Sequence[metrics.Verdict], **identity: Any) -> Entry:

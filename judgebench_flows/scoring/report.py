@@ -343,85 +343,140 @@ def _bias_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
     }
 
 
-def _judgment_rows(judgments: Sequence[JudgmentRecord]) -> list[dict[str, Any]]:
+class JudgmentView(BaseModel):
+    """One judgment as the report lists it, formatted."""
+
+    pair_id: str
+    source: str
+    order: int
+    label: str
+    decision: str
+    decision_for_pair: str
+    match: str
+    status: str
+    latency: str
+    response: str
+    error: str | None
+    judge_model: str
+    prompt: str
+    prompt_chars: str
+    prompt_truncated: bool
+
+
+def _judgment_rows(judgments: Sequence[JudgmentRecord]) -> list[JudgmentView]:
     """Display rows, failed then invalid then ok, otherwise in the given order (stable sort)."""
     rows = []
     for j in judgments:
         for_pair = j.decision_for_pair or (flip(j.decision) if j.order == 1 else j.decision)
         latency = _num(j.latency_s)
         rows.append(
-            {
-                "pair_id": j.pair_id,
-                "source": j.source,
-                "order": j.order,
-                "label": j.label,
-                "decision": j.decision,
-                "decision_for_pair": for_pair,
-                "match": "" if not for_pair else ("✓" if for_pair == j.label else "✗"),
-                "status": j.status,
-                "latency": "–" if latency is None else f"{latency:.1f} s",
-                "response": j.response,
-                "error": j.error,
-                "judge_model": j.judge_model,
-                "prompt": j.prompt[:PROMPT_PREVIEW_CHARS],
-                "prompt_chars": f"{len(j.prompt):,}",
-                "prompt_truncated": len(j.prompt) > PROMPT_PREVIEW_CHARS,
-            }
+            JudgmentView(
+                pair_id=j.pair_id,
+                source=j.source,
+                order=j.order,
+                label=j.label,
+                decision=j.decision,
+                decision_for_pair=for_pair,
+                match="" if not for_pair else ("✓" if for_pair == j.label else "✗"),
+                status=j.status,
+                latency="–" if latency is None else f"{latency:.1f} s",
+                response=j.response,
+                error=j.error,
+                judge_model=j.judge_model,
+                prompt=j.prompt[:PROMPT_PREVIEW_CHARS],
+                prompt_chars=f"{len(j.prompt):,}",
+                prompt_truncated=len(j.prompt) > PROMPT_PREVIEW_CHARS,
+            )
         )
-    rows.sort(key=lambda r: _STATUS_RANK.get(r["status"], 0))
+    rows.sort(key=lambda r: _STATUS_RANK.get(r.status, 0))
     return rows
 
 
-def _regression_view(regression: Regression) -> dict[str, Any]:
-    return {
-        "regressed": regression.regressed,
-        "baseline_run_id": regression.baseline_run_id or "?",
-        "delta": _signed_points(regression.delta),
-        "interval": (
+class RegressionView(BaseModel):
+    regressed: bool
+    baseline_run_id: str
+    delta: str
+    interval: str
+    message: str
+
+
+def _regression_view(regression: Regression) -> RegressionView:
+    return RegressionView(
+        regressed=regression.regressed,
+        baseline_run_id=regression.baseline_run_id or "?",
+        delta=_signed_points(regression.delta),
+        interval=(
             f"[{_signed_points(regression.ci_low)}, {_signed_points(regression.ci_high)}]"
             if _num(regression.ci_low) is not None and _num(regression.ci_high) is not None
             else ""
         ),
-        "message": regression.message,
-    }
+        message=regression.message,
+    )
 
 
-def _dataset_view(dataset: DatasetInfo) -> dict[str, Any]:
+class DatasetView(BaseModel):
+    repo_url: str
+    repo_link: str | None
+    commit: str
+    commit_short: str
+    data_file: str
+    n_pairs: str
+    skipped_rows: str
+
+
+def _dataset_view(dataset: DatasetInfo) -> DatasetView:
     commit = dataset.commit or ""
-    return {
-        "repo_url": dataset.repo_url or "",
-        "repo_link": _safe_url(dataset.repo_url),
-        "commit": commit or "–",
-        "commit_short": commit[:12] or "–",
-        "data_file": dataset.data_file or "–",
-        "n_pairs": _count(dataset.n_pairs),
-        "skipped_rows": _count(dataset.skipped_rows),
-    }
+    return DatasetView(
+        repo_url=dataset.repo_url or "",
+        repo_link=_safe_url(dataset.repo_url),
+        commit=commit or "–",
+        commit_short=commit[:12] or "–",
+        data_file=dataset.data_file or "–",
+        n_pairs=_count(dataset.n_pairs),
+        skipped_rows=_count(dataset.skipped_rows),
+    )
 
 
-def _overall_view(overall: SliceAccuracy) -> dict[str, Any]:
-    return {
-        "accuracy": _pct(overall.accuracy),
-        "interval": (
+class OverallView(BaseModel):
+    accuracy: str
+    interval: str | None
+    correct: str
+    total: str
+    valid: str
+
+
+def _overall_view(overall: SliceAccuracy) -> OverallView:
+    return OverallView(
+        accuracy=_pct(overall.accuracy),
+        interval=(
             f"{_pct(overall.ci_low)} – {_pct(overall.ci_high)}"
             if _num(overall.ci_low) is not None and _num(overall.ci_high) is not None
             else None
         ),
-        "correct": _count(overall.correct_count),
-        "total": _count(overall.total_samples),
-        "valid": _count(overall.valid_samples),
-    }
+        correct=_count(overall.correct_count),
+        total=_count(overall.total_samples),
+        valid=_count(overall.valid_samples),
+    )
 
 
-def _usage_view(usage: Usage) -> dict[str, Any]:
-    return {
-        "calls": _count(usage.calls),
-        "cached_calls": _count(usage.cached_calls),
-        "prompt_tokens": _count(usage.prompt_tokens),
-        "completion_tokens": _count(usage.completion_tokens),
-        "reasoning_tokens": _count(usage.reasoning_tokens) if usage.reasoning_tokens else None,
-        "cost": _cost(usage),
-    }
+class UsageView(BaseModel):
+    calls: str
+    cached_calls: str
+    prompt_tokens: str
+    completion_tokens: str
+    reasoning_tokens: str | None
+    cost: str | None
+
+
+def _usage_view(usage: Usage) -> UsageView:
+    return UsageView(
+        calls=_count(usage.calls),
+        cached_calls=_count(usage.cached_calls),
+        prompt_tokens=_count(usage.prompt_tokens),
+        completion_tokens=_count(usage.completion_tokens),
+        reasoning_tokens=_count(usage.reasoning_tokens) if usage.reasoning_tokens else None,
+        cost=_cost(usage),
+    )
 
 
 def _cost(usage: Usage) -> str | None:
@@ -463,7 +518,7 @@ def build_context(
     source_chart = _bar_chart([(name, sources[name], False) for name in source_names]) if sources else None
     points = _trend_points(results, history)
     rows = _judgment_rows(judgments)
-    status_counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "invalid", "failed")}
+    status_counts = {s: sum(1 for r in rows if r.status == s) for s in ("ok", "invalid", "failed")}
 
     return {
         "title": " · ".join(part for part in (results.judge_type, results.model, dataset.data_file) if part)

@@ -18,14 +18,20 @@ from judgebench_flows.scoring.stats import DeltaResult, McNemarResult
 
 
 class Section(BaseModel):
-    """A part of results.json: unknown keys kept; `_optional` keys left out while None."""
+    """A part of results.json: unknown keys kept; `_optional` keys left out while None (or, with
+    `_given_only`, every field left out that was never given: a document whose rows differ in keys)."""
 
     model_config = ConfigDict(extra="allow")
     _optional: ClassVar[frozenset[str]] = frozenset()
+    _given_only: ClassVar[bool] = False
 
     @model_serializer(mode="wrap")
     def _without_unset_optionals(self, handler: Any) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if not (k in self._optional and v is None)}
+        written = handler(self).items()
+        if self._given_only:
+            given = self.model_fields_set | set(self.model_extra or {})
+            return {k: v for k, v in written if k in given}
+        return {k: v for k, v in written if not (k in self._optional and v is None)}
 
     def given(self, name: str) -> bool:
         """Whether the file (or the code that made this) gave `name`: a default is not a measurement."""

@@ -57,7 +57,15 @@ from judgebench_flows.scoring.metrics import Tally
 from judgebench_flows.scoring.regression import regression_against_baseline
 from judgebench_flows.scoring.result_types import Usage
 from judgebench_flows.scoring.results import jsonl_rows, write_jsonl
-from judgebench_flows.scoring.run_results import DatasetInfo, RunHeader, RunInfo, RunResults, SkippedRow, Timings
+from judgebench_flows.scoring.run_results import (
+    DatasetInfo,
+    RequestReport,
+    RunHeader,
+    RunInfo,
+    RunResults,
+    SkippedRow,
+    Timings,
+)
 from judgebench_flows.tasks.fetch import fetch_dataset
 from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
@@ -424,7 +432,7 @@ def run_info(
         mode="single-game" if config.single_game else "both-orders",
         shuffle_responses=config.shuffle_responses,
         seed=config.seed,
-        requests=request_report_of(spec) if config.needs_endpoint else None,
+        requests=RequestReport.model_validate(request_report_of(spec)) if config.needs_endpoint else None,
         timings=timings,
     )
 

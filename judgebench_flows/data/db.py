@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote as url_quote
 
 import sqlalchemy as sa
@@ -33,8 +33,26 @@ from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import FINISHED, JudgmentRecord
 
-if TYPE_CHECKING:
-    from judgebench_flows.scoring.result_types import Consistency, SliceAccuracy
+
+class OverallFigures(Protocol):
+    """What a run's row keeps of its overall accuracy (results.json's `overall_accuracy`)."""
+
+    @property
+    def accuracy(self) -> float | None: ...
+    @property
+    def ci_low(self) -> float | None: ...
+    @property
+    def ci_high(self) -> float | None: ...
+
+
+class BiasFigures(Protocol):
+    """What a run's row keeps of its position bias (results.json's `consistency`)."""
+
+    @property
+    def consistency(self) -> float | None: ...
+    @property
+    def first_position_rate(self) -> float | None: ...
+
 
 SCHEMA_VERSION = 1
 
@@ -444,12 +462,12 @@ def finish_run(
     *,
     status: str,
     finished: datetime,
-    overall: SliceAccuracy,
+    overall: OverallFigures,
     message: str | None,
     results_json: str,
     cost_usd: float | None = None,
     priced_as: str | None = None,
-    consistency: Consistency | None = None,
+    consistency: BiasFigures | None = None,
 ) -> None:
     """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy,
     its position bias (results.json's `consistency`) and what it cost."""

@@ -56,8 +56,8 @@ def paired_slices(
             row.ci_low, row.ci_high = delta.ci_low, delta.ci_high
             row.p_value = row.p_adjusted = stats.mcnemar_exact(part_a, part_b).p_value
         slices.append(row)
-    tested = [row for row in slices[1:] if row.p_value is not None]
-    for row, adjusted in zip(tested, stats.holm_adjusted([row.p_value for row in tested]), strict=True):
+    tested = [(row, row.p_value) for row in slices[1:] if row.p_value is not None]
+    for (row, _), adjusted in zip(tested, stats.holm_adjusted([p for _, p in tested]), strict=True):
         row.p_adjusted = adjusted
     for row in slices:
         row.verdict = verdict_in_words(row.delta, row.p_adjusted)

@@ -18,6 +18,7 @@ from typing import Any
 
 from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
+from pydantic import BaseModel
 
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.leaderboard import HTML_NAME, Entry, Leaderboard, groups_of, model_label, who
@@ -43,23 +44,32 @@ def _x(fraction: float) -> str:
     return f"{2 + max(0.0, min(1.0, fraction)) * (_WHISKER_W - 4):.1f}"
 
 
-def _cell(acc: SliceAccuracy | None) -> dict[str, Any]:
-    """One accuracy cell: the figure, its interval as text, and the whisker's geometry."""
+class Cell(BaseModel):
+    """One accuracy cell: the figure, its interval as text, and the whisker's x positions."""
+
+    text: str
+    title: str
+    point: str | None
+    low: str | None
+    high: str | None
+
+
+def _cell(acc: SliceAccuracy | None) -> Cell:
     acc = acc or SliceAccuracy()
     value, low, high = _num(acc.accuracy), _num(acc.ci_low), _num(acc.ci_high)
     total = acc.total_samples
     interval = f"{low * 100:.1f}–{high * 100:.1f}%" if low is not None and high is not None else ""
-    return {
-        "text": "–" if value is None else f"{value * 100:.1f}",
-        "title": (
+    return Cell(
+        text="–" if value is None else f"{value * 100:.1f}",
+        title=(
             "no pairs"
             if value is None
             else f"{value * 100:.2f}% of {total} pairs" + (f", 95% CI {interval}" if interval else "")
         ),
-        "point": None if value is None else _x(value),
-        "low": None if low is None else _x(low),
-        "high": None if high is None else _x(high),
-    }
+        point=None if value is None else _x(value),
+        low=None if low is None else _x(low),
+        high=None if high is None else _x(high),
+    )
 
 
 def _sort_keys() -> list[dict[str, str]]:
@@ -82,21 +92,38 @@ def _sorted(members: Sequence[Entry], key: str) -> list[Entry]:
     return sorted(members, key=lambda e: -accuracy(e))  # stable: ties keep the overall ranking
 
 
-def _row(entry: Entry) -> dict[str, Any]:
-    return {
-        "rank": entry.rank or "",  # a run on a subset has none
-        "tier": entry.tier or "",  # none: not compared (a subset, other pairs)
-        "judge": entry.judge_name,
-        "model": entry.judge_model,
-        "model_shown": model_label(entry),  # with its shutdown date when retired or retiring
-        "ours": entry.origin == "run",
-        "origin": who(entry),
-        "origin_title": entry.file or f"run {entry.run_id} ({entry.status}, {entry.date})",
-        "mode": entry.mode or "",
-        "pairs": entry.pairs,
-        "overall": _cell(entry.overall_accuracy),
-        "categories": [_cell(entry.category_accuracy.get(c)) for c in CATEGORIES],
-    }
+class Row(BaseModel):
+    """One entry as the page shows it."""
+
+    rank: int | str  # "" for a run on a subset (none)
+    tier: int | str  # "": not compared (a subset, other pairs)
+    judge: str
+    model: str
+    model_shown: str  # with its shutdown date when retired or retiring
+    ours: bool
+    origin: str
+    origin_title: str
+    mode: str
+    pairs: int
+    overall: Cell
+    categories: list[Cell]
+
+
+def _row(entry: Entry) -> Row:
+    return Row(
+        rank=entry.rank or "",
+        tier=entry.tier or "",
+        judge=entry.judge_name,
+        model=entry.judge_model,
+        model_shown=model_label(entry),
+        ours=entry.origin == "run",
+        origin=who(entry),
+        origin_title=entry.file or f"run {entry.run_id} ({entry.status}, {entry.date})",
+        mode=entry.mode or "",
+        pairs=entry.pairs,
+        overall=_cell(entry.overall_accuracy),
+        categories=[_cell(entry.category_accuracy.get(c)) for c in CATEGORIES],
+    )
 
 
 def build_context(board: Leaderboard) -> dict[str, Any]:

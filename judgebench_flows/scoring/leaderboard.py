@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr
 
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
@@ -187,7 +187,7 @@ def _stored_results(text: str | None) -> RunResults:
     """A stored run's results.json, as far as it can be read (an unreadable one reads as empty)."""
     try:
         return RunResults.read(text) if text else RunResults()
-    except ValidationError:
+    except UserError:
         return RunResults()
 
 

@@ -1,7 +1,8 @@
 """What a run measured, as typed models: the sections of results.json and what the views read of them.
 
-results.json is a documented contract (README, docs/operations-runs.md) that users' scripts, the report, the leaderboard
-and the regression check read, including files written by earlier versions. So every section here:
+results.json is a documented contract (README, docs/operations-runs.md) that users' scripts, the report,
+the leaderboard and the regression check read, including files written by earlier versions. So every
+section here:
 - keeps keys it does not know (a newer or older version's) and writes them back after the known ones;
 - reads a key an older file lacks as its default (a slice's counts as 0, a rate as None);
 - writes the keys in the order results.json has always had them; a key that appears only in some runs

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
+from judgebench_flows.core.errors import UserError
 from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.result_types import (
     Consistency,
@@ -134,8 +135,14 @@ class RunResults(RunHeader):
 
     @classmethod
     def read(cls, text: str | bytes) -> RunResults:
-        """A results.json's text, as written by this version or an earlier one."""
-        return cls.model_validate_json(text)
+        """A results.json's text, as written by this version or an earlier one; text that is not one is
+        bad input (one line: where and what)."""
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or "the document"
+            raise UserError(f"not a readable results.json: {where}: {error['msg']}") from None
 
     @property
     def regressed(self) -> bool:

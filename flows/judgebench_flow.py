@@ -58,8 +58,17 @@ from judgebench_flows.judging.shards import (
 )
 from judgebench_flows.scoring.metrics import Tally
 from judgebench_flows.scoring.regression import regression_against_baseline
+from judgebench_flows.scoring.result_types import Usage
 from judgebench_flows.scoring.results import jsonl_rows, write_jsonl
-from judgebench_flows.scoring.run_results import DatasetInfo, RunHeader, RunInfo, RunResults, SkippedRow, Timings
+from judgebench_flows.scoring.run_results import (
+    DatasetInfo,
+    RequestReport,
+    RunHeader,
+    RunInfo,
+    RunResults,
+    SkippedRow,
+    Timings,
+)
 from judgebench_flows.tasks.fetch import fetch_dataset
 from judgebench_flows.tasks.load import index_dataset
 from judgebench_flows.tasks.publish import publish_results
@@ -357,7 +366,7 @@ def record_finish(
         status="failed" if too_little else "regressed" if results.regressed else "completed",
         finished=finished,
         overall=results.overall_accuracy,
-        message=too_little or (results.regression or {}).get("message"),
+        message=too_little or (results.regression.message if results.regression else None),
         results_json=json.dumps(final, default=str),
         cost_usd=final["usage"]["cost_usd"],
         priced_as=priced_as(spec),
@@ -399,7 +408,7 @@ def publish(
     # overloads take the parameters' own types only, not their quote() wrappers.
     return publish_results(  # type: ignore[call-overload]
         run_id,
-        quote(results.as_json()),
+        quote(results),
         quote(sink.tally.report_sample),
         quote(sink.parts()),
         result_path=config.result_path,
@@ -454,7 +463,7 @@ def run_info(
         mode="single-game" if config.single_game else "both-orders",
         shuffle_responses=config.shuffle_responses,
         seed=config.seed,
-        requests={**request_report_of(spec, run)} if config.needs_endpoint else None,
+        requests=RequestReport.model_validate(request_report_of(spec, run)) if config.needs_endpoint else None,
         timings=timings,
     )
 
@@ -526,7 +535,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
-            usage=dict(usage),
+            usage=Usage.model_validate(usage),
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
@@ -542,7 +551,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         final = results.as_json()
         record_finish(engine, run_id, results, final, too_little, finished, spec)
         if results.regressed:
-            logger.warning(results.regression["message"])  # type: ignore[index]
+            logger.warning(results.regression.message)  # type: ignore[union-attr]
         if too_little:  # published above, so it can be inspected; the run itself is not a measurement
             raise RunFailed(too_little, final)
         return final

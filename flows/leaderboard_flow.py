@@ -18,7 +18,7 @@ from prefect.artifacts import acreate_markdown_artifact
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL, public_url
 from judgebench_flows.data.outputs import RUN_ID_FIELD
-from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, markdown
+from judgebench_flows.scoring.leaderboard import Leaderboard, LeaderboardSettings, build_leaderboard, markdown
 from judgebench_flows.scoring.leaderboard_report import write_outputs
 
 LEADERBOARD_ARTIFACT_KEY = "judgebench-leaderboard"
@@ -35,7 +35,7 @@ async def leaderboard_flow(
     seed: int = 42,
     bootstrap_resamples: int = 2000,
     prices: str | None = None,
-) -> dict[str, Any]:
+) -> Leaderboard:
     """Score the checkout's published outputs and our latest runs; JSON, HTML and a markdown artifact."""
     settings = LeaderboardSettings(
         repo_url=repo_url,
@@ -47,13 +47,13 @@ async def leaderboard_flow(
         prices=prices,
     )
     board = await asyncio.to_thread(build_leaderboard, settings)
-    board["outputs"] = await asyncio.to_thread(write_outputs, board, result_path, output_dir)
+    board.outputs = outputs = await asyncio.to_thread(write_outputs, board, result_path, output_dir)
     await acreate_markdown_artifact(
-        markdown(board) + f"\n\nHTML: `{board['outputs']['html']}`",
+        markdown(board) + f"\n\nHTML: `{outputs['html']}`",
         key=LEADERBOARD_ARTIFACT_KEY,
-        description=f"JudgeBench leaderboard: {len(board['entries'])} judges",
+        description=f"JudgeBench leaderboard: {len(board.entries)} judges",
     )
-    get_run_logger().info("leaderboard of %d judges: %s", len(board["entries"]), board["outputs"]["html"])
+    get_run_logger().info("leaderboard of %d judges: %s", len(board.entries), outputs["html"])
     return board
 
 

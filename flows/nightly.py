@@ -653,11 +653,12 @@ def _flow_run_link(flow_run_id: str | None) -> str:
 
 def adhoc_markdown(outcome: CellOutcome, results: dict[str, Any] | None, subflow_id: str | None) -> str:
     """The ad-hoc run's own page: the results summary of the judging subflow, and where everything is."""
+    from judgebench_flows.scoring.run_results import RunResults
     from judgebench_flows.tasks.publish import summary_markdown as run_summary
 
     head = [f"**Status: {outcome.status}**" + (f": {outcome.message}" if outcome.message else ""), ""]
     body = (
-        [run_summary(results)]
+        [run_summary(RunResults.model_validate(results))]
         if results and results.get("run")
         else ["No results were published (the run stopped before judging finished)."]
     )

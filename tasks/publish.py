@@ -12,7 +12,6 @@ import os
 import shutil
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -23,6 +22,7 @@ from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.data import db
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.results import write_json
+from judgebench_flows.scoring.run_results import RunResults
 
 
 def output_file_name(data_file: str, judge_name: str, model: str) -> str:
@@ -37,47 +37,57 @@ def output_file_name(data_file: str, judge_name: str, model: str) -> str:
 judgment_rows = db.judgment_rows  # the one record -> row mapping lives beside the table
 
 
-def metric_rows(run_id: str, results: dict[str, Any]) -> list[dict[str, Any]]:
+def metric_rows(run_id: str, results: RunResults) -> list[db.MetricRow]:
     """The accuracies measured, as rows; none for a scope with no valid judgment (a run stopped early
     publishes what it has, which may be nothing measured)."""
-    rows = [{"run_id": run_id, "scope": "overall", "name": "overall", **results["overall_accuracy"]}]
-    for scope, key in (("category", "category_accuracy"), ("source", "source_accuracy")):
-        rows += [
-            {"run_id": run_id, "scope": scope, "name": name, **acc}
-            for name, acc in results[key].items()
-            if acc["total_samples"]
-        ]
-    return [row for row in rows if row.get("accuracy") is not None]
+    results = RunResults.model_validate(results)  # also a results.json's content
+    scopes = [("overall", {"overall": results.overall_accuracy})]
+    scopes += [("category", results.category_accuracy), ("source", results.source_accuracy)]
+    return [
+        db.MetricRow(
+            run_id=run_id,
+            scope=scope,
+            name=name,
+            accuracy=acc.accuracy,
+            correct_count=acc.correct_count,
+            valid_samples=acc.valid_samples,
+            total_samples=acc.total_samples,
+            ci_low=acc.ci_low,
+            ci_high=acc.ci_high,
+        )
+        for scope, slices in scopes
+        for name, acc in slices.items()
+        if (scope == "overall" or acc.total_samples) and acc.accuracy is not None
+    ]
 
 
 _pct = partial(percent, missing="n/a")
 
 
-def summary_markdown(results: dict[str, Any]) -> str:
-    overall = results["overall_accuracy"]
+def summary_markdown(results: RunResults) -> str:
+    overall, dataset = results.overall_accuracy, results.dataset
     lines = [
-        f"# JudgeBench: {results['judge_type']} / {results['model']}",
+        f"# JudgeBench: {results.judge_type} / {results.model}",
         "",
-        f"Dataset `{results['dataset'].get('data_file')}` at `{str(results['dataset'].get('commit'))[:12]}`, "
-        f"{results['dataset'].get('n_pairs')} pairs, {results['run'].get('mode')}.",
+        f"Dataset `{dataset.data_file}` at `{str(dataset.commit)[:12]}`, {dataset.n_pairs} pairs, {results.run.mode}.",
         "",
         "| slice | accuracy | 95% CI | correct | valid | total |",
         "|---|---|---|---|---|---|",
     ]
-    rows = [("overall", overall)] + list(results["category_accuracy"].items())
+    rows = [("overall", overall), *results.category_accuracy.items()]
     for name, acc in rows:
-        ci = f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}" if acc.get("ci_low") is not None else ""
+        ci = f"{_pct(acc.ci_low)} - {_pct(acc.ci_high)}" if acc.ci_low is not None else ""
         lines.append(
-            f"| {name} | {_pct(acc['accuracy'])} | {ci} | {acc['correct_count']} | {acc['valid_samples']} | {acc['total_samples']} |"
+            f"| {name} | {_pct(acc.accuracy)} | {ci} | {acc.correct_count} | {acc.valid_samples} | {acc.total_samples} |"
         )
-    invalid = results["invalid"]
+    invalid, consistency = results.invalid, results.consistency
     lines += [
         "",
-        f"Consistency: {_pct(results['consistency'].get('consistency'))}. Invalid verdicts: {invalid['invalid_judgments']}, "
-        f"failed calls: {invalid['failed_judgments']}, skipped rows: {invalid['skipped_rows']}.",
+        f"Consistency: {_pct(consistency.consistency if consistency else None)}. Invalid verdicts: {invalid.invalid_judgments}, "
+        f"failed calls: {invalid.failed_judgments}, skipped rows: {invalid.skipped_rows}.",
     ]
-    if results.get("regression"):
-        lines += ["", f"**Regression check:** {results['regression']['message']}"]
+    if results.regression:
+        lines += ["", f"**Regression check:** {results.regression.message}"]
     return "\n".join(lines)
 
 
@@ -96,7 +106,7 @@ def concatenate(parts: list[Path], target: Path) -> Path:
 @task(name="publish-results", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def publish_results(
     run_id: str,
-    results: dict[str, Any],
+    results: RunResults,
     report_judgments: list[JudgmentRecord],
     jsonl_parts: list[Path],
     *,
@@ -117,27 +127,27 @@ def publish_results(
     paths: dict[str, str] = {}
     out = Path(output_dir)
     paths["results"] = str(write_json(result_path, results))
-    paths["judgments"] = str(concatenate(jsonl_parts, out / output_file_name(data_file, judge_name, results["model"])))
+    paths["judgments"] = str(concatenate(jsonl_parts, out / output_file_name(data_file, judge_name, results.model)))
     engine = db.open_database(db_url)
     db.save_metrics(engine, metric_rows(run_id, results))
     if write_report:
-        from judgebench_flows.scoring.report import history_point
+        from judgebench_flows.scoring.report import HistoryPoint, history_point
         from judgebench_flows.scoring.report import write_report as render
 
         history = [
             history_point(r)
-            for r in reversed(db.list_runs(engine, limit=30, config_key=results["run"]["config_key"]))
+            for r in reversed(db.list_runs(engine, limit=30, config_key=results.run.config_key))
             if r.overall_accuracy is not None and r.run_id != run_id
         ]
-        overall = results["overall_accuracy"]
+        overall = results.overall_accuracy
         history.append(
-            {
-                "run_id": run_id,
-                "started": results["run"]["started"],
-                "accuracy": overall["accuracy"],
-                "ci_low": overall.get("ci_low"),
-                "ci_high": overall.get("ci_high"),
-            }
+            HistoryPoint(
+                run_id=run_id,
+                started=results.run.started,
+                accuracy=overall.accuracy,
+                ci_low=overall.ci_low,
+                ci_high=overall.ci_high,
+            )
         )
         paths["report"] = str(render(out / "report.html", results, report_judgments, history))
     # One artifact series per configuration (artifact_keys): a shared key would show whichever ran last.
@@ -147,8 +157,8 @@ def publish_results(
         else ("judgebench-summary", "judgebench-accuracy")
     )
     create_markdown_artifact(summary_markdown(results), key=summary_key, description=f"JudgeBench run {run_id}")
-    table = [{"slice": "overall", **results["overall_accuracy"]}] + [
-        {"slice": k, **v} for k, v in results["category_accuracy"].items()
+    table = [{"slice": "overall", **results.overall_accuracy.model_dump()}] + [
+        {"slice": k, **v.model_dump()} for k, v in results.category_accuracy.items()
     ]
     create_table_artifact(table, key=table_key, description=f"Accuracy of run {run_id}")
     return paths

@@ -229,7 +229,7 @@ def test_publish_twice_writes_each_row_once(db_url):
         db.save_judgments(engine, _judgments("r1", 40))
         rows = metric_rows("r1", _results())
         if attempt:
-            rows[0]["accuracy"] = 0.75
+            rows[0].accuracy = 0.75
         db.save_metrics(engine, rows)
         db.update_run(
             engine, "r1", status="completed", finished=started + timedelta(minutes=attempt + 1), overall_accuracy=0.5

@@ -334,7 +334,7 @@ def test_tally_does_not_count_a_failed_call_as_paid() -> None:
         JudgmentRecord(pair_id="p", order=1, status="failed", error="HTTP 500 after 7 attempts", calls=1, **common),
     ]
     usage = Tally.of(records).usage_totals()
-    assert (usage["calls"], usage["paid_calls"], usage["failed_calls"]) == (2, 1, 1)
+    assert (usage.calls, usage.paid_calls, usage.failed_calls) == (2, 1, 1)
 
 
 # ----- 7. no silent change of data, no secret in stored answers ------------------------------------------

@@ -147,7 +147,7 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     assert "3 pairs changed verdict (0 fixed, 3 broken)" in compare.stdout
     shown = set(re.findall(r"pair-[a-z-]+-\d", compare.stdout))
     assert shown == WRONG_FOR_B
-    comparison = compare_runs(db_url, id_a, id_b)
+    comparison = compare_runs(db_url, id_a, id_b).model_dump()
     assert {f["pair_id"] for f in comparison["flipped"]} == WRONG_FOR_B and not any(
         f["now_correct"] for f in comparison["flipped"]
     )

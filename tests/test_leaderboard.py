@@ -257,6 +257,7 @@ def test_published_numbers_equal_judgebench_metric(published, tmp_path) -> None:
             db_url=f"sqlite:///{tmp_path / 'none.db'}",
         )
     )
+    board = board.model_dump()
     assert board["dataset"]["commit"] == published["sha"]
     assert len(board["entries"]) == 4
     files = published["files"]
@@ -329,6 +330,7 @@ def test_our_latest_finished_run_per_configuration_is_listed(published, tmp_path
             repo_url=published["url"], ref=published["sha"], cache_dir=str(tmp_path / "cache"), db_url=results_db
         )
     )
+    board = board.model_dump()
     ours = [e for e in board["entries"] if e["origin"] == "run"]
     assert sorted(e["run_id"] for e in ours) == ["cla3333333", "new1111111"]
     mine = entry_for(board, "arena_hard", "my-judge", origin="run")
@@ -505,7 +507,7 @@ def test_rescore_reports_changed_decisions_and_metric(tmp_path, gpt4o_pairs) -> 
     path = tmp_path / output_name(GPT4O_FILE, "arena_hard", "o1-mini").split("/")[-1]
     path.write_text(jsonl(rows))
 
-    result = rescore_file(path, "arena_hard", output=tmp_path / "rescored.jsonl")
+    result = rescore_file(path, "arena_hard", output=tmp_path / "rescored.jsonl").model_dump()
     assert [(c["pair_id"], c["order"]) for c in result["changes"]] == expected_changes
     assert result["changed"] == len(expected_changes) > 0
     assert result["changed_pairs"] == list(dict.fromkeys(p for p, _ in expected_changes))
@@ -628,7 +630,7 @@ def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:
     }
     path = tmp_path / "ours.jsonl"
     path.write_text(jsonl([row]))
-    result = rescore_file(path, "skywork_critic", output=tmp_path / "out.jsonl")
+    result = rescore_file(path, "skywork_critic", output=tmp_path / "out.jsonl").model_dump()
     assert result["changes"] == [
         {
             "pair_id": pair["pair_id"],

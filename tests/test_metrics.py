@@ -48,14 +48,13 @@ def test_streamed_tally_gives_the_same_results_as_one_batch() -> None:
     streamed = Tally()
     for start in range(0, len(records), 38):  # shards of 19 whole pairs
         streamed.add(records[start : start + 38])
-    header = {"model": "m"}
-    a = build_results(whole, header=header, seed=3, bootstrap_resamples=200)
-    b = build_results(streamed, header=header, seed=3, bootstrap_resamples=200)
+    a = build_results(whole, seed=3, bootstrap_resamples=200)
+    b = build_results(streamed, seed=3, bootstrap_resamples=200)
     assert a == b
     # Paid: answered and not from a cache (order 0 here; a failed judgment's call got no answer).
     paid = sum(1 for r in records if r.order == 0 and r.status != "failed")
     failed = sum(1 for r in records if r.status == "failed")
-    assert a["usage"] == {
+    assert a.usage.model_dump() == {
         "judgments": 600,
         "calls": 600,
         "cached_calls": 300,
@@ -66,9 +65,9 @@ def test_streamed_tally_gives_the_same_results_as_one_batch() -> None:
         "reasoning_tokens": 0,
     }
     problems = [r for r in records if r.status != "ok"]
-    assert a["invalid"]["invalid_judgments"] + a["invalid"]["failed_judgments"] == len(problems) > 0
-    assert a["invalid"]["pairs_with_invalid"] == len({r.pair_id for r in problems})
-    assert sum(a["invalid"]["reasons"].values()) == len(problems) and set(a["invalid"]["reasons"]) == {
+    assert a.invalid.invalid_judgments + a.invalid.failed_judgments == len(problems) > 0
+    assert a.invalid.pairs_with_invalid == len({r.pair_id for r in problems})
+    assert sum(a.invalid.reasons.values()) == len(problems) and set(a.invalid.reasons) == {
         "invalid reason",
         "failed reason",
     }
@@ -83,9 +82,9 @@ def test_intervals_do_not_depend_on_the_order_shards_finish() -> None:
         in_order.add(shard)
     for shard in random.Random(1).sample(shards, len(shards)):
         shuffled.add(shard)
-    a = build_results(in_order, header={}, seed=3, bootstrap_resamples=200)
-    b = build_results(shuffled, header={}, seed=3, bootstrap_resamples=200)
-    assert a["overall_accuracy"] == b["overall_accuracy"] and a["category_accuracy"] == b["category_accuracy"]
+    a = build_results(in_order, seed=3, bootstrap_resamples=200)
+    b = build_results(shuffled, seed=3, bootstrap_resamples=200)
+    assert a.overall_accuracy == b.overall_accuracy and a.category_accuracy == b.category_accuracy
 
 
 def test_accuracy_follows_the_two_order_rule() -> None:

@@ -78,12 +78,12 @@ def verdicts(n: int, wrong: set[int], biased: set[int] = frozenset()) -> list[V]
 def test_first_position_rate_and_consistency_count_as_defined() -> None:
     from judgebench_flows.scoring.metrics import consistency, pair_scores
 
-    figures = consistency(pair_scores(verdicts(100, wrong=set(range(20)), biased=set(range(50, 90)))))
+    figures = consistency(pair_scores(verdicts(100, wrong=set(range(20)), biased=set(range(50, 90))))).model_dump()
     # 60 consistent pairs (one first-shown vote each), 40 biased pairs (two each): 140 of 200 verdicts
     assert figures["consistency"] == 0.6 and figures["first_position_rate"] == 0.7
     assert (figures["first_position_verdicts"], figures["sided_verdicts"]) == (140, 200)
     tie = [V("t", 0, "A>B", "A=B"), V("t", 1, "A>B", "B>A"), V("f", 0, "A>B", None), V("f", 1, "A>B", "A>B")]
-    figures = consistency(pair_scores(tie))
+    figures = consistency(pair_scores(tie)).model_dump()
     assert (figures["first_position_verdicts"], figures["sided_verdicts"]) == (1, 2)  # ties, failures left out
 
 
@@ -92,18 +92,20 @@ def test_order_bias_on_half_the_pairs_is_reported_and_a_rerun_is_not() -> None:
     from judgebench_flows.scoring.regression import position_bias_change
 
     baseline = pair_scores(verdicts(60, wrong=set(range(10))))
-    same = position_bias_change(baseline, pair_scores(verdicts(60, wrong=set(range(10)))), baseline_run_id="b" * 32)
+    same = position_bias_change(
+        baseline, pair_scores(verdicts(60, wrong=set(range(10)))), baseline_run_id="b" * 32
+    ).model_dump()
     assert same["changed"] is False
     assert same["consistency_test"]["p_value"] == 1.0 and same["first_position_test"]["p_value"] == 1.0
     biased = pair_scores(verdicts(60, wrong=set(range(10)), biased=set(range(30, 60))))
-    change = position_bias_change(baseline, biased, baseline_run_id="b" * 32)
+    change = position_bias_change(baseline, biased, baseline_run_id="b" * 32).model_dump()
     assert change["changed"] is True and change["message"].startswith("position bias changed")
     assert change["order_consistency"] == {"baseline": 1.0, "candidate": 0.5}
     assert change["first_position_rate"] == {"baseline": 0.5, "candidate": 0.75}
     assert change["consistency_test"] == {"p_value": 2 / 2**30, "became_inconsistent": 30, "became_consistent": 0}
     # a couple of biased pairs is within noise
     slight = pair_scores(verdicts(60, wrong=set(range(10)), biased={40, 41}))
-    assert position_bias_change(baseline, slight, baseline_run_id="b" * 32)["changed"] is False
+    assert position_bias_change(baseline, slight, baseline_run_id="b" * 32).changed is False
 
 
 def _store(engine, run_id: str, records: list[V], started: datetime) -> None:
@@ -165,13 +167,17 @@ def test_the_check_is_an_option_on_by_default(tmp_path) -> None:
     tally = Tally.of(records)
     config = RunConfig(model="judge", judge_type="arena_hard")
     assert config.position_bias_check is True
-    check = regression_against_baseline(engine, config, "cfg", "c" * 32, tally)
-    assert check is not None and check["accuracy_regressed"] is False and check["delta"] == 0
+    checked = regression_against_baseline(engine, config, "cfg", "c" * 32, tally)
+    assert checked is not None
+    check = checked.model_dump()
+    assert check["accuracy_regressed"] is False and check["delta"] == 0
     assert check["regressed"] is True and check["position_bias"]["changed"] is True
     assert "position bias changed" in check["message"]
     off = config.model_copy(update={"position_bias_check": False})
-    check = regression_against_baseline(engine, off, "cfg", "c" * 32, tally)
-    assert check is not None and check["regressed"] is False and "position_bias" not in check
+    unchecked = regression_against_baseline(engine, off, "cfg", "c" * 32, tally)
+    assert unchecked is not None
+    check = unchecked.model_dump()
+    assert check["regressed"] is False and "position_bias" not in check
 
 
 def test_a_database_from_before_the_columns_keeps_working(tmp_path) -> None:

@@ -112,7 +112,7 @@ def test_the_nightly_preflight_names_each_model_once() -> None:
 
 
 def test_the_leaderboard_marks_retired_and_retiring_rows(tmp_path) -> None:
-    from judgebench_flows.scoring.leaderboard import mark_retirements, markdown, model_label
+    from judgebench_flows.scoring.leaderboard import Entry, Leaderboard, mark_retirements, markdown, model_label
     from judgebench_flows.scoring.leaderboard_report import render_leaderboard
     from judgebench_flows.views.tables import leaderboard_rows
 
@@ -120,16 +120,24 @@ def test_the_leaderboard_marks_retired_and_retiring_rows(tmp_path) -> None:
     prices = _prices(tmp_path, {"judge-y": {"input_per_mtok": 1, "output_per_mtok": 2, "shutdown_date": soon}})
     accuracy = {"accuracy": 0.7, "ci_low": 0.6, "ci_high": 0.8}
     entries = [
-        {"judge_name": "arena_hard", "judge_model": m, "origin": "published", "pairs": 350, "rank": i + 1, "tier": 1}
-        | {"overall_accuracy": accuracy, "category_accuracy": {}, "response_model": "gpt-4o-2024-05-13"}
+        Entry.model_validate(
+            {"judge_name": "arena_hard", "judge_model": m, "origin": "published", "pairs": 350, "rank": i + 1}
+            | {"overall_accuracy": accuracy, "category_accuracy": {}, "response_model": "gpt-4o-2024-05-13"}
+            | {"tier": 1, "dataset": "judgebench"}
+        )
         for i, m in enumerate(["claude-3-5-sonnet-20240620", "judge-y", "gpt-4o"])
     ]
     mark_retirements(entries, prices)
-    assert entries[0]["retirement"]["retired"] is True and entries[1]["retirement"]["days_left"] == 3
-    assert "retirement" not in entries[2]
+    shown = [entry.model_dump() for entry in entries]
+    assert shown[0]["retirement"]["retired"] is True and shown[1]["retirement"]["days_left"] == 3
+    assert "retirement" not in shown[2]
     assert model_label(entries[0]) == "claude-3-5-sonnet-20240620 (shut down 2025-10-22)"
     assert model_label(entries[1]) == f"judge-y (shuts down {soon})"
-    board = {"dataset": {"repo_url": "r", "commit": "c"}, "entries": entries}
+    board = Leaderboard.model_validate(
+        {"dataset": {"repo_url": "r", "commit": "c"}, "entries": entries, "generated": "", "db_url": ""}
+        | {"notes": [], "seed": 0, "bootstrap_resamples": 0, "categories": [], "benchmark_pairs": {}}
+        | {"tiers": {"alpha": 0.05, "method": ""}}
+    )
     assert "claude-3-5-sonnet-20240620 (shut down 2025-10-22)" in markdown(board)
     assert f"judge-y (shuts down {soon})" in render_leaderboard(board)
     assert [row["shutdown_date"] for row in leaderboard_rows(board)] == ["2025-10-22", soon, None]

@@ -138,7 +138,7 @@ def test_the_leaderboard_scores_the_recorded_file_as_published(tmp_path: Path) -
             db_url=f"sqlite:///{tmp_path / 'none.db'}",
         )
     )
-    (entry,) = board["entries"]
+    (entry,) = board.model_dump()["entries"]
     assert entry["judge_model"] == MODEL and entry["origin"] == "published" and entry["pairs"] == 350
     measured = {"overall": entry["overall_accuracy"]["accuracy"]}
     measured |= {name: value["accuracy"] for name, value in entry["category_accuracy"].items()}

@@ -14,6 +14,7 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.data import db
 from judgebench_flows.judging.shards import JudgeSpec
+from judgebench_flows.scoring.result_types import SliceAccuracy
 from judgebench_flows.scoring.run_results import DatasetInfo, RunHeader, RunInfo, RunResults, Timings
 
 
@@ -211,7 +212,7 @@ def test_run_lifecycle_helpers(tmp_path) -> None:
         "a",
         status="regressed",
         finished=now,
-        overall={"accuracy": 0.5, "ci_low": 0.1, "ci_high": 0.9},
+        overall=SliceAccuracy(accuracy=0.5, ci_low=0.1, ci_high=0.9),
         message="dropped",
         results_json="{}",
     )

@@ -154,7 +154,7 @@ def test_compare_mcnemar_and_per_category_verdicts(tmp_path) -> None:
     _save_run(engine, "b" * 32, pairs, correct_b, t0 + timedelta(hours=1))
     engine.dispose()
 
-    comparison = compare_runs(url, "a" * 32, "b" * 32)
+    comparison = compare_runs(url, "a" * 32, "b" * 32).model_dump()
     a_only, b_only = len(correct_a - correct_b), len(correct_b - correct_a)
     assert (a_only, b_only) == (9, 39)
     assert comparison["mcnemar"]["discordant_a_only"] == a_only
@@ -278,18 +278,19 @@ def test_tiers_equal_a_plain_computation(seven, tmp_path) -> None:
             bootstrap_resamples=200,
         )
     )
-    gpt = [e for e in board["entries"] if e["group"] == "gpt-4o-2024-05-13"]
+    document = json.loads(board.model_dump_json())
+    gpt = [e for e in document["entries"] if e["group"] == "gpt-4o-2024-05-13"]
     full = {e["judge_model"]: e for e in gpt if e["judge_model"] in [*SKILLS, "our-judge"]}
     assert len(full) == 8
     names = [*SKILLS, "our-judge"]
     expected = plain_tiers([seven["files"][output_name(GPT4O_FILE, "arena_hard", m)] for m in SKILLS] + [ours])
     assert [full[m]["tier"] for m in names] == expected
-    subset = next(e for e in board["entries"] if e["judge_model"] == "our-subset")
+    subset = next(e for e in document["entries"] if e["judge_model"] == "our-subset")
     assert subset["rank"] is None and subset["tier"] is None
     assert len(set(expected)) >= 2 and any(expected.count(t) >= 2 for t in set(expected)), expected
     partial = next(e for e in gpt if e["judge_model"] == "judge-partial")
     assert partial["rank"] == 1 and partial["tier"] is None  # best accuracy, but on 300 of the 350 pairs
-    claude = next(e for e in board["entries"] if e["judge_model"] == "judge-claude")
+    claude = next(e for e in document["entries"] if e["judge_model"] == "judge-claude")
     assert claude["tier"] == 1  # its own table: never compared with the GPT-4o rows
     # a row's test is against the best row of the tier it was compared in, Bonferroni over 7 tests
     for entry in full.values():
@@ -297,23 +298,31 @@ def test_tiers_equal_a_plain_computation(seven, tmp_path) -> None:
         if test:
             assert test["p_adjusted"] == pytest.approx(min(1.0, 7 * test["p_value"]))
             assert full[test["against"]["judge_model"]]["tier"] in (entry["tier"], entry["tier"] - 1)
-    assert "_correct" not in json.dumps(board)
-    assert board["tiers"]["alpha"] == 0.05
+    assert "_correct" not in board.model_dump_json()
+    assert document["tiers"]["alpha"] == 0.05
     assert "| tier |" in markdown(board)
     html = render_leaderboard(board)
     assert ">tier</th>" in html
 
 
+def _row(name: str, accuracy: float, correct: dict[str, float]):
+    from judgebench_flows.scoring.leaderboard import Entry
+
+    entry = Entry.model_validate(
+        {"overall_accuracy": {"accuracy": accuracy}, "judge_name": name, "origin": "run"}
+        | {"response_model": "m", "dataset": "judgebench", "judge_model": "j"}
+    )
+    entry._correct = dict(correct)
+    return entry
+
+
 def test_ties_never_split_and_one_row_is_tier_one() -> None:
-    from judgebench_flows.scoring.leaderboard import CORRECTNESS, assign_tiers
+    from judgebench_flows.scoring.leaderboard import assign_tiers
 
     same = {f"p{i}": float(i % 2) for i in range(200)}
-    rows = [
-        {"overall_accuracy": {"accuracy": 0.5}, CORRECTNESS: dict(same), "judge_name": n, "origin": "run"}
-        for n in "abc"
-    ]
+    rows = [_row(n, 0.5, same) for n in "abc"]
     assign_tiers(rows)
-    assert [r["tier"] for r in rows] == [1, 1, 1]
-    only = [{"overall_accuracy": {"accuracy": 0.9}, CORRECTNESS: same, "judge_name": "x", "origin": "run"}]
+    assert [r.tier for r in rows] == [1, 1, 1]
+    only = [_row("x", 0.9, same)]
     assign_tiers(only)
-    assert only[0]["tier"] == 1
+    assert only[0].tier == 1

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.views.summaries import err, print_results
 
 
@@ -45,9 +46,9 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
         except RunFailed as exc:  # published but not a measurement: show what there is, then exit 4
             if exc.results:
                 progress.stop()
-                print_results(exc.results)
+                print_results(RunResults.model_validate(exc.results))
             raise
-    print_results(results)
+    print_results(RunResults.model_validate(results))
     regression = results.get("regression") or {}
     return 1 if regression.get("regressed") else 0
 

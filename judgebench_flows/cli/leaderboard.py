@@ -9,9 +9,12 @@ as a Prefect flow for its artifact.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from judgebench_flows.core.errors import UserError
+
+if TYPE_CHECKING:
+    from judgebench_flows.scoring.leaderboard import Leaderboard, LeaderboardSettings
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +73,7 @@ def command_leaderboard(args: argparse.Namespace) -> int:
     else:
         board = build_leaderboard(settings)
         try:
-            board["outputs"] = write_outputs(board, args.result_path, args.output_dir)
+            board.outputs = write_outputs(board, args.result_path, args.output_dir)
         except OSError as exc:
             raise UserError(
                 f"cannot write the leaderboard ({args.result_path}, {args.output_dir}): {exc.strerror or exc}"
@@ -81,12 +84,12 @@ def command_leaderboard(args: argparse.Namespace) -> int:
         print(tables.to_csv(tables.LEADERBOARD_FIELDS, tables.leaderboard_rows(board)), end="")
     else:
         tables.print_leaderboard(board)
-        for name, path in board["outputs"].items():
+        for name, path in (board.outputs or {}).items():
             print(f"{name}: {tables.short_path(path)}")
     return 0
 
 
-def _as_flow(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _as_flow(settings: LeaderboardSettings, args: argparse.Namespace) -> Leaderboard:
     import asyncio
 
     from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import signal
 import sys
@@ -268,7 +267,7 @@ def command_compare(args: argparse.Namespace) -> int:
 
         print(to_json(comparison))  # its warnings are in it
         return 0
-    for warning in comparison.get("warnings", []):
+    for warning in comparison.warnings:
         err.print(f"warning: {warning}", markup=False, highlight=False)  # wrapped to the terminal
     print_comparison(comparison)
     return 0
@@ -283,7 +282,9 @@ def command_report(args: argparse.Namespace) -> int:
     run = db.get_run(engine, args.run_id) if engine is not None else None
     if engine is None or run is None or not run.results_json:
         raise UserError(f"no finished run '{args.run_id}' in {db.safe_url(_db_url(args))}")
-    results: dict[str, Any] = json.loads(run.results_json)
+    from judgebench_flows.scoring.run_results import RunResults
+
+    results = RunResults.read(run.results_json)
     history = [
         history_point(r)
         for r in reversed(db.list_runs(engine, limit=30, config_key=run.config_key))

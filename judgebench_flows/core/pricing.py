@@ -259,12 +259,6 @@ def run_cost_text(cost: float | None, priced_as: str | None) -> str:
     return format_usd(cost)
 
 
-def cost_of_results(results: dict[str, Any]) -> str:
-    """A results.json's cost for tables: dollars, "unpriced", or blank when it predates costs."""
-    usage = results.get("usage") or {}
-    return format_usd(usage["cost_usd"]) if "cost_usd" in usage else ""
-
-
 class BudgetReached(UserError):
     """The run spent its --max-cost: it stopped, keeping what it judged (answers cached; the same
     command with a larger budget resumes without paying for them again). Exit code 6."""

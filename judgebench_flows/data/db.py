@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote as url_quote
 
 import sqlalchemy as sa
@@ -32,6 +32,27 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import FINISHED, JudgmentRecord
+
+
+class OverallFigures(Protocol):
+    """What a run's row keeps of its overall accuracy (results.json's `overall_accuracy`)."""
+
+    @property
+    def accuracy(self) -> float | None: ...
+    @property
+    def ci_low(self) -> float | None: ...
+    @property
+    def ci_high(self) -> float | None: ...
+
+
+class BiasFigures(Protocol):
+    """What a run's row keeps of its position bias (results.json's `consistency`)."""
+
+    @property
+    def consistency(self) -> float | None: ...
+    @property
+    def first_position_rate(self) -> float | None: ...
+
 
 SCHEMA_VERSION = 1
 
@@ -341,7 +362,7 @@ def open_read_only(url: str) -> tuple[Engine | None, str | None]:
     return engine, None
 
 
-def latest_finished_runs(engine: Engine) -> list[Any]:
+def latest_finished_runs(engine: Engine) -> list[sa.Row[Any]]:
     """The latest finished run of each configuration, newest first: the columns every schema version has
     (a database written by older code is read as it is, not upgraded)."""
     columns = (
@@ -362,7 +383,7 @@ def latest_finished_runs(engine: Engine) -> list[Any]:
     )
     with engine.connect() as connection:
         rows = connection.execute(query).all()
-    latest: dict[str, Any] = {}
+    latest: dict[str, sa.Row[Any]] = {}
     for row in rows:
         latest.setdefault(row.config_key, row)
     return list(latest.values())
@@ -441,12 +462,12 @@ def finish_run(
     *,
     status: str,
     finished: datetime,
-    overall: dict[str, Any],
+    overall: OverallFigures,
     message: str | None,
     results_json: str,
     cost_usd: float | None = None,
     priced_as: str | None = None,
-    consistency: dict[str, Any] | None = None,
+    consistency: BiasFigures | None = None,
 ) -> None:
     """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy,
     its position bias (results.json's `consistency`) and what it cost."""
@@ -455,15 +476,15 @@ def finish_run(
         run_id,
         status=status,
         finished=finished,
-        overall_accuracy=overall["accuracy"],
-        ci_low=overall.get("ci_low"),
-        ci_high=overall.get("ci_high"),
+        overall_accuracy=overall.accuracy,
+        ci_low=overall.ci_low,
+        ci_high=overall.ci_high,
         message=message,
         results_json=results_json,
         cost_usd=cost_usd,
         priced_as=priced_as,
-        order_consistency=(consistency or {}).get("consistency"),
-        first_position_rate=(consistency or {}).get("first_position_rate"),
+        order_consistency=consistency.consistency if consistency else None,
+        first_position_rate=consistency.first_position_rate if consistency else None,
     )
 
 
@@ -512,8 +533,9 @@ def judgment_records(rows: Iterable[JudgmentRow]) -> list[JudgmentRecord]:
     return [JudgmentRecord(judge_model="", **{name: getattr(row, column) for name, column in fields}) for row in rows]
 
 
-def save_metrics(engine: Engine, rows: Iterable[dict[str, Any]]) -> None:
-    _upsert(engine, MetricRow, list(rows), ["run_id", "scope", "name"])
+def save_metrics(engine: Engine, rows: Iterable[MetricRow]) -> None:
+    """Upsert on (run, scope, name): a retried publish rewrites its rows, never adds more."""
+    _upsert(engine, MetricRow, [row.model_dump(exclude={"id"}) for row in rows], ["run_id", "scope", "name"])
 
 
 def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:

@@ -16,9 +16,18 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges.custom import ParseFailed
-from judgebench_flows.scoring.published import VALID_DECISIONS, iter_rows, score_verdicts, verdicts_of_line
+from judgebench_flows.scoring.published import (
+    VALID_DECISIONS,
+    FileVerdict,
+    iter_rows,
+    score_verdicts,
+    verdicts_of_line,
+)
+from judgebench_flows.scoring.result_types import Scored, Section
 
 
 def judge_for(judge_type: str, judge_template: str | None = None, templates_dir: str | None = None) -> Any:
@@ -42,8 +51,41 @@ def _recorded(judgment: dict[str, Any]) -> str:
     return decision.strip() if isinstance(decision, str) else ""
 
 
+class DecisionChange(BaseModel):
+    """A recorded decision our parser reads differently (None: no decision)."""
+
+    pair_id: str
+    order: int
+    source: str | None
+    label: str | None
+    recorded: str | None
+    ours: str | None
+
+
+class Rescore(Section):
+    """`judgebench rescore`'s result (also its --result-path JSON, in this order): what was re-parsed, the
+    decisions that differ, and the metric on the recorded and on the re-parsed decisions."""
+
+    file: str
+    judge_type: str
+    judge_name_in_file: list[str]
+    pairs: int
+    judgments: int
+    reparsed: int
+    failed: int
+    no_text: int
+    changed: int
+    changed_pairs: list[str]
+    changes: list[DecisionChange]
+    recorded: Scored
+    rescored: Scored
+    output: str | None = None  # the re-parsed file, when written
+
+    _optional = frozenset({"output"})
+
+
 def reparsed_line(
-    row: dict[str, Any], judge: Any, counts: dict[str, int], changes: list[dict[str, Any]]
+    row: dict[str, Any], judge: Any, counts: dict[str, int], changes: list[DecisionChange]
 ) -> dict[str, Any]:
     """A copy of one outputs line with our parser's decisions; counts what was re-parsed and records
     every decision that differs from the file's in `changes`."""
@@ -65,14 +107,14 @@ def reparsed_line(
         recorded = _recorded(judgment)
         if ours != recorded:
             changes.append(
-                {
-                    "pair_id": str(row["pair_id"]),
-                    "order": order,
-                    "source": row.get("source"),
-                    "label": row.get("label"),
-                    "recorded": recorded or None,
-                    "ours": ours or None,
-                }
+                DecisionChange(
+                    pair_id=str(row["pair_id"]),
+                    order=order,
+                    source=row.get("source"),
+                    label=row.get("label"),
+                    recorded=recorded or None,
+                    ours=ours or None,
+                )
             )
         judgment["decision"] = ours or None
         if "status" in judgment:
@@ -89,15 +131,15 @@ def rescore_file(
     seed: int = 42,
     resamples: int = 2000,
     output: str | Path | None = None,
-) -> dict[str, Any]:
+) -> Rescore:
     """Recorded vs re-parsed decisions and metrics of one outputs file; optionally write the re-parsed file."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"rescore: file not found: {path}")
     judge = judge_for(judge_type, judge_template, templates_dir)
-    recorded_verdicts: list[Any] = []
-    ours_verdicts: list[Any] = []
-    changes: list[dict[str, Any]] = []
+    recorded_verdicts: list[FileVerdict] = []
+    ours_verdicts: list[FileVerdict] = []
+    changes: list[DecisionChange] = []
     rewritten: list[dict[str, Any]] = []
     counts = {"judgments": 0, "reparsed": 0, "failed": 0, "no_text": 0}
     file_judges: set[str] = set()
@@ -122,23 +164,25 @@ def rescore_file(
         raise UserError(
             f"{path.name}: no judge answers to re-parse (every judgment.response is empty or failed; a reward model's scores cannot be re-parsed)"
         )
-    changed_pairs = list(dict.fromkeys(c["pair_id"] for c in changes))
-    result = {
-        "file": str(path),
-        "judge_type": judge_template or judge_type,
-        "judge_name_in_file": sorted(j for j in file_judges if j),
-        "pairs": len(rewritten),
-        **counts,
-        "changed": len(changes),
-        "changed_pairs": changed_pairs,
-        "changes": changes,
-        "recorded": score_verdicts(recorded_verdicts, seed=seed, resamples=resamples),
-        "rescored": score_verdicts(ours_verdicts, seed=seed, resamples=resamples),
-    }
+    result = Rescore(
+        file=str(path),
+        judge_type=judge_template or judge_type,
+        judge_name_in_file=sorted(j for j in file_judges if j),
+        pairs=len(rewritten),
+        judgments=counts["judgments"],
+        reparsed=counts["reparsed"],
+        failed=counts["failed"],
+        no_text=counts["no_text"],
+        changed=len(changes),
+        changed_pairs=list(dict.fromkeys(c.pair_id for c in changes)),
+        changes=changes,
+        recorded=score_verdicts(recorded_verdicts, seed=seed, resamples=resamples),
+        rescored=score_verdicts(ours_verdicts, seed=seed, resamples=resamples),
+    )
     if output:
         from judgebench_flows.scoring.results import write_jsonl
 
-        result["output"] = str(write_jsonl(output, rewritten))
+        result.output = str(write_jsonl(output, rewritten))
     return result
 
 

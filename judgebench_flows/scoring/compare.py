@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.errors import UserError
@@ -12,6 +10,7 @@ from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES, FINISHED, JudgmentRecord
 from judgebench_flows.data import db
 from judgebench_flows.scoring import metrics, stats
+from judgebench_flows.scoring.result_types import Comparison, FlippedPair, RunCosts, SliceComparison
 from judgebench_flows.scoring.results import correctness_of
 
 
@@ -40,8 +39,8 @@ def verdict_in_words(delta: float | None, p_value: float | None, alpha: float = 
 
 
 def paired_slices(
-    a: dict[str, float], b: dict[str, float], scores: dict[str, Any], common: list[str], *, seed: int
-) -> list[dict[str, Any]]:
+    a: dict[str, float], b: dict[str, float], scores: dict[str, metrics.PairScore], common: list[str], *, seed: int
+) -> list[SliceComparison]:
     """Overall and per-category accuracy of A and B on their common pairs, the difference with its paired
     bootstrap 95% interval and exact McNemar p-value, and the verdict in words. The four category tests
     are Holm-adjusted together (`p_adjusted`): four tests at 5% each would call a noise difference
@@ -49,20 +48,19 @@ def paired_slices(
     slices = []
     for name in ["overall", *CATEGORIES]:
         ids = [p for p in common if name == "overall" or scores[p].category == name]
-        row: dict[str, Any] = {"name": name, "a": None, "b": None, "delta": None, "n": len(ids)}
-        row.update(ci_low=None, ci_high=None, p_value=None, p_adjusted=None)
+        row = SliceComparison(name=name, n=len(ids))
         if ids:
             part_a, part_b = {p: a[p] for p in ids}, {p: b[p] for p in ids}
             delta = stats.paired_bootstrap_delta(part_a, part_b, seed=seed)
-            row.update(a=delta.baseline_accuracy, b=delta.candidate_accuracy, delta=delta.delta)
-            row.update(ci_low=delta.ci_low, ci_high=delta.ci_high)
-            row["p_value"] = row["p_adjusted"] = stats.mcnemar_exact(part_a, part_b).p_value
+            row.a, row.b, row.delta = delta.baseline_accuracy, delta.candidate_accuracy, delta.delta
+            row.ci_low, row.ci_high = delta.ci_low, delta.ci_high
+            row.p_value = row.p_adjusted = stats.mcnemar_exact(part_a, part_b).p_value
         slices.append(row)
-    tested = [row for row in slices[1:] if row["p_value"] is not None]
-    for row, adjusted in zip(tested, stats.holm_adjusted([row["p_value"] for row in tested]), strict=True):
-        row["p_adjusted"] = adjusted
+    tested = [(row, row.p_value) for row in slices[1:] if row.p_value is not None]
+    for (row, _), adjusted in zip(tested, stats.holm_adjusted([p for _, p in tested]), strict=True):
+        row.p_adjusted = adjusted
     for row in slices:
-        row["verdict"] = verdict_in_words(row["delta"], row["p_adjusted"])
+        row.verdict = verdict_in_words(row.delta, row.p_adjusted)
     return slices
 
 
@@ -73,26 +71,26 @@ def _run(engine: Engine, run_id: str) -> db.RunRow:
     return run
 
 
-PROTOCOL = (
-    "single_game",
-    "shuffle_responses",
-    "max_samples",
-    "temperature",
-    "max_tokens",
-    "judge_template",
-    "templates_dir",
-)
+class RunProtocol(BaseModel):
+    """How a run judged, beyond judge, model and data (from its stored configuration): two runs that
+    differ here are compared with a warning."""
+
+    single_game: bool | None = None
+    shuffle_responses: bool | None = None
+    max_samples: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    judge_template: str | None = None
+    templates_dir: str | None = None
+    seed: int | None = None  # only where it decides which pairs are judged, and which are swapped
 
 
-def _protocol(run: db.RunRow) -> dict[str, Any]:
+def _protocol(run: db.RunRow) -> RunProtocol:
     try:
-        config = json.loads(run.config_json or "{}")
-    except json.JSONDecodeError:
-        config = {}
-    protocol = {name: config.get(name) for name in PROTOCOL}
-    if config.get("max_samples") or config.get("shuffle_responses"):
-        protocol["seed"] = config.get("seed")  # which pairs are judged, and which are swapped
-    return protocol
+        config = RunProtocol.model_validate_json(run.config_json or "{}")
+    except ValidationError:
+        return RunProtocol()
+    return config if config.max_samples or config.shuffle_responses else config.model_copy(update={"seed": None})
 
 
 def comparison_warnings(a: db.RunRow, b: db.RunRow) -> list[str]:
@@ -115,7 +113,7 @@ def comparison_warnings(a: db.RunRow, b: db.RunRow) -> list[str]:
     return warnings
 
 
-def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[str, Any]:
+def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> Comparison:
     engine = db.open_existing(db_url)  # reading creates nothing
     if engine is None:
         raise UserError(f"no runs in {db.safe_url(db_url)} (see `judgebench history`)")
@@ -127,30 +125,30 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> dict[st
     verdicts_a, verdicts_b = _verdicts_by_pair(records_a), _verdicts_by_pair(records_b)
     labels = {r.pair_id: r.label for r in records_a}
     flipped = [
-        {
-            "pair_id": p,
-            "source": scores_a[p].source,
-            "label": labels[p],
-            "a": verdicts_a[p],
-            "b": verdicts_b[p],
-            "now_correct": bool(scores_b[p].correct),
-        }
+        FlippedPair(
+            pair_id=p,
+            source=scores_a[p].source,
+            label=labels[p],
+            a=verdicts_a[p],
+            b=verdicts_b[p],
+            now_correct=bool(scores_b[p].correct),
+        )
         for p in common
         if scores_a[p].correct != scores_b[p].correct
     ]
     bootstrap = mcnemar = None
     if common:
         result = stats.paired_bootstrap_delta(correctness_of(scores_a), correctness_of(scores_b), seed=seed)
-        bootstrap = result.model_dump()
-        mcnemar = stats.mcnemar_exact(correctness_of(scores_a), correctness_of(scores_b)).model_dump()
-    return {
-        "run_a": a.run_id,
-        "run_b": b.run_id,
-        "slices": slices,
-        "flipped": flipped,
-        "bootstrap": bootstrap,
-        "mcnemar": mcnemar,
-        "alpha": ALPHA,
-        "warnings": comparison_warnings(a, b),
-        "cost": {"a": run_cost_text(a.cost_usd, a.priced_as), "b": run_cost_text(b.cost_usd, b.priced_as)},
-    }
+        bootstrap = result
+        mcnemar = stats.mcnemar_exact(correctness_of(scores_a), correctness_of(scores_b))
+    return Comparison(
+        run_a=a.run_id,
+        run_b=b.run_id,
+        slices=slices,
+        flipped=flipped,
+        bootstrap=bootstrap,
+        mcnemar=mcnemar,
+        alpha=ALPHA,
+        warnings=comparison_warnings(a, b),
+        cost=RunCosts(a=run_cost_text(a.cost_usd, a.priced_as), b=run_cost_text(b.cost_usd, b.priced_as)),
+    )

@@ -13,20 +13,19 @@ nightly run may be writing.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.pricing import cost_of_results, retirement_of
+from judgebench_flows.core.pricing import format_usd, retirement_of
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.formatting import percent
@@ -40,12 +39,114 @@ from judgebench_flows.scoring.published import (
     unread_note,
     why_unreadable,
 )
+from judgebench_flows.scoring.result_types import Consistency, Scored, Section, SliceAccuracy
+from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.scoring.stats import mcnemar_exact
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 HTML_NAME = "leaderboard.html"
 
 
-def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[dict[str, Any]], str | None]:
+class Identity(BaseModel):
+    """Which row another was tested against."""
+
+    judge_name: str
+    judge_model: str
+    origin: str
+    run_id: str | None
+
+
+class TierTest(BaseModel):
+    """The paired test that placed a row in its tier (`assign_tiers`)."""
+
+    against: Identity
+    p_value: float
+    p_adjusted: float
+    discordant_against_only: int
+    discordant_row_only: int
+
+
+class Retirement(BaseModel):
+    """The judge model's provider shutdown, when past or within 30 days (`core.pricing.retirement_of`)."""
+
+    shutdown_date: str
+    days_left: int
+    retired: bool
+
+
+class Entry(Section):
+    """One leaderboard row: a published outputs file or one of our runs, scored alike (`Scored`'s
+    fields), then where ranking placed it. A published row has `file` and `duplicate_lines`, ours
+    `status`, `date`, `data_file` and `cost`; only the fields given are written, in this order."""
+
+    response_model: str
+    dataset: str
+    judge_name: str
+    judge_model: str
+    origin: Literal["published", "run"]
+    run_id: str | None = None
+    file: str | None = None
+    status: str | None = None
+    date: str | None = None
+    mode: str | None = None
+    data_file: str | None = None
+    cost: str | None = None
+    duplicate_lines: int = 0
+    pairs: int = 0
+    overall_accuracy: SliceAccuracy = Field(default_factory=SliceAccuracy)
+    category_accuracy: dict[str, SliceAccuracy] = {}
+    consistency: Consistency = Field(default_factory=Consistency)
+    invalid_judgments: int = 0
+    failed_judgments: int = 0
+    benchmark_pairs: int | None = None
+    missing_pairs: int | None = None
+    rank: int | None = None
+    group: str | None = None
+    tier: int | None = None
+    tier_test: TierTest | None = None
+    retirement: Retirement | None = None
+    # pair id -> 1.0/0.0 while ranking: the paired test's input, never in the JSON
+    _correct: dict[str, float] = PrivateAttr(default_factory=dict)
+    _given_only = True
+
+    @classmethod
+    def scored(cls, scored: Scored, verdicts: Sequence[metrics.Verdict], **identity: Any) -> Entry:
+        entry = cls(**identity, **dict(scored))
+        entry._correct = distinct_correctness(verdicts)
+        return entry
+
+
+class BoardDataset(BaseModel):
+    repo_url: str
+    commit: str
+
+
+class Tiers(BaseModel):
+    alpha: float
+    method: str
+
+
+class Leaderboard(Section):
+    """The leaderboard JSON document (`build_leaderboard`); `outputs` once written."""
+
+    _optional = frozenset({"outputs"})
+
+    generated: str
+    dataset: BoardDataset
+    db_url: str
+    notes: list[str]
+    seed: int
+    bootstrap_resamples: int
+    categories: list[str]
+    benchmark_pairs: dict[str, int]
+    tiers: Tiers
+    entries: list[Entry]
+    outputs: dict[str, str] | None = None
+
+
+def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[Entry], str | None]:
     """Our latest finished run of each configuration, scored; and a note when there are none to read.
 
     Read-only, through the results database's one reader (`db.open_read_only`): nothing is created, and
@@ -82,7 +183,20 @@ def _utc(value: Any) -> str | None:
     ).isoformat()
 
 
-def _latest_runs(engine: Any, *, seed: int, resamples: int) -> list[dict[str, Any]]:
+def _stored_results(text: str | None) -> RunResults:
+    """A stored run's results.json, as far as it can be read (an unreadable one reads as empty)."""
+    try:
+        return RunResults.read(text) if text else RunResults()
+    except UserError:
+        return RunResults()
+
+
+def _cost(results: RunResults) -> str:
+    """A results.json's cost for tables: dollars, "unpriced", or blank when it predates costs."""
+    return format_usd(results.usage.dollars) if results.usage and results.usage.priced else ""
+
+
+def _latest_runs(engine: Engine, *, seed: int, resamples: int) -> list[Entry]:
     from judgebench_flows.data import db
 
     latest = db.latest_finished_runs(engine)
@@ -102,25 +216,24 @@ def _latest_runs(engine: Any, *, seed: int, resamples: int) -> list[dict[str, An
         ]
         if not verdicts:
             continue  # e.g. a CLEAR-style external run: no JudgeBench pairs to place in this table
-        results = json.loads(row.results_json) if row.results_json else {}
+        results = _stored_results(row.results_json)
         dataset, response_model = data_file_parts(row.data_file)
         when = row.finished or row.started
-        entry = {
-            "response_model": response_model or row.data_file or "unknown",
-            "dataset": dataset,
-            "judge_name": row.judge_type,
-            "judge_model": row.model,
-            "origin": "run",
-            "run_id": row.run_id,
-            "status": row.status,
-            "date": _utc(when),
-            "mode": (results.get("run") or {}).get("mode")
-            or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
-            "data_file": row.data_file,
-            "cost": cost_of_results(results),
-        }
-        entry.update(score_verdicts(verdicts, seed=seed, resamples=resamples))
-        entry[CORRECTNESS] = distinct_correctness(verdicts)
+        entry = Entry.scored(
+            score_verdicts(verdicts, seed=seed, resamples=resamples),
+            verdicts,
+            response_model=response_model or row.data_file or "unknown",
+            dataset=dataset,
+            judge_name=row.judge_type,
+            judge_model=row.model,
+            origin="run",
+            run_id=row.run_id,
+            status=row.status,
+            date=_utc(when),
+            mode=results.run.mode or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
+            data_file=row.data_file,
+            cost=_cost(results),
+        )
         entries.append(entry)
     return entries
 
@@ -132,7 +245,7 @@ def published_entries(
     resamples: int,
     required: bool = True,
     unread: list[tuple[str, str]] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Entry]:
     """One scored entry per outputs/ file of the checkout; `required=False` makes a missing outputs/ empty.
     A file that cannot be scored (a Git LFS pointer, bad JSON, a blob missing from the checkout) is left
     out and added to `unread` as (file name, reason); when no file can be scored, the first problem is
@@ -155,19 +268,19 @@ def published_entries(
             first_error = first_error or exc
             problems.append((path.name, why_unreadable(path, exc)))
             continue
-        entry: dict[str, Any] = {
-            "response_model": scored.response_model,
-            "dataset": scored.dataset,
-            "judge_name": scored.judge_name,
-            "judge_model": scored.judge_model,
-            "origin": "published",
-            "run_id": None,
-            "file": path.name,
-            "mode": scored.mode,
-            "duplicate_lines": scored.duplicate_lines,
-        }
-        entry.update(score_verdicts(scored.verdicts, seed=seed, resamples=resamples))
-        entry[CORRECTNESS] = distinct_correctness(scored.verdicts)
+        entry = Entry.scored(
+            score_verdicts(scored.verdicts, seed=seed, resamples=resamples),
+            scored.verdicts,
+            response_model=scored.response_model,
+            dataset=scored.dataset,
+            judge_name=scored.judge_name,
+            judge_model=scored.judge_model,
+            origin="published",
+            run_id=None,
+            file=path.name,
+            mode=scored.mode,
+            duplicate_lines=scored.duplicate_lines,
+        )
         entries.append(entry)
     if not entries and first_error is not None:
         raise first_error
@@ -176,7 +289,6 @@ def published_entries(
     return entries
 
 
-CORRECTNESS = "_correct"  # pair id -> 1.0/0.0 while ranking: the paired test's input, never in the JSON
 TIER_ALPHA = 0.05
 TIER_METHOD = (
     "exact McNemar test (two-sided) of each row against the best row of the current tier, on the same pairs; "
@@ -184,7 +296,7 @@ TIER_METHOD = (
 )
 
 
-def distinct_correctness(verdicts: list[Any]) -> dict[str, float]:
+def distinct_correctness(verdicts: Sequence[metrics.Verdict]) -> dict[str, float]:
     """pair id -> 1.0 when judged correctly: once per pair (a published file's repeated line, scored under
     `id#n`, is not another pair), what two rows are compared on."""
     scores = metrics.pair_scores(verdicts)
@@ -195,11 +307,13 @@ def distinct_correctness(verdicts: list[Any]) -> dict[str, float]:
     }
 
 
-def _identity(entry: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: entry.get(key) for key in ("judge_name", "judge_model", "origin", "run_id")}
+def _identity(entry: Entry) -> Identity:
+    return Identity(
+        judge_name=entry.judge_name, judge_model=entry.judge_model, origin=entry.origin, run_id=entry.run_id
+    )
 
 
-def assign_tiers(members: list[dict[str, Any]], alpha: float = TIER_ALPHA) -> None:
+def assign_tiers(members: list[Entry], alpha: float = TIER_ALPHA) -> None:
     """Significance tiers of one ranked table (`members` best first): tier 1 is the best row and every row
     not significantly worse than it; the first row that is significantly worse starts tier 2 and is the
     row the next ones are tested against, and so on.
@@ -210,43 +324,43 @@ def assign_tiers(members: list[dict[str, Any]], alpha: float = TIER_ALPHA) -> No
     significantly worse when its exact McNemar p-value is below alpha / m (Bonferroni): the chance that
     noise alone splits a table of equally good judges stays under alpha."""
     for entry in members:
-        entry["tier"] = None
-    measured = [e for e in members if e.get(CORRECTNESS) and _accuracy(e) >= 0]
-    complete = [e for e in measured if not e.get("missing_pairs")]
+        entry.tier = None
+    measured = [e for e in members if e._correct and _accuracy(e) >= 0]
+    complete = [e for e in measured if not e.missing_pairs]
     if not complete:
         return
-    reference = set(complete[0][CORRECTNESS])
-    tiered = [e for e in measured if set(e[CORRECTNESS]) == reference]
+    reference = set(complete[0]._correct)
+    tiered = [e for e in measured if set(e._correct) == reference]
     tests = max(1, len(tiered) - 1)
     tier, leader = 1, tiered[0]
-    leader["tier"] = 1
+    leader.tier = 1
     for entry in tiered[1:]:
-        test = mcnemar_exact(leader[CORRECTNESS], entry[CORRECTNESS])
+        test = mcnemar_exact(leader._correct, entry._correct)
         against = _identity(leader)
         if test.p_value < alpha / tests and _accuracy(entry) < _accuracy(leader):
             tier, leader = tier + 1, entry
-        entry["tier"] = tier
-        entry["tier_test"] = {
-            "against": against,
-            "p_value": test.p_value,
-            "p_adjusted": min(1.0, test.p_value * tests),
-            "discordant_against_only": test.discordant_a_only,
-            "discordant_row_only": test.discordant_b_only,
-        }
+        entry.tier = tier
+        entry.tier_test = TierTest(
+            against=against,
+            p_value=test.p_value,
+            p_adjusted=min(1.0, test.p_value * tests),
+            discordant_against_only=test.discordant_a_only,
+            discordant_row_only=test.discordant_b_only,
+        )
 
 
-def _accuracy(entry: Mapping[str, Any]) -> float:
-    value = (entry.get("overall_accuracy") or {}).get("accuracy")
+def _accuracy(entry: Entry) -> float:
+    value = entry.overall_accuracy.accuracy
     return value if isinstance(value, (int, float)) and not math.isnan(value) else -1.0
 
 
-def group_key(entry: Mapping[str, Any]) -> str:
+def group_key(entry: Entry) -> str:
     """Entries are ranked among judges of the same response pairs: JudgeBench's GPT-4o and Claude sets differ."""
-    return (
-        entry["response_model"]
-        if entry.get("dataset") in (None, "judgebench")
-        else f"{entry['dataset']}/{entry['response_model']}"
-    )
+    return _group_of(entry.dataset, entry.response_model)
+
+
+def _group_of(dataset: str | None, response_model: str) -> str:
+    return response_model if dataset in (None, "judgebench") else f"{dataset}/{response_model}"
 
 
 def benchmark_sizes(checkout_path: Path) -> dict[str, int]:
@@ -256,39 +370,37 @@ def benchmark_sizes(checkout_path: Path) -> dict[str, int]:
         dataset, response_model = data_file_parts(path.name)
         if response_model is not None:
             with path.open("rb") as lines:
-                sizes[group_key({"dataset": dataset, "response_model": response_model})] = sum(
-                    1 for line in lines if line.strip()
-                )
+                sizes[_group_of(dataset, response_model)] = sum(1 for line in lines if line.strip())
     return sizes
 
 
-def _mark_coverage(entry: dict[str, Any], full: int | None) -> bool:
+def _mark_coverage(entry: Entry, full: int | None) -> bool:
     """Note how much of the benchmark an entry covers; True when it is a run on a subset, which is shown
     apart and never ranked (a 20-pair run's accuracy is not comparable with a 350-pair result)."""
-    entry["benchmark_pairs"] = full
+    entry.benchmark_pairs = full
     covered = distinct_pairs(entry)
     if full is None or covered >= full:
         return False
-    if entry["origin"] == "published":
-        entry["missing_pairs"] = full - covered  # ranked, but flagged: the file lacks lines
+    if entry.origin == "published":
+        entry.missing_pairs = full - covered  # ranked, but flagged: the file lacks lines
         return False
     return True
 
 
-def distinct_pairs(entry: Mapping[str, Any]) -> int:
+def distinct_pairs(entry: Entry) -> int:
     """Pairs an entry judged: a published file's repeated lines count in its metric, not here."""
-    return int(entry["pairs"]) - int(entry.get("duplicate_lines") or 0)
+    return entry.pairs - entry.duplicate_lines
 
 
 SUBSET_GROUP = "{group}: runs on a subset, not ranked"
 
 
-def rank(entries: Iterable[dict[str, Any]], benchmark_pairs: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+def rank(entries: Iterable[Entry], benchmark_pairs: Mapping[str, int] | None = None) -> list[Entry]:
     """Entries grouped by response-model dataset (largest group first), best overall accuracy first, with
     their rank in the group (ties share a rank). With the benchmark's sizes, runs on fewer pairs than their
     data file holds (`--max-samples`, a slice) go to a group of their own after the ranked ones, rank None.
     Ranked rows get their significance `tier` (`assign_tiers`)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[Entry]] = {}
     subsets: set[str] = set()
     for entry in entries:
         key = group_key(entry)
@@ -296,25 +408,23 @@ def rank(entries: Iterable[dict[str, Any]], benchmark_pairs: Mapping[str, int] |
             key = SUBSET_GROUP.format(group=key)
             subsets.add(key)
         groups.setdefault(key, []).append(entry)
-    ordered: list[dict[str, Any]] = []
+    ordered: list[Entry] = []
     for key in sorted(groups, key=lambda k: (k in subsets, -len(groups[k]), k)):
         members = sorted(
-            groups[key], key=lambda e: (-_accuracy(e), e["origin"] != "published", e["judge_name"], e["judge_model"])
+            groups[key], key=lambda e: (-_accuracy(e), e.origin != "published", e.judge_name, e.judge_model)
         )
         previous, position = None, 0
         for index, entry in enumerate(members, 1):
             if _accuracy(entry) != previous:
                 position, previous = index, _accuracy(entry)
-            entry["rank"] = None if key in subsets else position
-            entry["group"] = key
+            entry.rank = None if key in subsets else position
+            entry.group = key
         if key in subsets:
             for entry in members:
-                entry["tier"] = None
+                entry.tier = None
         else:
             assign_tiers(members)
         ordered.extend(members)
-    for entry in ordered:
-        entry.pop(CORRECTNESS, None)
     return ordered
 
 
@@ -340,7 +450,7 @@ class LeaderboardSettings(BaseModel):
     )
 
 
-def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
+def build_leaderboard(settings: LeaderboardSettings) -> Leaderboard:
     """Fetch the checkout, score its outputs/ files and our runs; the leaderboard JSON document."""
     from judgebench_flows.data.dataset import fetch_repository
 
@@ -358,79 +468,79 @@ def build_leaderboard(settings: LeaderboardSettings) -> dict[str, Any]:
     sizes = benchmark_sizes(checkout.path)
     from sqlalchemy.engine import make_url
 
-    return {
-        "generated": datetime.now(timezone.utc).isoformat(),
-        "dataset": {"repo_url": checkout.repo_url, "commit": checkout.commit},
-        "db_url": make_url(settings.db_url).render_as_string(hide_password=True),
-        "notes": notes,
-        "seed": settings.seed,
-        "bootstrap_resamples": settings.bootstrap_resamples,
-        "categories": list(CATEGORIES),
-        "benchmark_pairs": sizes,
-        "tiers": {"alpha": TIER_ALPHA, "method": TIER_METHOD},
-        "entries": mark_retirements(rank([*entries, *ours], sizes), settings.prices),
-    }
+    return Leaderboard(
+        generated=datetime.now(timezone.utc).isoformat(),
+        dataset=BoardDataset(repo_url=checkout.repo_url, commit=checkout.commit),
+        db_url=make_url(settings.db_url).render_as_string(hide_password=True),
+        notes=notes,
+        seed=settings.seed,
+        bootstrap_resamples=settings.bootstrap_resamples,
+        categories=list(CATEGORIES),
+        benchmark_pairs=sizes,
+        tiers=Tiers(alpha=TIER_ALPHA, method=TIER_METHOD),
+        entries=mark_retirements(rank([*entries, *ours], sizes), settings.prices),
+    )
 
 
-def mark_retirements(entries: list[dict[str, Any]], prices_file: str | None) -> list[dict[str, Any]]:
+def mark_retirements(entries: list[Entry], prices_file: str | None) -> list[Entry]:
     """Each entry whose judge model is past its provider's shutdown date, or within 30 days of it, gets
     `retirement` ({"shutdown_date", "days_left", "retired"}): its number cannot be reproduced for long."""
     for entry in entries:
-        retirement = retirement_of(str(entry.get("judge_model") or ""), prices_file)
+        retirement = retirement_of(entry.judge_model, prices_file)
         if retirement:
-            entry["retirement"] = retirement
+            entry.retirement = Retirement.model_validate(retirement)
     return entries
 
 
-def model_label(entry: Mapping[str, Any]) -> str:
+def model_label(entry: Entry) -> str:
     """The judge model as the tables show it: with "(shut down DATE)" or "(shuts down DATE)" when marked."""
-    retirement = entry.get("retirement")
+    retirement = entry.retirement
     if not retirement:
-        return str(entry["judge_model"])
-    verb = "shut down" if retirement["retired"] else "shuts down"
-    return f"{entry['judge_model']} ({verb} {retirement['shutdown_date']})"
+        return entry.judge_model
+    verb = "shut down" if retirement.retired else "shuts down"
+    return f"{entry.judge_model} ({verb} {retirement.shutdown_date})"
 
 
 _pct = partial(percent, sign="")
 
 
-def _interval(acc: Mapping[str, Any]) -> str:
-    low, high = acc.get("ci_low"), acc.get("ci_high")
+def _interval(acc: SliceAccuracy) -> str:
+    low, high = acc.ci_low, acc.ci_high
     return f"{_pct(low)}-{_pct(high)}" if low is not None and high is not None else ""
 
 
-def coverage(entry: Mapping[str, Any]) -> str:
+def coverage(entry: Entry) -> str:
     """ ", 20 of 350 pairs" for a run on a subset or a published file with missing lines, else ""."""
-    full = entry.get("benchmark_pairs")
+    full = entry.benchmark_pairs
     return f", {distinct_pairs(entry)} of {full} pairs" if full and distinct_pairs(entry) < full else ""
 
 
-def who(entry: Mapping[str, Any]) -> str:
+def who(entry: Entry) -> str:
     """How a row is labelled: published rows by file, ours with the whole run id (what `compare` takes) and
     date; either with its pair count when it covers less than the benchmark."""
-    if entry["origin"] == "run":
-        cost = f", {entry['cost']}" if entry.get("cost") else ""
-        return f"ours, run {entry['run_id']} {str(entry.get('date') or '')[:10]}".rstrip() + coverage(entry) + cost
+    if entry.origin == "run":
+        cost = f", {entry.cost}" if entry.cost else ""
+        return f"ours, run {entry.run_id} {(entry.date or '')[:10]}".rstrip() + coverage(entry) + cost
     return "published" + coverage(entry)
 
 
-def groups_of(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    grouped: dict[str, list[Mapping[str, Any]]] = {}
+def groups_of(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+    grouped: dict[str, list[Entry]] = {}
     for entry in entries:
-        grouped.setdefault(entry.get("group") or group_key(entry), []).append(entry)
+        grouped.setdefault(entry.group or group_key(entry), []).append(entry)
     return grouped
 
 
-def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
+def markdown(board: Leaderboard, highlight: Iterable[str] = ()) -> str:
     """Markdown tables per response-model dataset (for Prefect artifacts); rows of `highlight` run ids in bold."""
     marked = set(highlight)
     lines = [
-        f"JudgeBench {board['dataset']['repo_url']} at {str(board['dataset']['commit'])[:12]}; accuracy in %, 95% bootstrap interval; "
+        f"JudgeBench {board.dataset.repo_url} at {board.dataset.commit[:12]}; accuracy in %, 95% bootstrap interval; "
         "tier: not significantly worse than the tier's best row (exact McNemar, Bonferroni)."
     ]
-    for note in board.get("notes") or []:
+    for note in board.notes:
         lines += ["", f"_{note}_"]
-    for group, members in groups_of(board["entries"]).items():
+    for group, members in groups_of(board.entries).items():
         lines += [
             "",
             f"### Responses by {group}",
@@ -439,16 +549,23 @@ def markdown(board: Mapping[str, Any], highlight: Iterable[str] = ()) -> str:
             "|---|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES),
         ]
         for e in members:
-            bold = "**" if e.get("run_id") in marked else ""
-            cats = " | ".join(_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES)
+            bold = "**" if e.run_id in marked else ""
+            cats = " | ".join(_pct(_category(e, c).accuracy) for c in CATEGORIES)
             lines.append(
-                f"| {e['rank'] or '-'} | {e.get('tier') or '-'} | {bold}{e['judge_name']}{bold} | {bold}{model_label(e)}{bold} | {who(e)} | {e['pairs']} | "
-                f"{bold}{_pct(e['overall_accuracy']['accuracy'])}{bold} | {_interval(e['overall_accuracy'])} | {cats} |"
+                f"| {e.rank or '-'} | {e.tier or '-'} | {bold}{e.judge_name}{bold} | {bold}{model_label(e)}{bold} | {who(e)} | {e.pairs} | "
+                f"{bold}{_pct(e.overall_accuracy.accuracy)}{bold} | {_interval(e.overall_accuracy)} | {cats} |"
             )
     return "\n".join(lines)
 
 
+def _category(entry: Entry, category: str) -> SliceAccuracy:
+    """An entry's accuracy in a category (an empty one when it has none)."""
+    return entry.category_accuracy.get(category) or SliceAccuracy()
+
+
 __all__ = [
+    "Entry",
+    "Leaderboard",
     "LeaderboardSettings",
     "build_leaderboard",
     "markdown",

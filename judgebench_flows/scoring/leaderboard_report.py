@@ -10,7 +10,7 @@ anyone can publish, so the template runs sandboxed with autoescape on.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -18,9 +18,11 @@ from typing import Any
 
 from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
+from pydantic import BaseModel
 
 from judgebench_flows.core.records import CATEGORIES
-from judgebench_flows.scoring.leaderboard import HTML_NAME, groups_of, model_label, who
+from judgebench_flows.scoring.leaderboard import HTML_NAME, Entry, Leaderboard, groups_of, model_label, who
+from judgebench_flows.scoring.result_types import SliceAccuracy
 
 TEMPLATE_NAME = "leaderboard.html.jinja2"
 _WHISKER_W, _WHISKER_H = 120, 14
@@ -42,23 +44,32 @@ def _x(fraction: float) -> str:
     return f"{2 + max(0.0, min(1.0, fraction)) * (_WHISKER_W - 4):.1f}"
 
 
-def _cell(acc: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One accuracy cell: the figure, its interval as text, and the whisker's geometry."""
-    acc = acc or {}
-    value, low, high = _num(acc.get("accuracy")), _num(acc.get("ci_low")), _num(acc.get("ci_high"))
-    total = acc.get("total_samples")
+class Cell(BaseModel):
+    """One accuracy cell: the figure, its interval as text, and the whisker's x positions."""
+
+    text: str
+    title: str
+    point: str | None
+    low: str | None
+    high: str | None
+
+
+def _cell(acc: SliceAccuracy | None) -> Cell:
+    acc = acc or SliceAccuracy()
+    value, low, high = _num(acc.accuracy), _num(acc.ci_low), _num(acc.ci_high)
+    total = acc.total_samples
     interval = f"{low * 100:.1f}–{high * 100:.1f}%" if low is not None and high is not None else ""
-    return {
-        "text": "–" if value is None else f"{value * 100:.1f}",
-        "title": (
+    return Cell(
+        text="–" if value is None else f"{value * 100:.1f}",
+        title=(
             "no pairs"
             if value is None
             else f"{value * 100:.2f}% of {total} pairs" + (f", 95% CI {interval}" if interval else "")
         ),
-        "point": None if value is None else _x(value),
-        "low": None if low is None else _x(low),
-        "high": None if high is None else _x(high),
-    }
+        point=None if value is None else _x(value),
+        low=None if low is None else _x(low),
+        high=None if high is None else _x(high),
+    )
 
 
 def _sort_keys() -> list[dict[str, str]]:
@@ -68,57 +79,73 @@ def _sort_keys() -> list[dict[str, str]]:
     return keys
 
 
-def _sorted(members: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
-    def accuracy(entry: Mapping[str, Any]) -> float:
-        acc = entry["overall_accuracy"] if key == "overall" else (entry["category_accuracy"].get(key) or {})
-        value = _num(acc.get("accuracy"))
+def _sorted(members: Sequence[Entry], key: str) -> list[Entry]:
+    def accuracy(entry: Entry) -> float:
+        acc = entry.overall_accuracy if key == "overall" else entry.category_accuracy.get(key)
+        value = _num(acc.accuracy) if acc else None
         return -1.0 if value is None else value
 
     if key == "judge":
-        return sorted(members, key=lambda e: (str(e["judge_name"]).lower(), str(e["judge_model"]).lower()))
+        return sorted(members, key=lambda e: (e.judge_name.lower(), e.judge_model.lower()))
     if key == "pairs":
-        return sorted(members, key=lambda e: -int(e.get("pairs") or 0))
+        return sorted(members, key=lambda e: -e.pairs)
     return sorted(members, key=lambda e: -accuracy(e))  # stable: ties keep the overall ranking
 
 
-def _row(entry: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "rank": entry.get("rank") or "",  # a run on a subset has none
-        "tier": entry.get("tier") or "",  # none: not compared (a subset, other pairs)
-        "judge": entry["judge_name"],
-        "model": entry["judge_model"],
-        "model_shown": model_label(entry),  # with its shutdown date when retired or retiring
-        "ours": entry["origin"] == "run",
-        "origin": who(entry),
-        "origin_title": entry.get("file") or f"run {entry.get('run_id')} ({entry.get('status')}, {entry.get('date')})",
-        "mode": entry.get("mode") or "",
-        "pairs": entry.get("pairs", ""),
-        "overall": _cell(entry.get("overall_accuracy")),
-        "categories": [_cell((entry.get("category_accuracy") or {}).get(c)) for c in CATEGORIES],
-    }
+class Row(BaseModel):
+    """One entry as the page shows it."""
+
+    rank: int | str  # "" for a run on a subset (none)
+    tier: int | str  # "": not compared (a subset, other pairs)
+    judge: str
+    model: str
+    model_shown: str  # with its shutdown date when retired or retiring
+    ours: bool
+    origin: str
+    origin_title: str
+    mode: str
+    pairs: int
+    overall: Cell
+    categories: list[Cell]
 
 
-def build_context(board: Mapping[str, Any]) -> dict[str, Any]:
+def _row(entry: Entry) -> Row:
+    return Row(
+        rank=entry.rank or "",
+        tier=entry.tier or "",
+        judge=entry.judge_name,
+        model=entry.judge_model,
+        model_shown=model_label(entry),
+        ours=entry.origin == "run",
+        origin=who(entry),
+        origin_title=entry.file or f"run {entry.run_id} ({entry.status}, {entry.date})",
+        mode=entry.mode or "",
+        pairs=entry.pairs,
+        overall=_cell(entry.overall_accuracy),
+        categories=[_cell(entry.category_accuracy.get(c)) for c in CATEGORIES],
+    )
+
+
+def build_context(board: Leaderboard) -> dict[str, Any]:
     keys = _sort_keys()
     groups = []
-    for index, (name, members) in enumerate(groups_of(board["entries"]).items()):
+    for index, (name, members) in enumerate(groups_of(board.entries).items()):
         groups.append(
             {
                 "id": f"g{index}",
                 "name": name,
                 "count": len(members),
-                "ours": sum(1 for m in members if m["origin"] == "run"),
+                "ours": sum(1 for m in members if m.origin == "run"),
                 "bodies": [{"key": k["id"], "rows": [_row(e) for e in _sorted(members, k["name"])]} for k in keys],
             }
         )
-    dataset = board.get("dataset") or {}
     return {
-        "repo_url": dataset.get("repo_url") or "",
-        "commit": str(dataset.get("commit") or ""),
-        "generated": str(board.get("generated") or "")[:16].replace("T", " "),
-        "notes": board.get("notes") or [],
-        "seed": board.get("seed"),
-        "resamples": board.get("bootstrap_resamples"),
+        "repo_url": board.dataset.repo_url,
+        "commit": board.dataset.commit,
+        "generated": board.generated[:16].replace("T", " "),
+        "notes": board.notes,
+        "seed": board.seed,
+        "resamples": board.bootstrap_resamples,
         "categories": list(CATEGORIES),
         "keys": keys,
         "groups": groups,
@@ -133,16 +160,16 @@ def build_context(board: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_leaderboard(board: Mapping[str, Any]) -> str:
+def render_leaderboard(board: Leaderboard) -> str:
     """The leaderboard JSON document (see `leaderboard.build_leaderboard`) as one HTML string."""
     return _template().render(**build_context(board))
 
 
-def write_outputs(board: Mapping[str, Any], result_path: str | Path, output_dir: str | Path) -> dict[str, str]:
+def write_outputs(board: Leaderboard, result_path: str | Path, output_dir: str | Path) -> dict[str, str]:
     """The JSON document and the HTML page; returns their paths."""
     from judgebench_flows.scoring.results import write_atomic, write_json
 
-    json_path = write_json(result_path, dict(board))
+    json_path = write_json(result_path, board)
     html_path = write_atomic(Path(output_dir) / HTML_NAME, render_leaderboard(board))
     return {"results": str(json_path), "html": str(html_path)}
 

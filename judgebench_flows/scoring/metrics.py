@@ -17,10 +17,11 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, flip
 from judgebench_flows.core.text import shorten
+from judgebench_flows.scoring.result_types import Consistency, Invalid, Usage
 
 # How many attempts a failure took, and that a request asked again was not resent: left out when failures
 # are grouped by reason, so the server's words (kept whole: `calls.retry.describe`) group alike.
@@ -143,7 +144,7 @@ def slices(scores: dict[str, PairScore]) -> dict[str, dict[str, list[PairScore]]
     }
 
 
-def consistency(scores: dict[str, PairScore]) -> dict[str, Any]:
+def consistency(scores: dict[str, PairScore]) -> Consistency:
     """Share of pairs whose two valid verdicts agree once the swapped one is mapped back, and the
     first-position rate: the share of verdicts that chose a side (ties, invalid and failed ones left out)
     that chose the response shown first. An unbiased judge is near 50%; one that favours whatever it
@@ -152,14 +153,14 @@ def consistency(scores: dict[str, PairScore]) -> dict[str, Any]:
     agreeing = sum(1 for r in both if r.consistent)
     first = sum(r.first_position for r in scores.values())
     sided = sum(r.sided for r in scores.values())
-    return {
-        "consistency": round(agreeing / len(both), 6) if both else None,
-        "consistent_pairs": agreeing,
-        "pairs_with_both_verdicts": len(both),
-        "first_position_rate": round(first / sided, 6) if sided else None,
-        "first_position_verdicts": first,
-        "sided_verdicts": sided,
-    }
+    return Consistency(
+        consistency=round(agreeing / len(both), 6) if both else None,
+        consistent_pairs=agreeing,
+        pairs_with_both_verdicts=len(both),
+        first_position_rate=round(first / sided, 6) if sided else None,
+        first_position_verdicts=first,
+        sided_verdicts=sided,
+    )
 
 
 class Tally:
@@ -220,20 +221,25 @@ class Tally:
         if len(self.report_sample) < limit:
             self.report_sample.append(judgment.model_copy(update={"prompt": ""}))
 
-    def invalid_counts(self, skipped_rows: int = 0) -> dict[str, Any]:
-        return {
-            "invalid_judgments": self.invalid,
-            "failed_judgments": self.failed,
-            "pairs_with_invalid": self.pairs_with_problems,
-            "skipped_rows": skipped_rows,
-            "reasons": dict(self.reasons.most_common()),
-        }
+    def invalid_counts(self, skipped_rows: int = 0) -> Invalid:
+        return Invalid(
+            invalid_judgments=self.invalid,
+            failed_judgments=self.failed,
+            pairs_with_invalid=self.pairs_with_problems,
+            skipped_rows=skipped_rows,
+            reasons=dict(self.reasons.most_common()),
+        )
 
-    def usage_totals(self) -> dict[str, int]:
-        usage = {key: self.usage[key] for key in ("judgments", "calls", "cached_calls")}
-        # The run's flow replaces this with what its endpoint clients actually sent when it has them;
-        # from records, for Dask and tools.
-        usage["paid_calls"] = self.usage["paid_calls"]
-        usage["failed_calls"] = self.failed
-        usage.update({key: self.usage[key] for key in ("prompt_tokens", "completion_tokens", "reasoning_tokens")})
-        return usage
+    def usage_totals(self) -> Usage:
+        return Usage(
+            judgments=self.usage["judgments"],
+            calls=self.usage["calls"],
+            cached_calls=self.usage["cached_calls"],
+            # The run's flow replaces this with what its endpoint clients actually sent when it has them;
+            # from records, for Dask and tools.
+            paid_calls=self.usage["paid_calls"],
+            failed_calls=self.failed,
+            prompt_tokens=self.usage["prompt_tokens"],
+            completion_tokens=self.usage["completion_tokens"],
+            reasoning_tokens=self.usage["reasoning_tokens"],
+        )

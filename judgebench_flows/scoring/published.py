@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES, category_of, flip
 from judgebench_flows.scoring import metrics
+from judgebench_flows.scoring.result_types import Scored
 from judgebench_flows.scoring.results import slice_accuracy  # the same interval figures as results.json
 
 OUTPUT_NAME = re.compile(
@@ -203,23 +204,23 @@ def read_outputs_file(path: str | Path) -> OutputsFile:
     return OutputsFile(path, dataset, response_model, judge_name, judge_model, verdicts, lines, orders, duplicates)
 
 
-def score_verdicts(verdicts: list[Any], *, seed: int, resamples: int) -> dict[str, Any]:
+def score_verdicts(verdicts: Sequence[metrics.Verdict], *, seed: int, resamples: int) -> Scored:
     """Overall and per-category accuracy with bootstrap intervals, plus consistency and invalid counts,
     computed exactly as a run's results.json computes them (same metric, same seeded bootstrap)."""
     scores = metrics.pair_scores(verdicts)
     parts = metrics.slices(scores)
     sliced = partial(slice_accuracy, seed=seed, resamples=resamples)
     categories = {name: sliced(members) for name, members in parts["category"].items()}
-    return {
-        "pairs": len(scores),
-        "overall_accuracy": sliced(parts["overall"]["overall"]),
-        "category_accuracy": {
+    return Scored(
+        pairs=len(scores),
+        overall_accuracy=sliced(parts["overall"]["overall"]),
+        category_accuracy={
             name: categories[name] for name in [*CATEGORIES, *sorted(set(categories) - set(CATEGORIES))]
         },
-        "consistency": metrics.consistency(scores),
-        "invalid_judgments": sum(1 for v in verdicts if v.status == "invalid"),
-        "failed_judgments": sum(1 for v in verdicts if v.status == "failed"),
-    }
+        consistency=metrics.consistency(scores),
+        invalid_judgments=sum(1 for v in verdicts if v.status == "invalid"),
+        failed_judgments=sum(1 for v in verdicts if v.status == "failed"),
+    )
 
 
 def outputs_files(checkout_path: Path) -> list[Path]:

@@ -3,14 +3,13 @@ reports (results.json's `regression`, exit 1 on a regression)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.records import FINISHED
 from judgebench_flows.data import db
 from judgebench_flows.scoring.metrics import PairScore, Tally, consistency, pair_scores
+from judgebench_flows.scoring.result_types import PositionBiasChange, Regression
 from judgebench_flows.scoring.results import correctness_of, regression_check
 from judgebench_flows.scoring.stats import exact_binomial_two_sided
 
@@ -23,7 +22,7 @@ def _rate(value: float | None) -> str:
 
 def position_bias_change(
     baseline: dict[str, PairScore], candidate: dict[str, PairScore], *, baseline_run_id: str
-) -> dict[str, Any]:
+) -> PositionBiasChange:
     """Did the judge's position bias change between two runs of a configuration, beyond noise?
 
     Two paired exact tests over the pairs both runs judged, each a two-sided sign test (the exact McNemar
@@ -45,29 +44,28 @@ def position_bias_change(
     after = consistency({p: candidate[p] for p in shared})
     changed = min(p_consistency, p_first) * 2 < POSITION_ALPHA
     figures = (
-        f"order consistency {_rate(before['consistency'])} -> {_rate(after['consistency'])} (p {p_consistency:.2g}), "
-        f"first-position rate {_rate(before['first_position_rate'])} -> {_rate(after['first_position_rate'])} "
+        f"order consistency {_rate(before.consistency)} -> {_rate(after.consistency)} (p {p_consistency:.2g}), "
+        f"first-position rate {_rate(before.first_position_rate)} -> {_rate(after.first_position_rate)} "
         f"(p {p_first:.2g}) against run {baseline_run_id[:8]} over {len(shared)} pairs"
     )
-    return {
-        "changed": changed,
-        "baseline_run_id": baseline_run_id,
-        "n_pairs": len(shared),
-        "order_consistency": {"baseline": before["consistency"], "candidate": after["consistency"]},
-        "first_position_rate": {
-            "baseline": before["first_position_rate"],
-            "candidate": after["first_position_rate"],
-        },
-        "consistency_test": {"p_value": p_consistency, "became_inconsistent": lost, "became_consistent": gained},
-        "first_position_test": {"p_value": p_first, "more_first": more, "fewer_first": fewer},
-        "alpha": POSITION_ALPHA,
-        "message": ("position bias changed: " if changed else "position bias within sampling noise: ") + figures,
-    }
+    return PositionBiasChange.model_validate(
+        {
+            "changed": changed,
+            "baseline_run_id": baseline_run_id,
+            "n_pairs": len(shared),
+            "order_consistency": {"baseline": before.consistency, "candidate": after.consistency},
+            "first_position_rate": {"baseline": before.first_position_rate, "candidate": after.first_position_rate},
+            "consistency_test": {"p_value": p_consistency, "became_inconsistent": lost, "became_consistent": gained},
+            "first_position_test": {"p_value": p_first, "more_first": more, "fewer_first": fewer},
+            "alpha": POSITION_ALPHA,
+            "message": ("position bias changed: " if changed else "position bias within sampling noise: ") + figures,
+        }
+    )
 
 
 def regression_against_baseline(
     engine: Engine, config: RunConfig, config_key: str, run_id: str, tally: Tally
-) -> dict[str, Any] | None:
+) -> Regression | None:
     """This run against the latest finished run of the same configuration (None without one): accuracy,
     and position bias unless `position_bias_check` is off. `regressed` is True when either changed for the
     worse beyond noise (`accuracy_regressed` says whether accuracy did)."""
@@ -87,13 +85,13 @@ def regression_against_baseline(
         resamples=config.bootstrap_resamples,
         min_drop=config.regression_min_drop,
     )
-    check["accuracy_regressed"] = check["regressed"]
+    check.accuracy_regressed = check.regressed
     if config.position_bias_check:
         bias = position_bias_change(baseline, tally.scores, baseline_run_id=previous[0].run_id)
-        check["position_bias"] = bias
-        if bias["changed"]:  # reported as a regression is: the run's status, exit 1, the event and its alert
-            check["regressed"] = True
-            check["message"] = f"{check['message']}; {bias['message']}"
+        check.position_bias = bias
+        if bias.changed:  # reported as a regression is: the run's status, exit 1, the event and its alert
+            check.regressed = True
+            check.message = f"{check.message}; {bias.message}"
     return check
 
 

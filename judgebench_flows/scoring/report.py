@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import lru_cache, partial
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
@@ -25,6 +25,11 @@ from pydantic import BaseModel
 from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.core.records import CATEGORIES, JudgmentRecord, category_of, flip
 from judgebench_flows.scoring.formatting import finite, percent
+from judgebench_flows.scoring.result_types import Regression, SliceAccuracy, Usage
+from judgebench_flows.scoring.run_results import DatasetInfo, RunResults
+
+if TYPE_CHECKING:
+    from judgebench_flows.data.db import RunRow
 
 TEMPLATE_NAME = "report.html.jinja2"
 # Prompts repeat the pair's question and both responses (~10 KB each); showing them in full would make a
@@ -113,14 +118,14 @@ def _x(fraction: float) -> float:
     return _BAR_X0 + max(0.0, min(1.0, fraction)) * _BAR_PLOT
 
 
-def _bar_chart(slices: Sequence[tuple[str, Mapping[str, Any], bool]]) -> dict[str, Any]:
-    """Geometry for a horizontal bar chart: one row per (label, accuracy dict, is_overall)."""
+def _bar_chart(slices: Sequence[tuple[str, SliceAccuracy, bool]]) -> dict[str, Any]:
+    """Geometry for a horizontal bar chart: one row per (label, accuracy, is_overall)."""
     rows = []
     for i, (label, acc, overall) in enumerate(slices):
         y = _BAR_TOP + i * _BAR_ROW
-        accuracy = _num(acc.get("accuracy"))
-        low, high = _num(acc.get("ci_low")), _num(acc.get("ci_high"))
-        total, valid = _num(acc.get("total_samples")), _num(acc.get("valid_samples"))
+        accuracy = _num(acc.accuracy)
+        low, high = _num(acc.ci_low), _num(acc.ci_high)
+        total, valid = _num(acc.total_samples), _num(acc.valid_samples)
         n_text = f"n={_count(total)}"
         if valid is not None and total is not None and valid != total:
             n_text += f", {_count(valid)} valid"
@@ -143,7 +148,7 @@ def _bar_chart(slices: Sequence[tuple[str, Mapping[str, Any], bool]]) -> dict[st
                 },
                 "value": (_pct(accuracy) if accuracy is not None else "no data"),
                 "detail": f"{interval} {n_text}".strip(),
-                "title": f"{label}: {_pct(accuracy)}{interval}, {n_text}, correct {_count(acc.get('correct_count'))}",
+                "title": f"{label}: {_pct(accuracy)}{interval}, {n_text}, correct {_count(acc.correct_count)}",
             }
         )
     height = _BAR_TOP + len(rows) * _BAR_ROW + 8
@@ -160,7 +165,7 @@ def _bar_chart(slices: Sequence[tuple[str, Mapping[str, Any], bool]]) -> dict[st
     }
 
 
-def _ordered(slices: Mapping[str, Any], preferred: Sequence[str] = ()) -> list[str]:
+def _ordered(slices: Mapping[str, SliceAccuracy], preferred: Sequence[str] = ()) -> list[str]:
     """Known names in their canonical order first, then the rest alphabetically."""
     names = [name for name in preferred if name in slices]
     return names + sorted(name for name in slices if name not in names)
@@ -173,52 +178,63 @@ def _source_sort_key(source: str) -> tuple[int, str]:
     return rank, source
 
 
-def history_point(run: Any) -> dict[str, Any]:
-    """One earlier run of the configuration, as the report's trend chart takes it (`run`: a results
-    database row)."""
-    return {
-        "run_id": run.run_id,
-        "started": run.started.isoformat(),
-        "accuracy": run.overall_accuracy,
-        "ci_low": run.ci_low,
-        "ci_high": run.ci_high,
-        "order_consistency": getattr(run, "order_consistency", None),
-        "first_position_rate": getattr(run, "first_position_rate", None),
-    }
+class HistoryPoint(BaseModel):
+    """One run on the report's trend charts: an earlier run of the configuration, or this one (`current`)."""
+
+    run_id: str | None = None
+    started: str | None = None
+    accuracy: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    order_consistency: float | None = None
+    first_position_rate: float | None = None
+    current: bool = False
 
 
-def _trend_points(results: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def history_point(run: RunRow) -> HistoryPoint:
+    """One earlier run of the configuration, as the report's trend chart takes it (a results database row)."""
+    return HistoryPoint(
+        run_id=run.run_id,
+        started=run.started.isoformat(),
+        accuracy=run.overall_accuracy,
+        ci_low=run.ci_low,
+        ci_high=run.ci_high,
+        order_consistency=run.order_consistency,
+        first_position_rate=run.first_position_rate,
+    )
+
+
+def _trend_points(results: RunResults, history: Sequence[HistoryPoint]) -> list[HistoryPoint]:
     """Past runs plus this run (appended unless `history` already ends with it), oldest first."""
-    run = results.get("run") or {}
-    overall = results.get("overall_accuracy") or {}
-    points = [dict(h) for h in history]
-    current_id = run.get("run_id")
-    if not any(current_id is not None and p.get("run_id") == current_id for p in points):
+    run, overall, consistency = results.run, results.overall_accuracy, results.consistency
+    points = [h.model_copy() for h in history]
+    current_id = run.run_id
+    if not any(current_id is not None and p.run_id == current_id for p in points):
         points.append(
-            {
-                "run_id": current_id,
-                "started": run.get("started"),
-                "accuracy": overall.get("accuracy"),
-                "ci_low": overall.get("ci_low"),
-                "ci_high": overall.get("ci_high"),
-                "order_consistency": (results.get("consistency") or {}).get("consistency"),
-                "first_position_rate": (results.get("consistency") or {}).get("first_position_rate"),
-            }
+            HistoryPoint(
+                run_id=current_id,
+                started=run.started,
+                accuracy=overall.accuracy,
+                ci_low=overall.ci_low,
+                ci_high=overall.ci_high,
+                order_consistency=consistency.consistency if consistency else None,
+                first_position_rate=consistency.first_position_rate if consistency else None,
+            )
         )
     for p in points:
-        p["current"] = current_id is not None and p.get("run_id") == current_id
-    return [p for p in points if _num(p.get("accuracy")) is not None]
+        p.current = current_id is not None and p.run_id == current_id
+    return [p for p in points if _num(p.accuracy) is not None]
 
 
-def _trend_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def _trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
     """Geometry for the accuracy-over-runs line chart with its interval band; None with no points."""
     if not points:
         return None
     values: list[tuple[float, float, float]] = []
     for p in points:
-        acc = _num(p["accuracy"])
+        acc = _num(p.accuracy)
         assert acc is not None, "`_trend_points` keeps only runs with an accuracy"
-        low, high = _num(p.get("ci_low")), _num(p.get("ci_high"))
+        low, high = _num(p.ci_low), _num(p.ci_high)
         values.append((acc, acc if low is None else low, acc if high is None else high))
     # Zoom the y axis to the data (whole 5 % steps, at least 20 points tall): run-to-run differences of a
     # few points would be invisible on a fixed 0..100 % axis.
@@ -258,11 +274,11 @@ def _trend_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
                 "y": f"{y(acc):.1f}",
                 "y_low": f"{y(low):.1f}",
                 "y_high": f"{y(high):.1f}",
-                "current": p.get("current", False),
+                "current": p.current,
                 "value": _pct(acc),
                 "show_value": n <= 12 or i == n - 1,
-                "x_label": _fmt_time(p.get("started"))[:10] if label_x else None,
-                "title": f"run {p.get('run_id') or '?'} · {_fmt_time(p.get('started'))} · {_pct(acc)}"
+                "x_label": _fmt_time(p.started)[:10] if label_x else None,
+                "title": f"run {p.run_id or '?'} · {_fmt_time(p.started)} · {_pct(acc)}"
                 + (f" [{_pct(low)}–{_pct(high)}]" if (low, high) != (acc, acc) else ""),
             }
         )
@@ -284,11 +300,11 @@ def _trend_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 _BIAS_SERIES = (("order_consistency", "order consistency"), ("first_position_rate", "first-position rate"))
 
 
-def _bias_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def _bias_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
     """Geometry for position bias over the same runs as the accuracy trend: order consistency and the
     first-position rate on a fixed 0..100% axis (50% marked: an unbiased judge's first-position rate).
     None when no run has either figure (runs from before they were kept)."""
-    if not any(_num(p.get(key)) is not None for p in points for key, _ in _BIAS_SERIES):
+    if not any(_num(getattr(p, key)) is not None for p in points for key, _ in _BIAS_SERIES):
         return None
     plot_h = _TREND_HEIGHT - _TREND_TOP - _TREND_BOTTOM
     plot_w = _TREND_WIDTH - _TREND_LEFT - _TREND_RIGHT
@@ -305,14 +321,14 @@ def _bias_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     for key, name in _BIAS_SERIES:
         marks = []
         for i, p in enumerate(points):
-            value = _num(p.get(key))
+            value = _num(getattr(p, key))
             if value is not None:
                 marks.append(
                     {
                         "x": f"{x(i):.1f}",
                         "y": f"{y(value):.1f}",
-                        "current": p.get("current", False),
-                        "title": f"run {p.get('run_id') or '?'} · {_fmt_time(p.get('started'))} · {name} {_pct(value)}",
+                        "current": p.current,
+                        "title": f"run {p.run_id or '?'} · {_fmt_time(p.started)} · {name} {_pct(value)}",
                     }
                 )
         line = " ".join(f"{m['x']},{m['y']}" for m in marks) if len(marks) > 1 else None
@@ -327,124 +343,172 @@ def _bias_chart(points: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def _as_dict(judgment: JudgmentRecord | Mapping[str, Any]) -> dict[str, Any]:
-    return judgment.model_dump() if isinstance(judgment, BaseModel) else dict(judgment)
+class JudgmentView(BaseModel):
+    """One judgment as the report lists it, formatted."""
+
+    pair_id: str
+    source: str
+    order: int
+    label: str
+    decision: str
+    decision_for_pair: str
+    match: str
+    status: str
+    latency: str
+    response: str
+    error: str | None
+    judge_model: str
+    prompt: str
+    prompt_chars: str
+    prompt_truncated: bool
 
 
-def _judgment_rows(judgments: Sequence[JudgmentRecord | Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _judgment_rows(judgments: Sequence[JudgmentRecord]) -> list[JudgmentView]:
     """Display rows, failed then invalid then ok, otherwise in the given order (stable sort)."""
     rows = []
-    for j in map(_as_dict, judgments):
-        order = j.get("order", 0)
-        decision = j.get("decision") or ""
-        for_pair = j.get("decision_for_pair") or (flip(decision) if order == 1 else decision)
-        label = j.get("label") or ""
-        status = j.get("status") or "ok"
-        prompt = j.get("prompt") or ""
-        latency = _num(j.get("latency_s"))
+    for j in judgments:
+        for_pair = j.decision_for_pair or (flip(j.decision) if j.order == 1 else j.decision)
+        latency = _num(j.latency_s)
         rows.append(
-            {
-                "pair_id": str(j.get("pair_id", "")),
-                "source": j.get("source") or "",
-                "order": order,
-                "label": label,
-                "decision": decision,
-                "decision_for_pair": for_pair,
-                "match": "" if not for_pair else ("✓" if for_pair == label else "✗"),
-                "status": status,
-                "latency": "–" if latency is None else f"{latency:.1f} s",
-                "response": j.get("response") or "",
-                "error": j.get("error"),
-                "judge_model": j.get("judge_model") or "",
-                "prompt": prompt[:PROMPT_PREVIEW_CHARS],
-                "prompt_chars": f"{len(prompt):,}",
-                "prompt_truncated": len(prompt) > PROMPT_PREVIEW_CHARS,
-            }
+            JudgmentView(
+                pair_id=j.pair_id,
+                source=j.source,
+                order=j.order,
+                label=j.label,
+                decision=j.decision,
+                decision_for_pair=for_pair,
+                match="" if not for_pair else ("✓" if for_pair == j.label else "✗"),
+                status=j.status,
+                latency="–" if latency is None else f"{latency:.1f} s",
+                response=j.response,
+                error=j.error,
+                judge_model=j.judge_model,
+                prompt=j.prompt[:PROMPT_PREVIEW_CHARS],
+                prompt_chars=f"{len(j.prompt):,}",
+                prompt_truncated=len(j.prompt) > PROMPT_PREVIEW_CHARS,
+            )
         )
-    rows.sort(key=lambda r: _STATUS_RANK.get(r["status"], 0))
+    rows.sort(key=lambda r: _STATUS_RANK.get(r.status, 0))
     return rows
 
 
-def _regression_view(regression: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "regressed": bool(regression.get("regressed")),
-        "baseline_run_id": regression.get("baseline_run_id") or "?",
-        "delta": _signed_points(regression.get("delta")),
-        "interval": (
-            f"[{_signed_points(regression.get('ci_low'))}, {_signed_points(regression.get('ci_high'))}]"
-            if _num(regression.get("ci_low")) is not None and _num(regression.get("ci_high")) is not None
+class RegressionView(BaseModel):
+    regressed: bool
+    baseline_run_id: str
+    delta: str
+    interval: str
+    message: str
+
+
+def _regression_view(regression: Regression) -> RegressionView:
+    return RegressionView(
+        regressed=regression.regressed,
+        baseline_run_id=regression.baseline_run_id or "?",
+        delta=_signed_points(regression.delta),
+        interval=(
+            f"[{_signed_points(regression.ci_low)}, {_signed_points(regression.ci_high)}]"
+            if _num(regression.ci_low) is not None and _num(regression.ci_high) is not None
             else ""
         ),
-        "message": regression.get("message") or "",
-    }
-
-
-def _dataset_view(dataset: Mapping[str, Any]) -> dict[str, Any]:
-    commit = str(dataset.get("commit") or "")
-    return {
-        "repo_url": dataset.get("repo_url") or "",
-        "repo_link": _safe_url(dataset.get("repo_url")),
-        "commit": commit or "–",
-        "commit_short": commit[:12] or "–",
-        "data_file": dataset.get("data_file") or "–",
-        "n_pairs": _count(dataset.get("n_pairs")),
-        "skipped_rows": _count(dataset.get("skipped_rows")),
-    }
-
-
-def _overall_view(overall: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "accuracy": _pct(overall.get("accuracy")),
-        "interval": (
-            f"{_pct(overall.get('ci_low'))} – {_pct(overall.get('ci_high'))}"
-            if _num(overall.get("ci_low")) is not None and _num(overall.get("ci_high")) is not None
-            else None
-        ),
-        "correct": _count(overall.get("correct_count")),
-        "total": _count(overall.get("total_samples")),
-        "valid": _count(overall.get("valid_samples")),
-    }
-
-
-def _usage_view(usage: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "calls": _count(usage.get("calls")),
-        "cached_calls": _count(usage.get("cached_calls")),
-        "prompt_tokens": _count(usage.get("prompt_tokens")),
-        "completion_tokens": _count(usage.get("completion_tokens")),
-        "reasoning_tokens": _count(usage.get("reasoning_tokens")) if usage.get("reasoning_tokens") else None,
-        "cost": _cost(usage),
-    }
-
-
-def _cost(usage: Mapping[str, Any]) -> str | None:
-    """The run's dollars with the date of the prices, "unpriced", or None for a run from before costs."""
-    if "cost_usd" not in usage:
-        return None
-    prices = usage.get("prices") or {}
-    if usage["cost_usd"] is None:
-        return format_usd(None)
-    batch = " batch" if prices.get("batch") else ""
-    return (
-        f"{format_usd(usage['cost_usd'])} (prices of {prices.get('model')}{batch}, read {prices.get('read_on') or '?'})"
+        message=regression.message,
     )
 
 
+class DatasetView(BaseModel):
+    repo_url: str
+    repo_link: str | None
+    commit: str
+    commit_short: str
+    data_file: str
+    n_pairs: str
+    skipped_rows: str
+
+
+def _dataset_view(dataset: DatasetInfo) -> DatasetView:
+    commit = dataset.commit or ""
+    return DatasetView(
+        repo_url=dataset.repo_url or "",
+        repo_link=_safe_url(dataset.repo_url),
+        commit=commit or "–",
+        commit_short=commit[:12] or "–",
+        data_file=dataset.data_file or "–",
+        n_pairs=_count(dataset.n_pairs),
+        skipped_rows=_count(dataset.skipped_rows),
+    )
+
+
+class OverallView(BaseModel):
+    accuracy: str
+    interval: str | None
+    correct: str
+    total: str
+    valid: str
+
+
+def _overall_view(overall: SliceAccuracy) -> OverallView:
+    return OverallView(
+        accuracy=_pct(overall.accuracy),
+        interval=(
+            f"{_pct(overall.ci_low)} – {_pct(overall.ci_high)}"
+            if _num(overall.ci_low) is not None and _num(overall.ci_high) is not None
+            else None
+        ),
+        correct=_count(overall.correct_count),
+        total=_count(overall.total_samples),
+        valid=_count(overall.valid_samples),
+    )
+
+
+class UsageView(BaseModel):
+    calls: str
+    cached_calls: str
+    prompt_tokens: str
+    completion_tokens: str
+    reasoning_tokens: str | None
+    cost: str | None
+
+
+def _usage_view(usage: Usage) -> UsageView:
+    return UsageView(
+        calls=_count(usage.calls),
+        cached_calls=_count(usage.cached_calls),
+        prompt_tokens=_count(usage.prompt_tokens),
+        completion_tokens=_count(usage.completion_tokens),
+        reasoning_tokens=_count(usage.reasoning_tokens) if usage.reasoning_tokens else None,
+        cost=_cost(usage),
+    )
+
+
+def _cost(usage: Usage) -> str | None:
+    """The run's dollars with the date of the prices, "unpriced", or None for a run from before costs."""
+    if not usage.priced:
+        return None
+    prices = usage.price
+    if usage.dollars is None:
+        return format_usd(None)
+    batch = " batch" if prices.batch else ""
+    return f"{format_usd(usage.dollars)} (prices of {prices.model}{batch}, read {prices.read_on or '?'})"
+
+
+def _invalid_count(results: RunResults, name: str, counted: int | None) -> str:
+    """An invalid/failed count from results.json, or counted from the judgments when it lacks one."""
+    return _count(getattr(results.invalid, name) if results.invalid.given(name) else counted)
+
+
 def build_context(
-    results: Mapping[str, Any],
-    judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
-    history: Sequence[Mapping[str, Any]] = (),
+    results: RunResults,
+    judgments: Sequence[JudgmentRecord],
+    history: Sequence[HistoryPoint] = (),
 ) -> dict[str, Any]:
-    """Everything the template shows, already formatted: keeps arithmetic and fallbacks out of Jinja."""
-    dataset = results.get("dataset") or {}
-    overall = results.get("overall_accuracy") or {}
-    categories = results.get("category_accuracy") or {}
-    sources = results.get("source_accuracy") or {}
-    consistency = results.get("consistency") or None
-    invalid = results.get("invalid") or {}
-    usage = results.get("usage") or None
-    regression = results.get("regression") or None
-    run = results.get("run") or {}
+    """Everything the template shows, already formatted: keeps arithmetic and fallbacks out of Jinja.
+    A results.json's content and plain judgment or history dicts are read into their models."""
+    results = RunResults.model_validate(results)
+    judgments = [JudgmentRecord.model_validate(j) for j in judgments]
+    history = [HistoryPoint.model_validate(h) for h in history]
+    dataset, overall, run, invalid = results.dataset, results.overall_accuracy, results.run, results.invalid
+    categories, sources = results.category_accuracy, results.source_accuracy
+    consistency = results.consistency if results.consistency and results.consistency.model_fields_set else None
+    usage = results.usage if results.usage and (results.usage.model_fields_set or results.usage.model_extra) else None
 
     category_chart = _bar_chart(
         [("overall", overall, True)] + [(name, categories[name], False) for name in _ordered(categories, CATEGORIES)]
@@ -454,43 +518,41 @@ def build_context(
     source_chart = _bar_chart([(name, sources[name], False) for name in source_names]) if sources else None
     points = _trend_points(results, history)
     rows = _judgment_rows(judgments)
-    status_counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "invalid", "failed")}
+    status_counts = {s: sum(1 for r in rows if r.status == s) for s in ("ok", "invalid", "failed")}
 
     return {
-        "title": " · ".join(
-            part for part in (results.get("judge_type"), results.get("model"), dataset.get("data_file")) if part
-        )
+        "title": " · ".join(part for part in (results.judge_type, results.model, dataset.data_file) if part)
         or "JudgeBench run",
-        "judge_type": results.get("judge_type") or "–",
-        "model": results.get("model") or "–",
+        "judge_type": results.judge_type or "–",
+        "model": results.model or "–",
         "dataset": _dataset_view(dataset),
         "overall": _overall_view(overall),
         "consistency": None
         if not consistency
         else {
-            "value": _pct(consistency.get("consistency")),
-            "consistent": _count(consistency.get("consistent_pairs")),
-            "both": _count(consistency.get("pairs_with_both_verdicts")),
-            "first_position": _pct(consistency.get("first_position_rate")),
+            "value": _pct(consistency.consistency),
+            "consistent": _count(consistency.consistent_pairs),
+            "both": _count(consistency.pairs_with_both_verdicts),
+            "first_position": _pct(consistency.first_position_rate),
         },
         "invalid": {
-            "invalid": _count(invalid.get("invalid_judgments", status_counts["invalid"] if rows else None)),
-            "failed": _count(invalid.get("failed_judgments", status_counts["failed"] if rows else None)),
-            "pairs": _count(invalid.get("pairs_with_invalid")),
+            "invalid": _invalid_count(results, "invalid_judgments", status_counts["invalid"] if rows else None),
+            "failed": _invalid_count(results, "failed_judgments", status_counts["failed"] if rows else None),
+            "pairs": _invalid_count(results, "pairs_with_invalid", None),
         },
         "usage": _usage_view(usage) if usage else None,
         # Why the run is not a measurement, the top reasons judgments failed, and how requests were shaped.
-        "run_failure": run.get("failure"),
-        "problem_reasons": list((invalid.get("reasons") or {}).items())[:5],
-        "requests": run.get("requests"),
-        "regression": _regression_view(regression) if regression else None,
+        "run_failure": run.failure,
+        "problem_reasons": list(invalid.reasons.items())[:5],
+        "requests": run.requests.model_dump() if run.requests else None,
+        "regression": _regression_view(results.regression) if results.regression else None,
         "run": {
-            "run_id": run.get("run_id") or "–",
-            "flow_run_id": run.get("flow_run_id") or "–",
-            "mode": run.get("mode") or "–",
-            "started": _fmt_time(run.get("started")),
-            "finished": _fmt_time(run.get("finished")),
-            "duration": _duration(run.get("started"), run.get("finished")),
+            "run_id": run.run_id or "–",
+            "flow_run_id": run.flow_run_id or "–",
+            "mode": run.mode or "–",
+            "started": _fmt_time(run.started),
+            "finished": _fmt_time(run.finished),
+            "duration": _duration(run.started, run.finished),
         },
         "category_chart": category_chart,
         "source_chart": source_chart,
@@ -498,32 +560,31 @@ def build_context(
         "bias_trend": _bias_chart(points),
         "trend_runs": len(points),
         "judgments": rows,
-        "judgments_total": (usage or {}).get("judgments"),
+        "judgments_total": usage.judgments if usage else None,
         "status_counts": status_counts,
         "prompt_preview_chars": f"{PROMPT_PREVIEW_CHARS:,}",
     }
 
 
 def render_report(
-    results: Mapping[str, Any],
-    judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
-    history: Sequence[Mapping[str, Any]] = (),
+    results: RunResults,
+    judgments: Sequence[JudgmentRecord],
+    history: Sequence[HistoryPoint] = (),
 ) -> str:
     """The report as one HTML string.
 
     `results` follows the results.json contract (optional parts such as intervals, consistency, usage
     and regression may be missing); `history` lists past runs of the same configuration, oldest first,
-    as {run_id, started, accuracy, ci_low, ci_high, order_consistency, first_position_rate}. This run is added to the trend unless `history`
-    already holds its run_id.
+    (`HistoryPoint`s). This run is added to the trend unless `history` already holds its run_id.
     """
     return _template().render(**build_context(results, judgments, history))
 
 
 def write_report(
     path: str | Path,
-    results: Mapping[str, Any],
-    judgments: Sequence[JudgmentRecord | Mapping[str, Any]],
-    history: Sequence[Mapping[str, Any]] = (),
+    results: RunResults,
+    judgments: Sequence[JudgmentRecord],
+    history: Sequence[HistoryPoint] = (),
 ) -> Path:
     """Render and write the report (UTF-8), creating parent directories; returns the path written."""
     target = Path(path)

@@ -14,39 +14,35 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from judgebench_flows.core.records import JudgmentRecord, Pair
 from judgebench_flows.scoring import metrics, stats
+from judgebench_flows.scoring.result_types import Measured, Regression, SliceAccuracy
 
 
-def slice_accuracy(members: list[metrics.PairScore], seed: int, resamples: int) -> dict[str, Any]:
+def slice_accuracy(members: list[metrics.PairScore], seed: int, resamples: int) -> SliceAccuracy:
     """One slice's accuracy with its seeded 95% bootstrap interval (results.json's and the leaderboard's)."""
-    data = metrics.accuracy_of(members).model_dump()
+    data = SliceAccuracy.model_validate(metrics.accuracy_of(members).model_dump())
     correct = [1.0 if s.correct else 0.0 for s in members]
     if resamples and correct:
         low, high = stats.bootstrap_accuracy_ci(correct, seed=seed, n_resamples=resamples)
-        data["ci_low"], data["ci_high"] = round(float(low), 6), round(float(high), 6)
+        data.ci_low, data.ci_high = round(float(low), 6), round(float(high), 6)
     return data
 
 
-def build_results(
-    tally: metrics.Tally,
-    *,
-    header: dict[str, Any],
-    seed: int,
-    bootstrap_resamples: int,
-    skipped_rows: int = 0,
-) -> dict[str, Any]:
-    """results.json: the header fields, then accuracy (with 95% bootstrap intervals) and diagnostics."""
+def build_results(tally: metrics.Tally, *, seed: int, bootstrap_resamples: int, skipped_rows: int = 0) -> Measured:
+    """results.json's measurement: accuracy (with 95% bootstrap intervals) and diagnostics."""
     parts = metrics.slices(tally.scores)
     sliced = partial(slice_accuracy, seed=seed, resamples=bootstrap_resamples)
-    results: dict[str, Any] = dict(header)
-    results["overall_accuracy"] = sliced(parts["overall"]["overall"])
-    results["category_accuracy"] = {name: sliced(members) for name, members in parts["category"].items()}
-    results["source_accuracy"] = {name: sliced(members) for name, members in parts["source"].items()}
-    results["consistency"] = metrics.consistency(tally.scores)
-    results["invalid"] = tally.invalid_counts(skipped_rows)
-    results["usage"] = tally.usage_totals()
-    return results
+    return Measured(
+        overall_accuracy=sliced(parts["overall"]["overall"]),
+        category_accuracy={name: sliced(members) for name, members in parts["category"].items()},
+        source_accuracy={name: sliced(members) for name, members in parts["source"].items()},
+        consistency=metrics.consistency(tally.scores),
+        invalid=tally.invalid_counts(skipped_rows),
+        usage=tally.usage_totals(),
+    )
 
 
 def correctness_of(scores: dict[str, metrics.PairScore]) -> dict[str, float]:
@@ -62,20 +58,18 @@ def regression_check(
     seed: int,
     resamples: int,
     min_drop: float,
-) -> dict[str, Any]:
+) -> Regression:
     result = stats.paired_bootstrap_delta(
         baseline, candidate, seed=seed, n_resamples=max(resamples, 200), min_drop=min_drop
     )
-    data = result.model_dump()
-    data["baseline_run_id"] = baseline_run_id
     if result.regressed:
-        data["message"] = (
+        message = (
             f"accuracy dropped by {-result.delta:.1%} against run {baseline_run_id[:8]} "
             f"(95% CI of the change {result.ci_low:+.1%} to {result.ci_high:+.1%} over {result.n_pairs} pairs): regression"
         )
     else:
-        data["message"] = f"change {result.delta:+.1%} against run {baseline_run_id[:8]} is within sampling noise"
-    return data
+        message = f"change {result.delta:+.1%} against run {baseline_run_id[:8]} is within sampling noise"
+    return Regression.of(result, baseline_run_id=baseline_run_id, message=message)
 
 
 def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: str) -> Iterable[dict[str, Any]]:
@@ -115,8 +109,9 @@ def write_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
-def write_json(path: str | Path, data: dict[str, Any]) -> Path:
-    return write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+def write_json(path: str | Path, data: BaseModel) -> Path:
+    """A model as indented UTF-8 JSON, in its fields' order (results.json, the leaderboard, a rescore)."""
+    return write_atomic(path, json.dumps(data.model_dump(), indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:

@@ -4,25 +4,27 @@ The shape is a contract (README, the CLI's exit codes, the nightly summary and u
 `as_json()` gives exactly the keys results.json always had, in the same order: keys that appear only in
 some runs (`run.requests` with an endpoint, `run.status`/`run.failure` for a run that measured too little,
 `run.timings.publish_s` and `outputs` once published) are left out while unset, never written as null.
-The accuracy sections stay as `build_results` makes them (accuracy figures with their intervals).
+`read` takes a results.json written by any version: keys it lacks get their defaults, keys this version
+does not know are kept (the sections are `result_types.Section`s).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, model_serializer
+from pydantic import BaseModel, Field, ValidationError
 
+from judgebench_flows.core.errors import UserError
 from judgebench_flows.scoring import metrics
+from judgebench_flows.scoring.result_types import (
+    Consistency,
+    Invalid,
+    Regression,
+    Section,
+    SliceAccuracy,
+    Usage,
+)
 from judgebench_flows.scoring.results import build_results
-
-_OPTIONAL = frozenset({"requests", "status", "failure", "publish_s", "outputs"})
-
-
-class _Shaped(BaseModel):
-    @model_serializer(mode="wrap")
-    def _without_unset_optionals(self, handler: Any) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if not (k in _OPTIONAL and v is None)}
 
 
 class SkippedRow(BaseModel):
@@ -30,56 +32,79 @@ class SkippedRow(BaseModel):
     reason: str
 
 
-class DatasetInfo(BaseModel):
-    repo_url: str | None
-    commit: str | None
-    data_file: str
-    n_pairs: int
-    skipped_rows: int
-    skipped: list[SkippedRow]
+class DatasetInfo(Section):
+    repo_url: str | None = None
+    commit: str | None = None
+    data_file: str | None = None
+    n_pairs: int | None = None
+    skipped_rows: int = 0
+    skipped: list[SkippedRow] = []
 
 
-class Timings(_Shaped):
-    fetch_s: float
-    load_s: float
-    judge_s: float
-    judge_cpu_ms_per_judgment: float
+class Timings(Section):
+    _optional = frozenset({"publish_s"})
+
+    fetch_s: float | None = None
+    load_s: float | None = None
+    judge_s: float | None = None
+    judge_cpu_ms_per_judgment: float | None = None
     publish_s: float | None = None
 
 
-class RunInfo(_Shaped):
-    run_id: str
-    config_key: str
-    started: str
-    finished: str
-    duration_s: float
-    flow_run_id: str
-    mode: Literal["single-game", "both-orders"]
-    shuffle_responses: bool
-    seed: int
-    requests: dict[str, Any] | None = None  # the request rule applied and what it adjusted (endpoint runs)
+class RequestAdjustment(Section):
+    """A request parameter the endpoint refused and how the run adjusted it (`calls.request_rules`)."""
+
+    param: str = ""
+    action: str = ""
+    endpoint_said: str = ""
+
+
+class RequestReport(Section):
+    """The request rule a run applied (`RequestRule.describe()`'s keys), then `adjustments`: what it
+    adjusted (endpoint runs). Kept as the run gave them, in that order."""
+
+    def adjustments(self) -> list[RequestAdjustment]:
+        given = (self.model_extra or {}).get("adjustments") or []
+        return [RequestAdjustment.model_validate(change) for change in given]
+
+
+class RunInfo(Section):
+    _optional = frozenset({"requests", "status", "failure"})
+
+    run_id: str | None = None
+    config_key: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    duration_s: float | None = None
+    flow_run_id: str | None = None
+    mode: Literal["single-game", "both-orders"] | None = None
+    shuffle_responses: bool = False
+    seed: int | None = None
+    requests: RequestReport | None = None
     status: Literal["failed"] | None = None  # only when the run measured too little
     failure: str | None = None
-    timings: Timings
+    timings: Timings = Field(default_factory=Timings)
 
 
-class RunHeader(BaseModel):
+class RunHeader(Section):
     """What was judged: known before the first call, so the run is recorded under it from its start."""
 
-    model: str
-    judge_type: str
-    dataset: DatasetInfo
+    model: str = ""
+    judge_type: str = ""
+    dataset: DatasetInfo = Field(default_factory=DatasetInfo)
 
 
-class RunResults(RunHeader, _Shaped):
-    overall_accuracy: dict[str, Any]
-    category_accuracy: dict[str, dict[str, Any]]
-    source_accuracy: dict[str, dict[str, Any]]
-    consistency: dict[str, Any]
-    invalid: dict[str, Any]
-    usage: dict[str, Any]
-    regression: dict[str, Any] | None = None
-    run: RunInfo
+class RunResults(RunHeader):
+    _optional = frozenset({"outputs"})
+
+    overall_accuracy: SliceAccuracy = Field(default_factory=SliceAccuracy)
+    category_accuracy: dict[str, SliceAccuracy] = {}
+    source_accuracy: dict[str, SliceAccuracy] = {}
+    consistency: Consistency | None = None
+    invalid: Invalid = Field(default_factory=Invalid)
+    usage: Usage | None = None
+    regression: Regression | None = None
+    run: RunInfo = Field(default_factory=RunInfo)
     outputs: dict[str, str] | None = None
 
     @classmethod
@@ -91,24 +116,37 @@ class RunResults(RunHeader, _Shaped):
         *,
         seed: int,
         bootstrap_resamples: int,
-        regression: dict[str, Any] | None,
-        usage: dict[str, Any],
+        regression: Regression | None,
+        usage: Usage,
     ) -> RunResults:
         """The metric over the run's tally (overall, per category and source, with intervals), then the
         regression check and the run's own record."""
-        sections = build_results(
-            tally,
-            header=header.model_dump(),
-            seed=seed,
-            bootstrap_resamples=bootstrap_resamples,
-            skipped_rows=header.dataset.skipped_rows,
+        measured = build_results(
+            tally, seed=seed, bootstrap_resamples=bootstrap_resamples, skipped_rows=header.dataset.skipped_rows
         )
-        sections["usage"].update(usage)
-        return cls.model_validate({**sections, "regression": regression, "run": run})
+        totals = measured.usage.model_dump() | usage.model_dump(exclude_unset=True)
+        return cls(
+            **header.model_dump(),
+            **measured.model_dump(exclude={"usage"}),
+            usage=Usage.model_validate(totals),
+            regression=regression,
+            run=run,
+        )
+
+    @classmethod
+    def read(cls, text: str | bytes) -> RunResults:
+        """A results.json's text, as written by this version or an earlier one; text that is not one is
+        bad input (one line: where and what)."""
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or "the document"
+            raise UserError(f"not a readable results.json: {where}: {error['msg']}") from None
 
     @property
     def regressed(self) -> bool:
-        return bool(self.regression and self.regression.get("regressed"))
+        return bool(self.regression and self.regression.regressed)
 
     def as_json(self) -> dict[str, Any]:
         """results.json's content (plain JSON types)."""

@@ -15,76 +15,72 @@ from rich.table import Table
 
 from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.scoring.formatting import percent as _pct
+from judgebench_flows.scoring.result_types import Comparison, Consistency, FlippedPair, SliceAccuracy, Usage
+from judgebench_flows.scoring.run_results import RunResults
 
 if TYPE_CHECKING:
     from judgebench_flows.judging.estimate import Estimate
+    from judgebench_flows.judging.rescore import DecisionChange, Rescore
 
 err = Console(stderr=True)
 out = Console()
 
 
-def _problems(results: dict[str, Any]) -> str | None:
+def _problems(results: RunResults) -> str | None:
     """Failed and invalid judgments in words, with their top reasons (None when there are none)."""
-    invalid, judgments = results["invalid"], results["usage"].get("judgments") or 0
-    failed, unparsed = invalid["failed_judgments"], invalid["invalid_judgments"]
+    invalid, judgments = results.invalid, (results.usage.judgments if results.usage else 0) or 0
+    failed, unparsed = invalid.failed_judgments, invalid.invalid_judgments
     if not failed and not unparsed:
         return None
-    reasons = "; ".join(f"{reason} x{count}" for reason, count in list((invalid.get("reasons") or {}).items())[:3])
+    reasons = "; ".join(f"{reason} x{count}" for reason, count in list(invalid.reasons.items())[:3])
     return f"{failed} failed and {unparsed} invalid of {judgments} judgments; top reasons: {reasons}"
 
 
-def print_results(results: dict[str, Any]) -> None:
-    table = Table(title=f"JudgeBench: {results['judge_type']} / {results['model']}")
+def print_results(results: RunResults) -> None:
+    table = Table(title=f"JudgeBench: {results.judge_type} / {results.model}")
     for column in ("slice", "accuracy", "95% CI", "correct", "valid", "total"):
         table.add_column(column, justify="left" if column == "slice" else "right")
-    rows = [("overall", results["overall_accuracy"])] + [
-        (c, results["category_accuracy"][c]) for c in results["category_accuracy"]
-    ]
+    rows = [("overall", results.overall_accuracy), *results.category_accuracy.items()]
     for name, acc in rows:
         # An accuracy over pairs none of which got a valid verdict measures the failures, not the judge.
-        measured = bool(acc.get("valid_samples")) or not acc.get("total_samples")
-        ci = (
-            f"{_pct(acc.get('ci_low'))} - {_pct(acc.get('ci_high'))}"
-            if measured and acc.get("ci_low") is not None
-            else ""
-        )
-        shown = _pct(acc["accuracy"]) if measured else "n/a"
-        table.add_row(name, shown, ci, str(acc["correct_count"]), str(acc["valid_samples"]), str(acc["total_samples"]))
+        measured = bool(acc.valid_samples) or not acc.total_samples
+        ci = f"{_pct(acc.ci_low)} - {_pct(acc.ci_high)}" if measured and acc.ci_low is not None else ""
+        shown = _pct(acc.accuracy) if measured else "n/a"
+        table.add_row(name, shown, ci, str(acc.correct_count), str(acc.valid_samples), str(acc.total_samples))
     out.print(table)
     problems = _problems(results)
     if problems:
         out.print(f"[bold yellow]{escape(problems)}[/]")
-    failure = (results.get("run") or {}).get("failure")
-    if failure:
-        out.print(f"[bold red]run failed: {escape(failure)}[/]")
-    adjusted = ((results.get("run") or {}).get("requests") or {}).get("adjustments") or []
-    for change in adjusted:  # whole, wrapped at words by the console; the server's words are not markup
+    run = results.run
+    if run.failure:
+        out.print(f"[bold red]run failed: {escape(run.failure)}[/]")
+    for change in run.requests.adjustments() if run.requests else []:
+        # whole, wrapped at words by the console; the server's words are not markup
         out.print(
-            f"request adjusted for {results['model']}: {change['param']} {change['action']} "
-            f"(the endpoint said: {change['endpoint_said']})",
+            f"request adjusted for {results.model}: {change.param} {change.action} "
+            f"(the endpoint said: {change.endpoint_said})",
             markup=False,
         )
-    dataset, invalid, usage = results["dataset"], results["invalid"], results["usage"]
-    where = f"commit {str(dataset['commit'])[:12]}" if dataset.get("commit") else "local file"
+    dataset, invalid, usage = results.dataset, results.invalid, results.usage or Usage()
+    consistency = results.consistency or Consistency()
+    where = f"commit {str(dataset.commit)[:12]}" if dataset.commit else "local file"
+    out.print(f"dataset {dataset.data_file} ({where}): {dataset.n_pairs} pairs, {dataset.skipped_rows} rows skipped")
+    attempts = usage.extra("attempts")
     out.print(
-        f"dataset {dataset.get('data_file')} ({where}): {dataset.get('n_pairs')} pairs, "
-        f"{dataset.get('skipped_rows', 0)} rows skipped"
-    )
-    out.print(
-        f"consistency {_pct(results['consistency'].get('consistency'))}, "
-        f"first-position rate {_pct(results['consistency'].get('first_position_rate'))}; invalid verdicts {invalid['invalid_judgments']}, "
-        f"failed calls {invalid['failed_judgments']}; calls {usage['calls']} ({usage['cached_calls']} from cache), "
-        f"paid {usage.get('paid_calls')}"
-        + (f" ({usage['attempts']} requests, {usage['errors']} errors)" if usage.get("attempts") is not None else "")
+        f"consistency {_pct(consistency.consistency)}, "
+        f"first-position rate {_pct(consistency.first_position_rate)}; invalid verdicts {invalid.invalid_judgments}, "
+        f"failed calls {invalid.failed_judgments}; calls {usage.calls} ({usage.cached_calls} from cache), "
+        f"paid {usage.paid_calls}"
+        + (f" ({attempts} requests, {usage.extra('errors')} errors)" if attempts is not None else "")
         + ", "
-        f"tokens {usage['prompt_tokens']} in / {usage['completion_tokens']} out, cost {cost_text(usage)}"
+        f"tokens {usage.prompt_tokens} in / {usage.completion_tokens} out, cost {cost_text(usage)}"
     )
-    if results.get("regression"):
-        style = "bold red" if results["regression"].get("regressed") else "green"
-        out.print(f"[{style}]{results['regression']['message']}[/]")
+    if results.regression:
+        style = "bold red" if results.regression.regressed else "green"
+        out.print(f"[{style}]{results.regression.message}[/]")
     from judgebench_flows.views.tables import short_path
 
-    for name, path in (results.get("outputs") or {}).items():
+    for name, path in (results.outputs or {}).items():
         out.print(f"{name}: {short_path(path)}")
 
 
@@ -107,53 +103,55 @@ def print_external_summary(summary: dict[str, Any]) -> None:
         out.print(f"scores: {short_path(path)}")
 
 
-def print_comparison(comparison: dict[str, Any]) -> None:
+def print_comparison(comparison: Comparison) -> None:
     """Whole run ids (the title stacks them when the terminal is narrow); pair ids fold, never cut."""
-    a, b = comparison["run_a"], comparison["run_b"]
-    out.print(f"A: run {a}\nB: run {b}")
+    out.print(f"A: run {comparison.run_a}\nB: run {comparison.run_b}")
     narrow = out.width < 100  # no borders: the characters go to the columns
     table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for column in ("slice", "A", "B", "delta", "95% CI", "p", "verdict", "pairs"):
         table.add_column(column, justify="left" if column in ("slice", "verdict") else "right", overflow="fold")
-    for row in comparison["slices"]:
-        delta = row["delta"]
-        ci = f"{100 * row['ci_low']:+.1f} to {100 * row['ci_high']:+.1f}" if row.get("ci_low") is not None else ""
+    for row in comparison.slices:
+        ci = (
+            f"{100 * row.ci_low:+.1f} to {100 * row.ci_high:+.1f}"
+            if row.ci_low is not None and row.ci_high is not None
+            else ""
+        )
         table.add_row(
-            row["name"],
-            _pct(row["a"]),
-            _pct(row["b"]),
-            "-" if delta is None else f"{100 * delta:+.2f}",
+            row.name,
+            _pct(row.a),
+            _pct(row.b),
+            "-" if row.delta is None else f"{100 * row.delta:+.2f}",
             ci,
-            _p_text(row.get("p_adjusted")),
-            row.get("verdict") or "",
-            str(row["n"]),
+            _p_text(row.p_adjusted),
+            row.verdict,
+            str(row.n),
         )
     out.print(table)
     out.print(
         "[dim]delta and its 95% paired bootstrap interval in points; p: exact McNemar, "
         "Holm-adjusted over the categories[/]"
     )
-    test = comparison.get("bootstrap")
+    test = comparison.bootstrap
     if test:
         out.print(
-            f"paired bootstrap over {test['n_pairs']} pairs: change {100 * test['delta']:+.2f} points, "
-            f"95% CI {100 * test['ci_low']:+.2f} to {100 * test['ci_high']:+.2f}"
-            + (" [bold red](regression)[/]" if test["regressed"] else "")
+            f"paired bootstrap over {test.n_pairs} pairs: change {100 * test.delta:+.2f} points, "
+            f"95% CI {100 * test.ci_low:+.2f} to {100 * test.ci_high:+.2f}"
+            + (" [bold red](regression)[/]" if test.regressed else "")
         )
-    mcnemar = comparison.get("mcnemar")
+    mcnemar = comparison.mcnemar
     if mcnemar:
         out.print(
-            f"exact McNemar: {mcnemar['discordant_a_only']} pairs right only in A, "
-            f"{mcnemar['discordant_b_only']} right only in B, p = {_p_text(mcnemar['p_value'])} "
-            f"({comparison['slices'][0]['verdict']})"
+            f"exact McNemar: {mcnemar.discordant_a_only} pairs right only in A, "
+            f"{mcnemar.discordant_b_only} right only in B, p = {_p_text(mcnemar.p_value)} "
+            f"({comparison.slices[0].verdict})"
         )
-    cost = comparison.get("cost") or {}
-    if cost.get("a") or cost.get("b"):
-        out.print(f"cost: A {cost.get('a') or 'not recorded'}, B {cost.get('b') or 'not recorded'}")
-    flipped = comparison["flipped"]
+    cost = comparison.cost
+    if cost.a or cost.b:
+        out.print(f"cost: A {cost.a or 'not recorded'}, B {cost.b or 'not recorded'}")
+    flipped = comparison.flipped
     out.print(
-        f"{len(flipped)} pairs changed verdict ({sum(1 for f in flipped if f['now_correct'])} fixed, "
-        f"{sum(1 for f in flipped if not f['now_correct'])} broken)"
+        f"{len(flipped)} pairs changed verdict ({sum(1 for f in flipped if f.now_correct)} fixed, "
+        f"{sum(1 for f in flipped if not f.now_correct)} broken)"
     )
     if flipped:
         out.print(_flipped_table(flipped[:200], narrow=out.width < 110))
@@ -166,15 +164,13 @@ def _p_text(p: float | None) -> str:
     return "<0.0001" if p < 0.0001 else f"{p:.3g}"
 
 
-def cost_text(usage: dict[str, Any]) -> str:
+def cost_text(usage: Usage) -> str:
     """results.json's cost for people: dollars and the price entry's date, or "unpriced"."""
-    if "cost_usd" not in usage:
+    if not usage.priced:
         return "not recorded"
-    prices = usage.get("prices") or {}
-    when = (
-        f" (prices of {prices['read_on']}{', batch' if prices.get('batch') else ''})" if prices.get("read_on") else ""
-    )
-    return format_usd(usage["cost_usd"]) + (when if usage["cost_usd"] is not None else "")
+    prices = usage.price
+    when = f" (prices of {prices.read_on}{', batch' if prices.batch else ''})" if prices.read_on else ""
+    return format_usd(usage.dollars) + (when if usage.dollars is not None else "")
 
 
 def print_estimate(estimate: Estimate) -> None:
@@ -210,17 +206,14 @@ def _pair_table(
     return table
 
 
-def _flipped_table(flipped: list[dict[str, Any]], narrow: bool) -> Table:
+def _flipped_table(flipped: list[FlippedPair], narrow: bool) -> Table:
     """The pairs whose verdict changed."""
     verdicts = ["A", "B"] if narrow else ["A verdicts", "B verdicts"]
-    rows = (
-        (f["pair_id"], f["source"], [f["label"], f["a"], f["b"], "correct" if f["now_correct"] else "wrong"])
-        for f in flipped
-    )
+    rows = ((f.pair_id, f.source, [f.label, f.a, f.b, "correct" if f.now_correct else "wrong"]) for f in flipped)
     return _pair_table(["label", *verdicts, "now"], rows, narrow)
 
 
-def print_rescore(result: dict[str, Any], limit: int = 50) -> None:
+def print_rescore(result: Rescore, limit: int = 50) -> None:
     """`judgebench rescore`: how many recorded decisions our parser reads differently, and what that does to
     the metric. On a narrow terminal a changed decision's pair id and source share one column."""
     from judgebench_flows.core.records import CATEGORIES
@@ -228,42 +221,42 @@ def print_rescore(result: dict[str, Any], limit: int = 50) -> None:
 
     console = stdout_console()
     console.print(
-        f"{short_path(result['file'])}: {result['pairs']} pairs, {result['judgments']} judgments; re-parsed "
-        f"{result['reparsed']} with our {result['judge_type']} parser ({result['failed']} failed calls kept, "
-        f"{result['no_text']} without text)"
+        f"{short_path(result.file)}: {result.pairs} pairs, {result.judgments} judgments; re-parsed "
+        f"{result.reparsed} with our {result.judge_type} parser ({result.failed} failed calls kept, "
+        f"{result.no_text} without text)"
     )
-    if result["judge_name_in_file"] and result["judge_type"] not in result["judge_name_in_file"]:
-        console.print(f"[yellow]note: the file was judged by {', '.join(result['judge_name_in_file'])}[/]")
+    if result.judge_name_in_file and result.judge_type not in result.judge_name_in_file:
+        console.print(f"[yellow]note: the file was judged by {', '.join(result.judge_name_in_file)}[/]")
     console.print(
-        f"[bold]{result['changed']} decisions differ from the recorded ones, in {len(result['changed_pairs'])} pairs[/]"
+        f"[bold]{result.changed} decisions differ from the recorded ones, in {len(result.changed_pairs)} pairs[/]"
     )
     table = Table(title="accuracy: recorded decisions vs re-parsed")
     for column in ("slice", "recorded", "re-parsed", "pairs"):
         table.add_column(column, justify="left" if column == "slice" else "right")
-    recorded, rescored = result["recorded"], result["rescored"]
+    recorded, rescored = result.recorded, result.rescored
     table.add_row(
         "overall",
-        _pct(recorded["overall_accuracy"].get("accuracy")),
-        _pct(rescored["overall_accuracy"].get("accuracy")),
-        str(result["pairs"]),
+        _pct(recorded.overall_accuracy.accuracy),
+        _pct(rescored.overall_accuracy.accuracy),
+        str(result.pairs),
     )
     for category in CATEGORIES:
-        rec = recorded["category_accuracy"].get(category) or {}
-        ours = rescored["category_accuracy"].get(category) or {}
-        table.add_row(category, _pct(rec.get("accuracy")), _pct(ours.get("accuracy")), str(rec.get("total_samples", 0)))
+        rec = recorded.category_accuracy.get(category) or SliceAccuracy()
+        ours = rescored.category_accuracy.get(category) or SliceAccuracy()
+        table.add_row(category, _pct(rec.accuracy), _pct(ours.accuracy), str(rec.total_samples))
     console.print(table)
-    if result["changes"]:
-        console.print(_changes_table(result["changes"], limit, narrow=console.width < 110))
-    if result.get("output"):
-        console.print(f"re-parsed file: {short_path(result['output'])}")
+    if result.changes:
+        console.print(_changes_table(result.changes, limit, narrow=console.width < 110))
+    if result.output:
+        console.print(f"re-parsed file: {short_path(result.output)}")
 
 
-def _changes_table(changes: list[dict[str, Any]], limit: int, narrow: bool) -> Table:
+def _changes_table(changes: list[DecisionChange], limit: int, narrow: bool) -> Table:
     rows = (
         (
-            c["pair_id"],
-            str(c["source"] or ""),
-            [str(c["order"]), str(c["label"] or ""), str(c["recorded"] or "none"), str(c["ours"] or "none")],
+            c.pair_id,
+            str(c.source or ""),
+            [str(c.order), str(c.label or ""), str(c.recorded or "none"), str(c.ours or "none")],
         )
         for c in changes[:limit]
     )

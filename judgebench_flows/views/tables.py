@@ -14,8 +14,9 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -23,8 +24,11 @@ from rich.table import Table
 from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
-from judgebench_flows.scoring.leaderboard import groups_of, model_label, who
+from judgebench_flows.scoring.leaderboard import Entry, Leaderboard, groups_of, model_label, who
 from judgebench_flows.scoring.published import data_file_parts
+
+if TYPE_CHECKING:
+    from judgebench_flows.data.db import RunRow
 
 FORMATS = ("table", "json", "csv")
 PIPED_WIDTH = 200  # no terminal and no COLUMNS: wide enough for every column
@@ -38,6 +42,7 @@ SHORT_CATEGORY = {
 }
 
 _pct = partial(percent, sign="")
+Cell = str | float | None  # one value of a CSV or JSON row (ints are floats to the type checker)
 
 
 def stdout_console() -> Console:
@@ -51,23 +56,23 @@ def _table(title: str | None, wide: bool) -> Table:
     return Table(title=title, box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD, pad_edge=wide, expand=False)
 
 
-def _interval(low: Any, high: Any) -> str:
+def _interval(low: float | None, high: float | None) -> str:
     return f"{_pct(low)}-{_pct(high)}" if low is not None and high is not None else ""
 
 
-def print_leaderboard(board: Mapping[str, Any], console: Console | None = None) -> None:
+def print_leaderboard(board: Leaderboard, console: Console | None = None) -> None:
     """One table per response-model dataset (runs on a subset in tables of their own, unranked)."""
     console = console or stdout_console()
     console.print(
-        f"JudgeBench {_short_source(board['dataset']['repo_url'])} @ {str(board['dataset']['commit'])[:12]}: "
+        f"JudgeBench {_short_source(board.dataset.repo_url)} @ {board.dataset.commit[:12]}: "
         "accuracy in % (JudgeBench's metric), 95% bootstrap interval; tier: not significantly worse than "
         "the tier's best row (exact McNemar test on the same pairs, Bonferroni-corrected)"
     )
-    for note in board.get("notes") or []:
+    for note in board.notes:
         console.print(f"[dim]{note}[/]")
     wide = console.width >= WIDE_LEADERBOARD
-    for group, members in groups_of(board["entries"]).items():
-        full = (board.get("benchmark_pairs") or {}).get(group)
+    for group, members in groups_of(board.entries).items():
+        full = board.benchmark_pairs.get(group)
         title = f"responses by {group}" + (f" ({full} pairs)" if full else "")
         console.print(_leaderboard_table(title, members, wide, console.width))
     if not wide:
@@ -77,7 +82,7 @@ def print_leaderboard(board: Mapping[str, Any], console: Console | None = None) 
         )
 
 
-def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: bool, width: int) -> Table:
+def _leaderboard_table(title: str, members: Sequence[Entry], wide: bool, width: int) -> Table:
     table = _table(title, wide)
     categories = [SHORT_CATEGORY.get(c, c) for c in CATEGORIES] if wide or width >= 92 else []
     if wide:
@@ -90,20 +95,17 @@ def _leaderboard_table(title: str, members: Sequence[Mapping[str, Any]], wide: b
     for name in ("overall", "95% CI", *categories):
         table.add_column(name, justify="right", no_wrap=True)
     for e in members:
-        scores = [
-            _pct(e["overall_accuracy"]["accuracy"]),
-            _interval(e["overall_accuracy"].get("ci_low"), e["overall_accuracy"].get("ci_high")),
-        ]
+        scores = [_pct(e.overall_accuracy.accuracy), _interval(e.overall_accuracy.ci_low, e.overall_accuracy.ci_high)]
         if categories:
-            scores += [_pct((e["category_accuracy"].get(c) or {}).get("accuracy")) for c in CATEGORIES]
-        rank = str(e["rank"]) if e.get("rank") else "-"
-        tier = str(e["tier"]) if e.get("tier") else "-"
+            scores += [_pct(_accuracy_in(e, c)) for c in CATEGORIES]
+        rank = str(e.rank) if e.rank else "-"
+        tier = str(e.tier) if e.tier else "-"
         names = (
-            [e["judge_name"], model_label(e), who(e), str(e["pairs"])]
+            [e.judge_name, model_label(e), who(e), str(e.pairs)]
             if wide
-            else [f"{e['judge_name']} / {model_label(e)}" + ("" if who(e) == "published" else f"\n{who(e)}")]
+            else [f"{e.judge_name} / {model_label(e)}" + ("" if who(e) == "published" else f"\n{who(e)}")]
         )
-        table.add_row(rank, tier, *names, *scores, style="bold" if e["origin"] == "run" else None)
+        table.add_row(rank, tier, *names, *scores, style="bold" if e.origin == "run" else None)
     return table
 
 
@@ -140,31 +142,36 @@ LEADERBOARD_FIELDS = (
 )
 
 
-def leaderboard_rows(board: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
-    """One flat row per entry, accuracies as fractions (the CSV's rows)."""
-    for e in board["entries"]:
-        overall = e["overall_accuracy"]
+def _accuracy_in(entry: Entry, category: str) -> float | None:
+    acc = entry.category_accuracy.get(category)
+    return acc.accuracy if acc else None
+
+
+def leaderboard_rows(board: Leaderboard) -> Iterable[dict[str, Cell]]:
+    """One flat row per entry, accuracies as fractions (the CSV's rows, keyed by LEADERBOARD_FIELDS)."""
+    for e in board.entries:
+        overall = e.overall_accuracy
         yield {
-            "group": e.get("group"),
-            "rank": e.get("rank"),
-            "tier": e.get("tier"),
-            "judge_name": e["judge_name"],
-            "judge_model": e["judge_model"],
-            "origin": e["origin"],
-            "run_id": e.get("run_id"),
-            "date": e.get("date"),
-            "pairs": e["pairs"],
-            "benchmark_pairs": e.get("benchmark_pairs"),
-            "accuracy": overall.get("accuracy"),
-            "ci_low": overall.get("ci_low"),
-            "ci_high": overall.get("ci_high"),
-            **{c: (e["category_accuracy"].get(c) or {}).get("accuracy") for c in CATEGORIES},
-            "cost": e.get("cost"),
-            "shutdown_date": (e.get("retirement") or {}).get("shutdown_date"),
+            "group": e.group,
+            "rank": e.rank,
+            "tier": e.tier,
+            "judge_name": e.judge_name,
+            "judge_model": e.judge_model,
+            "origin": e.origin,
+            "run_id": e.run_id,
+            "date": e.date,
+            "pairs": e.pairs,
+            "benchmark_pairs": e.benchmark_pairs,
+            "accuracy": overall.accuracy,
+            "ci_low": overall.ci_low,
+            "ci_high": overall.ci_high,
+            **{c: _accuracy_in(e, c) for c in CATEGORIES},
+            "cost": e.cost,
+            "shutdown_date": e.retirement.shutdown_date if e.retirement else None,
         }
 
 
-def to_csv(fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+def to_csv(fields: Sequence[str], rows: Iterable[Mapping[str, Cell]]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(fields), lineterminator="\n")
     writer.writeheader()
@@ -173,8 +180,10 @@ def to_csv(fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return out.getvalue()
 
 
-def to_json(value: Any) -> str:
-    return json.dumps(value, indent=2, default=str)
+def to_json(value: object) -> str:
+    """A model (by its fields, in their order) or plain data as indented JSON for scripts."""
+    data = value.model_dump() if isinstance(value, BaseModel) else value
+    return json.dumps(data, indent=2, default=str)
 
 
 HISTORY_FIELDS = (
@@ -196,7 +205,7 @@ HISTORY_FIELDS = (
 )
 
 
-def history_rows(runs: Iterable[Any]) -> list[dict[str, Any]]:
+def history_rows(runs: Iterable[RunRow]) -> list[dict[str, Cell]]:
     return [
         {
             field: getattr(run, field).isoformat() if field == "started" else getattr(run, field)
@@ -212,7 +221,7 @@ def _data_label(data_file: str | None) -> str:
     return f"{response_model} pairs" if response_model and dataset == "judgebench" else (data_file or "")
 
 
-def _bias(run: Any) -> str:
+def _bias(run: RunRow) -> str:
     """Position bias in a stacked history row: order consistency and first-position rate ("" before they were kept)."""
     consistent, first = getattr(run, "order_consistency", None), getattr(run, "first_position_rate", None)
     if consistent is None and first is None:
@@ -220,7 +229,7 @@ def _bias(run: Any) -> str:
     return f"consistent {_pct(consistent)}\n1st pos {_pct(first)}"
 
 
-def print_history(runs: Sequence[Any], console: Console | None = None) -> None:
+def print_history(runs: Sequence[RunRow], console: Console | None = None) -> None:
     """Whole run ids, in a table when it fits, else one stacked block per run."""
     console = console or stdout_console()
     wide = console.width >= WIDE_HISTORY

@@ -1,0 +1,258 @@
+"""What a run measured, as typed models: the sections of results.json and what the views read of them.
+
+results.json is a documented contract (README, docs/operations-runs.md) that users' scripts, the report,
+the leaderboard and the regression check read, including files written by earlier versions. So every
+section here:
+- keeps keys it does not know (a newer or older version's) and writes them back after the known ones;
+- reads a key an older file lacks as its default (a slice's counts as 0, a rate as None);
+- writes the keys in the order results.json has always had them; a key that appears only in some runs
+  (listed in the model's `_optional`) is left out while None, never written as null.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, model_serializer
+
+from judgebench_flows.scoring.stats import DeltaResult, McNemarResult
+
+
+class Section(BaseModel):
+    """A part of results.json: unknown keys kept; `_optional` keys left out while None (or, with
+    `_given_only`, every field left out that was never given: a document whose rows differ in keys)."""
+
+    model_config = ConfigDict(extra="allow")
+    _optional: ClassVar[frozenset[str]] = frozenset()
+    _given_only: ClassVar[bool] = False
+
+    @model_serializer(mode="wrap")
+    def _without_unset_optionals(self, handler: Any) -> dict[str, Any]:
+        written = handler(self).items()
+        if self._given_only:
+            given = self.model_fields_set | set(self.model_extra or {})
+            return {k: v for k, v in written if k in given}
+        return {k: v for k, v in written if not (k in self._optional and v is None)}
+
+    def given(self, name: str) -> bool:
+        """Whether the file (or the code that made this) gave `name`: a default is not a measurement."""
+        return name in self.model_fields_set or name in (self.model_extra or {})
+
+
+class SliceAccuracy(Section):
+    """One slice's accuracy (correct_count / total_samples, JudgeBench's denominator; None for a slice
+    with no pairs) with its seeded 95% bootstrap interval (None without resamples)."""
+
+    accuracy: float | None = None
+    correct_count: int = 0
+    valid_samples: int = 0
+    total_samples: int = 0
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class Consistency(Section):
+    """Position bias: pairs whose two verdicts agree, and the share of sided verdicts for the response
+    shown first (see `metrics.consistency`)."""
+
+    consistency: float | None = None
+    consistent_pairs: int = 0
+    pairs_with_both_verdicts: int = 0
+    first_position_rate: float | None = None
+    first_position_verdicts: int = 0
+    sided_verdicts: int = 0
+
+
+class Invalid(Section):
+    """Judgments without a usable verdict, and why (reason -> count, most frequent first)."""
+
+    invalid_judgments: int = 0
+    failed_judgments: int = 0
+    pairs_with_invalid: int = 0
+    skipped_rows: int = 0
+    reasons: dict[str, int] = {}
+
+
+class Prices(Section):
+    """The price entry a run's cost was computed with."""
+
+    model: str | None = None
+    batch: bool = False
+    read_on: str | None = None
+
+
+class Usage(Section):
+    """Calls and tokens from the judgments' records. The run adds what its clients sent (`attempts`,
+    `errors`), its cost (`cost_usd`: None when unpriced; absent in runs from before costs) and `prices`:
+    in the order it adds them, so they are read as the section's further keys."""
+
+    judgments: int = 0
+    calls: int = 0
+    cached_calls: int = 0
+    paid_calls: int | None = None
+    failed_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def extra(self, name: str) -> object:
+        """A key the run added (None when absent)."""
+        return (self.model_extra or {}).get(name)
+
+    @property
+    def priced(self) -> bool:
+        """Whether the run recorded a cost at all (None for an unpriced model is a record)."""
+        return self.given("cost_usd")
+
+    @property
+    def dollars(self) -> float | None:
+        """`cost_usd` as a number (None: unpriced or not recorded)."""
+        value = self.extra("cost_usd")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def price(self) -> Prices:
+        return Prices.model_validate(self.extra("prices") or {})
+
+
+class RateChange(Section):
+    baseline: float | None = None
+    candidate: float | None = None
+
+
+class ConsistencyTest(Section):
+    p_value: float
+    became_inconsistent: int
+    became_consistent: int
+
+
+class FirstPositionTest(Section):
+    p_value: float
+    more_first: int
+    fewer_first: int
+
+
+class PositionBiasChange(Section):
+    """Whether the judge's position bias changed against the baseline run beyond noise
+    (`regression.position_bias_change`)."""
+
+    changed: bool
+    baseline_run_id: str
+    n_pairs: int
+    order_consistency: RateChange
+    first_position_rate: RateChange
+    consistency_test: ConsistencyTest
+    first_position_test: FirstPositionTest
+    alpha: float
+    message: str
+
+
+class Regression(Section):
+    """This run against the latest finished run of its configuration: the paired bootstrap's figures
+    (`stats.DeltaResult`), the baseline, the verdict in words and, when checked, the position bias."""
+
+    _optional = frozenset({"accuracy_regressed", "position_bias"})
+
+    delta: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_pairs: int = 0
+    p_drop: float | None = None
+    regressed: bool = False
+    baseline_accuracy: float | None = None
+    candidate_accuracy: float | None = None
+    confidence: float | None = None
+    min_drop: float | None = None
+    baseline_run_id: str | None = None
+    message: str = ""
+    accuracy_regressed: bool | None = None
+    position_bias: PositionBiasChange | None = None
+
+    @classmethod
+    def of(cls, result: DeltaResult, *, baseline_run_id: str, message: str) -> Regression:
+        return cls(**result.model_dump(), baseline_run_id=baseline_run_id, message=message)
+
+
+class Measured(BaseModel):
+    """The metric over a run's (or a file's) verdicts: what results.json and the leaderboard share."""
+
+    overall_accuracy: SliceAccuracy
+    category_accuracy: dict[str, SliceAccuracy]
+    source_accuracy: dict[str, SliceAccuracy]
+    consistency: Consistency
+    invalid: Invalid
+    usage: Usage
+
+
+class Scored(BaseModel):
+    """A file's or a stored run's verdicts scored as results.json scores a run (`published.score_verdicts`)."""
+
+    pairs: int
+    overall_accuracy: SliceAccuracy
+    category_accuracy: dict[str, SliceAccuracy]
+    consistency: Consistency
+    invalid_judgments: int
+    failed_judgments: int
+
+
+class SliceComparison(BaseModel):
+    """One slice of two runs on their common pairs: accuracies, the paired bootstrap's difference and
+    interval, the exact McNemar p-value (Holm-adjusted over the categories) and the verdict in words."""
+
+    name: str
+    a: float | None = None
+    b: float | None = None
+    delta: float | None = None
+    n: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    verdict: str = ""
+
+
+class FlippedPair(BaseModel):
+    """A pair one run judged correctly and the other did not, with each run's verdicts."""
+
+    pair_id: str
+    source: str
+    label: str
+    a: str
+    b: str
+    now_correct: bool
+
+
+class RunCosts(BaseModel):
+    a: str
+    b: str
+
+
+class Comparison(BaseModel):
+    """`judgebench compare`: two runs, slice by slice, and the pairs whose verdict changed."""
+
+    run_a: str
+    run_b: str
+    slices: list[SliceComparison]
+    flipped: list[FlippedPair]
+    bootstrap: DeltaResult | None
+    mcnemar: McNemarResult | None
+    alpha: float
+    warnings: list[str]
+    cost: RunCosts
+
+
+__all__ = [
+    "Scored",
+    "Comparison",
+    "FlippedPair",
+    "SliceComparison",
+    "Consistency",
+    "Invalid",
+    "Measured",
+    "PositionBiasChange",
+    "Prices",
+    "Regression",
+    "Section",
+    "SliceAccuracy",
+    "Usage",
+]

@@ -72,14 +72,6 @@ class RunContext:
         for hook in self.total_hooks:
             hook(judgments)
 
-    def callers_by_loop(self) -> list[tuple[asyncio.AbstractEventLoop, list[ChatCaller]]]:
-        """The run's endpoint clients, by the event loop they belong to: for another thread that must have
-        them write what they hold (cli/server_watch, before the process ends)."""
-        return [
-            (loop, [runtime.caller for runtime in list(runtimes.values())])
-            for loop, runtimes in list(self.runtimes.items())
-        ]
-
     async def close_runtimes(self, spec_key: str | None = None) -> CallStats:
         """Close this loop's endpoint clients (their connections belong to the loop that is about to end),
         or only those of one spec (`spec_key`: a run ending while others go on in the same loop); returns

@@ -201,33 +201,43 @@ def test_replayed_scores_give_judgebench_accuracy(run_cli, judgebench_repo, gpt4
         assert server.answered == paid
 
 
-def test_scores_cached_as_text_are_read_back_as_scores(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
-    """The call cache's rows hold a score as its repr (what every earlier version wrote): a run finds them,
-    pays nothing, and decides from the same scores; its own answers are stored the same way."""
+SKYWORK = "Skywork/Skywork-Reward-Llama-3.1-8B"
+
+
+def cache_scores_as_text(engine, server: FakeOpenAIServer, stored: dict[str, str], prompt_tokens: int = 0) -> None:
+    """Call-cache rows for the reward judge's request of each response text, holding `stored[text]` as
+    every earlier version stored a score: its text in the response column."""
     from judgebench_flows.core.identity import call_endpoint, request_key
     from judgebench_flows.data import db
 
+    endpoint, sampling = call_endpoint(server.base_url, "openai", "pooling"), RewardJudge().sampling
+    conversation = [{"role": "user", "content": "q"}]
+    db.cache_put_many(
+        engine,
+        [
+            {
+                "key": request_key(
+                    endpoint, SKYWORK, [*conversation, {"role": "assistant", "content": text}], sampling
+                ),
+                "model": SKYWORK,
+                "response": response,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": 0,
+                "created": db.utcnow(),
+                "paid_by": None,
+            }
+            for text, response in stored.items()
+        ],
+    )
+
+
+def test_scores_cached_as_text_are_read_back_as_scores(fake_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    """The call cache's rows hold a score as its repr (what every earlier version wrote): a run finds them,
+    pays nothing, and decides from the same scores; its own answers are stored the same way."""
+    from judgebench_flows.data import db
+
     engine = db.open_database(f"sqlite:///{tmp_path}/cache.db")
-    judge, model = RewardJudge(), "Skywork/Skywork-Reward-Llama-3.1-8B"
-    endpoint = call_endpoint(fake_server.base_url, "openai", "pooling")
-    old_rows = [
-        {
-            "key": request_key(
-                endpoint,
-                model,
-                [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
-                judge.sampling,
-            ),
-            "model": model,
-            "response": repr(score),
-            "prompt_tokens": 7,
-            "completion_tokens": 0,
-            "created": db.utcnow(),
-            "paid_by": None,
-        }
-        for text, score in (("good", 2.75), ("bad", -0.5))
-    ]
-    db.cache_put_many(engine, old_rows)
+    cache_scores_as_text(engine, fake_server, {"good": repr(2.75), "bad": repr(-0.5)}, prompt_tokens=7)
     (o0, s0), (o1, s1) = run_pair(fake_server, "q", "bad", "good", caller_kwargs={"engine": engine})
     assert fake_server.answered == 0
     assert (o0.decision, s0, o1.decision, s1) == ("B>A", [-0.5, 2.75], "A>B", [2.75, -0.5])
@@ -236,10 +246,10 @@ def test_scores_cached_as_text_are_read_back_as_scores(fake_server: FakeOpenAISe
     fake_server.set_responder(scores_by_text({"new": 3.5}))
 
     async def score_new() -> list[str]:
-        caller = chat_caller(base_url=fake_server.base_url, model=model, api_key="k", api="pooling", engine=engine)
+        caller = chat_caller(base_url=fake_server.base_url, model=SKYWORK, api_key="k", api="pooling", engine=engine)
         try:
             answer = await caller.complete(
-                [{"role": "user", "content": "q"}, {"role": "assistant", "content": "new"}], judge.sampling
+                [{"role": "user", "content": "q"}, {"role": "assistant", "content": "new"}], RewardJudge().sampling
             )
             await caller.remember([answer])
         finally:
@@ -252,30 +262,10 @@ def test_scores_cached_as_text_are_read_back_as_scores(fake_server: FakeOpenAISe
 def test_a_cached_score_that_is_no_number_is_an_invalid_judgment_with_its_text(
     fake_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    from judgebench_flows.core.identity import call_endpoint, request_key
     from judgebench_flows.data import db
 
     engine = db.open_database(f"sqlite:///{tmp_path}/cache.db")
-    judge, model = RewardJudge(), "Skywork/Skywork-Reward-Llama-3.1-8B"
-    endpoint = call_endpoint(fake_server.base_url, "openai", "pooling")
-    rows = [
-        {
-            "key": request_key(
-                endpoint,
-                model,
-                [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
-                judge.sampling,
-            ),
-            "model": model,
-            "response": stored,
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "created": db.utcnow(),
-            "paid_by": None,
-        }
-        for text, stored in (("a", "nan"), ("b", "1.5"))
-    ]
-    db.cache_put_many(engine, rows)
+    cache_scores_as_text(engine, fake_server, {"a": "nan", "b": "1.5"})
     (o0, s0), _ = run_pair(fake_server, "q", "a", "b", caller_kwargs={"engine": engine})
     assert fake_server.answered == 0 and o0.status == "invalid" and s0 is None
     assert json.loads(o0.response) == ["nan", "1.5"]

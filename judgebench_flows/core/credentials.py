@@ -59,6 +59,12 @@ def without_credentials(url: str) -> str:
     return _split(url)[0]
 
 
+def _hide(url: str, secrets: list[str]) -> None:
+    """Never show the URL with credentials, nor any of its secrets (`secrets.register_secret`)."""
+    for secret in (url, *secrets):
+        register_secret(secret)
+
+
 class Credentials:
     """The full URLs of a run's settings, by their credential-free form, for `resolve`."""
 
@@ -71,9 +77,7 @@ class Credentials:
         public, secrets = _split(url)
         if secrets:
             self._full[public] = SecretStr(url)
-            register_secret(url)
-            for secret in secrets:
-                register_secret(secret)
+            _hide(url, secrets)
         return public
 
     def full(self, url: str) -> str | None:
@@ -110,8 +114,7 @@ def resolve(url: str) -> str:
     for name in ENVIRONMENT:
         full = os.environ.get(name)
         if full and full != url and _split(full)[0] == url:
-            for secret in (full, *_split(full)[1]):
-                register_secret(secret)
+            _hide(full, _split(full)[1])
             return full
     return url
 

@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import inspect
 from pathlib import Path
+from types import CodeType
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import DECISIONS
@@ -36,7 +37,7 @@ def _load_module(spec: str):
         module = importlib.import_module(target)
     except Exception as exc:
         raise UserError(f"--judge-template: cannot import module '{target}': {one_line(exc)}") from None
-    return module, Path(module.__file__ or target)
+    return module, Path(getattr(module, "__file__", None) or target)
 
 
 def _source_of(cls: type, path: Path) -> str:
@@ -47,7 +48,27 @@ def _source_of(cls: type, path: Path) -> str:
         files.add(Path(inspect.getfile(cls)).resolve())
     except (OSError, TypeError):
         pass
-    return "\0".join(f.read_text(encoding="utf-8", errors="replace") for f in sorted(files) if f.is_file())
+    source = "\0".join(f.read_text(encoding="utf-8", errors="replace") for f in sorted(files) if f.is_file())
+    return source or _compiled(cls)
+
+
+def _compiled(cls: type) -> str:
+    """A class without a source file (defined in a notebook cell, `judgebench_flows.evaluate`): its methods'
+    compiled code and its plain attributes stand in for the source, so an edited cell still changes the
+    fingerprint."""
+    parts = []
+    for name, value in sorted(vars(cls).items()):
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        if code is not None:
+            parts.append(f"{name}:{_code_text(code)}")
+        elif not name.startswith("__"):
+            parts.append(f"{name}={value!r}")
+    return "\n".join(parts)
+
+
+def _code_text(code: CodeType) -> str:
+    consts = [_code_text(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts]
+    return f"{code.co_code.hex()}|{consts}|{code.co_names}"
 
 
 class CustomJudge(PromptProcedure):

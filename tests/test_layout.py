@@ -1,7 +1,7 @@
 """The package's shape: one import name, and layers that only point down.
 
 core types -> data and storage -> model calls | scoring -> judges -> judging -> views (what a person
-reads) | tasks -> flows and deployments -> CLI. A module may import its own layer and the layers below it,
+reads) | tasks -> flows and deployments -> CLI -> the Python entry point (api). A module may import its own layer and the layers below it,
 never one above: that is what lets a judge be tested without Prefect and a model client without judges.
 """
 
@@ -30,6 +30,8 @@ BELOW: dict[str, set[str]] = {
     "deployments": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "flows"},
     "views": {"core", "data", "calls", "scoring", "judges", "judging"},
     "cli": {"core", "data", "calls", "scoring", "judges", "judging", "views", "tasks", "flows", "deployments"},
+    # The Python entry point (`judgebench_flows.evaluate`): what `judgebench run` does, as a function.
+    "api": {"core", "data", "calls", "scoring", "judges", "judging", "views", "tasks", "flows", "deployments", "cli"},
 }
 
 

@@ -12,6 +12,7 @@ How shards run is in `shard_runs` (in process) and `dask_shards`; results.json i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -33,13 +34,15 @@ from judgebench_flows.calls.global_limits import ensure_limits
 from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
-from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.core.errors import InfrastructureLost, RunFailed
 from judgebench_flows.core.pricing import BudgetReached, cost_usd, retirement_notice, split_cost
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
+from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
+from judgebench_flows.data.outage import OUTAGE
 from judgebench_flows.data.outputs import for_run, point_latest
 from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.events import RunTrace, emit, run_event
@@ -246,14 +249,29 @@ def usage_of_run(engine: Engine, run_id: str, spec: JudgeSpec, sent: CallStats |
 
 
 def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec) -> None:
-    """The run's row when it ends without results: `interrupted` on request, else `failed`."""
+    """The run's row when it ends without results: `interrupted` on request, else `failed` (with the
+    database itself gone, the next run's `mark_crashed` marks it)."""
     stop = stop_request(exc)
-    if stop:
-        db.interrupt_run(engine, run_id, stop)
-    else:
-        db.fail_run(engine, run_id, exc)
-    if isinstance(exc, BudgetReached):  # what it spent before it stopped
-        db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
+    with contextlib.suppress(InfrastructureLost):
+        if stop:
+            db.interrupt_run(engine, run_id, stop)
+        else:
+            db.fail_run(engine, run_id, exc)
+        if isinstance(exc, BudgetReached):  # what it spent before it stopped
+            db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
+
+
+async def open_results_database(config: RunConfig) -> Engine:
+    """The results database, waited for within --db-lost-timeout when it goes away (`data.outage`), with
+    the answers earlier runs kept in their journals while it was away written into its call cache first."""
+    if config.db_lost_timeout is not None:
+        OUTAGE.timeout = config.db_lost_timeout
+    engine = db.open_database(config.db_url)
+    if config.endpoint.cache != "off":
+        replayed = await asyncio.to_thread(db.cache_replay, engine, journal_dir(config.cache_dir, config.db_url))
+        if replayed:
+            get_run_logger().info("%d answers earlier runs kept in their journals are now in the call cache", replayed)
+    return engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -488,7 +506,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     clock, run_id = Stopwatch(), uuid.uuid4().hex
     layout, config = config.output_dir, with_run_paths(config, run_id)
     warn_if_retiring(config)
-    engine = db.open_database(config.db_url)
+    engine = await open_results_database(config)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
     source = await fetch(config)

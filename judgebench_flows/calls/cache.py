@@ -3,6 +3,11 @@ made in `core.identity` with every other stored key).
 
 A re-run or a resumed run pays only for what was never answered. Lookups come from one query per shard
 (`prefetch`) or, for a request nobody prefetched, one query each; writes are grouped (`save`).
+
+An answer received is never lost: it is held in memory (and served to lookups: a shard's retry never asks
+again what its earlier attempt received) until the database confirms its write. A write that fails keeps
+its answers: they go to the run's journal on local disk (`data.journal`, fsync'd) and are written again
+until the database takes them; a process that ends first leaves the journal to the next run.
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.endpoint import CacheMode
 from judgebench_flows.core.identity import request_key
 from judgebench_flows.data import db
+from judgebench_flows.data.journal import AnswerJournal
+
+# Waits between writes the database refused, while it is away: short, so answers land soon after it is back.
+RETRY_FIRST_SECONDS = 0.25
+RETRY_MAX_SECONDS = 2.0
 
 
 def stored_score(text: str) -> float | None:
@@ -38,15 +48,27 @@ class CallCache:
     keeps one text column for both, so answers cached by any earlier version are read as they were."""
 
     def __init__(
-        self, engine: Engine | None, mode: CacheMode, model: str, paid_by: str | None = None, scores: bool = False
+        self,
+        engine: Engine | None,
+        mode: CacheMode,
+        model: str,
+        paid_by: str | None = None,
+        scores: bool = False,
+        journal: AnswerJournal | None = None,
     ):
         self.engine = engine
         self.mode = mode
         self.model = model
         self.paid_by = paid_by  # the run whose calls these are (`db.paid_by_run`)
         self.scores = scores  # the caller's API answers scores (`providers.ModelAPI.answers_scores`)
+        self.journal = journal  # where answers the database refused are kept (None: memory only)
         self._prefetched: dict[str, Completion | None] = {}
-        self._unsaved: list[dict[str, Any]] = []
+        self._unsaved: list[dict[str, Any]] = []  # received, not yet tried: in memory only
+        self._refused: list[dict[str, Any]] = []  # refused by the database, journaled: tried again
+        self._held: dict[str, dict[str, Any]] = {}  # every row not yet confirmed by the database, by key
+        self._durable = asyncio.Event()  # set while every received answer is in the database or journal
+        self._durable.set()
+        self._failure: BaseException | None = None  # the journal could not be written either
         self._writer: asyncio.Task[None] | None = None
 
     @property
@@ -67,7 +89,11 @@ class CallCache:
             self._prefetched[key] = self._completion(row) if row is not None else None
 
     async def lookup(self, key: str) -> Completion | None:
-        """The cached answer to this request, if any (only with mode `use`; the caller checks `reads`)."""
+        """The cached answer to this request, if any (only with mode `use`; the caller checks `reads`).
+        An answer received but not yet in the database is one too."""
+        held = self.received(key)
+        if held is not None:
+            return held
         known = key in self._prefetched
         hit = self._prefetched.pop(key, None)  # used once: memory holds only the shards in flight
         if not known and self.engine is not None:
@@ -76,17 +102,32 @@ class CallCache:
                 hit = self._completion(rows[key])
         return hit
 
+    def received(self, key: str) -> Completion | None:
+        """An answer this cache received but the database has not confirmed yet (whatever the mode)."""
+        row = self._held.get(key)
+        if row is None:
+            return None
+        return self._answer(row["key"], row["response"], row["prompt_tokens"], row["completion_tokens"])
+
     def _completion(self, row: db.CallCacheRow) -> Completion:
+        return self._answer(row.key, row.response, row.prompt_tokens, row.completion_tokens)
+
+    def _answer(self, key: str, response: str, prompt_tokens: int, completion_tokens: int) -> Completion:
         """A cached answer as the wire gave it: a score API's score, else the text."""
-        score = stored_score(row.response) if self.scores else None
-        text = "" if score is not None else row.response
-        return Completion(text, row.prompt_tokens, row.completion_tokens, cached=True, key=row.key, score=score)
+        score = stored_score(response) if self.scores else None
+        text = "" if score is not None else response
+        return Completion(text, prompt_tokens, completion_tokens, cached=True, key=key, score=score)
+
+    @property
+    def holds(self) -> int:
+        """Answers received that the database has not confirmed yet (in memory, and journaled if refused)."""
+        return len(self._held)
 
     def save(self, completions: list[Completion]) -> None:
         """Queue answers for writing; the write starts at once, in the background (see `_write`)."""
         if self.engine is None or self.mode == "off" or not completions:
             return
-        self._unsaved.extend(
+        rows: list[dict[str, Any]] = [
             {
                 "key": c.key,
                 "model": self.model,
@@ -97,7 +138,10 @@ class CallCache:
                 "paid_by": self.paid_by,
             }
             for c in completions
-        )
+        ]
+        self._unsaved.extend(rows)
+        self._held.update((row["key"], row) for row in rows)
+        self._durable.clear()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
 
@@ -106,20 +150,77 @@ class CallCache:
 
         A write starts the moment an answer is remembered, so nothing waits for a timer, but a thousand
         answers arriving together cost a few transactions instead of a thousand (one transaction per
-        answer was most of our CPU per judgment).
+        answer was most of our CPU per judgment). A refused write keeps its rows: new ones are journaled
+        first (`data.journal`), then all are tried again after a short wait, until the database takes them.
         """
         engine = self.engine
         assert engine is not None  # `save` queues nothing without one
-        while self._unsaved:
-            batch, self._unsaved = self._unsaved, []
-            await asyncio.to_thread(db.cache_put_many, engine, batch)
+        wait = RETRY_FIRST_SECONDS
+        while self._unsaved or self._refused:
+            fresh, batch = self._unsaved, self._refused + self._unsaved
+            self._unsaved, self._refused = [], []
+            try:
+                await asyncio.to_thread(db.cache_put_many, engine, batch, False)
+            except Exception:  # the database is away (or its disk full): keep every row, durably
+                self._refused = batch
+                await self._journal(fresh)
+                await asyncio.sleep(wait)
+                wait = min(RETRY_MAX_SECONDS, wait * 2)
+                continue
+            wait = RETRY_FIRST_SECONDS
+            for row in batch:
+                if self._held.get(row["key"]) is row:
+                    del self._held[row["key"]]
+            if not self._unsaved:
+                self._durable.set()
+            if self.journal is not None and not self._held:
+                await asyncio.to_thread(self.journal.settle)  # all in the database: the journal goes
+
+    async def _journal(self, rows: list[dict[str, Any]]) -> None:
+        """Make rows the database refused durable on local disk; they stay in memory either way."""
+        if self.journal is not None and rows:
+            try:
+                await asyncio.to_thread(self.journal.append, rows)
+            except OSError as exc:  # the journal's disk is full too: only memory holds them (flush says so)
+                self._failure = exc
+                return
+        if not self._unsaved:
+            self._durable.set()
 
     async def flush(self) -> None:
-        """Wait until every saved answer is in the database (a failed write raises here)."""
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
-        if self._writer is not None and self._writer.done() and self._writer.exception():
+        """Wait until every saved answer is durable: in the database, or journaled while it is away. Raises
+        when neither could take them (the journal's `OSError`); the answers stay held here."""
+        if self._writer is None:
+            return
+        while not self._durable.is_set() and not self._writer.done():
+            waiter = asyncio.ensure_future(self._durable.wait())
+            await asyncio.wait([waiter, self._writer], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        if self._writer.done() and not self._writer.cancelled() and self._writer.exception():
             raise self._writer.exception()  # type: ignore[misc]
+
+    async def close(self) -> None:
+        """The caller is done: one last write of what the database has not taken; what it still refuses
+        stays in the journal for the next run."""
+        await self.flush()
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
+        remaining = list(self._held.values())
+        if remaining and self.engine is not None:
+            try:
+                await asyncio.to_thread(db.cache_put_many, self.engine, remaining, False)
+                self._held.clear()
+                self._unsaved, self._refused = [], []
+                if self.journal is not None:
+                    await asyncio.to_thread(self.journal.settle)
+            except Exception:
+                pass
+        if self.journal is not None:
+            await asyncio.to_thread(self.journal.close)
 
 
 __all__ = ["CallCache", "request_key"]

@@ -39,6 +39,7 @@ from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.core.identity import call_endpoint
 from judgebench_flows.core.pricing import Spend
 from judgebench_flows.core.secrets import redact
+from judgebench_flows.data.journal import AnswerJournal
 
 # Early stop: when this many first calls of a run all fail alike and cannot be retried, stop the run.
 EARLY_STOP_CALLS = 20
@@ -97,6 +98,8 @@ class ChatCaller:
     state: CallState = field(default_factory=CallState)
     early_stop_calls: int = EARLY_STOP_CALLS
     stats: CallStats = field(default_factory=CallStats)
+    # Where answers the database refused are kept until it takes them (`data.journal`); None: memory only.
+    journal: AnswerJournal | None = None
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -133,7 +136,9 @@ class ChatCaller:
                 settings.adaptive_concurrency,
                 self.global_rate_limit,
             )
-        self.cache = CallCache(self.engine, settings.cache, self.model, self.paid_by, self.transport.answers_scores)
+        self.cache = CallCache(
+            self.engine, settings.cache, self.model, self.paid_by, self.transport.answers_scores, self.journal
+        )
         self._learned = self.state.learned_for(self.base_url, self.model, self.request_rule)
         # One retry budget per request for the run; deterministic rejections for the run's state (`budget`).
         self._ledger = AttemptLedger(rejected=self.state.rejections_for(self.base_url, self.model))
@@ -161,11 +166,11 @@ class ChatCaller:
     async def complete(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
         rule = self._learned.rule
         key = self._key_under(rule, messages, sampling)
-        if self.cache.reads:
-            hit = await self.cache.lookup(key)
-            if hit is not None:
-                self.stats.cache_hits += 1
-                return hit
+        # An answer this run received is never asked for again, even with --refresh-cache.
+        hit = await self.cache.lookup(key) if self.cache.reads else self.cache.received(key)
+        if hit is not None:
+            self.stats.cache_hits += 1
+            return hit
         return await self._call(messages, sampling, key, rule)  # keyed by the request it finally sent
 
     async def remember(self, completions: list[Completion]) -> None:
@@ -348,5 +353,7 @@ class ChatCaller:
         return send
 
     async def aclose(self) -> None:
-        await self.flush()
-        await self.transport.aclose()
+        try:
+            await self.cache.close()  # answers the database still refuses stay in the run's journal
+        finally:
+            await self.transport.aclose()

@@ -5,8 +5,9 @@ switch by changing the program name. Everything a user can get wrong is checked 
 (its server may take seconds to boot) and reported as one line with exit code 2.
 Exit codes: 0 success, 1 regression detected, 2 bad input or configuration, 3 unexpected error (one line;
 the traceback with --verbose), 4 the run measured too little (failed or invalid judgments above
---max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 the Prefect
-server could not start, or stopped during the run (answered calls are cached: the same command resumes),
+--max-failed-fraction, or stopped early because its first calls were all rejected alike), 5 lost
+infrastructure: the Prefect server could not start or stopped during the run, or the results database did
+not answer for --db-lost-timeout (answers received are kept: the same command resumes),
 6 the run spent its --max-cost and stopped (answered calls are cached: the same command with a larger
 budget resumes without paying for them again). A worst case above --max-cost is refused before any call
 with exit 2, like any other bad input (docs/cost.md).
@@ -28,13 +29,22 @@ from typing import Any
 
 from judgebench_flows.cli.prefect_server import PrefectServerError
 from judgebench_flows.cli.quiet import quiet_prefect
-from judgebench_flows.core.errors import BatchRefused, RunFailed, UserError
+from judgebench_flows.core.errors import (
+    BatchRefused,
+    EndpointUnreachable,
+    InfrastructureLost,
+    PathNotWritable,
+    RunFailed,
+    UserError,
+)
 from judgebench_flows.core.pricing import BudgetReached
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
 EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
 EXIT_BATCH_REFUSED = 7  # --batch: the provider refused a batch as a whole, for a reason not in our input
+EXIT_NOT_WRITABLE = 8  # a path the run writes cannot be written (disk full, permission): the line names it
+EXIT_ENDPOINT_UNREACHABLE = 9  # no call answered for --endpoint-lost-timeout, every attempt failed to connect
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM): how service managers and CI stop a process
 RESUME_LINE = "answered calls are cached; run the same command again to resume"
@@ -91,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="judgebench",
         description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
-        "3 unexpected error, 4 the run measured too little, 5 the Prefect server was lost, 6 the run spent its "
-        "--max-cost, 7 the provider refused a batch, 130 Ctrl-C, 143 SIGTERM.",
+        "3 unexpected error, 4 the run measured too little, 5 the Prefect server or the results database was "
+        "lost, 6 the run spent its --max-cost, 7 the provider refused a batch, 130 Ctrl-C, 143 SIGTERM.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     _run_parser(sub)
@@ -327,6 +337,24 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR if exc.our_input else EXIT_BATCH_REFUSED
+    except InfrastructureLost as exc:  # before UserError, its base: the results database was lost
+        from judgebench_flows.core.secrets import redact
+
+        print(f"error: {redact(str(exc))}; run the same command again to resume", file=sys.stderr)
+        return EXIT_SERVER
+    except PathNotWritable as exc:  # before UserError, its base: a full disk or no permission mid-run
+        from judgebench_flows.core.secrets import redact
+
+        print(
+            f"error: {redact(str(exc))}; answers received are kept: free space and run the same command again",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_WRITABLE
+    except EndpointUnreachable as exc:  # before UserError, its base
+        from judgebench_flows.core.secrets import redact
+
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_ENDPOINT_UNREACHABLE
     except RunFailed as exc:  # before UserError, its base: the run measured too little
         from judgebench_flows.core.secrets import redact
 

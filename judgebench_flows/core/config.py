@@ -128,6 +128,13 @@ class RunConfig(BaseModel):
         description="seconds a run waits for a Prefect server that stopped answering before it ends with exit 5 "
         "(default: $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120); a server back in time lets the run go on",
     )
+    db_lost_timeout: float | None = Field(
+        default=None,
+        ge=0,
+        description="seconds a run waits for a results database that stopped answering before it ends with "
+        "exit 5 (default: $JUDGEBENCH_DB_LOST_TIMEOUT, else 300); the answers received meanwhile are kept "
+        "in a journal under --cache-dir",
+    )
     global_limit: bool | None = Field(
         default=None,
         description="hold --concurrency and --rpm across all workers and runs with a Prefect global concurrency "

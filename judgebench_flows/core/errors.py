@@ -36,3 +36,25 @@ class RunFailed(FatalEndpointError):
 
     def __reduce__(self):  # Prefect and Dask pickle exceptions; keep the message without the results
         return (RunFailed, (str(self),))
+
+
+class InfrastructureLost(UserError):
+    """What the run stands on went away and did not come back in time (the results database, the Prefect
+    server): exit 5, one line; nothing received is lost, and the same command resumes."""
+
+
+class PathNotWritable(UserError):
+    """A path the run writes cannot be written (a full disk, no permission): exit 8, one line naming the
+    path and its option; the answers received are kept."""
+
+    def __init__(self, option: str, path: str, reason: str):
+        super().__init__(f"{option}: cannot write to '{path}' ({reason})")
+        self.option, self.path, self.reason = option, path, reason
+
+    def __reduce__(self):  # Prefect and Dask pickle exceptions
+        return (PathNotWritable, (self.option, self.path, self.reason))
+
+
+class EndpointUnreachable(FatalEndpointError):
+    """No call was answered for `--endpoint-lost-timeout` and every attempt failed to connect: exit 9; the
+    calls never answered are sent by the same command, once the endpoint is back."""

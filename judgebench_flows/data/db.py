@@ -27,11 +27,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, UniqueConstraint, col, select
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import FINISHED, JudgmentRecord
+from judgebench_flows.data.outage import connection_lost, patiently
 
 
 class OverallFigures(Protocol):
@@ -233,22 +234,29 @@ def _table(model: type[SQLModel]) -> sa.Table:
 
 
 WRITE_ATTEMPTS = 8
+WHERE = "the results database (--db-url)"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def _with_retries(write: Callable[[], None]) -> None:
+def _with_retries(write: Callable[[], None], patient: bool = True) -> None:
     """Run a write, retrying with jittered backoff when the database says "try again".
 
     SQLite answers "database is locked" when its busy timeout runs out under many writers, and PostgreSQL
     may abort one of two transactions that lock the same rows (deadlock, serialization failure). Both
     are transient, and every write here is an idempotent upsert or update, so running it again is safe.
+    A database that is away (its connection refused or cut) is waited for within `--db-lost-timeout`
+    (`outage`), unless not `patient`: the call cache keeps what it could not write in its journal instead.
     """
-    Retrying(
+    retrying = Retrying(
         stop=stop_after_attempt(WRITE_ATTEMPTS),
         wait=wait_random_exponential(multiplier=0.05, max=2.0),
-        retry=retry_if_exception_type(OperationalError),
+        retry=retry_if_exception(lambda exc: isinstance(exc, OperationalError) and not connection_lost(exc)),
         reraise=True,
-    )(write)
+    )
+    if not patient:
+        retrying(write)
+        return
+    patiently(lambda: retrying(write), WHERE)
 
 
 def migrations_config() -> AlembicConfig:
@@ -389,7 +397,9 @@ def latest_finished_runs(engine: Engine) -> list[sa.Row[Any]]:
     return list(latest.values())
 
 
-def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str]) -> None:
+def _upsert(
+    engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], keys: list[str], patient: bool = True
+) -> None:
     """Insert or update `rows` on their natural key in one statement per batch.
 
     Rows are de-duplicated on the key (last one wins: PostgreSQL refuses to update one row twice in a
@@ -414,7 +424,7 @@ def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], k
                     session.merge(model(**row))
                 session.commit()
 
-        _with_retries(merge)
+        _with_retries(merge, patient)
         return
     columns = {name for row in rows for name in row}
     updates = {
@@ -432,7 +442,7 @@ def _upsert(engine: Engine, model: type[SQLModel], rows: list[dict[str, Any]], k
         with engine.begin() as connection:
             connection.execute(statement, rows)
 
-    _with_retries(write)
+    _with_retries(write, patient)
 
 
 def save_run(engine: Engine, **fields: Any) -> None:
@@ -539,16 +549,29 @@ def save_metrics(engine: Engine, rows: Iterable[MetricRow]) -> None:
 
 
 def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
-    found: dict[str, CallCacheRow] = {}
-    with Session(engine) as session:
-        for start in range(0, len(keys), 500):
-            for row in session.exec(select(CallCacheRow).where(CallCacheRow.key.in_(keys[start : start + 500]))):  # type: ignore[attr-defined]
-                found[row.key] = row
-    return found
+    """The call cache's rows of these keys; a database away is waited for (`outage`)."""
+
+    def read() -> dict[str, CallCacheRow]:
+        found: dict[str, CallCacheRow] = {}
+        with Session(engine) as session:
+            for start in range(0, len(keys), 500):
+                for row in session.exec(select(CallCacheRow).where(CallCacheRow.key.in_(keys[start : start + 500]))):  # type: ignore[attr-defined]
+                    found[row.key] = row
+        return found
+
+    return patiently(read, WHERE)
 
 
-def cache_put_many(engine: Engine, rows: list[dict[str, Any]]) -> None:
-    _upsert(engine, CallCacheRow, rows, ["key"])
+def cache_put_many(engine: Engine, rows: list[dict[str, Any]], patient: bool = True) -> None:
+    """Write answers to the call cache; not `patient`: a database away raises at once (the cache journals)."""
+    _upsert(engine, CallCacheRow, rows, ["key"], patient)
+
+
+def cache_replay(engine: Engine, directory: Path) -> int:
+    """Write the call-cache journals earlier runs left in `directory` into the call cache (`journal`)."""
+    from judgebench_flows.data.journal import replay
+
+    return replay(directory, _table(CallCacheRow), lambda rows: cache_put_many(engine, rows))
 
 
 def paid_by_run(engine: Engine, run_id: str) -> tuple[int, int, int]:

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
+from judgebench_flows.core.errors import InfrastructureLost
 from judgebench_flows.data.db import RunLockRow, _process_gone, _table, _with_retries, utcnow
 
 HOLD_SECONDS = 60.0  # a holder that has not renewed for this long is taken over
@@ -119,7 +120,10 @@ class ConfigurationLock:
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            release(self.engine, self.config_key, self.run_id)
+            try:
+                release(self.engine, self.config_key, self.run_id)
+            except InfrastructureLost:  # the database is gone: the row is taken over once its lease runs out
+                pass
 
 
 __all__ = ["HOLD_SECONDS", "ConfigurationLock", "release", "renew", "try_hold"]

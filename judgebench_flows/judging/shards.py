@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,6 +30,7 @@ from judgebench_flows.core.identity import ShardIdentity, shard_identity
 from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
+from judgebench_flows.data.journal import AnswerJournal, journal_dir
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import Judge, Outcome
@@ -78,6 +80,9 @@ class JudgeSpec(BaseModel):
     # caller tracks the spend of the calls it sends. Not part of any cache key: prices change no answer.
     price: PricedAs | None = None
     max_cost: float | None = None
+    # Where answers the results database refused are journaled until it takes them (`data.journal`):
+    # under the run's --cache-dir, one folder per database. Part of no cache key.
+    journal_dir: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -157,6 +162,7 @@ def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
             spend=Spend(spec.price, spec.max_cost, night=run.night_spend) if spec.price is not None else None,
             api=judge.api,  # judge_lm/panda_lm: completions; reward_model: pooling
             state=run.calls,
+            journal=AnswerJournal(Path(spec.journal_dir), spec.run_id or "run") if spec.journal_dir else None,
         )
         runtime = Runtime(judge, caller)
         per_loop[key] = runtime
@@ -343,6 +349,7 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         if config.needs_endpoint
         else None,
         max_cost=config.max_cost,
+        journal_dir=str(journal_dir(config.cache_dir, config.db_url)) if config.endpoint.cache != "off" else None,
     )
     if config.uses_global_limit:
         concurrency_limit, rate_limit = held_limit_names.get() or limit_names(spec.base_url, spec.model)

@@ -22,6 +22,7 @@ from judgebench_flows.core.api_keys import check_block_name, check_env_name
 from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import RUN_ID_FIELD
 
@@ -151,6 +152,18 @@ class NightlyMatrix(BaseModel):
     # them by a Prefect global concurrency limit (flows/pool_cells.py).
     cells: Literal["process", "pool"] = "process"
 
+    @field_validator("output_root")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        """A URL's scheme, bucket and package are checked when the matrix is read; the bucket itself
+        (there, credentials accepted) before the night's first cell (judging/preflight.check_night)."""
+        if storage.is_url(value):
+            try:
+                storage.check_url("output_root", value)
+            except UserError as exc:
+                raise ValueError(str(exc).removeprefix("output_root: ")) from None
+        return value
+
     @field_validator("finish_by")
     @classmethod
     def _time_of_day(cls, value: str | None) -> str | None:
@@ -242,7 +255,7 @@ class NightlyMatrix(BaseModel):
             for spec in self.models:
                 for data_file in self.data_files:
                     name = cell_name(judge_type, spec.name, data_file)
-                    folder = Path(self.output_root) / name
+                    folder = storage.join(self.output_root, name)  # a path or an object-store URL
                     config = _run_config(
                         {
                             **self.options,
@@ -259,8 +272,8 @@ class NightlyMatrix(BaseModel):
                             "max_samples": max_samples or self.max_samples,
                             **({"max_cost": spec.max_cost} if spec.max_cost is not None else {}),
                             # each night's run of the cell in its own folder, `latest` the newest
-                            "result_path": str(folder / RUN_ID_FIELD / "results.json"),
-                            "output_dir": str(folder / RUN_ID_FIELD),
+                            "result_path": storage.join(folder, RUN_ID_FIELD, "results.json"),
+                            "output_dir": storage.join(folder, RUN_ID_FIELD),
                         }
                     )
                     entries.append(MatrixEntry(name=name, config=config, endpoint=endpoint_of(config)))

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
@@ -38,7 +39,7 @@ from judgebench_flows.core.errors import InfrastructureLost, RunFailed
 from judgebench_flows.core.pricing import BudgetReached, cost_usd, retirement_notice, split_cost
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
-from judgebench_flows.data import db
+from judgebench_flows.data import db, storage
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
@@ -412,6 +413,14 @@ def with_run_paths(config: RunConfig, run_id: str) -> RunConfig:
     )
 
 
+def parts_folder(output_dir: str, run_id: str) -> Path:
+    """Where the shards' JSONL parts wait for publishing: beside the outputs on a disk, in the system's
+    temporary folder when the outputs go to an object store (parts are appended to, objects are not)."""
+    if storage.is_url(output_dir):
+        return Path(tempfile.gettempdir()) / "judgebench-parts" / run_id
+    return Path(output_dir) / ".parts" / run_id
+
+
 def publish(
     run_id: str,
     results: RunResults,
@@ -523,7 +532,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     lock = await hold_configuration(engine, config_key, run_id)
     try:
         record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
-        parts_dir = Path(config.output_dir) / ".parts" / run_id
+        parts_dir = parts_folder(config.output_dir, run_id)
         sink = ShardSink(engine, run_id, parts_dir, spec, output_judge_name(config), run)
     except BaseException:
         lock.release()

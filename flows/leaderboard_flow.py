@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
 from judgebench_flows.core.config import DEFAULT_DB_URL
+from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL, public_url
 from judgebench_flows.data.outputs import RUN_ID_FIELD
 from judgebench_flows.scoring.leaderboard import Leaderboard, LeaderboardSettings, build_leaderboard, markdown
@@ -79,8 +79,8 @@ async def nightly_leaderboard_section(configs: Sequence[Any], run_ids: Sequence[
         )
         board = await asyncio.to_thread(build_leaderboard, settings)
         cell_folder = config.output_dir.split(RUN_ID_FIELD)[0].rstrip("/")  # nightly/<cell>/{run_id}: nightly/<cell>
-        folder = Path(cell_folder).parent
-        outputs = await asyncio.to_thread(write_outputs, board, folder / "leaderboard.json", folder)
+        folder = storage.parent(cell_folder)  # a path or an object-store URL
+        outputs = await asyncio.to_thread(write_outputs, board, storage.join(folder, "leaderboard.json"), folder)
     except Exception as exc:  # noqa: BLE001 - reported in the summary instead
         reason = (
             str(exc).replace(config.repo_url, public_url(config.repo_url)).splitlines()[0][:300]

@@ -48,6 +48,7 @@ from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, retirement_notice
+from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
@@ -668,9 +669,9 @@ def adhoc_markdown(outcome: CellOutcome, results: dict[str, Any] | None, subflow
         "## Where things are",
         "",
         f"- judging subflow run: {_flow_run_link(subflow_id)}",
-        f"- results: `{outcome.result_path}`",
+        f"- results: {storage.markdown_link(outcome.result_path)}",
     ]
-    links += [f"- {name}: `{path}`" for name, path in outputs.items() if name != "results"]
+    links += [f"- {name}: {storage.markdown_link(path)}" for name, path in outputs.items() if name != "results"]
     if outcome.run_id:
         links.append(f"- history: `judgebench history` (run `{outcome.run_id}`), `judgebench report {outcome.run_id}`")
     return "\n".join(head + body + links)

@@ -8,7 +8,6 @@ as shards finish, so a large run never holds every prompt in memory.
 
 from __future__ import annotations
 
-import os
 import shutil
 from functools import partial
 from pathlib import Path
@@ -19,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows.core import artifact_keys
 from judgebench_flows.core.records import JudgmentRecord
-from judgebench_flows.data import db
+from judgebench_flows.data import db, storage
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.results import write_json
 from judgebench_flows.scoring.run_results import RunResults
@@ -91,15 +90,13 @@ def summary_markdown(results: RunResults) -> str:
     return "\n".join(lines)
 
 
-def concatenate(parts: list[Path], target: Path) -> Path:
-    """Join the per-shard JSONL parts in shard order into the final file, atomically."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.tmp")
-    with staging.open("wb") as out:
+def concatenate(parts: list[Path], target: str) -> str:
+    """Join the per-shard JSONL parts in shard order into the final file (or object), atomically: a
+    retried publish replaces it whole."""
+    with storage.open_write(target) as out:
         for part in parts:
             with part.open("rb") as handle:
                 shutil.copyfileobj(handle, out)
-    os.replace(staging, target)
     return target
 
 
@@ -125,9 +122,10 @@ def publish_results(
     and hashing thousands of records for a key would only delay it.
     """
     paths: dict[str, str] = {}
-    out = Path(output_dir)
     paths["results"] = str(write_json(result_path, results))
-    paths["judgments"] = str(concatenate(jsonl_parts, out / output_file_name(data_file, judge_name, results.model)))
+    paths["judgments"] = concatenate(
+        jsonl_parts, storage.join(output_dir, output_file_name(data_file, judge_name, results.model))
+    )
     engine = db.open_database(db_url)
     db.save_metrics(engine, metric_rows(run_id, results))
     if write_report:
@@ -149,14 +147,17 @@ def publish_results(
                 ci_high=overall.ci_high,
             )
         )
-        paths["report"] = str(render(out / "report.html", results, report_judgments, history))
+        paths["report"] = str(render(storage.join(output_dir, "report.html"), results, report_judgments, history))
     # One artifact series per configuration (artifact_keys): a shared key would show whichever ran last.
     summary_key, table_key = (
         (artifact_keys.summary_key(artifact_slug), artifact_keys.accuracy_key(artifact_slug))
         if artifact_slug
         else ("judgebench-summary", "judgebench-accuracy")
     )
-    create_markdown_artifact(summary_markdown(results), key=summary_key, description=f"JudgeBench run {run_id}")
+    files = "\n".join(f"- {name}: {storage.markdown_link(path)}" for name, path in paths.items())
+    create_markdown_artifact(
+        f"{summary_markdown(results)}\n\n## Files\n\n{files}", key=summary_key, description=f"JudgeBench run {run_id}"
+    )
     table = [{"slice": "overall", **results.overall_accuracy.model_dump()}] + [
         {"slice": k, **v.model_dump()} for k, v in results.category_accuracy.items()
     ]

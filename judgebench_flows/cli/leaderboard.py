@@ -68,6 +68,7 @@ def command_leaderboard(args: argparse.Namespace) -> int:
 
     options = given_options(args, LeaderboardSettings) | {"db_url": results_db_url(args.db_url)}
     settings = validated(LeaderboardSettings, options)
+    check_outputs(args.result_path, args.output_dir)
     if args.flow:
         board = _as_flow(settings, args)
     else:
@@ -87,6 +88,18 @@ def command_leaderboard(args: argparse.Namespace) -> int:
         for name, path in (board.outputs or {}).items():
             print(f"{name}: {tables.short_path(path)}")
     return 0
+
+
+def check_outputs(result_path: str, output_dir: str) -> None:
+    """An object store the leaderboard's JSON or page goes to takes a probe object there (a path keeps its
+    one check, where it is written)."""
+    from judgebench_flows.data import storage
+    from judgebench_flows.data.outputs import check_directory, check_file
+
+    if storage.is_url(result_path):
+        check_file("--result-path", result_path)
+    if storage.is_url(output_dir):
+        check_directory("--output-dir", output_dir)
 
 
 def _as_flow(settings: LeaderboardSettings, args: argparse.Namespace) -> Leaderboard:
@@ -122,6 +135,8 @@ def command_rescore(args: argparse.Namespace) -> int:
     from judgebench_flows.judging.rescore import rescore_file
     from judgebench_flows.views.summaries import print_rescore
 
+    if args.result_path:
+        check_outputs(args.result_path, ".")
     result = rescore_file(
         args.file,
         args.judge_type,

@@ -288,6 +288,10 @@ def command_report(args: argparse.Namespace) -> int:
     from judgebench_flows.scoring.compare import records_of
     from judgebench_flows.scoring.report import history_point, write_report
 
+    if args.output and "://" in args.output:
+        from judgebench_flows.data.outputs import check_file
+
+        check_file("--output", args.output)  # its store takes a probe object there, before any work
     engine = db.open_existing(_db_url(args))
     run = db.get_run(engine, args.run_id) if engine is not None else None
     if engine is None or run is None or not run.results_json:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data import storage
 
 # Most filesystems allow 255 bytes per name; leave room for the temporary prefix/suffix of atomic writes.
 MAX_NAME_BYTES = 200
@@ -48,7 +49,11 @@ def _probe_writable(option: str, directory: Path, shown: str) -> None:
 
 
 def check_directory(option: str, path: str) -> None:
-    """`path` is, or can be made, a writable directory: nothing on the way to it is a file."""
+    """`path` is, or can be made, a writable directory: nothing on the way to it is a file. A URL: its
+    store takes a probe object there (known scheme, bucket there, credentials accepted)."""
+    if storage.is_url(path):
+        storage.probe_writable(option, _before_run_field(path))
+        return
     target = Path(path).expanduser()
     existing = _nearest_existing(target)
     if not existing.is_dir():
@@ -59,6 +64,11 @@ def check_directory(option: str, path: str) -> None:
 
 def check_file(option: str, path: str) -> None:
     """`path` can be written as a file: not a directory, and its directory can be made and written."""
+    if storage.is_url(path):
+        if not storage.name(path):
+            raise UserError(f"{option}: '{storage.shown(path)}' is not a usable object name")
+        check_directory(option, storage.parent(path))
+        return
     target = Path(path).expanduser()
     if target.is_dir():
         raise UserError(f"{option}: '{path}' is a directory, not a file")
@@ -68,7 +78,17 @@ def check_file(option: str, path: str) -> None:
 
 
 RUN_ID_FIELD = "{run_id}"  # in --result-path / --output-dir: replaced by the run's id
-LATEST = "latest"  # beside the per-run folders: a link to the newest run's folder
+LATEST = "latest"  # beside the per-run folders: a link (an object naming it, in a store) to the newest run's folder
+
+
+def run_folders_root(path: str) -> str:
+    """Where a layout's run folders are: `s3://b/nightly/cell/{run_id}` -> `s3://b/nightly/cell`."""
+    return _before_run_field(path)
+
+
+def _before_run_field(path: str) -> str:
+    """The part of a layout that exists before any run: `s3://b/runs/{run_id}/x` -> `s3://b/runs`."""
+    return path.split(RUN_ID_FIELD, 1)[0].rstrip("/") or path
 
 
 def for_run(path: str, run_id: str) -> str:
@@ -80,15 +100,34 @@ def latest_results(result_path: str) -> dict[str, Any] | None:
     """The results.json the newest run of a per-run layout published (through `latest`), or None when
     none can be read: which run wrote it is the caller's to check (its `run.flow_run_id`)."""
     try:
-        return json.loads(Path(for_run(result_path, LATEST)).read_text(encoding="utf-8"))
+        return json.loads(storage.read_text(resolve_latest(result_path)))
     except (OSError, ValueError):
         return None
 
 
-def point_latest(layout: str, run_id: str) -> Path | None:
+def resolve_latest(layout: str) -> str:
+    """`layout` (a path with `{run_id}`) for the newest run: through the `latest` link on a filesystem,
+    through the `latest` pointer object's content (the run folder's name) in an object store."""
+    if not storage.is_url(layout) or RUN_ID_FIELD not in layout:
+        return for_run(layout, LATEST)
+    segments = layout.split("/")
+    named = next(i for i, segment in enumerate(segments) if RUN_ID_FIELD in segment)
+    pointer = "/".join([*segments[:named], LATEST])
+    segments[named] = storage.read_text(pointer).strip()
+    return for_run("/".join(segments), LATEST)
+
+
+def point_latest(layout: str, run_id: str) -> str | Path | None:
     """Where the output directory is named by run id (`results/{run_id}`), make `results/latest` a
-    relative link to this run's folder (replaced atomically). Returns the link, or None where the layout
-    names no run folder or the filesystem has no links (nothing is lost: the run's folder is complete)."""
+    relative link to this run's folder (replaced atomically); in an object store, an object holding the
+    folder's name. Returns where `latest` is, or None where the layout names no run folder or the
+    filesystem has no links (nothing is lost: the run's folder is complete)."""
+    if storage.is_url(layout):
+        segments = layout.rstrip("/").split("/")
+        at = next((i for i, segment in enumerate(segments) if RUN_ID_FIELD in segment), None)
+        if at is None:
+            return None
+        return storage.write_text("/".join([*segments[:at], LATEST]), for_run(segments[at], run_id) + "\n")
     parts = Path(layout).parts
     named = next((i for i, part in enumerate(parts) if RUN_ID_FIELD in part), None)
     if named is None:
@@ -112,5 +151,7 @@ __all__ = [
     "check_file",
     "for_run",
     "point_latest",
+    "resolve_latest",
+    "run_folders_root",
     "short_name",
 ]

@@ -119,7 +119,11 @@ def check_night(configs: Sequence[RunConfig]) -> None:
     `data_files`, `repo_url` or `ref` fails the night at once with one line, instead of every cell one
     by one. Each (repository, ref) is fetched once (the cells then find it in the clone cache)."""
     from judgebench_flows.data.dataset import Checkout, check_repo_url, data_file_in, fetch_repository
+    from judgebench_flows.data.outputs import check_directory, run_folders_root
 
+    for root in dict.fromkeys(run_folders_root(config.output_dir) for config in configs):
+        if "://" in root:  # a bucket: there, and the chain's credentials accepted, once per night
+            check_directory("output_root", root)
     checkouts: dict[tuple[str, str | None, str | None], Checkout] = {}
     for config in configs:
         if config.data_path:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data import storage
 from judgebench_flows.judges.custom import ParseFailed
 from judgebench_flows.scoring.published import (
     VALID_DECISIONS,
@@ -133,9 +134,11 @@ def rescore_file(
     output: str | Path | None = None,
 ) -> Rescore:
     """Recorded vs re-parsed decisions and metrics of one outputs file; optionally write the re-parsed file."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"rescore: file not found: {path}")
+    path = str(path)
+    label = storage.name(path)
+    storage.check_readable("rescore", path)
+    if output and storage.is_url(str(output)):
+        storage.check_url("--output", str(output))
     judge = judge_for(judge_type, judge_template, templates_dir)
     recorded_verdicts: list[FileVerdict] = []
     ours_verdicts: list[FileVerdict] = []
@@ -153,19 +156,19 @@ def rescore_file(
             new_row = reparsed_line(row, judge, counts, changes)
             ours_verdicts.extend(verdicts_of_line(new_row, key))
         except KeyError as exc:
-            raise UserError(f"{path.name} line {number}: missing field {exc.args[0]!r}") from None
+            raise UserError(f"{label} line {number}: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as exc:
-            raise UserError(f"{path.name} line {number}: {exc}") from None
+            raise UserError(f"{label} line {number}: {exc}") from None
         file_judges.add(str(row.get("judge_name") or ""))
         rewritten.append(new_row)
     if not rewritten:
-        raise UserError(f"{path.name}: no judged pairs in the file")
+        raise UserError(f"{label}: no judged pairs in the file")
     if not counts["reparsed"]:
         raise UserError(
-            f"{path.name}: no judge answers to re-parse (every judgment.response is empty or failed; a reward model's scores cannot be re-parsed)"
+            f"{label}: no judge answers to re-parse (every judgment.response is empty or failed; a reward model's scores cannot be re-parsed)"
         )
     result = Rescore(
-        file=str(path),
+        file=storage.shown(path),
         judge_type=judge_template or judge_type,
         judge_name_in_file=sorted(j for j in file_judges if j),
         pairs=len(rewritten),

@@ -21,6 +21,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
 from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.data import storage
 from judgebench_flows.scoring.leaderboard import HTML_NAME, Entry, Leaderboard, groups_of, model_label, who
 from judgebench_flows.scoring.result_types import SliceAccuracy
 
@@ -170,7 +171,7 @@ def write_outputs(board: Leaderboard, result_path: str | Path, output_dir: str |
     from judgebench_flows.scoring.results import write_atomic, write_json
 
     json_path = write_json(result_path, board)
-    html_path = write_atomic(Path(output_dir) / HTML_NAME, render_leaderboard(board))
+    html_path = write_atomic(storage.join(output_dir, HTML_NAME), render_leaderboard(board))
     return {"results": str(json_path), "html": str(html_path)}
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES, category_of, flip
+from judgebench_flows.data import storage
 from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.result_types import Scored
 from judgebench_flows.scoring.results import slice_accuracy  # the same interval figures as results.json
@@ -131,28 +132,32 @@ def verdicts_of_line(row: dict[str, Any], key: str) -> list[FileVerdict]:
     return verdicts
 
 
-def iter_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) for every non-blank line; a bad line is a UserError naming file and line."""
+def iter_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for every non-blank line; a bad line is a UserError naming file and line.
+    `path` may be an object-store URL (data.storage), streamed as a file is."""
+    where, label = storage.shown(str(path)), storage.name(str(path))
+    opened = storage.open_text(path)
     try:
-        handle = path.open(encoding="utf-8")
+        handle = opened.__enter__()
     except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with handle:
-        try:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{path.name} line {number}: not JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise UserError(f"{path.name} line {number}: not a JSON object")
-                yield number, row
-        except UnicodeDecodeError:
-            raise UserError(f"cannot read {path}: not UTF-8 text") from None
-        except OSError as exc:
-            raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{label} line {number}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{label} line {number}: not a JSON object")
+            yield number, row
+    except UnicodeDecodeError:
+        raise UserError(f"cannot read {where}: not UTF-8 text") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {where}: {exc.strerror or exc}") from None
+    finally:
+        opened.__exit__(None, None, None)
 
 
 def _recorded_judge_model(row: dict[str, Any]) -> str | None:

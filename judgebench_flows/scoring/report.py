@@ -586,8 +586,8 @@ def write_report(
     judgments: Sequence[JudgmentRecord],
     history: Sequence[HistoryPoint] = (),
 ) -> Path:
-    """Render and write the report (UTF-8), creating parent directories; returns the path written."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_report(results, judgments, history), encoding="utf-8")
-    return target
+    """Render and write the report (UTF-8), creating parent directories, or to an object-store URL;
+    returns where it was written."""
+    from judgebench_flows.scoring.results import write_atomic
+
+    return write_atomic(path, render_report(results, judgments, history))

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from judgebench_flows.core.records import JudgmentRecord, Pair
+from judgebench_flows.data import storage
 from judgebench_flows.scoring import metrics, stats
 from judgebench_flows.scoring.result_types import Measured, Regression, SliceAccuracy
 
@@ -99,7 +100,10 @@ def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: s
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
-    """Write via a temporary file and rename, so readers never see half a file after a crash."""
+    """Write via a temporary file and rename, so readers never see half a file after a crash; an
+    object-store URL (`s3://...`) is written with one PUT (data.storage) and returned as it was given."""
+    if storage.is_url(path):
+        return storage.write_text(path, text)  # type: ignore[return-value]  # a URL stays a str
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -116,7 +116,12 @@ def _short_source(url: str) -> str:
 
 
 def short_path(path: str | os.PathLike[str]) -> str:
-    """A path as short as it is unambiguous: relative to the working directory when under it, else from ~."""
+    """A path as short as it is unambiguous: relative to the working directory when under it, else from ~.
+    An object-store URL as it is (without anything secret)."""
+    if isinstance(path, str) and "://" in path:
+        from judgebench_flows.data.storage import shown
+
+        return shown(path)
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute)
     return relative if not relative.startswith("..") else _short_source(absolute)

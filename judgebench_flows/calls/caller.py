@@ -8,6 +8,8 @@ nothing paid twice" that concerns a single call is decided here; counting too (`
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +37,7 @@ from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.api_keys import describe as describe_key_source
 from judgebench_flows.core.completion import CallFailed, Completion
 from judgebench_flows.core.endpoint import EndpointSettings
-from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.core.errors import EndpointUnreachable, RunFailed
 from judgebench_flows.core.identity import call_endpoint
 from judgebench_flows.core.pricing import Spend
 from judgebench_flows.core.secrets import redact
@@ -105,7 +107,14 @@ class ChatCaller:
         settings = self.settings
         self.base_url = settings.base_url or "local:"
         self.provider = settings.provider
-        self.retry = RetryPolicy(settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait)
+        # The endpoint's liveness (`_attempt_failed`): when it last replied at all, and whether an attempt
+        # since then failed otherwise than by not connecting (a timeout: the endpoint may be busy, not gone).
+        self._last_reply, self._not_only_refused = time.monotonic(), False
+        self._unreachable: str | None = None
+        self._wake = asyncio.Event()  # set once unreachable: calls waiting to retry stop waiting
+        self.retry = RetryPolicy(
+            settings.max_retries, settings.retry_initial_wait, settings.retry_max_wait, wake=self._wake
+        )
         # Where the key came from (`api_keys.describe`), for the message when the endpoint rejects it.
         self.key_source = describe_key_source(settings.api_key_env, settings.api_key_secret, settings.provider)
         batch = settings.batch  # every call through the provider's batch API (`batch`)
@@ -212,6 +221,8 @@ class ChatCaller:
         adjustments do not reset."""
         if self._stopped:
             raise RunFailed(self._stopped)
+        if self._unreachable:
+            raise EndpointUnreachable(self._unreachable)
         if self.spend is not None:
             self.spend.check()  # the budget is spent: no new call (the ones in flight still finish)
         self.stats.calls += 1
@@ -237,8 +248,32 @@ class ChatCaller:
             return completion
         raise CallFailed(f"the endpoint kept rejecting parameters after {MAX_ADJUSTMENTS_PER_CALL} adjustments")
 
+    def _attempt_failed(self, exc: Exception) -> None:
+        """Watch the endpoint's liveness: stop the run (`EndpointUnreachable`, exit 9) once it has not
+        replied for `endpoint_lost_timeout` seconds and every attempt since failed to connect (refused or
+        cut): an endpoint that is gone, not one that is slow or overloaded, which still answers or times out."""
+        if not isinstance(exc, CallError):
+            return
+        if exc.kind == "status":  # an HTTP answer, even an error: the endpoint is there
+            self._last_reply, self._not_only_refused = time.monotonic(), False
+            return
+        if exc.kind != "connection":
+            self._not_only_refused = True
+            return
+        silent = time.monotonic() - self._last_reply
+        if self._not_only_refused or silent < self.settings.endpoint_lost_timeout or self._unreachable:
+            return
+        self._unreachable = redact(
+            f"the endpoint {self.base_url} is unreachable: no call answered for {silent:.0f} s and every attempt "
+            f"since failed to connect (--endpoint-lost-timeout {self.settings.endpoint_lost_timeout:g}); the calls "
+            "never answered are sent by the same command once it is back"
+        )
+        self._wake.set()
+        raise EndpointUnreachable(self._unreachable) from None
+
     def _answered(self, completion: Completion, budget_key: str) -> None:
         """Count an answer: the endpoint works, its tokens are used and paid for."""
+        self._last_reply, self._not_only_refused = time.monotonic(), False
         self._first_failures = None
         self.stats.answered += 1
         self.stats.prompt_tokens += completion.prompt_tokens
@@ -312,6 +347,7 @@ class ChatCaller:
                             self._learned.note_ignored(*ignored)
                         return self.transport.answer(response)
                     except Exception as exc:
+                        self._attempt_failed(exc)
                         if retryable(exc):  # failed attempts only: identical calls in flight each get their own
                             self._ledger.spend(key)
                         raise
@@ -331,6 +367,8 @@ class ChatCaller:
         budget while the call queued, and shaped by the rule in force now."""
         if self._stopped:  # queued behind the calls that stopped the run: never sent
             raise RunFailed(self._stopped)
+        if self._unreachable:
+            raise EndpointUnreachable(self._unreachable)
         if self.spend is not None:
             self.spend.check()
         rule = self._learned.rule

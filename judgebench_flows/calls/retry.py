@@ -9,6 +9,8 @@ at once with its reason (`describe`), which keeps the server's message whatever 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import re
 from dataclasses import dataclass
@@ -96,6 +98,15 @@ class RetryPolicy:
     max_retries: int = 6
     initial_wait: float = 1.0
     max_wait: float = 60.0
+    # Set when no retry can help any more (the endpoint is unreachable): waits between attempts end at once.
+    wake: asyncio.Event | None = None
+
+    async def _sleep(self, seconds: float) -> None:
+        if self.wake is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), seconds)
 
     def wait(self, state: RetryCallState) -> float:
         """Exponential backoff with full jitter, but never sooner than the server's Retry-After.
@@ -118,4 +129,5 @@ class RetryPolicy:
             wait=self.wait,
             retry=retry_if_exception(retryable),
             reraise=True,
+            sleep=self._sleep,
         )

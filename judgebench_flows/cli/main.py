@@ -12,6 +12,8 @@ not answer for --db-lost-timeout (answers received are kept: the same command re
 budget resumes without paying for them again). A worst case above --max-cost is refused before any call
 with exit 2, like any other bad input (docs/cost.md).
 7 with --batch, the provider refused a batch as a whole for a reason not in our input.
+9 the endpoint is unreachable: no call answered for --endpoint-lost-timeout, every attempt since failed to
+connect (the same command sends only the calls never answered).
 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (systemd, Docker, Kubernetes, CI): one line, the run recorded
 `interrupted`, answered calls cached, so the same command resumes paying only for the calls that were in flight.
 """
@@ -102,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="judgebench",
         description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
         "3 unexpected error, 4 the run measured too little, 5 the Prefect server or the results database was "
-        "lost, 6 the run spent its --max-cost, 7 the provider refused a batch, 130 Ctrl-C, 143 SIGTERM.",
+        "lost, 6 the run spent its --max-cost, 7 the provider refused a batch, 9 the endpoint is unreachable, "
+        "130 Ctrl-C, 143 SIGTERM.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     _run_parser(sub)

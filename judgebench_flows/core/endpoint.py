@@ -65,6 +65,12 @@ class EndpointSettings(BaseModel):
         le=50,
         description="retries per call for 429/5xx/timeouts/dropped connections, shard retries included",
     )
+    endpoint_lost_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="the run stops (exit 9) when no call was answered for this many seconds and every attempt "
+        "since failed to connect; the calls never answered are sent by the same command",
+    )
     retry_initial_wait: float = Field(
         default=1.0, ge=0, description="seconds before the first retry; doubles each retry"
     )

@@ -3,9 +3,11 @@
 Three automations on the Prefect server in use, each found by its name, so installing again updates
 them in place and `remove` deletes exactly these:
 
-- `judgebench-alert`: on `judgebench.run.regressed` or `judgebench.run.failed` (flows/events.py), send
-  a notification through a Prefect notification block (Slack, e-mail, Teams, a custom webhook...)
-  naming the judge, model, accuracy and change against the baseline.
+- `judgebench-alert`: on `judgebench.run.regressed`, `judgebench.run.failed` or `judgebench.run.drifted`
+  (the endpoint said another model or `system_fingerprint` than at the baseline while accuracy held;
+  flows/events.py), send a notification through a Prefect notification block (Slack, e-mail, Teams, a
+  custom webhook...) naming the judge, model, accuracy, change against the baseline and what the
+  endpoint said differently.
 - `judgebench-silent-runs-crashed`: Prefect's documented zombie detection: a run of our deployments
   that sent a heartbeat (the deployments set `PREFECT_FLOWS_HEARTBEAT_FREQUENCY`) and then neither
   another heartbeat nor a final state within `SILENCE` is marked Crashed: its machine is gone.
@@ -68,16 +70,18 @@ failed judgments: {{ p.failed_judgments if p.failed_judgments is not none else '
 invalid: {{ p.invalid_judgments if p.invalid_judgments is not none else '-' }} of {{ p.judgments or '-' }}\
 {% if p.cost_usd is not none %}, cost ${{ '%.2f' % p.cost_usd }}{% endif %}
 run: {{ p.run_id or '-' }} (flow run {{ p.flow_run_id or '-' }})
-{{ p.message or '' }}
+{% if p.drift and p.drift.changed %}endpoint changed: \
+{% for c in p.drift.served %}{{ c.field }} {{ c.before }} -> {{ c.after }}{% if not loop.last %}; {% endif %}{% endfor %}
+{% endif %}{{ p.message or '' }}
 """
 
 
 def alert_automation(block_document_id: UUID) -> Automation:
     return Automation(
         name=ALERT,
-        description="JudgeBench: notify when a configuration regressed or its run failed.",
+        description="JudgeBench: notify when a configuration regressed, its run failed or its endpoint changed.",
         trigger=EventTrigger(
-            expect={RUN_EVENT_PREFIX + "regressed", RUN_EVENT_PREFIX + "failed"},
+            expect={RUN_EVENT_PREFIX + "regressed", RUN_EVENT_PREFIX + "failed", RUN_EVENT_PREFIX + "drifted"},
             match={"prefect.resource.id": f"{CONFIG_RESOURCE_PREFIX}*"},
             posture=Posture.Reactive,
             threshold=1,

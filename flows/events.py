@@ -83,6 +83,23 @@ class Change(TypedDict):
     position_bias: NotRequired[PositionBiasChange]
 
 
+class FieldChangeJson(TypedDict):
+    field: str
+    before: str
+    after: str
+
+
+class DriftPayload(TypedDict):
+    """What the endpoint said differently from the baseline run (a new `system_fingerprint`, another
+    model behind the name: `served`), and which fields sent differ (`sent`); results.json's `drift`."""
+
+    changed: bool
+    baseline_run_id: str | None
+    served: list[FieldChangeJson]
+    sent: list[FieldChangeJson]
+    message: str
+
+
 class RunPayload(TypedDict):
     """A `judgebench.run.*` event's payload (docs/operations.md names its fields; automations match them)."""
 
@@ -99,6 +116,10 @@ class RunPayload(TypedDict):
     invalid_judgments: int | None
     cost_usd: float | None
     message: str | None
+    # What the endpoint said about the model that answered (results.json's `provenance.served`) and
+    # what changed against the baseline (None: nothing recorded, or no baseline).
+    served: dict[str, Any] | None
+    drift: DriftPayload | None
     retrying: NotRequired[bool]  # set by `run_event`
 
 
@@ -214,8 +235,33 @@ def run_payload(
         "invalid_judgments": invalid.get("invalid_judgments"),
         "cost_usd": usage.get("cost_usd"),
         "message": message[:MESSAGE_LIMIT] if message else None,
+        "served": (results.get("provenance") or {}).get("served"),
+        "drift": _drift(results.get("drift")),
     }
     return payload
+
+
+def _drift(drift: Mapping[str, Any] | None) -> DriftPayload | None:
+    if not drift:
+        return None
+    return DriftPayload(
+        changed=bool(drift.get("changed")),
+        baseline_run_id=drift.get("baseline_run_id"),
+        served=list(drift.get("served") or []),
+        sent=list(drift.get("sent") or []),
+        message=str(drift.get("message") or "")[:MESSAGE_LIMIT],
+    )
+
+
+def drifted_event(event: RunEvent) -> RunEvent | None:
+    """`judgebench.run.drifted` for a run that completed (accuracy within noise) while the endpoint said
+    something else about the model than at the baseline run: a change nobody would see otherwise. A
+    regressed or failed run's own event carries its drift already."""
+    payload = event["payload"]
+    drift = payload.get("drift")
+    if payload["status"] != "completed" or not drift or not drift["changed"]:
+        return None
+    return RunEvent(event=RUN_EVENT_PREFIX + "drifted", resource=event["resource"], payload=payload)
 
 
 def run_event(
@@ -236,8 +282,11 @@ def run_event(
 
 def emit(event: RunEvent) -> None:
     """Send a `run_event` to Prefect, which adds the flow run, flow and deployment as related resources
-    from the run context."""
+    from the run context; and `judgebench.run.drifted` after it when its endpoint changed (`drifted_event`)."""
     _emit(event["event"], dict(event["resource"]), event["payload"])
+    drifted = drifted_event(event)
+    if drifted is not None:
+        _emit(drifted["event"], dict(drifted["resource"]), drifted["payload"])
 
 
 def night_status(statuses: Iterable[str]) -> RunStatus:
@@ -291,6 +340,7 @@ __all__ = [
     "RunStatus",
     "RunTrace",
     "config_resource",
+    "drifted_event",
     "run_event",
     "emit_night_event",
     "emit",

@@ -49,6 +49,7 @@ from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
+from judgebench_flows.judging.provenance import provenance_of
 from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.judging.shards import (
     JudgeSpec,
@@ -61,8 +62,9 @@ from judgebench_flows.judging.shards import (
     with_prompts,
 )
 from judgebench_flows.scoring.metrics import Tally
+from judgebench_flows.scoring.provenance import drift_against_baseline, served_text
 from judgebench_flows.scoring.regression import regression_against_baseline
-from judgebench_flows.scoring.result_types import Usage
+from judgebench_flows.scoring.result_types import Provenance, Usage
 from judgebench_flows.scoring.results import jsonl_rows, write_jsonl
 from judgebench_flows.scoring.run_results import (
     DatasetInfo,
@@ -390,6 +392,8 @@ def record_finish(
         cost_usd=final["usage"]["cost_usd"],
         priced_as=priced_as(spec),
         consistency=results.consistency,
+        served_as=served_text(results.provenance.served) if results.provenance else None,
+        drift=results.drift.message if results.drift and results.drift.changed else None,
     )
 
 
@@ -495,6 +499,22 @@ def run_info(
     )
 
 
+async def with_provenance(results: RunResults, engine: Engine, provenance: Provenance) -> None:
+    """The run's provenance and its drift against the baseline run in `results`; a regression's message
+    names what the endpoint said differently (a changed `system_fingerprint`, another model behind the
+    name): what the alert and the night's summary show. A drift with accuracy unchanged is logged."""
+    config_key, run_id = results.run.config_key or "", results.run.run_id or ""
+    drift = await asyncio.to_thread(drift_against_baseline, engine, config_key, run_id, provenance)
+    results.provenance, results.drift = provenance, drift
+    if drift is None or not drift.changed:
+        return
+    regression = results.regression
+    if regression is not None and regression.regressed:
+        regression.message = f"{regression.message}; {drift.message}"
+    else:
+        get_run_logger().warning(drift.message)
+
+
 def warn_if_retiring(config: RunConfig) -> None:
     """A model past or near its provider's shutdown date, in the run's log (deployments' runs: the CLI
     says it before the flow starts)."""
@@ -555,7 +575,6 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             judge_s=clock.lap(),
             judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3),
         )
-
         finished = datetime.now(timezone.utc)
         results = RunResults.aggregate(
             sink.tally,
@@ -566,6 +585,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
+        await with_provenance(results, engine, provenance_of(spec, sink.judge, run, sent))
         too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:
             results.run.status, results.run.failure = "failed", too_little

@@ -169,8 +169,15 @@ def completed_outcome(entry: MatrixEntry, results: dict[str, Any], flow_run_id: 
         flow_run_id=flow_run_id,
         status=status,
         message=too_little or regression.get("message"),
+        drift=changed_endpoint(results),
         **_counts(results),
     )
+
+
+def changed_endpoint(results: dict[str, Any]) -> str | None:
+    """What the endpoint said differently from the baseline run (`drift`), when it did."""
+    drift = results.get("drift") or {}
+    return str(drift.get("message") or "") or None if drift.get("changed") else None
 
 
 def pool_outcome(entry: MatrixEntry, run: FlowRun, results: dict[str, Any] | None) -> CellOutcome:
@@ -332,6 +339,7 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         "",
         _night_cost(outcomes),
         "",
+        *drift_lines(outcomes),
         "| configuration | status | accuracy | 95% CI | pairs | failed judgments | invalid judgments | cost | run | note |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -344,6 +352,17 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
             f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {_cell_cost(o)} | {(o.run_id or '')[:8]} | {note} |"
         )
     return "\n".join(lines)
+
+
+def drift_lines(outcomes: list[CellOutcome]) -> list[str]:
+    """The configurations whose endpoint said another model or fingerprint than at their baseline run,
+    whatever their accuracy did (a drift with unchanged accuracy is news too)."""
+    drifted = [o for o in outcomes if o.drift]
+    if not drifted:
+        return []
+    lines = [f"**Endpoint changed** under {len(drifted)} configuration{'s' if len(drifted) > 1 else ''}:", ""]
+    lines += [f"- {o.name} ({o.status}): {o.drift}" for o in drifted]
+    return [*lines, ""]
 
 
 def cell_flow(name: str) -> Any:

@@ -30,6 +30,8 @@ class CellOutcome(BaseModel):
     result_path: str
     message: str | None = None
     transient: bool = False  # failed for a reason a second attempt may not meet (flows/retries.py)
+    # What the endpoint said differently from the baseline run (results.json's `drift.message`), when it did.
+    drift: str | None = None
     # The endpoint whose limit it shared, how long it waited for a place among the cells in flight and
     # how long it then took (seconds; None in outcomes read back from an earlier version).
     endpoint: str = ""

@@ -20,6 +20,7 @@ from judgebench_flows.core import artifact_keys
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.data import db, storage
 from judgebench_flows.scoring.formatting import percent
+from judgebench_flows.scoring.provenance import served_text
 from judgebench_flows.scoring.results import write_json
 from judgebench_flows.scoring.run_results import RunResults
 
@@ -87,7 +88,21 @@ def summary_markdown(results: RunResults) -> str:
     ]
     if results.regression:
         lines += ["", f"**Regression check:** {results.regression.message}"]
+    lines += provenance_lines(results)
     return "\n".join(lines)
+
+
+def provenance_lines(results: RunResults) -> list[str]:
+    """What the endpoint said about the model that answered, and what changed against the baseline."""
+    served = results.provenance.served if results.provenance else None
+    lines = []
+    if served is not None and served.answers:
+        said = served_text(served) or "nothing about the model"
+        lines += ["", f"Endpoint said ({served.answers} answers): {said}."]
+    drift = results.drift
+    if drift is not None and drift.changed:
+        lines += ["", f"**Endpoint changed:** {drift.message}"]
+    return lines
 
 
 def concatenate(parts: list[Path], target: str) -> str:

@@ -21,7 +21,7 @@ import anthropic
 
 from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, SAMPLING_PARAMS
 from judgebench_flows.calls.errors import CallError, error_object, http_error
-from judgebench_flows.calls.transport import BadAnswerBody, JsonBody, clients_for, json_messages
+from judgebench_flows.calls.transport import BadAnswerBody, JsonBody, clients_for, json_messages, served_by
 from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.secrets import redact
 
@@ -135,11 +135,15 @@ class AnthropicTransport:
     @staticmethod
     def answer(response: Any) -> Completion:
         try:
-            return completion_of(response)
+            return served_by(completion_of(response), response)  # Anthropic's model id as it answered
         except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
 
     def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
+        return None
+
+    async def model_entry(self, timeout: float) -> None:
+        """Each answer names the model id that answered (`served_by`): nothing more to ask."""
         return None
 
     async def aclose(self) -> None:

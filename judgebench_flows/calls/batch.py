@@ -410,6 +410,9 @@ class BatchTransport:
     def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         return None
 
+    async def model_entry(self, timeout: float) -> Any:
+        return await self.inner.model_entry(timeout)
+
     async def aclose(self) -> None:
         for task in [self._runner, *self._sync_tasks]:
             if task is not None and not task.done():

@@ -9,12 +9,16 @@ nothing paid twice" that concerns a single call is decided here; counting too (`
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
+from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.budget import AttemptLedger, not_sent_again
@@ -51,6 +55,8 @@ Shaped = tuple[RequestRule, list[dict[str, str]], dict[str, Any]]
 MAX_ADJUSTMENTS_PER_CALL = 8
 # Calls that may wait for their batch at once (--batch): a whole run's round.
 BATCH_IN_FLIGHT = 1_000_000
+# How long the endpoint's model listing (`ModelAPI.model_entry`, asked once per run) may take.
+MODEL_ENTRY_SECONDS = 10.0
 
 
 @dataclass
@@ -72,6 +78,21 @@ class CallStats:
     synchronous: int = 0
     synchronous_prompt_tokens: int = 0
     synchronous_completion_tokens: int = 0
+    # What the endpoint said about the model that answered: (model answered as, system_fingerprint) ->
+    # answers ("" where unsaid), and its `/models` entry (`ModelAPI.model_entry`), asked once.
+    served: Counter[tuple[str, str]] = field(default_factory=Counter)
+    model_entry: dict[str, JsonValue] | None = None
+
+    def add(self, other: CallStats) -> None:
+        """Count `other`'s calls with these (a run's callers, summed); the first model entry stands."""
+        for name in (f.name for f in dataclasses.fields(self)):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if name == "served":
+                mine.update(theirs)
+            elif name == "model_entry":
+                self.model_entry = mine or theirs
+            else:
+                setattr(self, name, mine + theirs)
 
 
 @dataclass
@@ -155,6 +176,7 @@ class ChatCaller:
         # Early stop: outcomes of the run's first calls, while every one failed alike (None: not anymore).
         self._first_failures: tuple[str, int] | None = ("", 0)
         self._stopped: str | None = None
+        self._asking_entry: asyncio.Task[None] | None = None  # the model's `/models` entry, asked once
 
     @property
     def adjustments(self) -> list[Adjustment]:
@@ -285,6 +307,15 @@ class ChatCaller:
         if self.spend is not None:
             self.spend.charge(completion.prompt_tokens, completion.completion_tokens, completion.synchronous)
         self._ledger.answered(budget_key)
+        self.stats.served[completion.served_model or "", completion.system_fingerprint or ""] += 1
+        if self._asking_entry is None:  # the endpoint answers: ask it once what it serves under this name
+            self._asking_entry = asyncio.ensure_future(self._ask_model_entry())
+
+    async def _ask_model_entry(self) -> None:
+        """The endpoint's listing of the model (`ModelAPI.model_entry`), beside the judging: no call waits."""
+        timeout = min(MODEL_ENTRY_SECONDS, self.settings.request_timeout)
+        with contextlib.suppress(Exception):  # a listing is a courtesy: the run's answers stand without it
+            self.stats.model_entry = await asyncio.wait_for(self.transport.model_entry(timeout), timeout)
 
     def _sent_key(self, shaped: Shaped) -> str:
         """The call-cache key of a request as an attempt sent it."""
@@ -392,6 +423,9 @@ class ChatCaller:
 
     async def aclose(self) -> None:
         try:
+            if self._asking_entry is not None:  # done long before, or ends within its own bound
+                with contextlib.suppress(Exception):
+                    await self._asking_entry
             await self.cache.close()  # answers the database still refuses stay in the run's journal
         finally:
             await self.transport.aclose()

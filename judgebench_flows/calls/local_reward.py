@@ -163,5 +163,8 @@ class LocalRewardAPI:
     def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None:
         return None
 
+    async def model_entry(self, timeout: float) -> None:
+        return None  # no endpoint: the model runs here
+
     async def aclose(self) -> None:
         return None

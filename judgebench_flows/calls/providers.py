@@ -24,6 +24,7 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.anthropic_rules import anthropic_rule
@@ -45,7 +46,8 @@ class ModelAPI(Protocol):
     `errors.CallError` (`retry` decides what is retried), `answer` reads it (unusable: `BadAnswerBody`).
     `answers_scores`: a score API, whose answers carry `Completion.score` (and the call cache stores it);
     `checks_raw_scores`: a score API whose scores the caller checks are raw (`other_apis.RawScoreCheck`);
-    `ignored`: a parameter the endpoint ignored and what shows it, or None."""
+    `ignored`: a parameter the endpoint ignored and what shows it, or None; `model_entry`: what the
+    endpoint lists about the model (a vLLM server's `/v1/models` entry), asked once per run."""
 
     base_url: str
     model: str
@@ -57,6 +59,8 @@ class ModelAPI(Protocol):
     def answer(self, response: Any) -> Completion: ...
 
     def ignored(self, params: Sampling, response: Any) -> tuple[str, str] | None: ...
+
+    async def model_entry(self, timeout: float) -> dict[str, JsonValue] | None: ...
 
     async def aclose(self) -> None: ...
 

@@ -90,6 +90,31 @@ def completion_from(response: Any) -> Completion:
     )
 
 
+def served_by(completion: Completion, response: Any) -> Completion:
+    """`completion` with what the answer's body said about the model that answered: its `model` and
+    `system_fingerprint` (OpenAI-compatible bodies, Anthropic's `model`). Two lookups: the caller counts
+    the distinct values per run (`CallStats.served`)."""
+    if isinstance(response, dict):
+        model, fingerprint = response.get("model"), response.get("system_fingerprint")
+        completion.served_model = model if isinstance(model, str) else None
+        completion.system_fingerprint = fingerprint if isinstance(fingerprint, str) else None
+    return completion
+
+
+MODEL_ENTRY_FIELDS = ("id", "root", "max_model_len", "created", "owned_by")
+"""What a `/models` entry says about the model behind a name: vLLM's `root` (the checkpoint served) and
+`max_model_len`; every OpenAI-compatible server's `created`."""
+
+
+def model_entry_in(listing: Any, model: str) -> dict[str, JsonValue] | None:
+    """The `/models` listing's entry for `model`, its identifying fields only (None: not listed)."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    for entry in data if isinstance(data, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            return {k: entry[k] for k in MODEL_ENTRY_FIELDS if isinstance(entry.get(k), (str, int, float))}
+    return None
+
+
 class Transport:
     """Several openai clients for one endpoint, used in turn.
 
@@ -135,9 +160,18 @@ class Transport:
     def answer(self, response: Any) -> Completion:
         """The `Completion` in a response body (not a usable body: `BadAnswerBody`)."""
         try:
-            return self.read(response)
+            return served_by(self.read(response), response)
         except (ValueError, TypeError, AttributeError) as exc:
             raise BadAnswerBody() from exc
+
+    async def model_entry(self, timeout: float) -> dict[str, JsonValue] | None:
+        """The endpoint's `/models` entry for the model (a vLLM server's says which checkpoint it serves);
+        None when it lists none or does not answer within `timeout`."""
+        try:
+            listing = await self.clients[0].get("/models", cast_to=dict, options={"timeout": timeout})
+        except (openai.APIError, json.JSONDecodeError):
+            return None
+        return model_entry_in(listing, self.model)
 
     @staticmethod
     def read(response: Any) -> Completion:

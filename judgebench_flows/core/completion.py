@@ -29,6 +29,10 @@ class Completion:
     synchronous: bool = False
     # A score API's answer (vLLM's Pooling API, a local reward model); None for a text answer.
     score: float | None = None
+    # What the endpoint said about the model that answered (its answer's `model` and, OpenAI-compatible,
+    # `system_fingerprint`): how a model changed behind one name shows. None from a cache or when unsaid.
+    served_model: str | None = None
+    system_fingerprint: str | None = None
 
 
 class CallFailed(Exception):

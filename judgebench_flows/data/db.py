@@ -102,6 +102,10 @@ class RunRow(SQLModel, table=True):
     # sided verdicts for the response shown first. Added by migration 0002; older rows keep NULL.
     order_consistency: float | None = None
     first_position_rate: float | None = None
+    # What the endpoint said about the model that answered (results.json's `provenance.served` in one
+    # line) and, when it changed against the run's baseline, what (`drift.message`). Migration 0004.
+    served_as: str | None = None
+    drift: str | None = None
 
 
 class JudgmentRow(SQLModel, table=True):
@@ -478,9 +482,12 @@ def finish_run(
     cost_usd: float | None = None,
     priced_as: str | None = None,
     consistency: BiasFigures | None = None,
+    served_as: str | None = None,
+    drift: str | None = None,
 ) -> None:
     """A run's end as measured: completed, regressed, or failed (measured too little), with its accuracy,
-    its position bias (results.json's `consistency`) and what it cost."""
+    its position bias (results.json's `consistency`), what it cost, what the endpoint said it answered
+    with and what of that changed against the baseline."""
     update_run(
         engine,
         run_id,
@@ -495,6 +502,8 @@ def finish_run(
         priced_as=priced_as,
         order_consistency=consistency.consistency if consistency else None,
         first_position_rate=consistency.first_position_rate if consistency else None,
+        served_as=served_as,
+        drift=drift,
     )
 
 

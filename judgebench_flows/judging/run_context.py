@@ -85,8 +85,7 @@ class RunContext:
             closing = [runtime] if runtime is not None else []
         for runtime in closing:
             await runtime.caller.aclose()
-            for name in (f.name for f in dataclasses.fields(CallStats)):
-                setattr(total, name, getattr(total, name) + getattr(runtime.caller.stats, name))
+            total.add(runtime.caller.stats)
         return total
 
 

@@ -10,7 +10,8 @@ from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES, FINISHED, JudgmentRecord
 from judgebench_flows.data import db
 from judgebench_flows.scoring import metrics, stats
-from judgebench_flows.scoring.result_types import Comparison, FlippedPair, RunCosts, SliceComparison
+from judgebench_flows.scoring.provenance import provenance_in, sent_changes, served_changes
+from judgebench_flows.scoring.result_types import Comparison, FieldChange, FlippedPair, RunCosts, SliceComparison
 from judgebench_flows.scoring.results import correctness_of
 
 
@@ -151,4 +152,17 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> Compari
         alpha=ALPHA,
         warnings=comparison_warnings(a, b),
         cost=RunCosts(a=run_cost_text(a.cost_usd, a.priced_as), b=run_cost_text(b.cost_usd, b.priced_as)),
+        **provenance_changes(a, b),
     )
+
+
+def provenance_changes(a: db.RunRow, b: db.RunRow) -> dict[str, list[FieldChange]]:
+    """What the endpoint said differently in B than in A, and which fields sent differ (runs from
+    before provenance was recorded: none)."""
+    before, after = provenance_in(a.results_json), provenance_in(b.results_json)
+    if before is None or after is None:
+        return {}
+    return {
+        "served_changes": served_changes(before.served, after.served),
+        "sent_changes": sent_changes(before.sent, after.sent),
+    }

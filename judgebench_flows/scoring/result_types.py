@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_serializer
 
 from judgebench_flows.scoring.stats import DeltaResult, McNemarResult
 
@@ -173,6 +173,62 @@ class Regression(Section):
         return cls(**result.model_dump(), baseline_run_id=baseline_run_id, message=message)
 
 
+class Served(Section):
+    """What the endpoint said about the model that answered the run's paid calls (a cached answer says
+    nothing): each value with the answers that named it, and its `/models` entry (vLLM: `root`, the
+    checkpoint served, `max_model_len`, `created`). Only where the run's own process sent the calls."""
+
+    _optional = frozenset({"model_entry"})
+
+    answers: int = 0
+    models: dict[str, int] = {}
+    system_fingerprints: dict[str, int] = {}
+    model_entry: dict[str, JsonValue] | None = None
+
+
+class Sent(Section):
+    """What the run sent: this package's version, the judge prompt's template hash, the sampling
+    parameters as the model's request rule shaped them, the provider and the endpoint (no credentials)."""
+
+    package_version: str = ""
+    provider: str = ""
+    endpoint: str = ""
+    model: str = ""
+    template_hash: str = ""
+    sampling: dict[str, JsonValue] = {}
+
+
+class Provenance(Section):
+    """results.json's `provenance`: what was sent and what the endpoint said it answered with."""
+
+    _optional = frozenset({"served"})
+
+    sent: Sent = Field(default_factory=Sent)
+    served: Served | None = None
+
+
+class FieldChange(BaseModel):
+    """One field of `provenance` that differs between two runs, as text."""
+
+    field: str
+    before: str
+    after: str
+
+    def text(self) -> str:
+        return f"{self.field} {self.before} -> {self.after}"
+
+
+class Drift(Section):
+    """This run's `provenance` against its baseline run's (`scoring.provenance.drift_between`): what the
+    endpoint said differently (`served`: the model changed behind the name) and what was sent differently."""
+
+    baseline_run_id: str | None = None
+    changed: bool = False
+    served: list[FieldChange] = []
+    sent: list[FieldChange] = []
+    message: str = ""
+
+
 class Measured(BaseModel):
     """The metric over a run's (or a file's) verdicts: what results.json and the leaderboard share."""
 
@@ -239,6 +295,9 @@ class Comparison(BaseModel):
     alpha: float
     warnings: list[str]
     cost: RunCosts
+    # What the endpoint said differently in B than in A, and which sent fields differ (`provenance`).
+    served_changes: list[FieldChange] = []
+    sent_changes: list[FieldChange] = []
 
 
 __all__ = [
@@ -247,12 +306,17 @@ __all__ = [
     "FlippedPair",
     "SliceComparison",
     "Consistency",
+    "Drift",
+    "FieldChange",
     "Invalid",
     "Measured",
     "PositionBiasChange",
     "Prices",
+    "Provenance",
     "Regression",
     "Section",
+    "Sent",
+    "Served",
     "SliceAccuracy",
     "Usage",
 ]

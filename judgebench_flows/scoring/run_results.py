@@ -18,7 +18,9 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.result_types import (
     Consistency,
+    Drift,
     Invalid,
+    Provenance,
     Regression,
     Section,
     SliceAccuracy,
@@ -95,7 +97,7 @@ class RunHeader(Section):
 
 
 class RunResults(RunHeader):
-    _optional = frozenset({"outputs"})
+    _optional = frozenset({"outputs", "provenance", "drift"})
 
     overall_accuracy: SliceAccuracy = Field(default_factory=SliceAccuracy)
     category_accuracy: dict[str, SliceAccuracy] = {}
@@ -105,6 +107,10 @@ class RunResults(RunHeader):
     usage: Usage | None = None
     regression: Regression | None = None
     run: RunInfo = Field(default_factory=RunInfo)
+    # What was sent and what the endpoint said it answered with, and what of it changed against the
+    # baseline run (runs from before them have neither).
+    provenance: Provenance | None = None
+    drift: Drift | None = None
     outputs: dict[str, str] | None = None
 
     @classmethod

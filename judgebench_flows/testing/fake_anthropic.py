@@ -194,7 +194,8 @@ class FakeAnthropicServer(FakeOpenAIServer):
             return
         extra = answer if isinstance(answer, dict) else {}
         text = str(extra.get("content", "")) if isinstance(answer, dict) else answer
-        self._reply(handler, 200, message_body(model, body, text, extra.get("finish_reason")), request_key(body))
+        answered_as = settings.served_model or model  # the model id behind an alias (`served_model`)
+        self._reply(handler, 200, message_body(answered_as, body, text, extra.get("finish_reason")), request_key(body))
 
     def _fault_answered(self, handler: _Handler, key: str, settings: FaultSettings) -> bool:
         """Answer the injected fault drawn for this attempt, if any (429, 500, 529, drop, hang, badjson)."""

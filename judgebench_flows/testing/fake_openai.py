@@ -337,6 +337,15 @@ class FaultSettings:
     beam_search: bool = True
     # Pooling scores' last bits move with the batch a request lands in (`batch_wobble`), as vLLM's float32 do.
     score_wobble: bool = False
+    # What the server says about the model that answers: the `model` its answers name (a dated snapshot
+    # behind an alias; None: the name asked for) and their `system_fingerprint` (None: not said).
+    served_model: str | None = None
+    system_fingerprint: str | None = None
+    # A vLLM server's `/v1/models` entry: the checkpoint it serves (`root`), its `max_model_len` and
+    # `created`; with either of the first two set, entries are listed in vLLM's shape.
+    model_root: str | None = None
+    max_model_len: int | None = None
+    model_created: int = 0
 
     def validate(self) -> None:
         """Fail at configuration time, not in a handler thread where the error would be easy to miss."""
@@ -499,30 +508,20 @@ class FakeOpenAIServer:
         honours_use_activation: bool = True,
         beam_search: bool = True,
         score_wobble: bool = False,
+        served_model: str | None = None,
+        system_fingerprint: str | None = None,
+        model_root: str | None = None,
+        max_model_len: int | None = None,
+        model_created: int = 0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        settings = FaultSettings(
-            latency=latency,
-            rate_429=rate_429,
-            retry_after=retry_after,
-            rate_500=rate_500,
-            rate_503=rate_503,
-            rate_drop=rate_drop,
-            rate_hang=rate_hang,
-            hang_seconds=hang_seconds,
-            fail_first=fail_first,
-            fail_kind=fail_kind,
-            seed=seed,
-            api_key=api_key,
+        given = locals()  # every setting is a parameter of the same name
+        settings = FaultSettings(**{field.name: given[field.name] for field in dataclasses.fields(FaultSettings)})
+        settings = dataclasses.replace(
+            settings,
             models=frozenset(models) if models is not None else None,
-            max_context_chars=max_context_chars,
-            openai_rules=openai_rules,
             rejected_params=frozenset(rejected_params),
-            error_style=error_style,
-            honours_use_activation=honours_use_activation,
-            beam_search=beam_search,
-            score_wobble=score_wobble,
         )
         settings.validate()
         self._settings = settings
@@ -763,17 +762,31 @@ class FakeOpenAIServer:
             return
         model_ids = sorted(settings.models or ())
         if path == MODELS_PATH:
-            handler.send_json(200, {"object": "list", "data": [self._model_object(m) for m in model_ids]})
+            listing = [self._model_object(m, settings) for m in model_ids]
+            handler.send_json(200, {"object": "list", "data": listing})
             return
         model_id = path[len(MODELS_PATH) + 1 :]
         if settings.models is not None and model_id not in settings.models:
             handler.send_json(404, self._model_not_found_body(model_id))
             return
-        handler.send_json(200, self._model_object(model_id))
+        handler.send_json(200, self._model_object(model_id, settings))
 
     @staticmethod
-    def _model_object(model_id: str) -> dict:
-        return {"id": model_id, "object": "model", "created": 0, "owned_by": "fake-openai"}
+    def _model_object(model_id: str, settings: FaultSettings | None = None) -> dict:
+        """A `/v1/models` entry: OpenAI's, or vLLM's (the checkpoint it serves the name from, its context)."""
+        if settings is None or (settings.model_root is None and settings.max_model_len is None):
+            created = settings.model_created if settings is not None else 0
+            return {"id": model_id, "object": "model", "created": created, "owned_by": "fake-openai"}
+        return {
+            "id": model_id,
+            "object": "model",
+            "created": settings.model_created,
+            "owned_by": "vllm",
+            "root": settings.model_root or model_id,
+            "parent": None,
+            "max_model_len": settings.max_model_len,
+            "permission": [],
+        }
 
     @staticmethod
     def _model_not_found_body(model_id: str) -> dict:
@@ -1030,10 +1043,13 @@ class FakeOpenAIServer:
             self._note_ignored(path, body, settings)
             with self._lock:
                 batch = self._requests + self._in_flight  # which batch a real server would have put it in
-            payload = _other_api_payload(path, model, body, text, prompt_tokens, completion_tokens, settings, batch)
+            served = settings.served_model or model
+            payload = _other_api_payload(path, served, body, text, prompt_tokens, completion_tokens, settings, batch)
             self._reply(handler, 200, payload, key)
             return
-        payload = chat_payload(model, text, extra, prompt_tokens)
+        payload = chat_payload(settings.served_model or model, text, extra, prompt_tokens)
+        if settings.system_fingerprint is not None:
+            payload["system_fingerprint"] = settings.system_fingerprint
         self._reply(handler, 200, payload, key)
 
     def _note_ignored(self, path: str, body: dict, settings: FaultSettings) -> None:
@@ -1251,7 +1267,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="/pooling: move a score's last bits with its batch, as vLLM's float32 scores do",
     )
+    _model_identity_options(parser)
     return parser.parse_args(argv)
+
+
+def _model_identity_options(parser: argparse.ArgumentParser) -> None:
+    """What the server says about the model that answers (a drift test by hand: restart with another)."""
+    parser.add_argument("--served-model", default=None, help="the `model` every answer names (a dated snapshot)")
+    parser.add_argument("--system-fingerprint", default=None, help="the `system_fingerprint` every answer says")
+    parser.add_argument("--model-root", default=None, help="/v1/models as vLLM lists it: the checkpoint served")
+    parser.add_argument("--max-model-len", type=int, default=None, help="/v1/models as vLLM lists it")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1285,6 +1310,10 @@ def main(argv: list[str] | None = None) -> int:
         error_style=args.error_style,
         honours_use_activation=not args.ignore_use_activation,
         score_wobble=args.score_wobble,
+        served_model=args.served_model,
+        system_fingerprint=args.system_fingerprint,
+        model_root=args.model_root,
+        max_model_len=args.max_model_len,
         host=args.host,
         port=args.port,
     )

@@ -145,6 +145,9 @@ def print_comparison(comparison: Comparison) -> None:
             f"{mcnemar.discordant_b_only} right only in B, p = {_p_text(mcnemar.p_value)} "
             f"({comparison.slices[0].verdict})"
         )
+    for title, changes in (("endpoint said", comparison.served_changes), ("sent", comparison.sent_changes)):
+        if changes:
+            out.print(f"{title} differently (A -> B): " + "; ".join(c.text() for c in changes), markup=False)
     cost = comparison.cost
     if cost.a or cost.b:
         out.print(f"cost: A {cost.a or 'not recorded'}, B {cost.b or 'not recorded'}")

@@ -207,6 +207,8 @@ HISTORY_FIELDS = (
     "priced_as",
     "order_consistency",
     "first_position_rate",
+    "served_as",
+    "drift",
 )
 
 
@@ -234,6 +236,13 @@ def _bias(run: RunRow) -> str:
     return f"consistent {_pct(consistent)}\n1st pos {_pct(first)}"
 
 
+def _served(run: RunRow) -> str:
+    """What the endpoint said about the model that answered, and, when that changed against the run's
+    baseline, what changed ("" for runs without it)."""
+    served, drift = getattr(run, "served_as", None) or "", getattr(run, "drift", None)
+    return served + (f"\nCHANGED: {drift}" if drift else "")
+
+
 def print_history(runs: Sequence[RunRow], console: Console | None = None) -> None:
     """Whole run ids, in a table when it fits, else one stacked block per run."""
     console = console or stdout_console()
@@ -247,6 +256,7 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
         table.add_column("cost", justify="right", no_wrap=True)
         table.add_column("consistent", justify="right")
         table.add_column("1st pos", justify="right")
+        table.add_column("endpoint said", overflow="fold")
     else:
         table.add_column("run / judge / model / data", overflow="fold", min_width=32)
         table.add_column("started (UTC)", overflow="fold", max_width=10)
@@ -270,12 +280,15 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
                 run_cost_text(run.cost_usd, run.priced_as),
                 _pct(getattr(run, "order_consistency", None)),
                 _pct(getattr(run, "first_position_rate", None)),
+                _served(run),
             )
         else:
             pairs = f"{run.n_pairs} pairs" if run.n_pairs else ""
             cost = run_cost_text(run.cost_usd, run.priced_as)
+            served = _served(run)
             table.add_row(
-                f"{run.run_id}\n{run.judge_type} / {run.model}\n{_data_label(run.data_file)}",
+                f"{run.run_id}\n{run.judge_type} / {run.model}\n{_data_label(run.data_file)}"
+                + (f"\nendpoint said: {served}" if served else ""),
                 started,
                 run.status + (f"\ncommit\n{run.commit[:8]}" if run.commit else ""),
                 "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost, _bias(run)) if part),

@@ -10,6 +10,7 @@ the endpoint (never a credential). `scoring.provenance` compares two runs' prove
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.metadata
 from functools import cache
 from urllib.parse import urlsplit, urlunsplit
@@ -32,9 +33,7 @@ def package_version() -> str:
     try:
         return importlib.metadata.version("judgebench-flows")
     except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        from judgebench_flows import __version__
-
-        return __version__
+        return str(importlib.import_module("judgebench_flows").__version__)
 
 
 def public_endpoint(url: str) -> str:

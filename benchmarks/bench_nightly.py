@@ -1,17 +1,26 @@
 """A night's wall time against its bound: the nightly matrix with cells side by side.
 
-The matrix of issue 31, against bundled servers on loopback in this process: 3 synchronous endpoints
-(`FakeOpenAIServer`, `--latency` seconds a call), 2 models on each (6 synchronous cells), and 2 batch
-cells on a `FakeBatchServer` whose batches are answered `--turnaround` seconds after submission; one
-judge (vanilla, one call per judgment), `--pairs` pairs of the GPT-4o file in both orders, `--concurrency`
-calls in flight per endpoint. A Prefect server is started for the night (its own PREFECT_HOME).
+Bundled servers on loopback in this process (`FakeOpenAIServer`, `--latency` seconds a call; a
+`FakeBatchServer` answering each batch `--turnaround` seconds after submission); the night runs in a
+process of its own (as a worker runs a deployment's flow run) against a Prefect server started for the
+benchmark (its own PREFECT_HOME). One judge (vanilla, one call per judgment), `--pairs` pairs of the
+GPT-4o file in both orders, `--concurrency` calls in flight per endpoint, `cells_in_flight` left at its
+default. Scenarios (`--scenario`):
+
+- `issue31` (default): 3 synchronous endpoints with 2 models each (6 cells) and 2 batch cells;
+- `team`: 4 endpoints x 6 models listed endpoint by endpoint, as a team lists its judges (issue 43:
+  `--pairs 48`);
+- `small`: the same 4 endpoints with 12 models each, 48 cells of `--pairs 16` (a smoke matrix).
 
 The bound is what no schedule can beat: max(busiest endpoint's calls x latency / concurrency, slowest
-batch turnaround). Printed: the night's wall time (the flow, from start to its summary), the bound and
-their ratio; per endpoint the calls the server answered and the most it ever had in flight (never above
-`--concurrency`); the synchronous calls the batch cells made (0).
+batch turnaround). Printed: the night's flow run (start to end, as the Prefect server recorded it), the
+process from its spawn to the night's summary (the flow run's end) and to its exit, each against the
+bound; per endpoint the calls its server answered and the most it ever had in flight, which the script
+asserts is never above `--concurrency`; the batch cells' batches and synchronous calls.
 
-    python benchmarks/bench_nightly.py [--latency 0.5 --turnaround 25 --pairs 64 --concurrency 8]
+    python benchmarks/bench_nightly.py [--scenario issue31 --latency 0.5 --turnaround 25 --pairs 64 --concurrency 8]
+    python benchmarks/bench_nightly.py --scenario team --pairs 48
+    python benchmarks/bench_nightly.py --scenario small --pairs 16
 
 Run by hand; this is a measurement, not a test. Figures: docs/performance.md.
 """
@@ -19,12 +28,13 @@ Run by hand; this is a measurement, not a test. Figures: docs/performance.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,11 +42,23 @@ from bench_end_to_end import start_prefect_server  # noqa: E402
 from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo  # noqa: E402
 
 ANSWER = "Output (a)"  # a vanilla verdict
+# endpoints, synchronous models on each, batch cells
+SCENARIOS = {"issue31": (3, 2, 2), "team": (4, 6, 0), "small": (4, 12, 0)}
+NIGHT = """
+import asyncio, json, sys
+from judgebench_flows.flows.nightly import nightly_benchmarks
+state = asyncio.run(nightly_benchmarks(sys.argv[1], retry_delay_seconds=0, return_state=True))
+cells = [{k: o[k] for k in ("endpoint", "wait_s", "duration_s")} for o in state.result()] if state.is_completed() else []
+print(json.dumps({"flow_run_id": str(state.state_details.flow_run_id), "completed": state.is_completed(),
+                  "message": state.message, "cells": cells}))
+"""
 
 
 def matrix(urls: list[str], batch_url: str, work: Path, repo: tuple[str, str], args: argparse.Namespace) -> dict:
-    sync = [{"model": f"judge-{e}{m}", "base_url": url} for e, url in enumerate(urls) for m in "ab"]
-    batch = [{"model": f"batch-judge-{m}", "base_url": batch_url, "batch": True} for m in "ab"]
+    _, per_endpoint, batch_cells = SCENARIOS[args.scenario]
+    # endpoint by endpoint, as a team lists its models
+    sync = [{"model": f"judge-{e}-{m}", "base_url": url} for e, url in enumerate(urls) for m in range(per_endpoint)]
+    batch = [{"model": f"batch-judge-{m}", "base_url": batch_url, "batch": True} for m in range(batch_cells)]
     return {
         "judge_types": ["vanilla"],
         "models": sync + batch,
@@ -51,21 +73,51 @@ def matrix(urls: list[str], batch_url: str, work: Path, repo: tuple[str, str], a
     }
 
 
-def night_seconds(state) -> float:
-    """The night's flow run from its start to its end, as the Prefect server recorded them."""
+def endpoint_lines(flow_run_id: str) -> list[str]:
+    """The night's summary artifact's endpoint table: calls, busy time, busy share, most in flight."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    text = "\n".join(a.data for a in artifacts if isinstance(a.data, str) and "busy share" in a.data)
+    return [line for line in text.splitlines() if line.startswith("| openai ")]
+
+
+def flow_run_times(flow_run_id: str) -> tuple[datetime, datetime]:
+    """The night's flow run's start and end, as the Prefect server recorded them."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        run = client.read_flow_run(state.state_details.flow_run_id)
-    return (run.end_time - run.start_time).total_seconds()
+        run = client.read_flow_run(flow_run_id)
+    return run.start_time, run.end_time
+
+
+def run_night(path: Path, env: dict[str, str], profile: str | None) -> tuple[dict, float, float]:
+    """The night in a process of its own: what it printed, its spawn time (epoch) and its exit time.
+    `profile`: py-spy samples the process (CPU only, every thread) into that file, as collapsed stacks."""
+    command = [sys.executable, "-c", NIGHT, str(path)]
+    if profile:
+        command = ["py-spy", "record", "--format", "raw", "-r", "50", "-t", "-o", profile, "--", *command]
+    spawned = time.time()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    exited = time.time()
+    if done.returncode != 0:
+        raise SystemExit(f"the night's process failed ({done.returncode}): {done.stderr[-2000:]}")
+    last = next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{"))
+    return json.loads(last), spawned, exited
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="issue31")
     parser.add_argument("--latency", type=float, default=0.5)
     parser.add_argument("--turnaround", type=float, default=25.0)
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--profile", metavar="FILE", help="sample the night's process with py-spy into FILE")
     add_data_option(parser)
     args = parser.parse_args()
     data = benchmark_data(args.data)  # before anything starts: no data, one line and exit 2
@@ -73,40 +125,53 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-nightly-"))
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     prefect, api_url = start_prefect_server(env)
-    os.environ.update(
-        PREFECT_HOME=env["PREFECT_HOME"],
+    env.update(
         PREFECT_API_URL=api_url,
         PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"),
+        PREFECT_LOGGING_LEVEL="WARNING",
         OPENAI_API_KEY="sk-bench",
     )
+    os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_API_URL=api_url)
     import yaml
 
-    from judgebench_flows.flows.nightly import nightly_benchmarks
     from judgebench_flows.testing.fake_batches import FakeBatchServer
     from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 
     repo = make_repo(work, data)
-    servers = [FakeOpenAIServer(ANSWER, latency=args.latency) for _ in range(3)]
+    endpoints, _, batch_cells = SCENARIOS[args.scenario]
+    servers = [FakeOpenAIServer(ANSWER, latency=args.latency) for _ in range(endpoints)]
     batches = FakeBatchServer(ANSWER, turnaround=args.turnaround)
     try:
         for server in [*servers, batches]:
             server.start()
         path = work / "night.yaml"
         path.write_text(yaml.safe_dump(matrix([s.base_url for s in servers], batches.base_url, work, repo, args)))
-        started = time.perf_counter()
-        state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
-        wall = time.perf_counter() - started
-        if not state.is_completed():
-            raise SystemExit(f"the night did not complete: {state.message}")
+        night, spawned, exited = run_night(path, env, args.profile)
+        if not night["completed"]:
+            raise SystemExit(f"the night did not complete: {night['message']}")
         busiest = max(s.answered for s in servers)
-        bound = max(busiest * args.latency / args.concurrency, args.turnaround)
-        night = night_seconds(state)
-        print(f"night: {night:.1f} s wall time (the flow run); bound {bound:.1f} s; {night / bound:.2f}x")
-        print(f"with the process's start of the flow run: {wall:.1f} s; {wall / bound:.2f}x")
+        bound = max(busiest * args.latency / args.concurrency, args.turnaround if batch_cells else 0.0)
+        start, end = flow_run_times(night["flow_run_id"])
+        flow_s, to_summary, to_exit = (end - start).total_seconds(), end.timestamp() - spawned, exited - spawned
+        print(f"scenario {args.scenario}: {len(servers)} endpoints, load average {os.getloadavg()[0]:.1f} now")
+        print(f"night: {flow_s:.1f} s wall time (the flow run); bound {bound:.1f} s; {flow_s / bound:.2f}x")
+        print(f"process spawn to the night's summary: {to_summary:.1f} s; {to_summary / bound:.2f}x")
+        print(f"process spawn to its exit: {to_exit:.1f} s; {to_exit / bound:.2f}x")
         for number, server in enumerate(servers):
             print(f"endpoint {number}: {server.answered} calls, at most {server.max_in_flight} in flight")
-        lines = sum(batches.submitted_lines.values())
-        print(f"batch cells: {batches.batches_created} batches, {lines} lines, {batches.requests} synchronous calls")
+        cells = night["cells"]
+        mean = sum(c["duration_s"] for c in cells) / len(cells)
+        print(
+            f"cells: {len(cells)}, each {mean:.1f} s on average from its place to its end, the longest wait {max(c['wait_s'] for c in cells):.1f} s"
+        )
+        print("\n".join(endpoint_lines(night["flow_run_id"])))
+        over = [n for n, s in enumerate(servers) if s.max_in_flight > args.concurrency]
+        assert not over, f"endpoints {over} had more than {args.concurrency} calls in flight"
+        if batch_cells:
+            lines = sum(batches.submitted_lines.values())
+            print(
+                f"batch cells: {batches.batches_created} batches, {lines} lines, {batches.requests} synchronous calls"
+            )
     finally:
         for server in [*servers, batches]:
             server.stop()

@@ -54,8 +54,7 @@ from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.judging.shards import (
     JudgeSpec,
     Shard,
-    announce_total,
-    build_judge,
+    judge_of,
     judge_spec,
     make_shards,
     request_report_of,
@@ -288,11 +287,18 @@ class Source:
     commit: str | None = None
 
 
-async def fetch(config: RunConfig) -> Source:
+async def fetch(config: RunConfig, run: RunContext) -> Source:
+    """The run's data and templates: a night's cells on one data file check its clone once (`run.once`)."""
     if config.data_path:
         return Source(config.data_path, Path(config.data_path).name, config.templates_dir)
-    checkout = await fetch_dataset(config.repo_url, config.ref, config.cache_dir)
-    get_run_logger().info("dataset %s at commit %s", checkout.repo_url, checkout.commit)
+    key = ("checkout", config.repo_url, config.ref, config.cache_dir)
+    checkout, shared = await run.once(key, lambda: fetch_dataset(config.repo_url, config.ref, config.cache_dir))
+    get_run_logger().info(
+        "dataset %s at commit %s%s",
+        checkout.repo_url,
+        checkout.commit,
+        " (checked once for the night)" if shared else "",
+    )
     return Source(
         str(data_file_in(checkout, config.data_file)),
         config.data_file,
@@ -300,6 +306,13 @@ async def fetch(config: RunConfig) -> Source:
         checkout.repo_url,
         checkout.commit,
     )
+
+
+async def pairs_of(source: Source, config: RunConfig, run: RunContext) -> PairIndex:
+    """The pairs the run judges: a night's cells on one data file, sample and seed index it once."""
+    key = ("index", source.data_path, config.max_samples, config.seed)
+    index, _ = await run.once(key, lambda: index_dataset(source.data_path, config.max_samples, config.seed))
+    return index
 
 
 def run_header(config: RunConfig, source: Source, index: PairIndex) -> RunHeader:
@@ -327,7 +340,7 @@ class ShardSink:
     ) -> None:
         self.engine, self.run_id, self.parts_dir, self.judge_name = engine, run_id, parts_dir, judge_name
         self.run = run  # whose progress hooks hear each shard's final count
-        self.judge = build_judge(spec)
+        self.judge = judge_of(spec, run)
         self.tally = Tally()
 
     def __call__(self, shard: Shard, records: list[JudgmentRecord]) -> None:
@@ -425,7 +438,7 @@ def parts_folder(output_dir: str, run_id: str) -> Path:
     return Path(output_dir) / ".parts" / run_id
 
 
-def publish(
+async def publish(
     run_id: str,
     results: RunResults,
     sink: ShardSink,
@@ -437,7 +450,7 @@ def publish(
     """results.json, the JSONL, the report and the Prefect artifact; returns the outputs' paths."""
     # quote(): Prefect would otherwise walk every record of the sample. Prefect's typed Task.__call__
     # overloads take the parameters' own types only, not their quote() wrappers.
-    return publish_results(  # type: ignore[call-overload]
+    return await publish_results(  # type: ignore[call-overload]
         run_id,
         quote(results),
         quote(sink.tally.report_sample),
@@ -527,6 +540,21 @@ def orders_of(config: RunConfig) -> str:
     return "single game" if config.single_game else "both orders"
 
 
+async def judge_all(
+    shards: list[Shard], spec: JudgeSpec, config: RunConfig, sink: ShardSink, run: RunContext
+) -> tuple[CallStats | None, RunFailed | None]:
+    """Every shard judged: what the endpoint clients sent, or why the run stopped early (what was judged
+    is still published, then exit 4). Its calls done, a night's next cell may start while this one
+    publishes (`run.judged`)."""
+    await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
+    try:
+        return await judge_shards(shards, spec, config, sink, run), None
+    except RunFailed as exc:
+        return None, exc
+    finally:
+        run.judged()
+
+
 async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[str, Any]:
     """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes. `run`:
     the run's context (`run_context.RunContext`), in force while it judges."""
@@ -538,12 +566,12 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     engine = await open_results_database(config)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
 
-    source = await fetch(config)
+    source = await fetch(config, run)
     trace.commit, trace.data_file = source.commit, source.data_file
-    spec = judge_spec(config, source.templates_dir).model_copy(update={"run_id": run_id})
+    spec = judge_spec(config, source.templates_dir, run).model_copy(update={"run_id": run_id})
     fetch_s = clock.lap()
-    index = await index_dataset(source.data_path, config.max_samples, config.seed)
-    announce_total(run, len(index.offsets) * len(spec.orders))
+    index = await pairs_of(source, config, run)
+    run.announce_total(len(index.offsets) * len(spec.orders))
     header = run_header(config, source, index)
     await asyncio.to_thread(check_worst_case, config, spec, index, engine)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
@@ -561,12 +589,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
         load_s, cpu_before = clock.lap(), time.process_time()
-        await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
-        stopped: RunFailed | None = None
-        try:
-            sent = await judge_shards(shards, spec, config, sink, run)
-        except RunFailed as exc:  # stopped early: what was judged is still published, then exit 4
-            stopped, sent = exc, None
+        sent, stopped = await judge_all(shards, spec, config, sink, run)
         judge_cpu = time.process_time() - cpu_before
         usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)
         timings = Timings(
@@ -591,7 +614,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
         await prefect_api_answering(config.server_lost_seconds())
-        results.outputs = publish(run_id, results, sink, config, source, header, spec)
+        results.outputs = await publish(run_id, results, sink, config, source, header, spec)
         point_latest(layout, run_id)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()

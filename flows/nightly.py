@@ -1,14 +1,18 @@
 """Entry points for deployments: the nightly benchmark matrix, and one configuration on demand.
 
 `nightly_benchmarks` runs every cell of deployments/nightly.yaml as a `judgebench` subflow, side by
-side: up to `cells_in_flight` synchronous cells at once (batch cells, which mostly wait for their
-provider, all start at once, so their batches are submitted together), in one event loop, so every cell
+side: up to `cells_in_flight` synchronous cells at once, each free place going to a cell of the endpoint
+with the most work left and room under its limit, whatever the matrix's order (flows/cell_schedule.py;
+batch cells, which mostly wait for their provider, all start at once, so their batches are submitted
+together), in one event loop, so every cell
 calling one endpoint shares that endpoint's one `concurrency` and `rpm` (the night's one run context,
 `judging.run_context`, holds them: `calls.state.CallState.shared_limits`;
 the matrix gives each endpoint its value). A cell that fails or regresses does not stop the others; the
 flow fails at the end, after writing a summary artifact, so the schedule's run is red whenever any cell
-needs a look. The summary and the night's event also give the night's wall time, each endpoint's calls
-and busy time, and each cell's wait for a place among the cells in flight.
+needs a look. The summary and the night's event also give the night's wall time, each endpoint's calls,
+busy time, busy share (busy time / wall time) and most calls in flight, and each cell's wait for a place
+among the cells in flight. Cells on one data file share its clone check and pair index, and their
+judges are built once (the night's run context).
 
 Retries: a cell that failed for a reason that may pass (endpoint down or rate limiting past its calls'
 own retries, network lost: flows/retries.py) runs once more after `retry_delay_seconds`, its answered
@@ -42,7 +46,6 @@ from prefect.states import Failed, State
 from pydantic import JsonValue
 from typing_extensions import TypedDict
 
-from judgebench_flows.calls.global_limits import held_limit_names
 from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
@@ -52,13 +55,13 @@ from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
+from judgebench_flows.flows.cell_schedule import CellSchedule, Places, PlannedCell, planned_judgments
 from judgebench_flows.flows.events import NightRefused, emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.flows.outcomes import CellOutcome, RunStatus
 from judgebench_flows.flows.pool_cells import NightOverrides, PoolCell, judge_cells_on_pool, pool_cell_entry
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.judging.run_context import RunContext, running
-from judgebench_flows.judging.shards import judging_begins
 from judgebench_flows.scoring.formatting import percent as _pct
 
 if TYPE_CHECKING:
@@ -309,18 +312,28 @@ def with_deadline(entries: list[MatrixEntry], deadline: datetime | None) -> list
     ]
 
 
+def with_busy_share(endpoints: dict[str, EndpointUse], wall_s: float) -> dict[str, EndpointUse]:
+    """Each endpoint's usage with its busy share: its busy time over the night's wall time (1.0: it had
+    calls in flight all night long; the busiest endpoint's share says how close the night came to its bound)."""
+    return {
+        name: {**usage, "busy_share": round(min(1.0, usage["busy_s"] / wall_s), 3) if wall_s > 0 else 0.0}
+        for name, usage in endpoints.items()
+    }
+
+
 def night_markdown(wall_s: float, endpoints: dict[str, EndpointUse], outcomes: list[CellOutcome]) -> str:
     """The night's timing: its wall time, each endpoint's calls and busy time, each cell's wait."""
     lines = [
         "",
         f"Night: {wall_s:.1f} s wall time.",
         "",
-        "| endpoint | concurrency | calls | busy | most in flight |",
-        "|---|---|---|---|---|",
+        "| endpoint | concurrency | calls | busy | busy share | most in flight |",
+        "|---|---|---|---|---|---|",
     ]
     for name, usage in sorted(endpoints.items()):
+        share = f"{usage['busy_share']:.0%}" if "busy_share" in usage else "-"
         lines.append(
-            f"| {name} | {usage['concurrency']} | {usage['calls']} | {usage['busy_s']:.1f} s | {usage['max_in_flight']} |"
+            f"| {name} | {usage['concurrency']} | {usage['calls']} | {usage['busy_s']:.1f} s | {share} | {usage['max_in_flight']} |"
         )
     lines += ["", "| configuration | endpoint | waited | took |", "|---|---|---|---|"]
     for o in outcomes:
@@ -381,19 +394,19 @@ def cell_flow(name: str) -> Any:
 
 
 async def judge_cell(
-    entry: MatrixEntry, retry_delay_seconds: float, place: asyncio.Semaphore | None = None
+    entry: MatrixEntry, retry_delay_seconds: float, place: Places | None = None
 ) -> tuple[CellOutcome, State]:
     """A configuration's judging subflow, run once more after `retry_delay_seconds` if it failed for a
     reason that may pass; persist_result lets a rescheduled night reuse a finished subflow. `place`: the
     cell's place among the cells in flight, given up while it waits to try again."""
     logger = get_run_logger()
-    subflow = cell_flow(entry.name)
+    subflow = await asyncio.to_thread(cell_flow, entry.name)  # its parameter schema: off the event loop
     state = await subflow(entry.config, retried_if_transient=True, return_state=True)
     outcome = await outcome_of(entry, state)
     if outcome.status == "failed" and outcome.transient:
         logger.warning("%s failed (%s); trying once more in %g s", entry.name, outcome.message, retry_delay_seconds)
         if place is not None:
-            place.release()
+            await place.release()
         try:
             await asyncio.sleep(retry_delay_seconds)
         finally:
@@ -435,35 +448,47 @@ def retirements(entries: list[MatrixEntry]) -> list[str]:
 
 
 async def judge_cells(
-    entries: list[MatrixEntry], budgets: list[float | None], cells_in_flight: int, retry_delay_seconds: float
+    entries: list[MatrixEntry],
+    budgets: list[float | None],
+    cells_in_flight: int,
+    retry_delay_seconds: float,
+    night: RunContext,
 ) -> list[CellOutcome]:
-    """Every cell side by side, up to `cells_in_flight` synchronous ones at once; outcomes in matrix order."""
+    """Every cell side by side, up to `cells_in_flight` synchronous ones at once, the next place going to
+    the endpoint with the most work left (flows/cell_schedule.py); outcomes in matrix order."""
     logger = get_run_logger()
-    places = asyncio.Semaphore(cells_in_flight)
+    planned = [
+        PlannedCell(i, e.endpoint, e.config.endpoint.concurrency, planned_judgments(e.config))
+        for i, e in enumerate(entries)
+        if not e.config.endpoint.batch
+    ]
+    schedule = CellSchedule(planned, cells_in_flight)
+    places = {cell.index: schedule.place(cell) for cell in planned}
 
     batch_judging = [asyncio.Event() for e in entries if e.config.endpoint.batch]
     batch_started = iter(batch_judging)
 
-    async def run_cell(planned: MatrixEntry, budget: float | None) -> CellOutcome:
+    async def run_cell(index: int, budget: float | None) -> CellOutcome:
         """One cell once it has a place among the cells in flight (a batch cell needs none, and the
         synchronous cells give the batch cells a head start: Prefect sets subflows up one at a time)."""
-        queued = time.monotonic()
-        judging = next(batch_started) if planned.config.endpoint.batch else None
+        planned_entry, queued = entries[index], time.monotonic()
+        judging = next(batch_started) if planned_entry.config.endpoint.batch else None
         if judging is None and batch_judging:
             waits = [asyncio.create_task(event.wait()) for event in batch_judging]
             await asyncio.wait(waits, timeout=BATCH_HEAD_START_SECONDS)
             for waiting in waits:
                 waiting.cancel()
-        async with contextlib.nullcontext() if judging else places:
+        async with places.get(index) or contextlib.nullcontext() as place:
             began = time.monotonic()
-            entry = _within_night_budget(planned, budget)
-            judging_begins.set(judging.set if judging else None)
+            entry = _within_night_budget(planned_entry, budget)
             try:
-                outcome, _ = await judge_cell(entry, retry_delay_seconds, None if judging else places)
+                cell_run = night.for_cell(judging.set if judging else None, place.judged if place else None)
+                with running(cell_run):
+                    outcome, _ = await judge_cell(entry, retry_delay_seconds, place)
             finally:
                 if judging:  # failed before judging: nobody waits for it any longer
                     judging.set()
-        outcome.endpoint = planned.endpoint
+        outcome.endpoint = planned_entry.endpoint
         outcome.wait_s, outcome.duration_s = round(began - queued, 3), round(time.monotonic() - began, 3)
         log = logger.info if outcome.status == "completed" else logger.error
         log(
@@ -478,7 +503,7 @@ async def judge_cells(
     # Batch cells start first, so their batches are submitted at the start of the night; outcomes stay
     # in matrix order.
     order = sorted(range(len(entries)), key=lambda i: not entries[i].config.endpoint.batch)
-    started_cells = {i: asyncio.create_task(run_cell(entries[i], budgets[i])) for i in order}
+    started_cells = {i: asyncio.create_task(run_cell(i, budgets[i])) for i in order}
     outcomes = list(await asyncio.gather(*(started_cells[i] for i in range(len(entries)))))
     return outcomes
 
@@ -535,9 +560,10 @@ async def nightly_benchmarks(
         # --max-cost every cell's calls count toward the night's budget as they run.
         night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
         with running(night):
-            outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds)
+            outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night)
         endpoints = night.calls.endpoint_usage()
     wall_s = round(time.monotonic() - started, 3)
+    endpoints = with_busy_share(endpoints, wall_s)
 
     from judgebench_flows.flows.leaderboard_flow import (
         nightly_leaderboard_section,  # the leaderboard with tonight's rows (never raises)
@@ -596,9 +622,10 @@ async def judgebench_adhoc(
     """
     if cell is not None:
         entry = pool_cell_entry(cell)
-        if cell.limit:  # the endpoint's limit, shared with the night's other cells on any worker
-            held_limit_names.set((cell.limit, cell.rate_limit or f"{cell.limit}-rpm"))
-        outcome, state = await judge_cell(entry, retry_delay_seconds)
+        # the endpoint's limit, shared with the night's other cells on any worker
+        held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
+        with running(RunContext(held_limits=held)):
+            outcome, state = await judge_cell(entry, retry_delay_seconds)
         return await adhoc_ending(entry, outcome, state)
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}/{RUN_ID_FIELD}"
     config = build_config(

@@ -8,12 +8,13 @@ as shards finish, so a large run never holds every prompt in memory.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from functools import partial
 from pathlib import Path
 
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows.core import artifact_keys
@@ -116,7 +117,7 @@ def concatenate(parts: list[Path], target: str) -> str:
 
 
 @task(name="publish-results", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def publish_results(
+async def publish_results(
     run_id: str,
     results: RunResults,
     report_judgments: list[JudgmentRecord],
@@ -134,8 +135,56 @@ def publish_results(
 
     `report_judgments` are the verdicts the report lists with their raw answers (a bounded sample, see
     `metrics.Tally`): all counts come from `results`. No cache policy: a publish is never to be skipped,
-    and hashing thousands of records for a key would only delay it.
+    and hashing thousands of records for a key would only delay it. Async, the files, rows and report
+    written in a thread: a night's other cells keep judging in the event loop meanwhile, and the
+    artifacts go through the flow's own Prefect client (a synchronous task makes a client of its own,
+    tens of milliseconds of CPU each time).
     """
+    paths = await asyncio.to_thread(
+        write_outputs,
+        run_id,
+        results,
+        report_judgments,
+        jsonl_parts,
+        result_path=result_path,
+        output_dir=output_dir,
+        db_url=db_url,
+        judge_name=judge_name,
+        data_file=data_file,
+        write_report=write_report,
+    )
+    # One artifact series per configuration (artifact_keys): a shared key would show whichever ran last.
+    summary_key, table_key = (
+        (artifact_keys.summary_key(artifact_slug), artifact_keys.accuracy_key(artifact_slug))
+        if artifact_slug
+        else ("judgebench-summary", "judgebench-accuracy")
+    )
+    files = "\n".join(f"- {name}: {storage.markdown_link(path)}" for name, path in paths.items())
+    await acreate_markdown_artifact(
+        f"{summary_markdown(results)}\n\n## Files\n\n{files}", key=summary_key, description=f"JudgeBench run {run_id}"
+    )
+    table = [{"slice": "overall", **results.overall_accuracy.model_dump()}] + [
+        {"slice": k, **v.model_dump()} for k, v in results.category_accuracy.items()
+    ]
+    await acreate_table_artifact(table, key=table_key, description=f"Accuracy of run {run_id}")
+    return paths
+
+
+def write_outputs(
+    run_id: str,
+    results: RunResults,
+    report_judgments: list[JudgmentRecord],
+    jsonl_parts: list[Path],
+    *,
+    result_path: str,
+    output_dir: str,
+    db_url: str,
+    judge_name: str,
+    data_file: str,
+    write_report: bool,
+) -> dict[str, str]:
+    """results.json, the JSONL, the metrics rows and the report; returns their paths."""
+
     paths: dict[str, str] = {}
     paths["results"] = str(write_json(result_path, results))
     paths["judgments"] = concatenate(
@@ -163,18 +212,4 @@ def publish_results(
             )
         )
         paths["report"] = str(render(storage.join(output_dir, "report.html"), results, report_judgments, history))
-    # One artifact series per configuration (artifact_keys): a shared key would show whichever ran last.
-    summary_key, table_key = (
-        (artifact_keys.summary_key(artifact_slug), artifact_keys.accuracy_key(artifact_slug))
-        if artifact_slug
-        else ("judgebench-summary", "judgebench-accuracy")
-    )
-    files = "\n".join(f"- {name}: {storage.markdown_link(path)}" for name, path in paths.items())
-    create_markdown_artifact(
-        f"{summary_markdown(results)}\n\n## Files\n\n{files}", key=summary_key, description=f"JudgeBench run {run_id}"
-    )
-    table = [{"slice": "overall", **results.overall_accuracy.model_dump()}] + [
-        {"slice": k, **v.model_dump()} for k, v in results.category_accuracy.items()
-    ]
-    create_table_artifact(table, key=table_key, description=f"Accuracy of run {run_id}")
     return paths

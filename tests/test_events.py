@@ -77,7 +77,7 @@ def test_night_payload_lists_each_cell_as_its_outcome_and_the_timing_once_the_ni
     from judgebench_flows.flows.outcomes import CellOutcome
 
     cell = CellOutcome(name="a", status="regressed", result_path="a/results.json", accuracy=0.5, endpoint="e")
-    usage = {"e": {"calls": 3, "busy_s": 1.5, "max_in_flight": 2, "concurrency": 4}}
+    usage = {"e": {"calls": 3, "busy_s": 1.5, "max_in_flight": 2, "concurrency": 4, "busy_share": 0.75}}
     counts = {"completed": 0, "regressed": 1, "failed": 0}
     ran = NightPayload(status="regressed", attempt=1, cells=[cell], counts=counts, wall_s=2.0, endpoints=usage)
     assert json.loads(json.dumps(ran.as_json())) == {

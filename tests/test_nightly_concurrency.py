@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -162,6 +163,9 @@ def test_a_night_runs_its_cells_side_by_side_and_cuts_a_batch_off_at_its_deadlin
     assert a["wait_s"] < 30 and b["wait_s"] < 30  # neither waited for the other to finish
     summary = _summary(state)
     assert "wall time" in summary and f"| {shared_endpoint} | 2 | 24 |" in summary, summary
+    assert "| busy share |" in summary and re.search(
+        rf"\| {re.escape(shared_endpoint)} \| 2 \| 24 \| [\d.]+ s \| \d+% \| 2 \|", summary
+    )
 
 
 def test_each_cell_has_a_subflow_identity_of_its_own() -> None:
@@ -176,3 +180,47 @@ def test_each_cell_has_a_subflow_identity_of_its_own() -> None:
     assert keys[0] == keys[2] != keys[1]
     assert {f.name for f in flows} == {"judgebench"} and all(f.persist_result for f in flows)
     assert flows[0].flow_run_name == "vanilla__a__x"
+
+
+@pytest.mark.slow
+def test_a_night_listed_endpoint_by_endpoint_starts_a_cell_on_every_endpoint_first(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+) -> None:
+    """3 endpoints x 2 models listed endpoint by endpoint, 3 cells in flight: the first 3 cells to start
+    are one per endpoint (in the matrix's order the first endpoint's two would start first), and no
+    endpoint's server ever had more calls in flight than its limit."""
+    url, sha = judgebench_repo
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    oracle = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"])
+    with (
+        FakeOpenAIServer(oracle, latency=0.2) as first,
+        FakeOpenAIServer(oracle, latency=0.2) as second,
+        FakeOpenAIServer(oracle, latency=0.2) as third,
+    ):
+        servers = [first, second, third]
+        matrix = {
+            **BASE,
+            "repo_url": url,
+            "ref": sha,
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_root": str(tmp_path / "nightly"),
+            "max_samples": 4,
+            "concurrency": 2,
+            "cells_in_flight": 3,
+            "models": [
+                {"model": f"judge-{e}-{m}", "base_url": server.base_url}
+                for e, server in enumerate(servers)
+                for m in range(2)
+            ],
+            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 100},
+        }
+        path = tmp_path / "night.yaml"
+        path.write_text(yaml.safe_dump(matrix))
+        state = _night(path)
+        assert state.is_completed(), repr(state)
+        assert [s.answered for s in servers] == [16, 16, 16]
+        assert all(s.max_in_flight <= 2 for s in servers), [s.max_in_flight for s in servers]
+    outcomes = sorted(state.result(), key=lambda o: o["wait_s"])
+    first_wave, second_wave = outcomes[:3], outcomes[3:]
+    assert len({o["endpoint"] for o in first_wave}) == 3, [(o["name"], o["wait_s"]) for o in outcomes]
+    assert min(o["wait_s"] for o in second_wave) > max(o["wait_s"] for o in first_wave)

@@ -78,13 +78,6 @@ def endpoint_limit_names(endpoint: str) -> tuple[str, str]:
     return f"judgebench-endpoint-{digest}", f"judgebench-endpoint-{digest}-rpm"
 
 
-# The limits a run takes its slots from instead of its own endpoint-and-model ones (a matrix cell run on
-# the pool holds its endpoint's limit, shared by every cell on it); None: `limit_names`.
-held_limit_names: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
-    "held_limit_names", default=None
-)
-
-
 async def ensure_limit(name: str, limit: int, slot_decay_per_second: float = 0.0) -> None:
     """Create the global limit, or update it when its size or decay differs (the latest run's settings
     win for every run sharing the endpoint). Concurrency limits must not decay: a decaying slot would be

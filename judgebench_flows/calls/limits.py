@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from typing_extensions import TypedDict  # pydantic validates these (the night's event) on Python < 3.12
+from typing_extensions import NotRequired, TypedDict  # pydantic validates these (the night's event) on Python < 3.12
 
 from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.global_limits import wait_for_rate
@@ -36,9 +36,11 @@ class UsageSeen(TypedDict):
 
 
 class EndpointUse(UsageSeen):
-    """One endpoint's usage over a run's limits, with its concurrency (the night's summary and event)."""
+    """One endpoint's usage over a run's limits, with its concurrency (the night's summary and event),
+    and its busy share: busy time over the night's wall time (set by the night once it ends)."""
 
     concurrency: int
+    busy_share: NotRequired[float]
 
 
 class RatePacer:

@@ -15,8 +15,8 @@ import contextlib
 import contextvars
 import dataclasses
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from typing import Any, TypeVar
 
 from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.state import CallState
@@ -30,6 +30,19 @@ SettleHook = Callable[[int, int], None]
 TotalHook = Callable[[int], None]
 # The name of the worker plugin holding a run's context on its Dask workers (flows/dask_shards.py).
 WORKER_PLUGIN = "judgebench-run-{run_id}"
+
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(eq=False)
+class Shared:
+    """Something the run's cells make once and share (`RunContext.once`): set when made, or when its
+    maker failed (`made` False: the next to need it makes it itself)."""
+
+    done: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    made: bool = False
+    value: Any = None
 
 
 @dataclasses.dataclass
@@ -48,6 +61,20 @@ class RunContext:
     total_hooks: list[TotalHook] = dataclasses.field(default_factory=list)
     # A night's budget (--max-cost of the matrix), which every cell's spend counts toward; None: no such.
     night_spend: NightSpend | None = None
+    # Told when the run starts judging, its data read (`announce_total`): the nightly flow starts its
+    # synchronous cells once its batch cells are that far, so their batches go out first.
+    on_judging: Callable[[], None] | None = None
+    # Told when the run's calls are done (before it aggregates and publishes): a night's cell gives its
+    # place to the next cell while it writes its results.
+    on_judged: Callable[[], None] | None = None
+    # The Prefect global limits (concurrency, rpm) the run takes its slots from instead of its own
+    # endpoint-and-model ones (`global_limits.limit_names`): a pool's cell holds its endpoint's, shared
+    # by every cell on it on any worker. None: its own.
+    held_limits: tuple[str, str] | None = None
+    # The judges built for the run's specs (`shards.judge_of`), each once.
+    judges: dict[str, Judge] = dataclasses.field(default_factory=dict)
+    # What the run's cells share, made once (`once`): a night's clone check and pair index per data file.
+    shared: dict[Hashable, Shared] = dataclasses.field(default_factory=dict)
     # Per event loop (an endpoint client and a semaphore belong to the loop that made them), per spec.
     runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Runtime]] = dataclasses.field(
         default_factory=weakref.WeakKeyDictionary
@@ -69,8 +96,43 @@ class RunContext:
             hook(shard_index, judgments)
 
     def announce_total(self, judgments: int) -> None:
+        """The run's judgments are counted (its data read): its total hooks hear the number, and whoever
+        waits for it to judge (`on_judging`) hears that it does."""
         for hook in self.total_hooks:
             hook(judgments)
+        if self.on_judging is not None:
+            self.on_judging()
+
+    async def once(self, key: Hashable, make: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+        """What `make` makes, made once for `key` in this run (a night's cells side by side share one
+        clone check and one pair index of a data file): the value, and whether it came from another
+        cell. A maker that fails shares nothing: the next cell that needs it makes it itself."""
+        shared = self.shared.get(key)
+        if shared is not None:
+            await shared.done.wait()
+            if shared.made:
+                return shared.value, True
+        shared = self.shared[key] = Shared()
+        try:
+            shared.value = await make()
+            shared.made = True
+            return shared.value, False
+        finally:
+            if not shared.made:
+                del self.shared[key]
+            shared.done.set()
+
+    def judged(self) -> None:
+        """The run's calls are done: whoever waits for that (`on_judged`) hears it."""
+        if self.on_judged is not None:
+            self.on_judged()
+
+    def for_cell(
+        self, on_judging: Callable[[], None] | None = None, on_judged: Callable[[], None] | None = None
+    ) -> RunContext:
+        """A night's context as one of its cells runs in it: the night's calls, limits, budget, hooks,
+        judges and shared data, its own `on_judging` and `on_judged`."""
+        return dataclasses.replace(self, on_judging=on_judging, on_judged=on_judged)
 
     async def close_runtimes(self, spec_key: str | None = None) -> CallStats:
         """Close this loop's endpoint clients (their connections belong to the loop that is about to end),

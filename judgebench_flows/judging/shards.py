@@ -9,7 +9,6 @@ one connection limit and one client.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from judgebench_flows.calls.global_limits import held_limit_names, limit_names
+from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.providers import provider_rule, unserved
 from judgebench_flows.calls.request_rules import Adjustment, Learned, RequestReport, RequestRule
@@ -35,21 +34,6 @@ from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_resp
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import Judge, Outcome
 from judgebench_flows.judging.run_context import ProgressHook, RunContext, Runtime
-
-# Told when the run of this context starts judging, its data read: the nightly flow starts its
-# synchronous cells once its batch cells are that far, so their batches go out first.
-judging_begins: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
-    "judging_begins", default=None
-)
-
-
-def announce_total(run: RunContext, judgments: int) -> None:
-    """The run's judgments are counted (its data read): its total hooks hear the number, and the night
-    waiting for this cell to judge (`judging_begins`) hears that it does."""
-    run.announce_total(judgments)
-    begun = judging_begins.get()
-    if begun is not None:
-        begun()
 
 
 class JudgeSpec(BaseModel):
@@ -128,6 +112,30 @@ class Shard(BaseModel):
         return h.hexdigest()
 
 
+# What `build_judge` reads of a spec: specs equal in these have one judge (`judge_of`).
+JUDGE_FIELDS = {
+    "judge_type",
+    "templates_dir",
+    "judge_template",
+    "external_judge_path",
+    "external_judge_function",
+    "external_judge_config",
+    "model",
+    "sampling_overrides",
+    "reward_backend",
+}
+
+
+def judge_of(spec: JudgeSpec, run: RunContext) -> Judge:
+    """The spec's judge, built once per run (its templates read and compiled once): the spec's
+    fingerprint, the shards' calls and the published prompts all use this one."""
+    key = spec.model_dump_json(include=JUDGE_FIELDS)
+    judge = run.judges.get(key)
+    if judge is None:
+        judge = run.judges[key] = build_judge(spec)
+    return judge
+
+
 def build_judge(spec: JudgeSpec) -> Judge:
     return get_judge(
         spec.judge_type,
@@ -149,7 +157,7 @@ def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
     runtime = per_loop.get(key)
     if runtime is None:
         settings = spec.endpoint
-        judge = build_judge(spec)
+        judge = judge_of(spec, run)
         caller = ChatCaller(
             # The spec's URL has no user:password@; the caller's does.
             settings.model_copy(update={"base_url": resolve_credentials(spec.base_url)}),
@@ -331,7 +339,10 @@ def _endpoint_url(config: RunConfig) -> str | None:
     return None if url == "local:" else url
 
 
-def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
+def judge_spec(config: RunConfig, templates_dir: str | None, run: RunContext | None = None) -> JudgeSpec:
+    """The run's spec, its judge's fingerprint in it; `run` keeps the judge built for it, and may hold
+    the global limits to take slots from (a pool's cell: its endpoint's)."""
+    run = run or RunContext()
     spec = JudgeSpec(
         judge_type=config.judge_type,
         judge_template=config.judge_template,
@@ -352,11 +363,11 @@ def judge_spec(config: RunConfig, templates_dir: str | None) -> JudgeSpec:
         journal_dir=str(journal_dir(config.cache_dir, config.db_url)) if config.endpoint.cache != "off" else None,
     )
     if config.uses_global_limit:
-        concurrency_limit, rate_limit = held_limit_names.get() or limit_names(spec.base_url, spec.model)
+        concurrency_limit, rate_limit = run.held_limits or limit_names(spec.base_url, spec.model)
         spec = spec.model_copy(
             update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
         )
-    judge = build_judge(spec)
+    judge = judge_of(spec, run)
     if refused := unserved(spec.endpoint.provider, judge.api, spec.endpoint.batch):
         option, why = refused
         raise UserError(f"{option}: the {config.judge_type} judge needs the {judge.api} API, {why}")

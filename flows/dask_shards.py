@@ -69,7 +69,7 @@ def judge_on_dask(
     slots back.
     """
     spec, shards = _for_workers(spec, shards)
-    task = shard_task(config.endpoint.cache, config.shard_retries)
+    task = shard_task(config.endpoint.cache, config.shard_retries, config.endpoint.cache_max_age)
     with _dask_runner(config.dask_address or "") as runner:
         _check_workers(runner.client, config.dask_address or "", _paths_workers_need(spec, shards))
         slots = SlotLeases(spec.global_limit) if spec.global_limit else None

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from judgebench_flows.data.loading import PairIndex
 from judgebench_flows.data.outage import OUTAGE
 from judgebench_flows.data.outputs import for_run, point_latest
 from judgebench_flows.data.run_lock import ConfigurationLock
+from judgebench_flows.flows.cache_scope import ReuseScope, cache_use, reuse_scope
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.flows.shard_runs import judge_shards
@@ -58,6 +60,7 @@ from judgebench_flows.judging.shards import (
     judge_spec,
     make_shards,
     request_report_of,
+    shard_cache_source,
     with_prompts,
 )
 from judgebench_flows.scoring.metrics import Tally
@@ -250,6 +253,34 @@ def usage_of_run(engine: Engine, run_id: str, spec: JudgeSpec, sent: CallStats |
     return {**usage_of_calls(sent), **on_dask, **cost_of_calls(spec, sent, tally, paid)}
 
 
+async def run_spec(
+    config: RunConfig, source: Source, run_id: str, started: datetime, run: RunContext
+) -> tuple[JudgeSpec, ReuseScope]:
+    """The run's judge spec, with the cached answers it may reuse (`flows/cache_scope`: a night's or a
+    deployment run's own, or any run's; no older than --cache-max-age)."""
+    reuse = await reuse_scope(config.endpoint, get_run_context().flow_run, started)  # type: ignore[union-attr,arg-type]
+    spec = judge_spec(config, source.templates_dir, run).model_copy(
+        update={"run_id": run_id, "cache_scope": reuse.scope, "cache_newer_than": reuse.newer_than}
+    )
+    return spec, reuse
+
+
+async def note_cache_use(
+    engine: Engine, reuse: ReuseScope, config: RunConfig, sent: CallStats | None, sink: ShardSink, results: RunResults
+) -> None:
+    """results.json's `run.cache` (the answers the call and shard caches gave, and which runs paid them),
+    and its line in the run's log. On Dask only the shard cache's are known here."""
+    if not config.needs_endpoint:
+        return
+    usage = results.usage or Usage()
+    known = sent.cache_sources + sink.shard_cache_sources if sent is not None else sink.shard_cache_sources
+    sources = dict(known) if sent is not None or known else None
+    results.run.cache = await asyncio.to_thread(
+        cache_use, engine, reuse, config.endpoint, sources, usage.cached_calls, usage.calls
+    )
+    get_run_logger().info(results.run.cache.line())
+
+
 def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec) -> None:
     """The run's row when it ends without results: `interrupted` on request, else `failed` (with the
     database itself gone, the next run's `mark_crashed` marks it)."""
@@ -342,6 +373,8 @@ class ShardSink:
         self.run = run  # whose progress hooks hear each shard's final count
         self.judge = judge_of(spec, run)
         self.tally = Tally()
+        # Answers of shards served whole from Prefect's shard cache, by the run that judged them.
+        self.shard_cache_sources: Counter[str] = Counter()
 
     def __call__(self, shard: Shard, records: list[JudgmentRecord]) -> None:
         pairs = shard.load()
@@ -351,6 +384,9 @@ class ShardSink:
         )
         db.save_judgments(self.engine, db.judgment_rows(self.run_id, records))
         self.tally.add(records)
+        cached = shard_cache_source(records)
+        if cached is not None:
+            self.shard_cache_sources[cached[0]] += cached[1]
         self.run.settle_progress(shard.index, len(records))
 
     def parts(self) -> list[Path]:
@@ -366,8 +402,10 @@ def record_start(
     config_key: str,
     flow_run_id: str,
     clock: Stopwatch,
+    reuse: ReuseScope,
 ) -> None:
-    """The run's row in the results database, "running" from now on (`judgebench history` shows it)."""
+    """The run's row in the results database, "running" from now on (`judgebench history` shows it), with
+    its outermost flow run: the cache answers it pays are reused by that flow run's later attempts."""
     db.start_run(
         engine,
         run_id,
@@ -378,6 +416,7 @@ def record_start(
         commit=source.commit,
         data_file=source.data_file,
         flow_run_id=flow_run_id,
+        root_flow_run_id=reuse.root_flow_run_id,
         started=clock.started,
         n_pairs=header.dataset.n_pairs,
         config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
@@ -565,10 +604,9 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     warn_if_retiring(config)
     engine = await open_results_database(config)
     await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
-
     source = await fetch(config, run)
     trace.commit, trace.data_file = source.commit, source.data_file
-    spec = judge_spec(config, source.templates_dir, run).model_copy(update={"run_id": run_id})
+    spec, reuse = await run_spec(config, source, run_id, clock.started, run)
     fetch_s = clock.lap()
     index = await pairs_of(source, config, run)
     run.announce_total(len(index.offsets) * len(spec.orders))
@@ -579,7 +617,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     trace.run_id, trace.config_key = run_id, config_key
     lock = await hold_configuration(engine, config_key, run_id)
     try:
-        record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock)
+        record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock, reuse)
         parts_dir = parts_folder(config.output_dir, run_id)
         sink = ShardSink(engine, run_id, parts_dir, spec, output_judge_name(config), run)
     except BaseException:
@@ -608,6 +646,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
+        await note_cache_use(engine, reuse, config, sent, sink, results)
         await with_provenance(results, engine, provenance_of(spec, sink.judge, run, sent))
         too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:

@@ -85,6 +85,7 @@ class CellCounts(TypedDict, total=False):
     invalid_judgments: int | None
     cost_usd: float | None
     unpriced: bool
+    from_cache: str | None
 
 
 class AdhocResult(TypedDict):
@@ -112,7 +113,16 @@ def _counts(results: dict[str, Any]) -> CellCounts:
         "invalid_judgments": invalid.get("invalid_judgments"),
         "cost_usd": usage.get("cost_usd"),
         "unpriced": "cost_usd" in usage and usage["cost_usd"] is None,
+        "from_cache": _cache_line(results),
     }
+
+
+def _cache_line(results: dict[str, Any]) -> str | None:
+    """Where the cell's answers came from, in one line (results.json's `run.cache`)."""
+    from judgebench_flows.scoring.run_results import CacheUse
+
+    cache = (results.get("run") or {}).get("cache")
+    return CacheUse.model_validate(cache).line() if isinstance(cache, dict) else None
 
 
 def _published_results(entry: MatrixEntry, flow_run_id: str | None) -> dict[str, Any] | None:
@@ -364,6 +374,10 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         lines.append(
             f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {_cell_cost(o)} | {(o.run_id or '')[:8]} | {note} |"
         )
+    cached = [o for o in outcomes if o.from_cache]
+    if cached:
+        lines += ["", "Where each configuration's answers came from:", ""]
+        lines += [f"- {o.name}: {o.from_cache}" for o in cached]
     return "\n".join(lines)
 
 

@@ -29,6 +29,8 @@ class CellOutcome(BaseModel):
     unpriced: bool = False
     result_path: str
     message: str | None = None
+    # Where its answers came from (results.json's `run.cache` in one line; None before judging).
+    from_cache: str | None = None
     transient: bool = False  # failed for a reason a second attempt may not meet (flows/retries.py)
     # What the endpoint said differently from the baseline run (results.json's `drift.message`), when it did.
     drift: str | None = None

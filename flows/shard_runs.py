@@ -52,7 +52,7 @@ async def judge_in_process(
     run: RunContext,
 ) -> CallStats:
     """Judge every shard in this event loop; returns what the endpoint clients sent (`usage_of_calls`)."""
-    task = shard_task(config.endpoint.cache, config.shard_retries)
+    task = shard_task(config.endpoint.cache, config.shard_retries, config.endpoint.cache_max_age)
     pending = iter(shards)
     budget_spent = False
 

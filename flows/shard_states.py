@@ -10,7 +10,7 @@ from prefect.states import State
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.records import JudgmentRecord
-from judgebench_flows.judging.shards import Shard
+from judgebench_flows.judging.shards import Shard, ShardRecords
 from judgebench_flows.tasks.judge import ShardIncomplete
 
 ShardDone = Callable[[Shard, list[JudgmentRecord]], None]
@@ -22,7 +22,13 @@ async def shard_records(state: State) -> list[JudgmentRecord]:
     if state.is_completed():
         records: list[JudgmentRecord] = await state.aresult()
         if state.name == "Cached":
-            records = [r.model_copy(update={"cached_calls": r.calls}) for r in records]
+            cached = ShardRecords(
+                [r.model_copy(update={"cached_calls": r.calls}) for r in records],
+                getattr(records, "adjustments", ()),
+                run_id=getattr(records, "run_id", None),
+            )
+            cached.from_shard_cache = True
+            return cached
         return records
     exc = await state.aresult(raise_on_failure=False)
     if isinstance(exc, ShardIncomplete):

@@ -92,7 +92,9 @@ async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[Adjustment] | N
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
     judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index, run.progress_hooks)
-    records = ShardRecords((r.model_copy(update={"prompt": ""}) for r in judged), adjustments_of(spec, run))
+    records = ShardRecords(
+        (r.model_copy(update={"prompt": ""}) for r in judged), adjustments_of(spec, run), run_id=spec.run_id
+    )
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(
         "shard %d: %d judgments (%d from cache), %d failed, %d unparseable",
@@ -112,12 +114,14 @@ def no_shard_cache_key(context, parameters) -> None:
     return None
 
 
-def shard_task(cache: str, retries: int):
+def shard_task(cache: str, retries: int, max_age: str | None = None):
     """The task with the run's cache mode and retry count applied.
 
     --no-cache swaps the cache key function for one that gives no key: Prefect lets a task's
     `cache_key_fn` win over `cache_policy=NO_CACHE`, so that option alone still served cached shards.
+    With --cache-max-age a stored shard is judged again (its expiry was fixed when it was stored): its
+    answers still come from the call cache, which keeps only those younger than the maximum age.
     """
     if cache == "off":
         return judge_shard.with_options(cache_key_fn=no_shard_cache_key, retries=retries)
-    return judge_shard.with_options(refresh_cache=(cache == "refresh"), retries=retries)
+    return judge_shard.with_options(refresh_cache=(cache == "refresh" or max_age is not None), retries=retries)

@@ -87,6 +87,8 @@ def summary_markdown(results: RunResults) -> str:
         f"Consistency: {_pct(consistency.consistency if consistency else None)}. Invalid verdicts: {invalid.invalid_judgments}, "
         f"failed calls: {invalid.failed_judgments}, skipped rows: {invalid.skipped_rows}.",
     ]
+    if results.run.cache:
+        lines += ["", results.run.cache.line().replace("answers:", "Answers:", 1)]
     if results.regression:
         lines += ["", f"**Regression check:** {results.regression.message}"]
     lines += provenance_lines(results)

@@ -374,7 +374,8 @@ def test_a_worker_killed_mid_night_reuses_every_finished_cell_and_answered_call(
     """A night of three cells side by side on the nightly deployment: two fast endpoints' cells finish,
     the slow one's is judging when the worker is SIGKILLed. The rescheduled night completes on another
     worker, reusing both finished cells (their endpoints answer nothing more) and the slow cell's
-    answered calls (paid twice: at most the calls in flight at the kill)."""
+    answered calls (paid twice: at most the calls in flight at the kill). The next night of the same
+    matrix reuses none of it: every endpoint answers every call again (issue 41)."""
     url, sha = judgebench_repo
     pairs, concurrency = 12, 2
     _deploy(live_prefect)
@@ -423,17 +424,44 @@ def test_a_worker_killed_mid_night_reuses_every_finished_cell_and_answered_call(
         second = _start_worker(live_prefect, tmp_path, "second")
         try:
             finished = _final(live_prefect, flow_run_id, 400, logs)
+            assert (fast_a.answered, fast_b.answered) == fast_answered  # the finished cells were reused
+            paid = slow.answered_keys()
+            first_night = _night_results(tmp_path)
+            # The next night measures again: nothing of the first night is reused, every call is paid.
+            for endpoint in (fast_a, fast_b, slow):
+                endpoint.reset_counters()
+            next_night = _run(
+                live_prefect, "nightly-benchmarks/nightly", {"matrix_path": str(tmp_path / "matrix.yaml")}
+            )
+            next_finished = _final(live_prefect, next_night, 400, logs)
         finally:
             _stop(second)
-        assert (fast_a.answered, fast_b.answered) == fast_answered  # the finished cells were reused
-        paid = slow.answered_keys()
+        paid_next_night = [endpoint.answered_keys() for endpoint in (fast_a, fast_b, slow)]
 
     assert finished["state_type"] == "COMPLETED", finished["state"]
     assert finished["run_count"] >= 2
     assert len(paid) == 2 * pairs and max(paid.values()) <= 2
     assert sum(count > 1 for count in paid.values()) <= concurrency
-    for model in ("fast-a", "fast-b", "slow"):
-        results = json.loads(
+    for results in first_night.values():
+        assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == pairs
+    slow_cache = first_night["slow"]["run"]["cache"]
+    assert slow_cache["reuse"] == "this flow run" and slow_cache["flow_run_id"] == flow_run_id
+    assert 0 < slow_cache["answers"] < 2 * pairs  # the rescheduled cell read what the killed attempt had paid
+    assert all(source["same_flow_run"] for source in slow_cache["sources"]), slow_cache
+
+    assert next_finished["state_type"] == "COMPLETED", next_finished["state"]
+    assert [len(keys) for keys in paid_next_night] == [2 * pairs] * 3, "the next night pays for every call"
+    assert all(set(keys.values()) == {1} for keys in paid_next_night)
+    for results in _night_results(tmp_path).values():
+        assert results["run"]["cache"]["answers"] == 0 and results["run"]["cache"]["flow_run_id"] == next_night
+        assert results["overall_accuracy"]["accuracy"] == 1.0
+
+
+def _night_results(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    """Each cell's latest results.json of the night in `tmp_path`, by model."""
+    return {
+        model: json.loads(
             (tmp_path / "nightly" / cell_name("vanilla", model, GPT4O_FILE) / "latest" / "results.json").read_text()
         )
-        assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == pairs
+        for model in ("fast-a", "fast-b", "slow")
+    }

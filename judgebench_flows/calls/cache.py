@@ -8,12 +8,17 @@ An answer received is never lost: it is held in memory (and served to lookups: a
 again what its earlier attempt received) until the database confirms its write. A write that fails keeps
 its answers: they go to the run's journal on local disk (`data.journal`, fsync'd) and are written again
 until the database takes them; a process that ends first leaves the journal to the next run.
+
+What a run may reuse is its `reuse` (`db.CacheReuse`): a night's or a deployment run's answers paid under
+its own flow run only, from the command line any run's, either no older than `--cache-max-age`. Each hit
+is counted under the run that paid it (`sources`), for the run's results to say where its answers came from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,6 +60,8 @@ class CallCache:
         paid_by: str | None = None,
         scores: bool = False,
         journal: AnswerJournal | None = None,
+        reuse: db.CacheReuse = db.ANY_RUN,
+        sources: Counter[str] | None = None,
     ):
         self.engine = engine
         self.mode = mode
@@ -62,7 +69,11 @@ class CallCache:
         self.paid_by = paid_by  # the run whose calls these are (`db.paid_by_run`)
         self.scores = scores  # the caller's API answers scores (`providers.ModelAPI.answers_scores`)
         self.journal = journal  # where answers the database refused are kept (None: memory only)
+        self.reuse = reuse  # which stored answers this run may read (`db.CacheReuse`)
+        # Hits by the run that paid them ("" when no run is recorded: answers of an older version).
+        self.sources: Counter[str] = sources if sources is not None else Counter()
         self._prefetched: dict[str, Completion | None] = {}
+        self._paid_by: dict[str, str] = {}
         self._unsaved: list[dict[str, Any]] = []  # received, not yet tried: in memory only
         self._refused: list[dict[str, Any]] = []  # refused by the database, journaled: tried again
         self._held: dict[str, dict[str, Any]] = {}  # every row not yet confirmed by the database, by key
@@ -83,7 +94,7 @@ class CallCache:
         wanted = list(keys)
         if not wanted:
             return
-        rows = await asyncio.to_thread(db.cache_get_many, self.engine, wanted)
+        rows = await asyncio.to_thread(db.cache_get_many, self.engine, wanted, self.reuse)
         for key in wanted:  # a known miss (None) is remembered too, so it costs no second query
             row = rows.get(key)
             self._prefetched[key] = self._completion(row) if row is not None else None
@@ -93,13 +104,16 @@ class CallCache:
         An answer received but not yet in the database is one too."""
         held = self.received(key)
         if held is not None:
+            self.sources[self.paid_by or ""] += 1  # this run's own answer, not yet in the database
             return held
         known = key in self._prefetched
         hit = self._prefetched.pop(key, None)  # used once: memory holds only the shards in flight
         if not known and self.engine is not None:
-            rows = await asyncio.to_thread(db.cache_get_many, self.engine, [key])
+            rows = await asyncio.to_thread(db.cache_get_many, self.engine, [key], self.reuse)
             if key in rows:
                 hit = self._completion(rows[key])
+        if hit is not None:
+            self.sources[self._paid_by.pop(key, "")] += 1
         return hit
 
     def received(self, key: str) -> Completion | None:
@@ -110,6 +124,7 @@ class CallCache:
         return self._answer(row["key"], row["response"], row["prompt_tokens"], row["completion_tokens"])
 
     def _completion(self, row: db.CallCacheRow) -> Completion:
+        self._paid_by[row.key] = row.paid_by or ""
         return self._answer(row.key, row.response, row.prompt_tokens, row.completion_tokens)
 
     def _answer(self, key: str, response: str, prompt_tokens: int, completion_tokens: int) -> Completion:

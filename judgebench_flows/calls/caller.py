@@ -45,6 +45,7 @@ from judgebench_flows.core.errors import EndpointUnreachable, RunFailed
 from judgebench_flows.core.identity import call_endpoint
 from judgebench_flows.core.pricing import Spend
 from judgebench_flows.core.secrets import redact
+from judgebench_flows.data.db import ANY_RUN, CacheReuse
 from judgebench_flows.data.journal import AnswerJournal
 
 # Early stop: when this many first calls of a run all fail alike and cannot be retried, stop the run.
@@ -78,6 +79,8 @@ class CallStats:
     synchronous: int = 0
     synchronous_prompt_tokens: int = 0
     synchronous_completion_tokens: int = 0
+    # Answers read from the call cache, by the run that paid them ("": none recorded).
+    cache_sources: Counter[str] = field(default_factory=Counter)
     # What the endpoint said about the model that answered: (model answered as, system_fingerprint) ->
     # answers ("" where unsaid), and its `/models` entry (`ModelAPI.model_entry`), asked once.
     served: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -117,6 +120,8 @@ class ChatCaller:
     spend: Spend | None = None
     # The run these calls are for, noted with each cached answer (its cost counts lost attempts' answers).
     paid_by: str | None = None
+    # Which cached answers the run may read: a night's own flow run's only, or any run's; how old (`CacheReuse`).
+    reuse: CacheReuse = ANY_RUN
     # What the run's callers share: learned request rules, rejections, limits per endpoint, tokens.
     state: CallState = field(default_factory=CallState)
     early_stop_calls: int = EARLY_STOP_CALLS
@@ -167,7 +172,14 @@ class ChatCaller:
                 self.global_rate_limit,
             )
         self.cache = CallCache(
-            self.engine, settings.cache, self.model, self.paid_by, self.transport.answers_scores, self.journal
+            self.engine,
+            settings.cache,
+            self.model,
+            self.paid_by,
+            self.transport.answers_scores,
+            self.journal,
+            reuse=self.reuse,
+            sources=self.stats.cache_sources,
         )
         self._learned = self.state.learned_for(self.base_url, self.model, self.request_rule)
         # One retry budget per request for the run; deterministic rejections for the run's state (`budget`).

@@ -14,6 +14,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CacheMode = Literal["use", "off", "refresh"]
+CacheReuse = Literal["auto", "this-run", "any"]
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
+_AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def age_seconds(text: str) -> float:
+    """A maximum age as written (`90s`, `30m`, `12h`, `7d`, `2w`; a bare number is seconds) in seconds."""
+    found = _AGE.fullmatch(text.strip().lower())
+    if found is None:
+        raise ValueError("must be a duration such as 90s, 30m, 12h, 7d or 2w")
+    return float(found.group(1)) * _AGE_UNITS[found.group(2)]
 
 
 class EndpointSettings(BaseModel):
@@ -82,6 +93,16 @@ class EndpointSettings(BaseModel):
         description="the call and shard caches: use, off (ignore them) or refresh (pay again and overwrite)",
         json_schema_extra={"shortcuts": {"--no-cache": "off", "--refresh-cache": "refresh"}},
     )
+    cache_reuse: CacheReuse = Field(
+        default="auto",
+        description="which cached answers a run reuses: any (any earlier run's), this-run (only what this flow run "
+        "paid: its retries, its reschedule after a crash, a twin started meanwhile) or auto (this-run for a night "
+        "and a deployment's run, any from the command line)",
+    )
+    cache_max_age: str | None = Field(
+        default=None,
+        description="reuse only cached answers younger than this (90s, 30m, 12h, 7d, 2w); older ones are paid again",
+    )
     adaptive_concurrency: bool = Field(
         default=False, description="halve the calls in flight on a 429, grow back by one after that many successes"
     )
@@ -129,6 +150,20 @@ class EndpointSettings(BaseModel):
         if moment.tzinfo is None:
             raise ValueError("must give its UTC offset (+01:00, Z)")
         return moment.isoformat()
+
+    @field_validator("cache_max_age")
+    @classmethod
+    def _age(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if age_seconds(value) <= 0:
+            raise ValueError("must be longer than 0 seconds")
+        return value.strip().lower()
+
+    @property
+    def max_age_seconds(self) -> float | None:
+        """`cache_max_age` in seconds (None: answers of any age are reused)."""
+        return age_seconds(self.cache_max_age) if self.cache_max_age else None
 
     @field_validator("base_url")
     @classmethod

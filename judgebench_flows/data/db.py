@@ -10,6 +10,7 @@ are stored and returned as aware UTC on both backends.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import socket
@@ -81,6 +82,10 @@ class RunRow(SQLModel, table=True):
     commit: str | None = None
     data_file: str | None = None
     flow_run_id: str | None = None
+    # The outermost flow run the run belongs to (a night's, a deployment run's, or its own): a night's cells,
+    # its retries and its reschedule after a crash share it, and reuse only answers paid under it
+    # (`CacheReuse`). Added by migration 0005; older rows keep NULL.
+    root_flow_run_id: str | None = Field(default=None, index=True)
     status: str = "running"  # running, completed, regressed, failed, crashed
     # Where a running run lives, so a run whose process died (kill -9, power loss) can be marked crashed.
     host: str | None = None
@@ -557,18 +562,47 @@ def save_metrics(engine: Engine, rows: Iterable[MetricRow]) -> None:
     _upsert(engine, MetricRow, [row.model_dump(exclude={"id"}) for row in rows], ["run_id", "scope", "name"])
 
 
-def cache_get_many(engine: Engine, keys: list[str]) -> dict[str, CallCacheRow]:
-    """The call cache's rows of these keys; a database away is waited for (`outage`)."""
+@dataclasses.dataclass(frozen=True)
+class CacheReuse:
+    """Which cached answers a run may reuse: those paid by a run under the flow run `scope` (a night's or a
+    deployment run's: its retries and reschedules; None: any run's), written at or after `newer_than`.
+
+    Keys stay what they are (`core.identity`): who paid and when are the row's own columns, so a night
+    that may not reuse yesterday's answer pays again and its answer replaces it under the same key."""
+
+    scope: str | None = None
+    newer_than: datetime | None = None
+
+
+ANY_RUN = CacheReuse()
+
+
+def cache_get_many(engine: Engine, keys: list[str], reuse: CacheReuse = ANY_RUN) -> dict[str, CallCacheRow]:
+    """The call cache's rows of these keys that `reuse` allows; a database away is waited for (`outage`)."""
+    query = select(CallCacheRow)
+    if reuse.scope is not None:
+        query = query.join(RunRow, col(RunRow.run_id) == col(CallCacheRow.paid_by)).where(
+            RunRow.root_flow_run_id == reuse.scope
+        )
+    if reuse.newer_than is not None:
+        query = query.where(col(CallCacheRow.created) >= _as_utc(reuse.newer_than))
 
     def read() -> dict[str, CallCacheRow]:
         found: dict[str, CallCacheRow] = {}
         with Session(engine) as session:
             for start in range(0, len(keys), 500):
-                for row in session.exec(select(CallCacheRow).where(CallCacheRow.key.in_(keys[start : start + 500]))):  # type: ignore[attr-defined]
+                for row in session.exec(query.where(col(CallCacheRow.key).in_(keys[start : start + 500]))):
                     found[row.key] = row
         return found
 
     return patiently(read, WHERE)
+
+
+def runs_by_id(engine: Engine, run_ids: Iterable[str]) -> dict[str, RunRow]:
+    """The rows of these runs (those the database still holds), by id."""
+    wanted = sorted(set(run_ids))
+    with Session(engine) as session:
+        return {run.run_id: run for run in session.exec(select(RunRow).where(col(RunRow.run_id).in_(wanted)))}
 
 
 def cache_put_many(engine: Engine, rows: list[dict[str, Any]], patient: bool = True) -> None:

@@ -119,7 +119,7 @@ class CallCacheView:
 
     def _answers(self, turns: list[Messages]) -> list[str | None]:
         keys = [self._key(messages) for messages in turns]
-        rows = db.cache_get_many(self.engine, keys)
+        rows = db.cache_get_many(self.engine, keys, self.spec.reuse())
         return [rows[key].response if key in rows else None for key in keys]
 
     def answered(self, firsts: list[Messages]) -> set[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,11 @@ class JudgeSpec(BaseModel):
     # side by side in one process (the nightly matrix's cells) each get their own caller, counted and
     # closed apart, even when they judge alike.
     run_id: str | None = None
+    # Which cached answers the run may reuse (part of no call-cache key): those paid under this flow run
+    # (a night's or a deployment run's, `flows/cache_scope`; None: any run's), written at or after
+    # `cache_newer_than` (the run's start less --cache-max-age). A scope also separates the shard cache.
+    cache_scope: str | None = None
+    cache_newer_than: datetime | None = None
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, Any] = {}
@@ -71,6 +77,9 @@ class JudgeSpec(BaseModel):
     @property
     def base_url(self) -> str:
         return self.endpoint.base_url or "local:"
+
+    def reuse(self) -> db.CacheReuse:
+        return db.CacheReuse(self.cache_scope, self.cache_newer_than)
 
     def cache_identity(self) -> str:
         endpoint = self.endpoint
@@ -166,6 +175,7 @@ def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
             engine=db.open_database(spec.db_url) if spec.db_url and settings.cache != "off" else None,
             global_rate_limit=spec.global_rate_limit,
             paid_by=spec.run_id,
+            reuse=spec.reuse(),
             request_rule=request_rule_of(spec),
             spend=Spend(spec.price, spec.max_cost, night=run.night_spend) if spec.price is not None else None,
             api=judge.api,  # judge_lm/panda_lm: completions; reward_model: pooling
@@ -209,9 +219,25 @@ class ShardRecords(list[JudgmentRecord]):
     done: how what a Dask worker learned gets back to the flow. A plain list to everything else; a shard
     result stored before this existed (a plain list) carries none."""
 
-    def __init__(self, records: Iterable[JudgmentRecord] = (), adjustments: Iterable[Adjustment] = ()) -> None:
+    def __init__(
+        self,
+        records: Iterable[JudgmentRecord] = (),
+        adjustments: Iterable[Adjustment] = (),
+        run_id: str | None = None,
+    ) -> None:
         super().__init__(records)
         self.adjustments: list[Adjustment] = [change.copy() for change in adjustments]
+        # The run that judged the shard: a later run served it from the shard cache has its answers from there.
+        self.run_id = run_id
+        self.from_shard_cache = False
+
+
+def shard_cache_source(records: list[JudgmentRecord]) -> tuple[str, int] | None:
+    """(the run that judged it, its calls) for a shard served whole from Prefect's shard cache, else None
+    (a result stored before this was known names no run: "")."""
+    if not getattr(records, "from_shard_cache", False):
+        return None
+    return getattr(records, "run_id", None) or "", sum(r.calls for r in records)
 
 
 async def close_runtimes(run: RunContext, spec: JudgeSpec | None = None) -> CallStats:
@@ -375,5 +401,7 @@ def judge_spec(config: RunConfig, templates_dir: str | None, run: RunContext | N
 
 
 def shard_cache_key_of(spec: JudgeSpec, shard: Shard) -> str:
-    """The key of a shard's result in Prefect's cache: the judge as configured and the shard's pairs."""
-    return f"judgebench-shard-{spec.cache_identity()[:32]}-{shard.content_hash()[:32]}"
+    """The key of a shard's result in Prefect's cache: the judge as configured and the shard's pairs, and
+    for a run that reuses only its own flow run's answers, that flow run (another night's shards never)."""
+    key = f"judgebench-shard-{spec.cache_identity()[:32]}-{shard.content_hash()[:32]}"
+    return key if spec.cache_scope is None else f"{key}-{spec.cache_scope}"

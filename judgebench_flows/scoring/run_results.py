@@ -70,8 +70,47 @@ class RequestReport(Section):
         return [RequestAdjustment.model_validate(change) for change in given]
 
 
+class CacheSource(Section):
+    """The run that paid answers this run read from the call cache ("" when no run is recorded), when it
+    started, and whether it is this run's own flow run (a retry or reschedule of it)."""
+
+    run_id: str = ""
+    started: str | None = None
+    answers: int = 0
+    same_flow_run: bool = False
+
+
+class CacheUse(Section):
+    """Where a run's answers came from: how many the call cache gave, from which runs and when, and what
+    the run was allowed to reuse (`reuse`: "this flow run" for a night or deployment run, else "any run";
+    `max_age` as given). `sources` is empty where the run cannot know them (on Dask)."""
+
+    _optional = frozenset({"flow_run_id", "max_age"})
+
+    reuse: str = "any run"
+    flow_run_id: str | None = None
+    max_age: str | None = None
+    answers: int = 0
+    calls: int = 0
+    sources: list[CacheSource] = []
+
+    def line(self) -> str:
+        """The run's answers in one line: how many from a cache, from which run and date."""
+        limit = f"reuse: {self.reuse}" + (f", at most {self.max_age} old" if self.max_age else "")
+        if not self.answers:
+            return f"answers: all {self.calls} paid now, none from the call cache ({limit})"
+        named = ", ".join(
+            f"{s.answers} from {'this flow run, run' if s.same_flow_run else 'run'} {s.run_id[:8] or '(unrecorded)'}"
+            + (f" of {s.started[:10]}" if s.started else "")
+            for s in self.sources
+        )
+        if self.answers >= self.calls and self.sources and not any(s.same_flow_run for s in self.sources):
+            return f"answers: all {self.calls} from the call cache, none measured now: {named} ({limit})"
+        return f"answers: {self.answers} of {self.calls} from the call cache: {named or 'sources not known'} ({limit})"
+
+
 class RunInfo(Section):
-    _optional = frozenset({"requests", "status", "failure"})
+    _optional = frozenset({"requests", "status", "failure", "cache"})
 
     run_id: str | None = None
     config_key: str | None = None
@@ -83,6 +122,7 @@ class RunInfo(Section):
     shuffle_responses: bool = False
     seed: int | None = None
     requests: RequestReport | None = None
+    cache: CacheUse | None = None
     status: Literal["failed"] | None = None  # only when the run measured too little
     failure: str | None = None
     timings: Timings = Field(default_factory=Timings)

@@ -75,6 +75,8 @@ def print_results(results: RunResults) -> None:
         + ", "
         f"tokens {usage.prompt_tokens} in / {usage.completion_tokens} out, cost {cost_text(usage)}"
     )
+    if run.cache:
+        out.print(run.cache.line(), markup=False)
     if results.regression:
         style = "bold red" if results.regression.regressed else "green"
         out.print(f"[{style}]{results.regression.message}[/]")

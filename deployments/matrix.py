@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -22,6 +22,7 @@ from judgebench_flows.core.api_keys import check_block_name, check_env_name
 from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.run_names import judge_label, run_name
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import RUN_ID_FIELD
@@ -107,6 +108,17 @@ class MatrixEntry(BaseModel):
     name: str
     config: RunConfig
     endpoint: str = ""
+    label: str = ""  # the model as the matrix names it (its `label` when one model has two endpoints)
+
+    @property
+    def title(self) -> str:
+        """The cell as people read it (the night's artifact, its run list): judge, model, data file."""
+        return self.run_name()
+
+    def run_name(self, night: date | None = None) -> str:
+        """The cell's flow run name, at most ~60 characters; with `night`, that night's date first."""
+        config = self.config
+        return run_name(judge_label(config), self.label or config.model, config.data_path or config.data_file, night)
 
 
 def endpoint_of(config: RunConfig) -> str:
@@ -276,7 +288,7 @@ class NightlyMatrix(BaseModel):
                             "output_dir": storage.join(folder, RUN_ID_FIELD),
                         }
                     )
-                    entries.append(MatrixEntry(name=name, config=config, endpoint=endpoint_of(config)))
+                    entries.append(MatrixEntry(name=name, config=config, endpoint=endpoint_of(config), label=spec.name))
                     specs.append(spec)
         return self._endpoint_limits(entries, specs)
 

@@ -27,6 +27,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.exceptions import TerminationSignal
+from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 from pydantic import JsonValue
 from sqlalchemy.engine import Engine
@@ -50,6 +51,7 @@ from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.cache_scope import ReuseScope, cache_use, reuse_scope
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
+from judgebench_flows.flows.run_pages import judgebench_run_name, say_link
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.provenance import provenance_of
 from judgebench_flows.judging.run_context import RunContext, running
@@ -504,16 +506,17 @@ async def publish(
     )
 
 
-@flow(name="judgebench", log_prints=False, persist_result=False)
+@flow(name="judgebench", log_prints=False, persist_result=False, flow_run_name=judgebench_run_name)
 async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False) -> dict[str, Any]:
     """Judge one configuration; its outcome is also announced as a `judgebench.run.*` Prefect event
     (flows/events.py), whatever stopped it: automations, not this code, decide who hears of it.
     `retried_if_transient`: the caller runs it once more after a passing failure (flows/nightly.py), so
     such a failure is announced as `judgebench.run.retrying`, not `failed`."""
     trace = RunTrace()
-    flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    flow_run_id = str(flow_run.id)
     try:
         with running() as run:  # the CLI's or the night's run context, else the run's own
+            say_link(run)
             results = await evaluate(config, trace, run)
     except BaseException as exc:
         published = getattr(exc, "results", None)
@@ -613,7 +616,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     header = run_header(config, source, index)
     await asyncio.to_thread(check_worst_case, config, spec, index, engine)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
-    flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    flow_run_id = str(flow_run.id)
     trace.run_id, trace.config_key = run_id, config_key
     lock = await hold_configuration(engine, config_key, run_id)
     try:

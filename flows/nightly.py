@@ -35,13 +35,13 @@ import contextlib
 import hashlib
 import time
 import types
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefect import Flow, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
-from prefect.context import get_run_context
+from prefect.runtime import flow_run
 from prefect.states import Failed, State
 from pydantic import JsonValue
 from typing_extensions import TypedDict
@@ -51,6 +51,7 @@ from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
 from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, retirement_notice
+from judgebench_flows.core.text import shorten
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
@@ -61,6 +62,7 @@ from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too
 from judgebench_flows.flows.outcomes import CellOutcome, RunStatus
 from judgebench_flows.flows.pool_cells import NightOverrides, PoolCell, judge_cells_on_pool, pool_cell_entry
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
+from judgebench_flows.flows.run_pages import adhoc_run_name, night_date, nightly_run_name, say_link
 from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.scoring.formatting import percent as _pct
 
@@ -156,6 +158,7 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
         transient = is_transient(error if isinstance(error, BaseException) else None, published)
         return CellOutcome(
             name=entry.name,
+            title=entry.title,
             result_path=_run_folder(entry, published) if published else entry.config.result_path,
             flow_run_id=flow_run_id,
             status="failed",
@@ -178,6 +181,7 @@ def completed_outcome(entry: MatrixEntry, results: dict[str, Any], flow_run_id: 
     status: RunStatus = "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
     return CellOutcome(
         name=entry.name,
+        title=entry.title,
         result_path=_run_folder(entry, results),
         flow_run_id=flow_run_id,
         status=status,
@@ -202,7 +206,12 @@ def pool_outcome(entry: MatrixEntry, run: FlowRun, results: dict[str, Any] | Non
     elif state is not None and state.is_completed():
         message = f"completed, but its results are not readable here ({entry.config.result_path})"
         outcome = CellOutcome(
-            name=name, result_path=result_path, flow_run_id=str(run.id), status="failed", message=message
+            name=name,
+            title=entry.title,
+            result_path=result_path,
+            flow_run_id=str(run.id),
+            status="failed",
+            message=message,
         )
     else:
         ended = (state.message or state.name or state.type.value) if state is not None else "no state"
@@ -210,6 +219,7 @@ def pool_outcome(entry: MatrixEntry, run: FlowRun, results: dict[str, Any] | Non
         counts = _counts(results) if results else CellCounts()
         outcome = CellOutcome(
             name=name,
+            title=entry.title,
             result_path=result_path,
             flow_run_id=str(run.id),
             status="failed",
@@ -296,8 +306,7 @@ async def night_budgets(entries: list[MatrixEntry], max_cost: float | None) -> l
 
 def night_start() -> datetime:
     """When the night was scheduled to start (a rescheduled or retried night keeps its deadline), else now."""
-    run = get_run_context().flow_run  # type: ignore[union-attr]
-    expected = getattr(run, "expected_start_time", None)
+    expected: Any = flow_run.scheduled_start_time
     return expected if isinstance(expected, datetime) and expected.tzinfo else datetime.now(timezone.utc)
 
 
@@ -348,7 +357,7 @@ def night_markdown(wall_s: float, endpoints: dict[str, EndpointUse], outcomes: l
     lines += ["", "| configuration | endpoint | waited | took |", "|---|---|---|---|"]
     for o in outcomes:
         wait, took = (f"{v:.1f} s" if v is not None else "-" for v in (o.wait_s, o.duration_s))
-        lines.append(f"| {o.name} | {o.endpoint} | {wait} | {took} |")
+        lines.append(f"| {o.title or o.name} | {o.endpoint} | {wait} | {took} |")
     return "\n".join(lines)
 
 
@@ -372,12 +381,12 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         note = (o.message or "").replace("|", "\\|").replace("\n", " ")
         failed, invalid = (_of(o.failed_judgments, o.judgments), _of(o.invalid_judgments, o.judgments))
         lines.append(
-            f"| {o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {_cell_cost(o)} | {(o.run_id or '')[:8]} | {note} |"
+            f"| {o.title or o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {_cell_cost(o)} | {(o.run_id or '')[:8]} | {note} |"
         )
     cached = [o for o in outcomes if o.from_cache]
     if cached:
         lines += ["", "Where each configuration's answers came from:", ""]
-        lines += [f"- {o.name}: {o.from_cache}" for o in cached]
+        lines += [f"- {o.title or o.name}: {o.from_cache}" for o in cached]
     return "\n".join(lines)
 
 
@@ -388,12 +397,37 @@ def drift_lines(outcomes: list[CellOutcome]) -> list[str]:
     if not drifted:
         return []
     lines = [f"**Endpoint changed** under {len(drifted)} configuration{'s' if len(drifted) > 1 else ''}:", ""]
-    lines += [f"- {o.name} ({o.status}): {o.drift}" for o in drifted]
+    lines += [f"- {o.title or o.name} ({o.status}): {o.drift}" for o in drifted]
     return [*lines, ""]
 
 
-def cell_flow(name: str) -> Any:
-    """The `judgebench` flow for the cell `name`, its function under a name of its own.
+async def night_artifact(
+    entries: list[MatrixEntry],
+    outcomes: list[CellOutcome],
+    wall_s: float,
+    endpoints: dict[str, EndpointUse],
+    retiring: list[str],
+) -> None:
+    """The night's page: each cell's outcome, the night's timing, retirements and the leaderboard."""
+    from judgebench_flows.flows.leaderboard_flow import (
+        nightly_leaderboard_section,  # the leaderboard with tonight's rows (never raises)
+    )
+
+    leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
+    await acreate_markdown_artifact(
+        summary_markdown(outcomes)
+        + "\n"
+        + night_markdown(wall_s, endpoints, outcomes)
+        + "".join(f"\n\nWarning: {notice}" for notice in retiring)
+        + leaderboard,
+        key=NIGHTLY_ARTIFACT_KEY,
+        description=f"JudgeBench nightly: {len(outcomes)} configurations",
+    )
+
+
+def cell_flow(name: str, run_name: str) -> Any:
+    """The `judgebench` flow for the cell `name`, its function under a name of its own; its runs are
+    named `run_name` (judge, model, data file; a night's date).
 
     Prefect matches a rerun night's subflow calls (a crashed night rescheduled, a retried one) to the
     earlier attempt's by the function's name and the order of the calls; cells side by side call in no
@@ -404,17 +438,21 @@ def cell_flow(name: str) -> Any:
     own.__kwdefaults__, own.__annotations__, own.__doc__ = fn.__kwdefaults__, fn.__annotations__, fn.__doc__
     own.__module__ = fn.__module__
     own.__qualname__ = f"judgebench_flow_{hashlib.sha256(name.encode()).hexdigest()[:16]}"
-    return Flow(own, name=judgebench_flow.name, log_prints=False, persist_result=True, flow_run_name=name)
+    return Flow(own, name=judgebench_flow.name, log_prints=False, persist_result=True, flow_run_name=lambda: run_name)
 
 
 async def judge_cell(
-    entry: MatrixEntry, retry_delay_seconds: float, place: Places | None = None
+    entry: MatrixEntry,
+    retry_delay_seconds: float,
+    place: Places | None = None,
+    run_name: str | None = None,
 ) -> tuple[CellOutcome, State]:
     """A configuration's judging subflow, run once more after `retry_delay_seconds` if it failed for a
     reason that may pass; persist_result lets a rescheduled night reuse a finished subflow. `place`: the
-    cell's place among the cells in flight, given up while it waits to try again."""
+    cell's place among the cells in flight, given up while it waits to try again. `run_name`: the
+    subflow run's name (default: the cell's judge, model and data file)."""
     logger = get_run_logger()
-    subflow = await asyncio.to_thread(cell_flow, entry.name)  # its parameter schema: off the event loop
+    subflow = await asyncio.to_thread(cell_flow, entry.name, run_name or entry.title)  # its schema: off the loop
     state = await subflow(entry.config, retried_if_transient=True, return_state=True)
     outcome = await outcome_of(entry, state)
     if outcome.status == "failed" and outcome.transient:
@@ -443,7 +481,7 @@ async def preflight_night(matrix_path: str, entries: list[MatrixEntry]) -> State
     except UserError as exc:
         line = failure_line(exc)
         get_run_logger().error(line)
-        emit_night_event(matrix_path, [NightRefused(message=line)], get_run_context().flow_run.run_count)  # type: ignore[union-attr]
+        emit_night_event(matrix_path, [NightRefused(message=line)], flow_run.run_count)
         return Failed(message=line, data=BenchmarkFailed(line))
     return None
 
@@ -467,9 +505,11 @@ async def judge_cells(
     cells_in_flight: int,
     retry_delay_seconds: float,
     night: RunContext,
+    night_day: date | None = None,
 ) -> list[CellOutcome]:
     """Every cell side by side, up to `cells_in_flight` synchronous ones at once, the next place going to
-    the endpoint with the most work left (flows/cell_schedule.py); outcomes in matrix order."""
+    the endpoint with the most work left (flows/cell_schedule.py); outcomes in matrix order. `night_day`:
+    the night's date, in each cell's run name."""
     logger = get_run_logger()
     planned = [
         PlannedCell(i, e.endpoint, e.config.endpoint.concurrency, planned_judgments(e.config))
@@ -498,7 +538,7 @@ async def judge_cells(
             try:
                 cell_run = night.for_cell(judging.set if judging else None, place.judged if place else None)
                 with running(cell_run):
-                    outcome, _ = await judge_cell(entry, retry_delay_seconds, place)
+                    outcome, _ = await judge_cell(entry, retry_delay_seconds, place, entry.run_name(night_day))
             finally:
                 if judging:  # failed before judging: nobody waits for it any longer
                     judging.set()
@@ -507,7 +547,7 @@ async def judge_cells(
         log = logger.info if outcome.status == "completed" else logger.error
         log(
             "%s: %s, accuracy %s%s",
-            entry.name,
+            entry.title,
             outcome.status,
             _pct(outcome.accuracy),
             f" ({outcome.message})" if outcome.message else "",
@@ -522,7 +562,7 @@ async def judge_cells(
     return outcomes
 
 
-@flow(name="nightly-benchmarks", log_prints=False)
+@flow(name="nightly-benchmarks", log_prints=False, flow_run_name=nightly_run_name)
 async def nightly_benchmarks(
     matrix_path: str = "deployments/nightly.yaml",
     base_url: str | None = None,
@@ -539,6 +579,7 @@ async def nightly_benchmarks(
     `retry_delay_seconds`: the wait before a configuration that failed for a passing reason runs again.
     """
     logger = get_run_logger()
+    say_link()
     started = time.monotonic()
     matrix = load_matrix(matrix_path).overridden(repo_url=repo_url, ref=ref, data_files=data_files)
     entries = matrix.entries(base_url=base_url, max_samples=max_samples)
@@ -574,37 +615,28 @@ async def nightly_benchmarks(
         # --max-cost every cell's calls count toward the night's budget as they run.
         night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
         with running(night):
-            outcomes = await judge_cells(entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night)
+            outcomes = await judge_cells(
+                entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night, night_date()
+            )
         endpoints = night.calls.endpoint_usage()
     wall_s = round(time.monotonic() - started, 3)
     endpoints = with_busy_share(endpoints, wall_s)
 
-    from judgebench_flows.flows.leaderboard_flow import (
-        nightly_leaderboard_section,  # the leaderboard with tonight's rows (never raises)
-    )
-
-    leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
-    await acreate_markdown_artifact(
-        summary_markdown(outcomes)
-        + "\n"
-        + night_markdown(wall_s, endpoints, outcomes)
-        + "".join(f"\n\nWarning: {notice}" for notice in retiring)
-        + leaderboard,
-        key=NIGHTLY_ARTIFACT_KEY,
-        description=f"JudgeBench nightly: {len(outcomes)} configurations",
-    )
-    attempt = get_run_context().flow_run.run_count  # type: ignore[union-attr]
+    await night_artifact(entries, outcomes, wall_s, endpoints, retiring)
+    attempt = flow_run.run_count
     emit_night_event(matrix_path, outcomes, attempt, wall_s=wall_s, endpoints=endpoints)
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
         raise BenchmarkFailed(
             f"{len(bad)} of {len(outcomes)} configurations need a look: "
-            + ", ".join(f"{o.name} ({o.status})" for o in bad)
+            + "; ".join(
+                f"{o.title or o.name} ({o.status}{': ' + shorten(o.message, 200) if o.message else ''})" for o in bad
+            )
         )
     return [o.model_dump() for o in outcomes]
 
 
-@flow(name="judgebench-adhoc", log_prints=False)
+@flow(name="judgebench-adhoc", log_prints=False, flow_run_name=adhoc_run_name)
 async def judgebench_adhoc(
     model: str,
     judge_type: str = "arena_hard",
@@ -634,12 +666,13 @@ async def judgebench_adhoc(
     by a night whose matrix says `cells: pool`, flows/pool_cells.py) names a cell of a matrix file
     instead: the run judges the matrix's configuration and ignores the other parameters.
     """
+    say_link()
     if cell is not None:
         entry = pool_cell_entry(cell)
         # the endpoint's limit, shared with the night's other cells on any worker
         held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
         with running(RunContext(held_limits=held)):
-            outcome, state = await judge_cell(entry, retry_delay_seconds)
+            outcome, state = await judge_cell(entry, retry_delay_seconds, run_name=flow_run.name or None)
         return await adhoc_ending(entry, outcome, state)
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}/{RUN_ID_FIELD}"
     config = build_config(

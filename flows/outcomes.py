@@ -13,8 +13,9 @@ RunStatus = Literal["completed", "regressed", "failed"]
 class CellOutcome(BaseModel):
     """How one configuration ended, for the summary artifact and the flow's return value."""
 
-    name: str
+    name: str  # the cell's folder name (judge__model__data file): unique in its matrix
     status: RunStatus
+    title: str = ""  # as people read it: judge, model, data file (its run's name without the night's date)
     run_id: str | None = None
     flow_run_id: str | None = None
     accuracy: float | None = None

@@ -31,6 +31,7 @@ from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_li
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.outputs import latest_results
 from judgebench_flows.deployments.matrix import MatrixEntry, load_matrix
+from judgebench_flows.flows.run_pages import night_date
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
@@ -108,16 +109,16 @@ async def earlier_cell_runs(deployment: str) -> dict[str, FlowRun]:
     for again instead of judging their cells a second time beside them."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterDeploymentId, FlowRunFilterParentFlowRunId
-    from prefect.context import get_run_context
+    from prefect.runtime import flow_run
 
-    night = get_run_context().flow_run  # type: ignore[union-attr]
+    night = flow_run.id
     if night is None:
         return {}
     async with get_client() as client:
         deployment_id = (await client.read_deployment_by_name(deployment)).id
         runs = await client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
-                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[night.id]),
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[UUID(night)]),
                 deployment_id=FlowRunFilterDeploymentId(any_=[deployment_id]),
             )
         )
@@ -193,6 +194,7 @@ async def judge_cells_on_pool(
 
     logger = get_run_logger()
     limits = await ensure_endpoint_limits(entries)
+    night = night_date()
     earlier = await earlier_cell_runs(deployment)
     run_ids = []
     for entry in entries:
@@ -215,7 +217,7 @@ async def judge_cells_on_pool(
             "judge_type": entry.config.judge_type,
             "cell": cell.model_dump(exclude_none=True),
         }
-        run = await arun_deployment(deployment, parameters=parameters, flow_run_name=entry.name, timeout=0)
+        run = await arun_deployment(deployment, parameters=parameters, flow_run_name=entry.run_name(night), timeout=0)
         run_ids.append(run.id)
     started = time.monotonic()
     logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, night_bound(deadline))

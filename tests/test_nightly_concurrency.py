@@ -175,11 +175,13 @@ def test_each_cell_has_a_subflow_identity_of_its_own() -> None:
 
     from judgebench_flows.flows.nightly import cell_flow
 
-    flows = [cell_flow("vanilla__a__x"), cell_flow("vanilla__b__x"), cell_flow("vanilla__a__x")]
+    flows = [
+        cell_flow(name, f"vanilla · {name[9]} · x") for name in ("vanilla__a__x", "vanilla__b__x", "vanilla__a__x")
+    ]
     keys = [Task(name=f.name, fn=f.fn).task_key for f in flows]
     assert keys[0] == keys[2] != keys[1]
     assert {f.name for f in flows} == {"judgebench"} and all(f.persist_result for f in flows)
-    assert flows[0].flow_run_name == "vanilla__a__x"
+    assert flows[0].flow_run_name() == "vanilla · a · x"  # its runs' name: judge, model, data file
 
 
 @pytest.mark.slow

@@ -165,6 +165,20 @@ def _summary(state) -> str:
     return artifacts[-1].data
 
 
+def _night_runs(state):
+    """The night's flow run and its cells' subflow runs (every attempt), as the Prefect server has them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    night_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        night = client.read_flow_run(night_id)
+        cells = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[night_id]))
+        )
+    return night, cells
+
+
 def _run_events(model: str, since: datetime) -> list[str]:
     """The `judgebench.run.*` events of `model`'s runs since `since` in the Prefect server's event feed,
     oldest first (the session's server: other tests' runs are older)."""
@@ -242,7 +256,14 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
         assert a.snapshot()["distinct_answered"] == 8  # judge-a's key came from JUDGE_A_KEY
     runs = db.list_runs(db.open_database(db_url))
     seen = f"{state!r}; runs: {[(r.model, r.status, r.message) for r in runs]}"
-    assert state.is_failed() and f"{bad} (failed)" in state.message and good not in state.message, seen
+    good_title, bad_title = "vanilla · judge-a · gpt-4o", "vanilla · judge-b · gpt-4o"
+    # the night's reason, in its state message: which cell, and why
+    assert state.is_failed() and f"{bad_title} (failed: " in state.message and good_title not in state.message, seen
+    assert "HTTP 500" in state.message or "500" in state.message, seen
+    night_run, cell_runs = _night_runs(state)
+    assert re.fullmatch(r"nightly \d{4}-\d{2}-\d{2}", night_run.name), night_run.name
+    day = night_run.name.removeprefix("nightly ")
+    assert sorted({r.name for r in cell_runs}) == [f"{day} {good_title}", f"{day} {bad_title}"]
     # judge-b's endpoint was down (no call answered): a passing failure, so it was tried once more
     assert sorted((r.model, r.status) for r in runs) == [
         ("judge-a", "completed"),
@@ -254,8 +275,8 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
     assert _run_events("judge-a", started) == ["judgebench.run.completed"]
     summary = _summary(state)
     assert "| failed judgments | invalid judgments |" in summary
-    assert f"| {good} | completed | 100.00%" in summary and "| 0 / 8 | 0 / 8 |" in summary, summary
-    assert re.search(rf"\| {re.escape(bad)} \| \*\*FAILED\*\* \|[^\n]*\| 8 / 8 \| 0 / 8 \|", summary), summary
+    assert f"| {good_title} | completed | 100.00%" in summary and "| 0 / 8 | 0 / 8 |" in summary, summary
+    assert re.search(rf"\| {re.escape(bad_title)} \| \*\*FAILED\*\* \|[^\n]*\| 8 / 8 \| 0 / 8 \|", summary), summary
     first_a = next(r.run_id for r in runs if r.model == "judge-a")
 
     # night 2: the same endpoint (same port) now answers; its failed night must not be its baseline
@@ -320,6 +341,9 @@ def test_adhoc_run_shows_results_and_links_on_its_own_page(
     assert state.is_completed(), f"{state!r}"
     flow_run_id = state.state_details.flow_run_id
     results = json.loads((out / "results.json").read_text())
+    with get_client(sync_client=True) as client:  # the run and its judging subflow, named by what they judge
+        names = [client.read_flow_run(i).name for i in (flow_run_id, results["run"]["flow_run_id"])]
+    assert names == ["vanilla · judge-x · gpt-4o"] * 2, names
     from prefect.logging.handlers import APILogWorker
 
     APILogWorker.drain_all(timeout=30)  # logs are sent in the background
@@ -346,6 +370,10 @@ def test_adhoc_run_shows_results_and_links_on_its_own_page(
         "completed, accuracy 100.00%" in messages and "failed judgments 0 / 6, invalid judgments 0 / 6" in messages
     ), messages
     assert CANARY_KEY not in messages + page.data
+    assert (
+        f"flow run 'vanilla · judge-x · gpt-4o' in Prefect's UI: {prefect_server.removesuffix('/api')}/runs/flow-run/{flow_run_id}"
+        in messages
+    )
 
 
 def test_key_sources_are_read_by_name(prefect_server, monkeypatch):

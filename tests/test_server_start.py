@@ -153,11 +153,25 @@ def flow_runs_on(api_url: str) -> int:
         return int(json.loads(answer.read()))
 
 
+def flow_run_names_on(api_url: str) -> list[str]:
+    """The names of every flow run the server behind `api_url` records (its public REST API)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{api_url}/flow_runs/filter", data=b"{}", headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return [run["name"] for run in json.loads(answer.read())]
+
+
 def test_a_foreign_server_on_the_default_port_gets_nothing(tmp_path):
     """Another user's Prefect server (another PREFECT_HOME) listens on the port this user's settings name
     (Prefect's "default" here: the test's PREFECT_SERVER_API_PORT). A new user's run with a fresh HOME
-    starts its own server on a free port, says so in one line, remembers the port, and completes; the
-    stranger's server records no flow run. The next run reuses the remembered server, silently."""
+    starts its own server on a free port, says so (wrapped to the terminal), remembers the port, and
+    completes; the stranger's server records no flow run. The next run reuses the remembered server,
+    silently. The user's server's UI talks to its own API (`/ui-settings`), each run prints the link to
+    its flow run's page there, and the run is named by what it judged."""
     foreign_env = local_server_env(tmp_path / "stranger-home")
     port = foreign_env["PREFECT_SERVER_API_PORT"]
     foreign_url = f"http://127.0.0.1:{port}/api"
@@ -184,13 +198,24 @@ def test_a_foreign_server_on_the_default_port_gets_nothing(tmp_path):
         assert first.returncode == 0, first.stderr[-3000:]
         assert second.returncode == 0, second.stderr[-3000:]
         assert flow_runs_on(foreign_url) == 0, "the run reported to a stranger's server"
-        moved = [line for line in first.stderr.splitlines() if f"port {port} is held" in line]
-        assert len(moved) == 1 and "PREFECT_API_URL" in moved[0], first.stderr[-3000:]
+        said = " ".join(first.stderr.split())
+        assert said.count(f"port {port} is held") == 1 and "PREFECT_API_URL to use a server" in said, said[-3000:]
+        wide = [line for line in first.stderr.splitlines() if len(line) > 80 and " " in line.strip()]
+        assert not wide, first.stderr  # wrapped at words; only a path longer than a line stays whole
         assert "starting Prefect's server" in first.stderr and "Prefect's server is up" in first.stderr
         own_port = (mine / PORT_FILE).read_text().split()[1]
         assert own_port != port
         own_url = f"http://127.0.0.1:{own_port}/api"
         assert flow_runs_on(own_url) >= 2, "the runs are not on this home's own server"
+        from judgebench_flows.cli.prefect_server import ui_api_url
+
+        assert ui_api_url(own_url) == own_url, "the UI of the user's own server talks to another API"
+        for done in (first, second):
+            links = [line for line in done.stderr.splitlines() if line.startswith("UI: ")]
+            assert len(links) == 1, done.stderr[-3000:]
+            assert links[0].startswith(f"UI: http://127.0.0.1:{own_port}/runs/flow-run/"), links
+        names = flow_run_names_on(own_url)
+        assert len(names) >= 2 and all(name == "arena_hard · judge · gpt-4o" for name in names), names
         assert "held" not in second.stderr and "starting Prefect's server" not in second.stderr, second.stderr
         assert server_processes(mine) == [background_pid(mine)], "a second server of this home was started"
     finally:

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
+from judgebench_flows.core.text import wrapped
 from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.views.summaries import err, print_results
@@ -22,8 +23,8 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
 
     run = run or RunContext()
 
-    err.print(
-        f"[bold]judgebench[/] {config.judge_template or config.judge_type} / {config.model}; "
+    say(
+        f"judgebench {config.judge_template or config.judge_type} / {config.model}; "
         f"dataset {config.data_path or config.repo_url} @ {config.ref or 'default branch'}"
     )
     progress = Progress(
@@ -39,6 +40,7 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
         bar = progress.add_task("judging", total=None)
         counter = JudgmentCounter(lambda done: progress.update(bar, completed=done))
         run.add_total_hook(lambda n: progress.update(bar, total=n))
+        run.add_link_hook(say)
         run.add_progress_hook(counter.advance, counter.settle)
         try:
             with running(run):
@@ -51,6 +53,12 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
     print_results(RunResults.model_validate(results))
     regression = results.get("regression") or {}
     return 1 if regression.get("regressed") else 0
+
+
+def say(line: str) -> None:
+    """A line on stderr (above the progress bar while it is drawn), wrapped at whole words to the
+    terminal: a path or URL longer than a line stays whole on a line of its own, never cut by Rich."""
+    err.print(wrapped(line), markup=False, highlight=False, soft_wrap=True)
 
 
 class JudgmentCounter:

@@ -76,7 +76,7 @@ def use_prefect_server() -> PrefectServer:
         port = _remembered_port(home, configured) or configured
         api_url = _api_url(host, port)
         if answers(api_url, timeout=2.0) and serves_home(api_url, home):
-            pass  # this home's server, running: the common case
+            _check_ui(api_url, home)  # this home's server, running: the common case
         elif alive(_background_pid(home)):
             _wait_until_answering(api_url, home)  # booting (started by hand, or by a run killed while waiting)
             if not serves_home(api_url, home):
@@ -160,12 +160,10 @@ def _move_to_free_port(home: Path, host: str, configured: int, taken: int) -> in
         sock.bind((host, 0))
         port = int(sock.getsockname()[1])
     (home / PORT_FILE).write_text(f"{configured} {port}\n")
-    print(  # one line, as the port it names and the way out must be read together
+    _say(
         f"note: port {taken} is held by a server that is not this PREFECT_HOME's ({home}); starting its own on "
         f"port {port} (remembered in {home / PORT_FILE}); set PREFECT_API_URL to use a server of your choice, "
-        "or PREFECT_SERVER_API_PORT to pick the port",
-        file=sys.stderr,
-        flush=True,
+        "or PREFECT_SERVER_API_PORT to pick the port"
     )
     return port
 
@@ -189,20 +187,61 @@ def _background_pid(home: Path) -> int | None:
         return None
 
 
-def _prefect(*args: str, log: Path | None = None) -> subprocess.CompletedProcess[str]:
+def server_env(host: str, port: int) -> dict[str, str]:
+    """What a background server of this project is started with beside the user's environment: its own
+    address as Prefect's settings (`prefect server start --port` alone leaves PREFECT_SERVER_API_PORT at
+    4200, and Prefect's UI then talks to whatever answers on 4200: another home's server), the UI's API
+    URL (PREFECT_SERVER_UI_API_URL) naming this server unless the user set one, and Prefect's telemetry
+    off unless the user set PREFECT_SERVER_ANALYTICS_ENABLED: on a machine that cannot resolve Prefect's
+    telemetry host, Prefect 3.9.1's background server exits about 20 s after starting (seen on a machine
+    without DNS; runs then ended with exit 5)."""
+    env = {"PREFECT_SERVER_API_HOST": host, "PREFECT_SERVER_API_PORT": str(port)}
+    if not any(os.environ.get(name) for name in UI_API_URL_VARIABLES):
+        env["PREFECT_SERVER_UI_API_URL"] = _api_url(host, port)
+    if "PREFECT_SERVER_ANALYTICS_ENABLED" not in os.environ:
+        env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    return env
+
+
+# Prefect 3's setting for the API its UI talks to, and its older name (both read by Prefect's settings).
+UI_API_URL_VARIABLES = ("PREFECT_SERVER_UI_API_URL", "PREFECT_UI_API_URL")
+
+
+def ui_api_url(api_url: str) -> str | None:
+    """The API the UI of the server behind `api_url` talks to (Prefect's public `GET /ui-settings`)."""
+    request = urllib.request.Request(f"{api_url.removesuffix('/').removesuffix('/api')}/ui-settings")
+    try:
+        with urllib.request.urlopen(request, timeout=5.0) as answer:
+            said = json.loads(answer.read()).get("api_url")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return said if isinstance(said, str) else None
+
+
+def _check_ui(api_url: str, home: Path) -> None:
+    """A note when this home's running server (started by hand, or by an earlier version) serves a UI
+    that talks to another API: its pages would show another server's runs."""
+    theirs = ui_api_url(api_url)
+    if theirs is not None and theirs.rstrip("/") != api_url.rstrip("/"):
+        _say(
+            f"note: the UI of this PREFECT_HOME's server ({home}) talks to {theirs}, not to {api_url}: it shows "
+            "another server's runs; `prefect server stop`, and the next run starts it again with its UI on "
+            "its own API"
+        )
+
+
+def _prefect(
+    *args: str, log: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Prefect's own CLI, with this interpreter and environment. With `log`, its output goes to that file,
-    not a pipe: a background server inherits the descriptors and outlives this process. That server runs
-    without Prefect's telemetry unless the user set PREFECT_SERVER_ANALYTICS_ENABLED: on a machine that
-    cannot resolve Prefect's telemetry host, Prefect 3.9.1's background server exits about 20 s after
-    starting (seen on a machine without DNS; runs then ended with exit 5)."""
-    env = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false"}
-    if log is not None:
-        env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    not a pipe: a background server inherits the descriptors and outlives this process. `env`: settings
+    beside the user's environment (`server_env`)."""
+    environment = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false", **(env or {})}
     command = [sys.executable, "-m", "prefect", *args]
     if log is None:
-        return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env)
+        return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=environment)
     with open(log, "a", encoding="utf-8") as out:
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=environment)
     said = log.read_text(encoding="utf-8", errors="replace")[-2000:]
     return subprocess.CompletedProcess(done.args, done.returncode, said, "")
 
@@ -216,7 +255,17 @@ def _start_background_server(home: Path, host: str, port: int) -> None:
         f"starting Prefect's server for {home} on {host}:{port} (once: a first boot creates its database, "
         "tens of seconds; it stays up for the next runs until `prefect server stop`)",
     )
-    done = _prefect("server", "start", "--background", "--host", host, "--port", str(port), log=home / SERVER_LOG)
+    done = _prefect(
+        "server",
+        "start",
+        "--background",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        log=home / SERVER_LOG,
+        env=server_env(host, port),
+    )
     if done.returncode != 0:
         said = " ".join((done.stdout + done.stderr).split())[-300:]
         raise PrefectServerError(f"`prefect server start --background` failed: {said}; {ADVICE}")

@@ -28,6 +28,8 @@ ProgressHook = Callable[[int, int, int], None]
 however often the shard is retried; `settle_progress` then sets a finished shard's exact count."""
 SettleHook = Callable[[int, int], None]
 TotalHook = Callable[[int], None]
+LinkHook = Callable[[str], None]
+"""(a line naming the flow run and its page in Prefect's UI), said once when the flow run starts."""
 # The name of the worker plugin holding a run's context on its Dask workers (flows/dask_shards.py).
 WORKER_PLUGIN = "judgebench-run-{run_id}"
 
@@ -59,6 +61,7 @@ class RunContext:
     progress_hooks: list[ProgressHook] = dataclasses.field(default_factory=list)
     settle_hooks: list[SettleHook] = dataclasses.field(default_factory=list)
     total_hooks: list[TotalHook] = dataclasses.field(default_factory=list)
+    link_hooks: list[LinkHook] = dataclasses.field(default_factory=list)
     # A night's budget (--max-cost of the matrix), which every cell's spend counts toward; None: no such.
     night_spend: NightSpend | None = None
     # Told when the run starts judging, its data read (`announce_total`): the nightly flow starts its
@@ -88,6 +91,14 @@ class RunContext:
     def add_total_hook(self, hook: TotalHook) -> None:
         """Called once with the number of judgments a run will make (known only after the data is read)."""
         self.total_hooks.append(hook)
+
+    def add_link_hook(self, hook: LinkHook) -> None:
+        """Called with the line that names the flow run and links its page in Prefect's UI."""
+        self.link_hooks.append(hook)
+
+    def announce_link(self, line: str) -> None:
+        for hook in self.link_hooks:
+            hook(line)
 
     def settle_progress(self, shard_index: int, judgments: int) -> None:
         """A shard is finished with this many judgments (judged here, on a Dask worker, or from Prefect's

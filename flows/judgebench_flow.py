@@ -46,7 +46,7 @@ from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
 from judgebench_flows.data.outage import OUTAGE
-from judgebench_flows.data.outputs import for_run, point_latest
+from judgebench_flows.data.outputs import RUN_ID_FIELD, for_run, mark_failed, point_latest
 from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.cache_scope import ReuseScope, cache_use, reuse_scope
 from judgebench_flows.flows.events import RunTrace, emit, run_event
@@ -479,6 +479,15 @@ def parts_folder(output_dir: str, run_id: str) -> Path:
     return Path(output_dir) / ".parts" / run_id
 
 
+def settle_folder(layout: str, folder: str, run_id: str, too_little: str | None) -> None:
+    """A run folder of a per-run layout: `latest` names it when the run finished with results; a run that
+    measured too little keeps its folder, marked FAILED with the reason, and `latest` stays where it was."""
+    if not too_little:
+        point_latest(layout, run_id)
+    elif RUN_ID_FIELD in layout:
+        mark_failed(folder, too_little)
+
+
 async def publish(
     run_id: str,
     results: RunResults,
@@ -657,7 +666,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         clock.lap()
         await prefect_api_answering(config.server_lost_seconds())
         results.outputs = await publish(run_id, results, sink, config, source, header, spec)
-        point_latest(layout, run_id)
+        settle_folder(layout, config.output_dir, run_id, too_little)
         shutil.rmtree(sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()

@@ -54,7 +54,7 @@ from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd,
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
-from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, latest_results
+from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, results_of_flow_run
 from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.cell_schedule import CellSchedule, Places, PlannedCell, planned_judgments
 from judgebench_flows.flows.events import NightRefused, emit_night_event
@@ -130,10 +130,7 @@ def _cache_line(results: dict[str, Any]) -> str | None:
 def _published_results(entry: MatrixEntry, flow_run_id: str | None) -> dict[str, Any] | None:
     """The results.json a failed cell published before failing (a run that measured too little still
     publishes what it has), if it is this subflow run's and not an earlier night's."""
-    results = latest_results(entry.config.result_path)  # a cell's runs each write their own folder
-    if not results or not flow_run_id or (results.get("run") or {}).get("flow_run_id") != flow_run_id:
-        return None
-    return results
+    return results_of_flow_run(entry.config.result_path, flow_run_id)  # each run of a cell: its own folder
 
 
 async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:

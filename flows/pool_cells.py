@@ -29,7 +29,7 @@ from typing_extensions import TypedDict
 
 from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_limits
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.data.outputs import latest_results
+from judgebench_flows.data.outputs import published_results
 from judgebench_flows.deployments.matrix import MatrixEntry, load_matrix
 from judgebench_flows.flows.run_pages import night_date
 
@@ -162,21 +162,27 @@ async def wait_for_runs(run_ids: list[UUID], bound: datetime) -> dict[UUID, Flow
 
 async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> dict[str, Any] | None:
     """The cell's results.json if this cell run's judging subflow wrote it (not an earlier night's)."""
+
+    for results in published_results(entry.config.result_path):  # each run of the cell: its own folder
+        subflow_id = (results.get("run") or {}).get("flow_run_id")
+        if subflow_id and await _is_subflow_of(UUID(subflow_id), run_id):
+            return results
+    return None
+
+
+async def _is_subflow_of(subflow_id: UUID, run_id: UUID) -> bool:
+    """Whether the flow run `subflow_id` ran inside the flow run `run_id` (Prefect's parent task run)."""
     from prefect.client.orchestration import get_client
 
-    results = latest_results(entry.config.result_path)  # each run of the cell writes its own folder
-    subflow_id = ((results or {}).get("run") or {}).get("flow_run_id")
-    if not results or not subflow_id:
-        return None
     try:
         async with get_client() as client:
-            subflow = await client.read_flow_run(UUID(subflow_id))
+            subflow = await client.read_flow_run(subflow_id)
             if subflow.parent_task_run_id is None:
-                return None
+                return False
             parent = await client.read_task_run(subflow.parent_task_run_id)
     except Exception:  # unreadable here, or not a run this server knows: not this cell run's results
-        return None
-    return results if parent.flow_run_id == run_id else None
+        return False
+    return parent.flow_run_id == run_id
 
 
 async def judge_cells_on_pool(

@@ -104,7 +104,7 @@ def test_malformed_rows_are_skipped_named_and_counted(run_cli, server, tmp_path:
     result = run_cli(*base_args(server, tmp_path, "--data-path", str(path)))
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    results = json.loads((tmp_path / "results" / "latest" / "judgebench.json").read_text())
+    results = json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
     assert results["dataset"]["n_pairs"] == 2
     assert results["dataset"]["skipped_rows"] == 4
     assert results["invalid"]["skipped_rows"] == 4
@@ -257,7 +257,11 @@ def test_custom_judge_whose_parse_raises_makes_judgments_invalid(
     assert result.returncode == 4, result.stderr  # every verdict invalid: the run measured nothing
     assert "run failed: 6 of 6 judgments failed or were invalid" in result.stderr
     assert "Traceback" not in result.stderr
-    results = json.loads((tmp_path / "results" / "latest" / "judgebench.json").read_text())
+    [folder] = [p.parent for p in (tmp_path / "results").glob("*/results.json")]  # its own folder
+    assert not (tmp_path / "results" / "latest").exists(), "latest names a run that measured nothing"
+    assert "6 of 6 judgments failed or were invalid" in (folder / "FAILED").read_text()
+    results = json.loads((folder / "results.json").read_text())
+    assert results["run"]["status"] == "failed"
     assert results["invalid"]["invalid_judgments"] == 6
     assert results["invalid"]["failed_judgments"] == 0
     assert any("ValueError" in reason and "no idea what" in reason for reason in results["invalid"]["reasons"])

@@ -31,7 +31,7 @@ def pairs_file(path: Path, n: int = 3, tag: str = "") -> Path:
     return write_jsonl(path, [pair(i, question=f"{tag}What is {i}+{i}?") for i in range(n)])
 
 
-def results_of(tmp_path: Path, name: str = "results/latest/judgebench.json") -> dict:
+def results_of(tmp_path: Path, name: str = "results/latest/results.json") -> dict:
     return json.loads((tmp_path / name).read_text())
 
 
@@ -151,7 +151,7 @@ def test_credentials_in_urls_reach_no_store(run_cli, tmp_path: Path, judgebench_
         ]
         result = run_cli(*args, env=git_env)
     assert result.returncode == 0, result.stderr
-    results_text = (tmp_path / "results" / "latest" / "judgebench.json").read_text()
+    results_text = (tmp_path / "results" / "latest" / "results.json").read_text()
     results = json.loads(results_text)
     texts = {
         "terminal": result.stdout + result.stderr,

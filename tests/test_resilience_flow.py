@@ -90,7 +90,7 @@ def run(args: list[str], workdir: Path, env: dict[str, str] | None = None) -> su
 
 
 def results_of(workdir: Path) -> dict[str, Any]:
-    return json.loads((workdir / "results" / "latest" / "judgebench.json").read_text())
+    return json.loads((workdir / "results" / "latest" / "results.json").read_text())
 
 
 def scores(results: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +189,7 @@ def test_killed_run_resumes_without_losing_or_repaying_calls(baseline, judgebenc
             process.wait(timeout=30)
     answered_before_kill = server.answered
     assert answered_before_kill < CALLS, "killed too late to test anything"
-    assert not list(tmp_path.glob("results/*/judgebench.json"))
+    assert not list(tmp_path.glob("results/*/results.json"))
 
     run(args, tmp_path, env)
 

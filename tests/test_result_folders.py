@@ -31,12 +31,12 @@ def test_two_runs_keep_two_folders_and_latest_names_the_newest(run_cli, server, 
     for _ in range(2):
         done = run_cli(*[a for a in args if a != "--no-report"])
         assert done.returncode == 0, done.stderr
-        runs.append(json.loads((tmp_path / "results/latest/judgebench.json").read_text())["run"]["run_id"])
+        runs.append(json.loads((tmp_path / "results/latest/results.json").read_text())["run"]["run_id"])
     first, second = runs
     assert first != second
     for run_id in runs:
         folder = tmp_path / "results" / run_id
-        kept = json.loads((folder / "judgebench.json").read_text())
+        kept = json.loads((folder / "results.json").read_text())
         assert kept["run"]["run_id"] == run_id, "a later run overwrote an earlier one's results"
         assert (folder / "report.html").is_file() and list(folder.glob("*.jsonl"))
     assert (tmp_path / "results/latest").resolve() == (tmp_path / "results" / second).resolve()
@@ -58,3 +58,35 @@ def test_latest_is_replaced_not_followed(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "latest").resolve() == tmp_path / "out" / "b"
     assert list((tmp_path / "out" / "a").iterdir()) == []
     assert point_latest(str(tmp_path / "fixed"), "c") is None
+
+
+def test_a_failed_run_keeps_its_folder_and_latest_stays_the_last_good_one(run_cli, server, tmp_path: Path) -> None:
+    """A run whose every verdict is unreadable (the endpoint answers nonsense) measured nothing: it keeps its
+    own folder, marked FAILED, and `results/latest` still names the newest run that finished with results."""
+    data = write_jsonl(tmp_path / "pairs.jsonl", [pair(i) for i in range(3)])
+    good = run_cli(*base_args(server, tmp_path, "--data-path", str(data), "--no-cache"))
+    assert good.returncode == 0, good.stderr
+    good_id = json.loads((tmp_path / "results/latest/results.json").read_text())["run"]["run_id"]
+    with FakeOpenAIServer("I cannot decide.") as nonsense:
+        failed = run_cli(*base_args(nonsense, tmp_path, "--data-path", str(data), "--no-cache"))
+    assert failed.returncode == 4, failed.stderr
+    folders = {p.parent.name for p in (tmp_path / "results").glob("*/results.json") if p.parent.name != "latest"}
+    [failed_id] = folders - {good_id}
+    assert "judgments failed or were invalid" in (tmp_path / "results" / failed_id / "FAILED").read_text()
+    assert json.loads((tmp_path / "results" / failed_id / "results.json").read_text())["run"]["status"] == "failed"
+    assert (tmp_path / "results/latest").resolve() == (tmp_path / "results" / good_id).resolve()
+    assert not (tmp_path / "results" / good_id / "FAILED").exists()
+
+
+def test_results_written_under_the_old_name_are_still_read(tmp_path: Path) -> None:
+    """The CLI wrote `judgebench.json` before; deployments `results.json`: one name now, the old one read."""
+    from judgebench_flows.data.outputs import latest_results, results_of_flow_run
+
+    old = tmp_path / "results" / "r1"
+    old.mkdir(parents=True)
+    (old / "judgebench.json").write_text(json.dumps({"run": {"run_id": "r1", "flow_run_id": "f1"}}))
+    point_latest(str(tmp_path / "results" / "{run_id}"), "r1")
+    layout = str(tmp_path / "results" / "{run_id}" / "results.json")
+    assert latest_results(layout) == {"run": {"run_id": "r1", "flow_run_id": "f1"}}
+    assert results_of_flow_run(layout, "f1") == {"run": {"run_id": "r1", "flow_run_id": "f1"}}
+    assert results_of_flow_run(layout, "f2") is None

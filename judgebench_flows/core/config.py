@@ -94,7 +94,7 @@ class RunConfig(BaseModel):
     # Each run its own folder ({run_id} is replaced; results/latest links the newest): a run never
     # overwrites what an earlier one wrote unless these options name the same files.
     result_path: str = Field(
-        default="results/{run_id}/judgebench.json", description="results JSON ({run_id}: the run's id)"
+        default="results/{run_id}/results.json", description="results JSON ({run_id}: the run's id)"
     )
     output_dir: str = Field(
         default="results/{run_id}",

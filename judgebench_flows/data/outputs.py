@@ -6,10 +6,12 @@ path under a file or a name too long for the filesystem must therefore be found 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,11 @@ def check_file(option: str, path: str) -> None:
 
 
 RUN_ID_FIELD = "{run_id}"  # in --result-path / --output-dir: replaced by the run's id
-LATEST = "latest"  # beside the per-run folders: a link (an object naming it, in a store) to the newest run's folder
+LATEST = "latest"  # beside the run folders: a link (an object naming it, in a store) to the newest good run's
+RESULTS_FILE = "results.json"  # a run's results, from the CLI and deployments alike
+OLD_RESULTS_FILE = "judgebench.json"  # the CLI's name before 0.1 (issue 45): still read
+FAILED_MARK = "FAILED"  # in a failed run's folder: the reason, one line (its results.json says so too)
+SEARCHED_RUNS = 50  # how many of the newest run folders are searched for a flow run's results
 
 
 def run_folders_root(path: str) -> str:
@@ -96,13 +102,75 @@ def for_run(path: str, run_id: str) -> str:
     return path.replace(RUN_ID_FIELD, run_id)
 
 
+def read_results(path: str | Path) -> dict[str, Any] | None:
+    """A results file (a path or an object-store URL), or None when it cannot be read; a run folder's
+    `results.json` written by an earlier version under its old name (`judgebench.json`) is read too."""
+    candidates = [str(path)]
+    if storage.name(str(path)) == RESULTS_FILE:
+        candidates.append(storage.join(storage.parent(str(path)), OLD_RESULTS_FILE))
+    for candidate in candidates:
+        try:
+            return json.loads(storage.read_text(candidate))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def latest_results(result_path: str) -> dict[str, Any] | None:
-    """The results.json the newest run of a per-run layout published (through `latest`), or None when
-    none can be read: which run wrote it is the caller's to check (its `run.flow_run_id`)."""
+    """The results.json of the newest run of a per-run layout that finished with results (through
+    `latest`), or None when none can be read."""
     try:
-        return json.loads(storage.read_text(resolve_latest(result_path)))
-    except (OSError, ValueError):
+        return read_results(resolve_latest(result_path))
+    except (OSError, ValueError):  # no `latest` pointer object yet
         return None
+
+
+def published_results(result_path: str) -> Iterator[dict[str, Any]]:
+    """The results.json files the runs of a per-run layout published, finished or failed, newest first
+    (the newest SEARCHED_RUNS folders): which run wrote one is its `run.flow_run_id`."""
+    if RUN_ID_FIELD not in result_path:
+        found = read_results(result_path)
+        if found is not None:
+            yield found
+        return
+    pattern = for_run(result_path, "*")
+    patterns = [pattern, storage.join(storage.parent(pattern), OLD_RESULTS_FILE)]
+    if storage.name(pattern) != RESULTS_FILE:
+        patterns = patterns[:1]
+    if storage.is_url(pattern):  # an object store: no modification order to trust, every folder is read
+        fs, _ = storage.filesystem(pattern)
+        prefix = storage.scheme_of(pattern) + "://"
+        paths: list[str] = [prefix + key for p in patterns for key in fs.glob(storage.filesystem(p)[1])]
+    else:
+        paths = sorted((p for one in patterns for p in glob.glob(one)), key=_modified, reverse=True)
+    for path in [p for p in paths if storage.name(storage.parent(p)) != LATEST][:SEARCHED_RUNS]:
+        found = read_results(path)
+        if found is not None:
+            yield found
+
+
+def results_of_flow_run(result_path: str, flow_run_id: str | None) -> dict[str, Any] | None:
+    """The results.json the flow run `flow_run_id` published (in its own folder, finished or failed)."""
+    if not flow_run_id:
+        return None
+    return next(
+        (r for r in published_results(result_path) if (r.get("run") or {}).get("flow_run_id") == flow_run_id), None
+    )
+
+
+def mark_failed(folder: str | Path, reason: str) -> None:
+    """A failed run's folder says so at a glance (`FAILED`, with the reason); `latest` never points at it."""
+    try:
+        storage.write_text(storage.join(folder, FAILED_MARK), " ".join(reason.split()) + "\n")
+    except OSError:
+        pass  # its results.json says `"status": "failed"` too
+
+
+def _modified(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def resolve_latest(layout: str) -> str:
@@ -144,12 +212,20 @@ def point_latest(layout: str, run_id: str) -> str | Path | None:
 
 
 __all__ = [
+    "FAILED_MARK",
     "LATEST",
+    "OLD_RESULTS_FILE",
+    "RESULTS_FILE",
     "MAX_NAME_BYTES",
     "RUN_ID_FIELD",
     "check_directory",
     "check_file",
     "for_run",
+    "latest_results",
+    "mark_failed",
+    "published_results",
+    "read_results",
+    "results_of_flow_run",
     "point_latest",
     "resolve_latest",
     "run_folders_root",

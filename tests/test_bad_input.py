@@ -265,9 +265,7 @@ def test_custom_judge_whose_parse_raises_makes_judgments_invalid(
     assert results["invalid"]["invalid_judgments"] == 6
     assert results["invalid"]["failed_judgments"] == 0
     assert any("ValueError" in reason and "no idea what" in reason for reason in results["invalid"]["reasons"])
-    rows = [
-        json.loads(line) for line in next(folder.glob("*.jsonl")).read_text().splitlines()
-    ]
+    rows = [json.loads(line) for line in next(folder.glob("*.jsonl")).read_text().splitlines()]
     judgments = [j for row in rows for j in row["judgments"]]
     assert len(judgments) == 6
     assert all(

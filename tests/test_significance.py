@@ -326,3 +326,44 @@ def test_ties_never_split_and_one_row_is_tier_one() -> None:
     only = [_row("x", 0.9, same)]
     assign_tiers(only)
     assert only[0].tier == 1
+
+
+@requires_shared
+def test_compare_never_says_regression_beside_within_noise_and_shows_invalid_verdicts(tmp_path) -> None:
+    """A run whose every verdict is invalid, against one right on all 4 pairs: -100 points, but 4
+    discordant pairs are too few for the exact test (p = 0.125): one verdict, "within noise", no
+    "(regression)"; the invalid verdicts are named beside the test on the pairs both judged validly."""
+    from judgebench_flows.data import db
+    from judgebench_flows.scoring.compare import compare_runs
+
+    pairs = load_jsonl(SHARED / "data" / GPT4O_FILE)[:4]
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    engine = db.open_database(url)
+    t0 = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    _save_run(engine, "a" * 32, pairs, {p["pair_id"] for p in pairs}, t0)
+    _save_run(engine, "b" * 32, pairs, set(), t0 + timedelta(hours=1))
+    with engine.begin() as connection:  # B's verdicts: unreadable answers, not wrong ones
+        connection.exec_driver_sql(
+            "UPDATE judgments SET status = 'invalid', decision = '', decision_for_pair = '' WHERE run_id = ?",
+            ("b" * 32,),
+        )
+    engine.dispose()
+
+    comparison = compare_runs(url, "a" * 32, "b" * 32)
+    assert comparison.bootstrap is not None and comparison.bootstrap.delta == -1.0
+    assert comparison.slices[0].verdict == "within noise" and not comparison.bootstrap.regressed
+    assert (comparison.invalid_a_only, comparison.invalid_b_only, comparison.valid_pairs) == (0, 4, 0)
+    table = subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli.main", "compare", "a" * 8, "b" * 8, "--db-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "COLUMNS": "80"},
+    )
+    assert table.returncode == 0, table.stderr
+    said = " ".join(table.stdout.split())
+    assert "(regression)" not in said and "within noise" in said
+    assert "verdicts invalid in one run only: 0 pairs in A, 4 in B (counted as wrong above)" in said, said
+    assert "no pair was judged validly by both" in said
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80, table.stdout

@@ -140,9 +140,23 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> Compari
     bootstrap = mcnemar = None
     if common:
         result = stats.paired_bootstrap_delta(correctness_of(scores_a), correctness_of(scores_b), seed=seed)
-        bootstrap = result
+        # One verdict: a regression is a drop the exact test calls too (slices[0].verdict), never a drop
+        # beside "within noise" (an interval from a few discordant pairs can lie below zero alone).
+        bootstrap = result.model_copy(update={"regressed": result.regressed and slices[0].verdict == "A better"})
         mcnemar = stats.mcnemar_exact(correctness_of(scores_a), correctness_of(scores_b))
+    both_valid = [p for p in common if scores_a[p].valid and scores_b[p].valid]
+    valid_mcnemar = (
+        stats.mcnemar_exact(
+            correctness_of({p: scores_a[p] for p in both_valid}), correctness_of({p: scores_b[p] for p in both_valid})
+        )
+        if both_valid
+        else None
+    )
     return Comparison(
+        invalid_a_only=sum(1 for p in common if not scores_a[p].valid and scores_b[p].valid),
+        invalid_b_only=sum(1 for p in common if scores_a[p].valid and not scores_b[p].valid),
+        valid_pairs=len(both_valid),
+        valid_mcnemar=valid_mcnemar,
         run_a=a.run_id,
         run_b=b.run_id,
         slices=slices,

@@ -298,6 +298,12 @@ class Comparison(BaseModel):
     # What the endpoint said differently in B than in A, and which sent fields differ (`provenance`).
     served_changes: list[FieldChange] = []
     sent_changes: list[FieldChange] = []
+    # Pairs whose verdicts were all invalid (or failed) in one run only: counted as wrong in the figures
+    # above, and tested apart: `valid_mcnemar` is the exact test on the pairs both runs judged validly.
+    invalid_a_only: int = 0
+    invalid_b_only: int = 0
+    valid_pairs: int = 0
+    valid_mcnemar: McNemarResult | None = None
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from judgebench_flows.core.pricing import format_usd
+from judgebench_flows.scoring.compare import verdict_in_words
 from judgebench_flows.scoring.formatting import percent as _pct
 from judgebench_flows.scoring.result_types import Comparison, Consistency, FlippedPair, SliceAccuracy, Usage
 from judgebench_flows.scoring.run_results import RunResults
@@ -150,6 +151,8 @@ def print_comparison(comparison: Comparison) -> None:
     for title, changes in (("endpoint said", comparison.served_changes), ("sent", comparison.sent_changes)):
         if changes:
             out.print(f"{title} differently (A -> B): " + "; ".join(c.text() for c in changes), markup=False)
+    if comparison.invalid_a_only or comparison.invalid_b_only:
+        out.print(_invalid_line(comparison))
     cost = comparison.cost
     if cost.a or cost.b:
         out.print(f"cost: A {cost.a or 'not recorded'}, B {cost.b or 'not recorded'}")
@@ -160,6 +163,23 @@ def print_comparison(comparison: Comparison) -> None:
     )
     if flipped:
         out.print(_flipped_table(flipped[:200], narrow=out.width < 110))
+
+
+def _invalid_line(comparison: Comparison) -> str:
+    """Pairs with no valid verdict in one run only (counted as wrong above), beside the exact test on the
+    pairs both runs judged validly: a change made of invalid verdicts is shown as such."""
+    test = comparison.valid_mcnemar
+    on_valid = (
+        f"on the {comparison.valid_pairs} pairs both judged validly: {test.discordant_a_only} right only in A, "
+        f"{test.discordant_b_only} only in B, p = {_p_text(test.p_value)} "
+        f"({verdict_in_words(test.discordant_b_only - test.discordant_a_only, test.p_value)})"
+        if test
+        else "no pair was judged validly by both"
+    )
+    return (
+        f"[yellow]verdicts invalid in one run only: {comparison.invalid_a_only} pairs in A, "
+        f"{comparison.invalid_b_only} in B (counted as wrong above)[/]; {on_valid}"
+    )
 
 
 def _p_text(p: float | None) -> str:

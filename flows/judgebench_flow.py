@@ -37,7 +37,7 @@ from judgebench_flows.calls.global_limits import ensure_limits
 from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
-from judgebench_flows.core.errors import InfrastructureLost, RunFailed
+from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, RunFailed
 from judgebench_flows.core.pricing import BudgetReached, cost_usd, retirement_notice, split_cost
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
@@ -283,11 +283,13 @@ async def note_cache_use(
     get_run_logger().info(results.run.cache.line())
 
 
-def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec) -> None:
+def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec, parts_dir: Path) -> None:
     """The run's row when it ends without results: `interrupted` on request, else `failed` (with the
-    database itself gone, the next run's `mark_crashed` marks it)."""
+    database itself gone or its disk full, the next run's `mark_crashed` marks it). Its JSONL parts go:
+    the next run writes its own (a full disk is not kept full by them)."""
+    shutil.rmtree(parts_dir, ignore_errors=True)
     stop = stop_request(exc)
-    with contextlib.suppress(InfrastructureLost):
+    with contextlib.suppress(InfrastructureLost, PathNotWritable):
         if stop:
             db.interrupt_run(engine, run_id, stop)
         else:
@@ -677,7 +679,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             raise RunFailed(too_little, final)
         return final
     except BaseException as exc:
-        record_stop(engine, run_id, exc, spec)
+        record_stop(engine, run_id, exc, spec, parts_dir)
         raise
     finally:
         lock.release()

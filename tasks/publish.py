@@ -18,6 +18,7 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from judgebench_flows.core import artifact_keys
+from judgebench_flows.core.errors import PathNotWritable
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.data import db, storage
 from judgebench_flows.scoring.formatting import percent
@@ -110,11 +111,14 @@ def provenance_lines(results: RunResults) -> list[str]:
 
 def concatenate(parts: list[Path], target: str) -> str:
     """Join the per-shard JSONL parts in shard order into the final file (or object), atomically: a
-    retried publish replaces it whole."""
-    with storage.open_write(target) as out:
-        for part in parts:
-            with part.open("rb") as handle:
-                shutil.copyfileobj(handle, out)
+    retried publish replaces it whole. A full disk leaves no half-written copy behind (`storage.open_write`)."""
+    try:
+        with storage.open_write(target) as out:
+            for part in parts:
+                with part.open("rb") as handle:
+                    shutil.copyfileobj(handle, out)
+    except OSError as exc:
+        raise PathNotWritable.of("--output-dir", Path(target).parent, exc) from None
     return target
 
 

@@ -102,3 +102,16 @@ def test_request_options_are_checked_before_anything_runs(option: str, value: st
     with pytest.raises(SystemExit) as exit_:
         cli.main(["run", "--model", "m", option, value])
     assert exit_.value.code == 2 and option in capsys.readouterr().err
+
+
+def test_last_error_log_goes_to_the_runs_cache_dir(monkeypatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setenv("JUDGEBENCH_CACHE_DIR", str(tmp_path / "default"))
+
+    def broken(args):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(cli, "command_run", broken)
+    assert cli.main(["run", "--model", "m", "--cache-dir", str(tmp_path / "mine")]) == cli.EXIT_BUG
+    assert str(tmp_path / "mine" / "last-error.log") in capsys.readouterr().err
+    assert "Traceback" in (tmp_path / "mine" / "last-error.log").read_text()
+    assert not (tmp_path / "default").exists()

@@ -12,6 +12,7 @@ not answer for --db-lost-timeout (answers received are kept: the same command re
 budget resumes without paying for them again). A worst case above --max-cost is refused before any call
 with exit 2, like any other bad input (docs/cost.md).
 7 with --batch, the provider refused a batch as a whole for a reason not in our input.
+8 a path the run writes cannot be written (disk full, no permission): one line naming it and its option.
 9 the endpoint is unreachable: no call answered for --endpoint-lost-timeout, every attempt since failed to
 connect (the same command sends only the calls never answered).
 130 interrupted by Ctrl-C, 143 stopped by SIGTERM (systemd, Docker, Kubernetes, CI): one line, the run recorded
@@ -104,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="judgebench",
         description="Benchmark LLM judges on JudgeBench with Prefect. Exit codes: 0 ok, 1 regression, 2 bad input, "
         "3 unexpected error, 4 the run measured too little, 5 the Prefect server or the results database was "
-        "lost, 6 the run spent its --max-cost, 7 the provider refused a batch, 9 the endpoint is unreachable, "
+        "lost, 6 the run spent its --max-cost, 7 the provider refused a batch, 8 a path cannot be written, "
+        "9 the endpoint is unreachable, "
         "130 Ctrl-C, 143 SIGTERM.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
@@ -379,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted: {RESUME_LINE}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line (exit 3); the traceback with --verbose, else in a log file
-        return _unexpected(exc, getattr(args, "verbose", False))
+        return _unexpected(exc, getattr(args, "verbose", False), getattr(args, "cache_dir", None))
     except BaseException as exc:
         if not _stopped_by_sigterm(exc):
             raise
@@ -387,9 +389,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_TERMINATED
 
 
-def _unexpected(exc: Exception, verbose: bool) -> int:
+def _unexpected(exc: Exception, verbose: bool, cache_dir: str | None = None) -> int:
     """Report an unexpected error as one line; its traceback goes to stderr with --verbose, else to
-    `last-error.log` in the cache directory (secrets redacted either way)."""
+    `last-error.log` in the run's cache directory (--cache-dir, else the default; secrets redacted either way)."""
     import traceback
 
     from judgebench_flows.core.secrets import redact
@@ -400,10 +402,9 @@ def _unexpected(exc: Exception, verbose: bool) -> int:
     if verbose:
         print(trace, file=sys.stderr, end="")
     else:
-        log = (
-            Path(os.environ.get("JUDGEBENCH_CACHE_DIR") or Path.home() / ".cache" / "judgebench-flows")
-            / "last-error.log"
-        )
+        from judgebench_flows.data.journal import default_cache_dir
+
+        log = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "last-error.log"
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(trace, encoding="utf-8")

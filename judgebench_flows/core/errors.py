@@ -4,6 +4,8 @@ The CLI prints a `UserError` as a single line and exits non-zero; anything else 
 traceback. Raise it at the boundary where the bad input is first seen, naming the row or option.
 """
 
+from __future__ import annotations
+
 
 class UserError(Exception):
     """Bad input or configuration: shown to the user as one line, never with a traceback."""
@@ -53,6 +55,11 @@ class PathNotWritable(UserError):
 
     def __reduce__(self):  # Prefect and Dask pickle exceptions
         return (PathNotWritable, (self.option, self.path, self.reason))
+
+    @classmethod
+    def of(cls, option: str, path: object, exc: OSError) -> PathNotWritable:
+        """From the `OSError` a write raised (its reason as the system says it: "No space left on device")."""
+        return cls(option, str(path), exc.strerror or str(exc))
 
 
 class EndpointUnreachable(FatalEndpointError):

@@ -31,7 +31,7 @@ from sqlmodel import Field, Session, SQLModel, UniqueConstraint, col, select
 from tenacity import Retrying, retry_if_exception, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from judgebench_flows.core.credentials import resolve as resolve_credentials
-from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.errors import PathNotWritable, UserError
 from judgebench_flows.core.records import FINISHED, JudgmentRecord
 from judgebench_flows.data.outage import connection_lost, patiently
 
@@ -247,7 +247,7 @@ WHERE = "the results database (--db-url)"
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def _with_retries(write: Callable[[], None], patient: bool = True) -> None:
+def _with_retries(write: Callable[[], None], patient: bool = True, engine: Engine | None = None) -> None:
     """Run a write, retrying with jittered backoff when the database says "try again".
 
     SQLite answers "database is locked" when its busy timeout runs out under many writers, and PostgreSQL
@@ -255,17 +255,48 @@ def _with_retries(write: Callable[[], None], patient: bool = True) -> None:
     are transient, and every write here is an idempotent upsert or update, so running it again is safe.
     A database that is away (its connection refused or cut) is waited for within `--db-lost-timeout`
     (`outage`), unless not `patient`: the call cache keeps what it could not write in its journal instead.
+    A full disk is no passing trouble: `PathNotWritable` naming the database (exit 8).
     """
     retrying = Retrying(
         stop=stop_after_attempt(WRITE_ATTEMPTS),
         wait=wait_random_exponential(multiplier=0.05, max=2.0),
-        retry=retry_if_exception(lambda exc: isinstance(exc, OperationalError) and not connection_lost(exc)),
+        retry=retry_if_exception(
+            lambda exc: isinstance(exc, OperationalError) and not connection_lost(exc) and not disk_full(exc)
+        ),
         reraise=True,
     )
-    if not patient:
-        retrying(write)
-        return
-    patiently(lambda: retrying(write), WHERE)
+    try:
+        if not patient:
+            retrying(write)
+            return
+        patiently(lambda: retrying(write), WHERE)
+    except OperationalError as exc:
+        if disk_full(exc):
+            raise _full(engine, exc) from None
+        raise
+
+
+def disk_full(exc: BaseException) -> bool:
+    """SQLite's "database or disk is full" (or the I/O error a full disk gives its journal), PostgreSQL's
+    DiskFull (its server's disk)."""
+    original = getattr(exc, "orig", None)
+    text = str(original or exc)
+    return (
+        "database or disk is full" in text
+        or "disk I/O error" in text
+        or "No space left on device" in text
+        or type(original).__name__ == "DiskFull"
+    )
+
+
+def _full(engine: Engine | None, exc: BaseException) -> PathNotWritable:
+    """The error naming where the database lives: the SQLite file's folder, else the server's URL."""
+    url = engine.url if engine is not None else None
+    if url is not None and url.get_backend_name() == "sqlite" and url.database:
+        where = str(Path(url.database).expanduser().resolve().parent)
+    else:
+        where = url.render_as_string(hide_password=True) if url is not None else "the results database"
+    return PathNotWritable("--db-url", where, "database or disk is full")
 
 
 def migrations_config() -> AlembicConfig:
@@ -433,7 +464,7 @@ def _upsert(
                     session.merge(model(**row))
                 session.commit()
 
-        _with_retries(merge, patient)
+        _with_retries(merge, patient, engine)
         return
     columns = {name for row in rows for name in row}
     updates = {
@@ -451,7 +482,7 @@ def _upsert(
         with engine.begin() as connection:
             connection.execute(statement, rows)
 
-    _with_retries(write, patient)
+    _with_retries(write, patient, engine)
 
 
 def save_run(engine: Engine, **fields: Any) -> None:
@@ -466,7 +497,7 @@ def update_run(engine: Engine, run_id: str, **fields: Any) -> None:
             table = _table(RunRow)
             connection.execute(sa.update(table).where(table.c.run_id == run_id).values(**values))
 
-    _with_retries(write)
+    _with_retries(write, engine=engine)
 
 
 def start_run(engine: Engine, run_id: str, **fields: Any) -> None:
@@ -697,7 +728,7 @@ def mark_crashed(engine: Engine) -> list[str]:
                     .values(status="crashed", message="its process ended without finishing the run (killed or crashed)")
                 )
 
-        _with_retries(write)
+        _with_retries(write, engine=engine)
     return crashed
 
 
@@ -719,7 +750,7 @@ def fail_this_process_runs(engine: Engine, message: str) -> None:
                 .values(status="failed", finished=utcnow(), message=message[:500])
             )
 
-    _with_retries(write)
+    _with_retries(write, engine=engine)
 
 
 def run_judgments(engine: Engine, run_id: str) -> list[JudgmentRow]:

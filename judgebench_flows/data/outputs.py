@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.errors import PathNotWritable, UserError
 from judgebench_flows.data import storage
 
 # Most filesystems allow 255 bytes per name; leave room for the temporary prefix/suffix of atomic writes.
@@ -40,14 +40,24 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")
 
 
+PROBE_BYTES = 4096  # a block: creating an empty file succeeds on a full disk, writing a block does not
+
+
 def _probe_writable(option: str, directory: Path, shown: str) -> None:
-    """Create and remove a file in `directory`: permission bits alone do not tell (root, read-only mounts)."""
+    """Create, write, sync and remove a file in `directory`: permission bits alone do not tell (root,
+    read-only mounts), nor does an empty file (a full disk). `PathNotWritable` (exit 8) otherwise."""
     try:
         fd, probe = tempfile.mkstemp(prefix=".judgebench-probe-", dir=directory)
     except OSError as exc:
-        raise UserError(f"{option}: cannot write to '{shown}' ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
+        raise PathNotWritable.of(option, shown, exc) from None
+    try:
+        os.write(fd, b"\0" * PROBE_BYTES)
+        os.fsync(fd)
+    except OSError as exc:
+        raise PathNotWritable.of(option, shown, exc) from None
+    finally:
+        os.close(fd)
+        os.unlink(probe)
 
 
 def check_directory(option: str, path: str) -> None:

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from judgebench_flows.core.errors import InfrastructureLost
+from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable
 from judgebench_flows.data.db import RunLockRow, _process_gone, _table, _with_retries, utcnow
 
 HOLD_SECONDS = 60.0  # a holder that has not renewed for this long is taken over
@@ -76,7 +76,7 @@ def renew(engine: Engine, config_key: str, run_id: str) -> None:
                 .values(expires=utcnow() + timedelta(seconds=HOLD_SECONDS))
             )
 
-    _with_retries(write)
+    _with_retries(write, engine=engine)
 
 
 def release(engine: Engine, config_key: str, run_id: str) -> None:
@@ -86,7 +86,7 @@ def release(engine: Engine, config_key: str, run_id: str) -> None:
         with engine.begin() as connection:
             connection.execute(sa.delete(table).where(table.c.config_key == config_key, table.c.run_id == run_id))
 
-    _with_retries(write)
+    _with_retries(write, engine=engine)
 
 
 class ConfigurationLock:
@@ -122,7 +122,7 @@ class ConfigurationLock:
         if self._thread is not None:
             try:
                 release(self.engine, self.config_key, self.run_id)
-            except InfrastructureLost:  # the database is gone: the row is taken over once its lease runs out
+            except (InfrastructureLost, PathNotWritable):  # the database is gone or full: taken over after its lease
                 pass
 
 

@@ -204,9 +204,13 @@ def open_write(path: str | Path) -> Iterator[IO[bytes]]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.tmp")
-    with staging.open("wb") as handle:
-        yield handle
-    os.replace(staging, target)
+    try:
+        with staging.open("wb") as handle:
+            yield handle
+        os.replace(staging, target)
+    except BaseException:  # a full disk: no half-written copy left to keep it full
+        staging.unlink(missing_ok=True)
+        raise
 
 
 def remove(path: str | Path) -> None:

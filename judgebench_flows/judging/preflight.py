@@ -69,6 +69,7 @@ def preflight(config: RunConfig) -> None:
         _check_file_url(config.repo_url)
         if is_pinned(config.ref):
             _warm_clone(config)
+    check_local_folders(config)
     db.open_database(config.db_url)
     check_prices(config)
     if config.needs_endpoint:
@@ -76,6 +77,22 @@ def preflight(config: RunConfig) -> None:
         check_endpoint_reachable(config.resolved_base_url())
         if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
             raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
+
+
+def check_local_folders(config: RunConfig) -> None:
+    """The folders a run writes besides its outputs, writable now, before any call: the cache dir (clones,
+    the call cache's journal) and a SQLite results database's folder (exit 8 naming the option)."""
+    from sqlalchemy.engine import make_url
+
+    from judgebench_flows.data.journal import default_cache_dir
+    from judgebench_flows.data.outputs import check_directory
+
+    check_directory(
+        "--cache-dir", str(Path(config.cache_dir).expanduser() if config.cache_dir else default_cache_dir())
+    )
+    url = make_url(config.db_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        check_directory("--db-url", str(Path(url.database).expanduser().resolve().parent))
 
 
 def check_google_credentials(config: RunConfig) -> None:

@@ -590,4 +590,4 @@ def write_report(
     returns where it was written."""
     from judgebench_flows.scoring.results import write_atomic
 
-    return write_atomic(path, render_report(results, judgments, history))
+    return write_atomic(path, render_report(results, judgments, history))  # a full disk: `PathNotWritable`

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from judgebench_flows.core.errors import PathNotWritable
 from judgebench_flows.core.records import JudgmentRecord, Pair
 from judgebench_flows.data import storage
 from judgebench_flows.scoring import metrics, stats
@@ -99,24 +100,33 @@ def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: s
         yield row
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
+def write_atomic(path: str | Path, text: str, option: str = "--output-dir") -> Path:
     """Write via a temporary file and rename, so readers never see half a file after a crash; an
-    object-store URL (`s3://...`) is written with one PUT (data.storage) and returned as it was given."""
+    object-store URL (`s3://...`) is written with one PUT (data.storage) and returned as it was given.
+    A local write that fails (a full disk, no permission) leaves no temporary file behind and raises
+    `PathNotWritable` naming the folder and its `option`."""
     if storage.is_url(path):
         return storage.write_text(path, text)  # type: ignore[return-value]  # a URL stays a str
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise PathNotWritable.of(option, path.parent, exc) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise PathNotWritable.of(option, path.parent, exc) from None
     return path
 
 
-def write_json(path: str | Path, data: BaseModel) -> Path:
+def write_json(path: str | Path, data: BaseModel, option: str = "--result-path") -> Path:
     """A model as indented UTF-8 JSON, in its fields' order (results.json, the leaderboard, a rescore)."""
-    return write_atomic(path, json.dumps(data.model_dump(), indent=2, ensure_ascii=False, default=str) + "\n")
+    return write_atomic(path, json.dumps(data.model_dump(), indent=2, ensure_ascii=False, default=str) + "\n", option)
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    return write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]], option: str = "--output-dir") -> Path:
+    return write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), option)

@@ -1,4 +1,4 @@
-"""Register the nightly and ad-hoc deployments from Python: the same result as `prefect deploy --all`.
+"""Register the nightly, ad-hoc and retention deployments from Python: as `prefect deploy --all` does.
 
     python deployments/deploy.py                 # both deployments, pool judgebench-pool
     python deployments/deploy.py --only adhoc
@@ -33,6 +33,8 @@ NIGHTLY_CRON = "0 2 * * *"
 NIGHTLY_TIMEZONE = "UTC"
 NIGHTLY_ENTRYPOINT = "flows/nightly.py:nightly_benchmarks"
 ADHOC_ENTRYPOINT = "flows/nightly.py:judgebench_adhoc"
+RETENTION_ENTRYPOINT = "flows/retention_flow.py:judgebench_retention"
+RETENTION_CRON = "30 5 * * *"  # after the night (02:00 UTC) has finished
 
 # Runs send heartbeats, so a run whose machine died is marked Crashed and rescheduled by the automations
 # of `judgebench automations install` (deployments/automations.py); prefect.yaml sets the same.
@@ -105,6 +107,23 @@ def adhoc_deployment(project_dir: Path = PROJECT_DIR) -> RunnerDeployment:
     )
 
 
+def retention_deployment(project_dir: Path = PROJECT_DIR, keep_days: int | None = None) -> RunnerDeployment:
+    """Retention every day after the night: judgment rows and call-cache answers older than `keep_days`
+    deleted (the flow's default unless given), runs and metrics kept."""
+    retention = _synchronously(flow.from_source(source=str(project_dir), entrypoint=RETENTION_ENTRYPOINT))
+    return _synchronously(
+        retention.to_deployment(
+            name="retention",
+            description="Judgment rows and call-cache answers older than keep_days deleted; runs and metrics kept.",
+            schedules=[Cron(RETENTION_CRON, timezone=NIGHTLY_TIMEZONE)],
+            parameters={} if keep_days is None else {"keep_days": keep_days},
+            concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+            work_queue_name="maintenance",
+            tags=["judgebench", "retention"],
+        )
+    )
+
+
 def deploy_all(project_dir: Path = PROJECT_DIR, work_pool: str = WORK_POOL, only: str | None = None) -> list[UUID]:
     """Create or update the deployments (idempotent: running it again updates them in place)."""
     ensure_work_pool(work_pool)
@@ -113,6 +132,8 @@ def deploy_all(project_dir: Path = PROJECT_DIR, work_pool: str = WORK_POOL, only
         deployments.append(nightly_deployment(project_dir))
     if only in (None, "adhoc"):
         deployments.append(adhoc_deployment(project_dir))
+    if only in (None, "retention"):
+        deployments.append(retention_deployment(project_dir))
     return _synchronously(
         deploy(
             *deployments,
@@ -133,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--project-dir", type=Path, default=PROJECT_DIR, help="where workers find this project (default: this checkout)"
     )
-    parser.add_argument("--only", choices=["nightly", "adhoc"], help="register just one of the two")
+    parser.add_argument("--only", choices=["nightly", "adhoc", "retention"], help="register just one of them")
     args = parser.parse_args(argv)
     ids = deploy_all(args.project_dir.resolve(), args.work_pool, args.only)
     print(f"{len(ids)} deployments registered; start a worker with: prefect worker start --pool {args.work_pool}")

@@ -105,7 +105,7 @@ def _one_night_at_a_time(deployment) -> bool:
 
 
 def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
-    """`prefect deploy --all` with the project file, then `prefect deployment ls` lists both deployments."""
+    """`prefect deploy --all` with the project file, then `prefect deployment ls` lists the deployments."""
     from judgebench_flows.deployments.deploy import ensure_work_pool
 
     ensure_work_pool(POOL)
@@ -128,6 +128,7 @@ def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
         timeout=60,
     )
     assert "nightly-benchmarks/nightly" in listed.stdout and "judgebench-adhoc/adhoc" in listed.stdout, listed.stdout
+    assert "judgebench-retention/retention" in listed.stdout, listed.stdout
 
     nightly = _read_deployment("nightly-benchmarks/nightly")
     [schedule] = nightly.schedules
@@ -138,6 +139,14 @@ def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
     adhoc = _read_deployment("judgebench-adhoc/adhoc")
     assert adhoc.entrypoint == "flows/nightly.py:judgebench_adhoc" and not adhoc.schedules
     assert adhoc.parameter_openapi_schema["required"] == ["model"]
+    retention = _read_deployment("judgebench-retention/retention")
+    [daily] = retention.schedules
+    assert (daily.schedule.cron, daily.schedule.timezone, retention.parameters) == (
+        "30 5 * * *",
+        "UTC",
+        {"keep_days": 90},
+    )
+    assert retention.entrypoint == "flows/retention_flow.py:judgebench_retention"
 
 
 @pytest.mark.slow
@@ -147,7 +156,7 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
 
     from judgebench_flows.deployments.deploy import deploy_all
 
-    assert len(deploy_all(ROOT, POOL)) == 2
+    assert len(deploy_all(ROOT, POOL)) == 3  # nightly, adhoc, retention
     nightly = _read_deployment("nightly-benchmarks/nightly")
     [schedule] = nightly.schedules
     assert (schedule.schedule.cron, schedule.schedule.timezone) == ("0 2 * * *", "UTC")

@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     from judgebench_flows.cli.automations import add_parsers as add_automations_parsers
 
     add_automations_parsers(sub)
+    from judgebench_flows.cli.retention import add_parsers as add_retention_parsers
+
+    add_retention_parsers(sub)
     return parser
 
 
@@ -332,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.automations import COMMANDS as AUTOMATIONS_COMMANDS
 
     commands.update(AUTOMATIONS_COMMANDS)
+    from judgebench_flows.cli.retention import COMMANDS as RETENTION_COMMANDS
+
+    commands.update(RETENTION_COMMANDS)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)  # a stop request ends like Ctrl-C: one line, not a traceback
     try:

@@ -120,6 +120,12 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> Compari
         raise UserError(f"no runs in {db.safe_url(db_url)} (see `judgebench history`)")
     a, b = _run(engine, run_a), _run(engine, run_b)
     records_a, records_b = records_of(engine, a.run_id), records_of(engine, b.run_id)
+    for run, records in ((a, records_a), (b, records_b)):
+        if not records and run.n_pairs and run.status in FINISHED:
+            raise UserError(
+                f"run {run.run_id[:8]}: its judgments are no longer kept (`judgebench retention` deletes judgment "
+                "rows older than its --keep-days); its accuracy stays in `judgebench history` and `judgebench report`"
+            )
     scores_a, scores_b = metrics.pair_scores(records_a), metrics.pair_scores(records_b)
     common = sorted(set(scores_a) & set(scores_b))
     slices = paired_slices(correctness_of(scores_a), correctness_of(scores_b), scores_a, common, seed=seed)

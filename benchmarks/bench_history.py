@@ -172,8 +172,8 @@ def quietly(argv: list[str]) -> Callable[[], None]:
 
 
 def regression_check(url: str, config_key: str, run_id: str) -> Callable[[], None]:
-    """The night's regression check of `run_id` against its configuration's previous run (its judgments
-    are read, and 2,000 paired bootstrap resamples drawn)."""
+    """The next night's regression check: a run judging as `run_id` did, against `run_id` (its baseline:
+    its judgments are read, and 2,000 paired bootstrap resamples drawn)."""
     from judgebench_flows.core.config import RunConfig
     from judgebench_flows.scoring.metrics import Tally
     from judgebench_flows.scoring.regression import regression_against_baseline
@@ -184,7 +184,7 @@ def regression_check(url: str, config_key: str, run_id: str) -> Callable[[], Non
     config = RunConfig(model="judge")
 
     def check() -> None:
-        if regression_against_baseline(engine, config, config_key, run_id, tally) is None:
+        if regression_against_baseline(engine, config, config_key, "the next night", tally) is None:
             raise SystemExit("no regression check: the previous run's judgments are missing")
 
     return check

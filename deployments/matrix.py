@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from judgebench_flows.core import providers
 from judgebench_flows.core.api_keys import check_block_name, check_env_name
 from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
@@ -64,7 +65,7 @@ class ModelSpec(BaseModel):
     label: str | None = None
     max_cost: float | None = Field(default=None, gt=0, description="budget in USD of each run of this model")
     # Its API (None: the matrix's `options`, else openai) and whether it is judged by batch (half price).
-    provider: Literal["openai", "anthropic", "gemini", "vertex"] | None = None
+    provider: str | None = None
     batch: bool | None = None
     # The limit of the model's endpoint, shared by every cell calling it (None: the matrix's). Models
     # that share an endpoint and give different values share the smallest.
@@ -88,6 +89,11 @@ class ModelSpec(BaseModel):
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
         return check_env_name(value)
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, value: str | None) -> str | None:
+        return providers.check_name(value)
 
     @field_validator("api_key_secret")
     @classmethod
@@ -268,6 +274,7 @@ class NightlyMatrix(BaseModel):
                 for data_file in self.data_files:
                     name = cell_name(judge_type, spec.name, data_file)
                     folder = storage.join(self.output_root, name)  # a path or an object-store URL
+                    url = base_url or spec.base_url or (None if spec.provider else self.base_url)
                     config = _run_config(
                         {
                             **self.options,
@@ -276,8 +283,8 @@ class NightlyMatrix(BaseModel):
                             "data_file": data_file,
                             "repo_url": self.repo_url,
                             "ref": self.ref,
-                            "base_url": base_url or spec.base_url or (None if spec.provider else self.base_url),
-                            **_key_source(spec, self),
+                            "base_url": url,
+                            **_key_source(spec, self, url),
                             **{k: v for k, v in spec.model_dump(include=CELL_ENDPOINT).items() if v is not None},
                             "concurrency": self.concurrency,
                             "db_url": self.db_url,
@@ -325,13 +332,17 @@ def parse_finish_by(value: str) -> tuple[int, int, ZoneInfo]:
     return int(match[1]), int(match[2]), zone
 
 
-def _key_source(spec: ModelSpec, matrix: NightlyMatrix) -> dict[str, str | None]:
+def _key_source(spec: ModelSpec, matrix: NightlyMatrix, url: str | None) -> dict[str, str | None]:
     """A model's own key source wins over the matrix's; the two kinds never mix. A model of another
-    provider than OpenAI never takes the matrix's (OpenAI) key: its provider's variable unless it names
-    one (Vertex takes no key at all)."""
-    if spec.provider == "vertex":
+    provider than the matrix's (its `options`' provider, else the one its model name routes to without a
+    URL, else OpenAI) never takes the matrix's key: its provider's variable unless it names one (Vertex
+    takes no key at all)."""
+    shared = matrix.options.get("provider") or providers.IMPLIED
+    routed = None if providers.explicit_endpoint(url) else providers.route(spec.model).provider.name
+    provider = providers.get(spec.provider or matrix.options.get("provider") or routed)
+    if not provider.takes_key:
         return {"api_key_env": None, "api_key_secret": None}
-    if spec.api_key_env or spec.api_key_secret or spec.provider not in (None, "openai"):
+    if spec.api_key_env or spec.api_key_secret or provider.name != shared:
         return {"api_key_env": spec.api_key_env, "api_key_secret": spec.api_key_secret}
     return {"api_key_env": matrix.api_key_env, "api_key_secret": matrix.api_key_secret}
 

@@ -33,8 +33,8 @@ from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 from typing_extensions import Required, TypedDict
 
+from judgebench_flows.calls.caller import CallStats
 from judgebench_flows.calls.global_limits import ensure_limits
-from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, RunFailed

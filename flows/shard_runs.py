@@ -13,8 +13,8 @@ import threading
 
 from prefect.utilities.annotations import quote
 
+from judgebench_flows.calls.caller import CallStats
 from judgebench_flows.calls.global_limits import endpoint_slots
-from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.calls.caller import ChatCaller
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import GPT4O_FILE

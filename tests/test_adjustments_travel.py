@@ -9,8 +9,9 @@ import pickle
 
 from prefect.logging import disable_run_logger
 
-from judgebench_flows.calls.llm import ChatCaller, RetryPolicy
+from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.request_rules import rule_for
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.secrets import register_secret

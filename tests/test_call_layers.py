@@ -15,7 +15,6 @@ import httpx
 import openai
 import pytest
 
-from judgebench_flows.calls import llm
 from judgebench_flows.calls.cache import request_key
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.providers import model_api, unserved
@@ -108,11 +107,6 @@ def test_default_limits_are_the_semaphore_alone() -> None:
     assert asyncio.run(go()) == (6, 2)
 
 
-def test_old_import_path_still_names_everything() -> None:
-    for name in ("ChatCaller", "CallStats", "RetryPolicy", "AdaptiveLimit", "request_key", "CacheMode"):
-        assert getattr(llm, name) is not None
-
-
 def test_percent_is_one_rule_with_each_place_choosing_its_marks() -> None:
     assert percent(0.81234) == "81.23%"
     assert percent(None) == percent(float("nan")) == percent("x") == "-"
@@ -130,7 +124,7 @@ def test_connect_error_says_why_and_none_when_listening() -> None:
 
 
 def test_the_factory_picks_one_wire_per_provider_and_api() -> None:
-    """One module per provider and endpoint API, chosen once (`providers.WIRES`); what has no wire is
+    """One module per provider and endpoint API, chosen once (the provider's `wires`); what has no wire is
     refused before any call, naming the option."""
     from judgebench_flows.calls.local_reward import LocalRewardAPI
     from judgebench_flows.calls.openai_completions import OpenAICompletions

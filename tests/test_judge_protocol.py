@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.calls.llm import RetryPolicy
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.records import Pair
 from judgebench_flows.judges import BUILTIN_JUDGES, CustomJudge, RewardJudge, get_judge
 from judgebench_flows.judges.procedure import Judge, ModelCall, Outcome

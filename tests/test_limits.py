@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.global_limits import (
     GlobalLimitError,
     SlotLeases,
@@ -21,7 +22,8 @@ from judgebench_flows.calls.global_limits import (
     limit_names,
     repair_limit,
 )
-from judgebench_flows.calls.llm import AdaptiveLimit, ChatCaller, RetryPolicy
+from judgebench_flows.calls.limits import AdaptiveLimit
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import chat_caller

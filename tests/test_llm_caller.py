@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.calls.llm import RetryPolicy
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.records import Pair
 from judgebench_flows.data import db

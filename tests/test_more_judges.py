@@ -295,7 +295,7 @@ def test_completions_judges_go_through_the_completions_api(fake_server) -> None:
     assert "messages" not in body and body["prompt"] == judge.format("q", "a", "b")[0]["content"]
     assert body["temperature"] == 0.0 and body["max_tokens"] == 16
     # The same messages sent to chat would be another request: different cache keys.
-    from judgebench_flows.calls.llm import request_key
+    from judgebench_flows.calls.cache import request_key
 
     assert key != request_key(fake_server.base_url, "judgelm-7b", judge.format("q", "a", "b"), judge.sampling)
 

@@ -231,7 +231,7 @@ def _record(pair_id: str, order: int, cached: bool) -> JudgmentRecord:
 
 def test_without_the_clients_counts_paid_judgments_are_priced_from_the_records(tmp_path: Path) -> None:
     """On Dask the flow has no client counts: judgments none of whose calls came from a cache are paid."""
-    from judgebench_flows.calls.llm import CallStats
+    from judgebench_flows.calls.caller import CallStats
     from judgebench_flows.flows.judgebench_flow import cost_of_calls
     from judgebench_flows.scoring.metrics import Tally
 

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from judgebench_flows.calls.llm import ChatCaller, RetryPolicy, request_key
+from judgebench_flows.calls.cache import request_key
+from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.request_rules import O1, REASONING, STANDARD, fold_system, rule_for, shape
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import CallFailed, judge_one_order

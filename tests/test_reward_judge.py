@@ -98,7 +98,7 @@ def test_identical_responses_cost_one_call(fake_server: FakeOpenAIServer) -> Non
 def test_a_failed_scoring_call_fails_the_pair_and_is_never_a_verdict(fake_server: FakeOpenAIServer) -> None:
     fake_server.set_responder(scores_by_text({"a": 1.0, "b": 2.0}))
     fake_server.configure(fail_first=10, fail_kind="500")
-    from judgebench_flows.calls.llm import RetryPolicy
+    from judgebench_flows.calls.retry import RetryPolicy
 
     results = run_pair(
         fake_server,

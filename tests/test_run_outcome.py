@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.calls.llm import RetryPolicy
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.cli import main as cli
 from judgebench_flows.cli.console import JudgmentCounter
 from judgebench_flows.core.records import Pair

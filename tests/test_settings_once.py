@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from judgebench_flows.calls.llm import ChatCaller
+from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.core.config import RunConfig, build_config
 from judgebench_flows.core.endpoint import ENDPOINT_OPTIONS, EndpointSettings
 from judgebench_flows.core.errors import UserError
@@ -23,7 +23,12 @@ def test_flat_options_build_the_nested_settings_and_dump_flat() -> None:
         model="m", base_url="http://127.0.0.1:9/v1", concurrency=3, rpm=60, cache="refresh", drop_params=["top_p"]
     )
     assert config.endpoint == EndpointSettings(
-        base_url="http://127.0.0.1:9/v1", concurrency=3, rpm=60, cache="refresh", drop_params=["top_p"]
+        provider="openai",  # a base URL given, no --provider: OpenAI-compatible
+        base_url="http://127.0.0.1:9/v1",
+        concurrency=3,
+        rpm=60,
+        cache="refresh",
+        drop_params=["top_p"],
     )
     dumped = config.model_dump()
     assert "endpoint" not in dumped and dumped["concurrency"] == 3 and dumped["base_url"] == "http://127.0.0.1:9/v1"

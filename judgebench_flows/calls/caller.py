@@ -155,6 +155,7 @@ class ChatCaller:
             self.engine,
             api=self.api,
             state=self.state,
+            settings=settings,
         )
         if batch:  # a batch holds every request of a round: no in-process limit, no pacing
             self.transport.sync_concurrency = settings.concurrency  # type: ignore[attr-defined]

@@ -201,7 +201,6 @@ class GoogleTransport(Transport):
 
     def __init__(
         self,
-        provider: str,
         base_url: str,
         model: str,
         api_key: str,
@@ -209,8 +208,7 @@ class GoogleTransport(Transport):
         concurrency: int,
         token: VertexToken | None = None,
     ):
-        self.provider = provider
-        self.token = (token or VertexToken()) if provider == "vertex" else None
+        self.token = token  # Vertex's: a token per request instead of the key
         # Vertex: the key slot is never a secret (each request carries the current token instead).
         super().__init__(base_url, model, "adc" if self.token else api_key, request_timeout, concurrency)
         self.sent_model = vertex_model(model) if self.token else model
@@ -274,7 +272,7 @@ class GeminiTransport(GoogleTransport):
     """`--provider gemini` (the factory's uniform constructor)."""
 
     def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
-        super().__init__("gemini", base_url, model, api_key, request_timeout, concurrency)
+        super().__init__(base_url, model, api_key, request_timeout, concurrency)
 
 
 class VertexTransport(GoogleTransport):
@@ -290,4 +288,4 @@ class VertexTransport(GoogleTransport):
         concurrency: int,
         token: VertexToken | None = None,
     ):
-        super().__init__("vertex", base_url, model, api_key, request_timeout, concurrency, token)
+        super().__init__(base_url, model, api_key, request_timeout, concurrency, token or VertexToken())

@@ -12,13 +12,10 @@ import os
 import re
 from typing import Any
 
+from judgebench_flows.core import providers
 from judgebench_flows.core.errors import UserError
 
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-# The variable a provider's key is read from when the run names none.
-PROVIDER_KEY_ENVS = {"openai": DEFAULT_KEY_ENV, "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
-# Where a Vertex AI run's credentials come from (it has no key: a token from them, per call).
-VERTEX_CREDENTIALS = "the Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS or gcloud's)"
+DEFAULT_KEY_ENV = providers.get(None).key_envs[0]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BLOCK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -80,28 +77,27 @@ def check_block_name(value: str | None, option: str = "api_key_secret") -> str |
     return value
 
 
-def describe(env_name: str | None, block_name: str | None, provider: str = "openai") -> str:
+def describe(env_name: str | None, block_name: str | None, provider: str | None = None) -> str:
     """Where the key comes from, for messages: never the key."""
-    if provider == "vertex":
-        return VERTEX_CREDENTIALS
-    if block_name:
-        return f"Prefect Secret block '{block_name}'"
-    return f"${env_name or PROVIDER_KEY_ENVS.get(provider, DEFAULT_KEY_ENV)}"
+    return providers.get(provider).key_source(env_name, block_name)
 
 
-def read_api_key(env_name: str | None, block_name: str | None, required: bool = False, provider: str = "openai") -> str:
-    """The key itself, in the calling process only. An unset default variable (the provider's:
-    `PROVIDER_KEY_ENVS`) gives "EMPTY" (local endpoints take any key); a variable or block the run names
-    explicitly must exist."""
+def read_api_key(
+    env_name: str | None, block_name: str | None, required: bool = False, provider: str | None = None
+) -> str:
+    """The key itself, in the calling process only. An unset default variable (the provider's
+    `key_envs`) gives "EMPTY" (local endpoints take any key; a provider's own API was checked before the
+    first call: `Provider.check_credentials`); a variable or block the run names explicitly must exist."""
     from judgebench_flows.core.secrets import register_secret
 
-    if provider == "vertex":  # no key: each call carries a token from the Application Default Credentials
+    source = providers.get(provider)
+    if not source.takes_key:  # no key: its wire authenticates otherwise (Vertex: a token per call)
         return "EMPTY"
     if block_name:
         key = _read_secret_block(block_name)
     else:
-        name = env_name or PROVIDER_KEY_ENVS.get(provider, DEFAULT_KEY_ENV)
-        key = os.environ.get(name) or ""
+        name = env_name or source.key_envs[0]
+        key = next((os.environ[env] for env in ([name] if env_name else source.key_envs) if os.environ.get(env)), "")
         if not key and (env_name or required):
             raise UserError(
                 f"the API key variable ${name} is not set in this process's environment (the worker's, for a deployment)"
@@ -131,7 +127,6 @@ def _read_secret_block(name: str) -> str:
 
 __all__ = [
     "DEFAULT_KEY_ENV",
-    "PROVIDER_KEY_ENVS",
     "check_block_name",
     "check_env_name",
     "describe",

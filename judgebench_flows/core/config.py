@@ -6,14 +6,23 @@ The API key is read from the environment at call time and nowhere else.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from judgebench_flows.core import providers
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.endpoint import ENDPOINT_OPTIONS, EndpointSettings
@@ -22,28 +31,6 @@ from judgebench_flows.core.identity import ConfigurationIdentity, configuration_
 
 DEFAULT_DATA_FILE = "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"
 DEFAULT_DB_URL = "sqlite:///results/judgebench.db"
-ANTHROPIC_API_ROOT = "https://api.anthropic.com"
-GEMINI_API_ROOT = "https://generativelanguage.googleapis.com/v1beta/openai"
-
-
-def google_base_url(endpoint: EndpointSettings) -> str:
-    """The Gemini API's OpenAI-compatible root, or Vertex AI's endpoint of the run's project and location
-    (the project: --vertex-project, else GOOGLE_CLOUD_PROJECT, else the credentials' own)."""
-    if endpoint.provider == "gemini":
-        return GEMINI_API_ROOT
-    from judgebench_flows.core import google_adc
-
-    project = endpoint.vertex_project or os.environ.get("GOOGLE_CLOUD_PROJECT") or _adc_project()
-    if not project:
-        raise UserError("--provider vertex: no project; pass --vertex-project or set GOOGLE_CLOUD_PROJECT")
-    return google_adc.vertex_base_url(project, endpoint.vertex_location)
-
-
-@functools.cache
-def _adc_project() -> str | None:
-    from judgebench_flows.core.google_adc import default_credentials
-
-    return default_credentials()[1]
 
 
 # Options that name where a secret lives: an error never echoes their value (it may be a key pasted by mistake).
@@ -170,6 +157,8 @@ class RunConfig(BaseModel):
         "stopped when spent (exit 6, resumable)",
     )
 
+    _routed: providers.Route | None = PrivateAttr(default=None)
+
     @model_validator(mode="before")
     @classmethod
     def _nest_endpoint(cls, data: Any) -> Any:
@@ -218,7 +207,27 @@ class RunConfig(BaseModel):
     def _consistent(self) -> RunConfig:
         if self.task_runner == "dask" and not self.dask_address:
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
+        if self.endpoint.provider is None:
+            self._route()
         return self
+
+    def _route(self) -> None:
+        """No --provider: OpenAI-compatible at the URL the run or the environment gives, else the API
+        JudgeBench's run_judge.py sends the model to (`providers.route`), said by `routed`."""
+        chosen: dict[str, Any] = {"provider": providers.IMPLIED}
+        if self.needs_endpoint and not providers.explicit_endpoint(self.endpoint.base_url):
+            way = providers.route(self.model)
+            chosen = {"provider": way.provider.name, "base_url": way.base_url}
+            self._routed = way
+        self.endpoint = self.endpoint.model_copy(update=chosen)
+        if problem := providers.get(self.endpoint.provider).settings_problem(self.endpoint):
+            raise ValueError(problem)
+
+    def routed(self) -> str | None:
+        """The line saying which API the model's name chose, when it chose one."""
+        if self._routed is None:
+            return None
+        return self._routed.line(self.model, public_url(self.resolved_base_url()))
 
     def server_lost_seconds(self) -> float:
         """How long the run waits for a Prefect server that stopped answering (`--server-lost-timeout`, else
@@ -249,20 +258,16 @@ class RunConfig(BaseModel):
         )
 
     def _given_base_url(self) -> str | None:
-        """--base-url, else the environment's OPENAI_BASE_URL or BASE_URL, as given (Anthropic's Messages API:
-        ANTHROPIC_BASE_URL, else Anthropic's own API root; Gemini and Vertex AI: Google's, `google_base_url`)."""
-        if self.endpoint.provider == "anthropic":
-            return self.endpoint.base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API_ROOT
-        if self.endpoint.provider in ("gemini", "vertex"):
-            return self.endpoint.base_url or google_base_url(self.endpoint)
-        return self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("BASE_URL")
+        """--base-url, else the provider's environment variable (OPENAI_BASE_URL, ANTHROPIC_BASE_URL...), else
+        its own API (`Provider.endpoint`), as given."""
+        return providers.get(self.endpoint.provider).endpoint(self.endpoint)
 
     def resolved_base_url(self) -> str:
         if not self.needs_endpoint:
             return "local:"
         url = self._given_base_url()
         if not url:
-            raise UserError("no endpoint: pass --base-url or set OPENAI_BASE_URL (or BASE_URL)")
+            raise UserError(f"no endpoint: pass --base-url (--provider {self.endpoint.provider} has no default)")
         from judgebench_flows.core.credentials import stash
 
         return stash(url.rstrip("/"))  # what runs, results and Prefect see: never a user:password@

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from judgebench_flows.core import providers
+
 CacheMode = Literal["use", "off", "refresh"]
 CacheReuse = Literal["auto", "this-run", "any"]
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
@@ -31,19 +33,17 @@ class EndpointSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Each field is a `judgebench run` option too (cli/options.py), its description the help text.
-    provider: Literal["openai", "anthropic", "gemini", "vertex"] = Field(
-        default="openai",
-        description="the endpoint's wire protocol: openai (any OpenAI-compatible chat endpoint), anthropic "
-        "(Anthropic's Messages API through the anthropic SDK; key from ANTHROPIC_API_KEY, URL from "
-        "ANTHROPIC_BASE_URL, else https://api.anthropic.com), gemini (the Gemini API's OpenAI-compatible "
-        "endpoint; key from GEMINI_API_KEY) or vertex (Vertex AI's OpenAI-compatible endpoint with "
-        "Application Default Credentials; --vertex-project, --vertex-location)",
+    provider: str | None = Field(
+        default=None,
+        description=f"the API the endpoint speaks: {', '.join(providers.names())} (docs/providers.md: each one's "
+        "URL and key variables). Default: openai when a base URL is given (--base-url, OPENAI_BASE_URL), else "
+        "chosen by the model's name as JudgeBench's run_judge.py does (gpt/o1: OpenAI, claude: Anthropic, "
+        "gemini: Vertex AI, Llama-3.1-405B: Together, any other: a vLLM server on localhost:8000)",
     )
     base_url: str | None = Field(
         default=None,
-        description="the endpoint: an OpenAI-compatible API (else OPENAI_BASE_URL, else BASE_URL), or with "
-        "--provider anthropic the Messages API root (else ANTHROPIC_BASE_URL); gemini and vertex have "
-        "Google's own by default",
+        description="the endpoint (else the provider's variable: OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...; else the "
+        "provider's own API)",
     )
     vertex_project: str | None = Field(
         default=None,
@@ -136,6 +136,11 @@ class EndpointSettings(BaseModel):
         "cancelled and what they have not answered is judged synchronously (at the synchronous price)",
     )
 
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str | None) -> str | None:
+        return providers.check_name(value)
+
     @field_validator("batch_deadline")
     @classmethod
     def _moment(cls, value: str | None) -> str | None:
@@ -199,16 +204,8 @@ class EndpointSettings(BaseModel):
     def _one_key_source(self) -> EndpointSettings:
         if self.api_key_env and self.api_key_secret:
             raise ValueError("give the key's source once: api_key_env or api_key_secret, not both")
-        if self.provider == "vertex" and (self.api_key_env or self.api_key_secret):
-            raise ValueError(
-                "--provider vertex authenticates with Application Default Credentials "
-                "(GOOGLE_APPLICATION_CREDENTIALS), not a key: leave out --api-key-env / --api-key-secret"
-            )
-        if self.provider == "vertex" and self.batch:
-            raise ValueError(
-                "--batch with --provider vertex: Vertex AI's batch prediction needs a Cloud Storage bucket, "
-                "which this tool does not manage; use --provider gemini --batch, or drop --batch"
-            )
+        if self.provider and (problem := providers.get(self.provider).settings_problem(self)):
+            raise ValueError(problem)
         return self
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pydantic import JsonValue
 from typing_extensions import TypedDict
 
+from judgebench_flows.core.providers import CHAT, IMPLIED, cache_name
+
 
 @dataclass(frozen=True)
 class Scheme:
@@ -37,7 +39,7 @@ SHARD = Scheme("shard", 1)
 CONFIGURATION = Scheme("configuration", 1, length=16)
 BATCH_LINE = Scheme("batch-line", 1)
 # The API a request key names when the endpoint's URL does not: OpenAI's chat API was the first keyed.
-FIRST_API = ("openai", "chat")
+FIRST_API = (IMPLIED, CHAT)
 
 
 def identity(scheme: Scheme, payload: str) -> str:
@@ -56,8 +58,9 @@ def call_endpoint(base_url: str, provider: str, api: str) -> str:
     """The endpoint as a request key names it: its URL, and the API when not OpenAI's chat (the same
     messages sent to /pooling, as Messages, or as chat are different requests). Batch records name their
     endpoint this way too (`calls.batch.BatchStore`)."""
-    tag = api if provider == "openai" else f"{provider}-{api}"
-    if (provider, api) == FIRST_API:
+    keyed = cache_name(provider)  # an OpenAI-compatible provider's requests are OpenAI's
+    tag = api if keyed == IMPLIED else f"{keyed}-{api}"
+    if (keyed, api) == FIRST_API:
         return base_url
     return f"{base_url.rstrip('/')}#{tag}"
 
@@ -86,7 +89,7 @@ class ShardIdentity:
     orders: tuple[int, ...]
     request_style: str = "auto"
     drop_params: Sequence[str] = ()
-    provider: str = "openai"
+    provider: str = IMPLIED
 
 
 def shard_identity(shard: ShardIdentity) -> str:
@@ -99,7 +102,7 @@ def shard_identity(shard: ShardIdentity) -> str:
         repr(sorted(shard.sampling_overrides.items())),
         repr(shard.orders),
         *added(repr((shard.request_style, sorted(shard.drop_params))), repr(("auto", []))),
-        *added(shard.provider, "openai"),
+        *added(cache_name(shard.provider), IMPLIED),
     ]
     return identity(SHARD, "\0".join(parts))
 
@@ -127,6 +130,6 @@ def configuration_key(fields: ConfigurationIdentity) -> str:
     """A configuration's history key: its identity as sorted JSON (non-JSON values by their text), the
     provider only when not the OpenAI every earlier key implied."""
     kept = ConfigurationIdentity(**fields)
-    if kept.get("provider") == "openai":
+    if "provider" in kept and cache_name(kept["provider"]) == IMPLIED:
         del kept["provider"]
     return identity(CONFIGURATION, json.dumps(kept, sort_keys=True, default=str))

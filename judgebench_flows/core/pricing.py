@@ -149,11 +149,6 @@ def bundled_prices() -> dict[str, ModelPrice]:
     return parse_prices(yaml.safe_load(text), "the bundled price table")
 
 
-# The providers' own APIs, where the bundled table's list prices are what a call costs.
-PROVIDER_HOSTS = frozenset({"api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com"})
-VERTEX_HOST = "aiplatform.googleapis.com"  # Vertex AI: global, or `{location}-aiplatform.googleapis.com`
-
-
 def providers_own_endpoint(base_url: str | None) -> bool:
     """Whether `base_url` is a model provider's own API (the bundled prices apply), not another endpoint
     serving a model of that name: a local vLLM, the bundled stand-in or a gateway bills what it bills
@@ -166,7 +161,14 @@ def providers_own_endpoint(base_url: str | None) -> bool:
         host = (urlsplit(base_url).hostname or "").lower()
     except ValueError:
         return False
-    return host in PROVIDER_HOSTS or host == VERTEX_HOST or host.endswith("-" + VERTEX_HOST)
+    from judgebench_flows.core.providers import PROVIDERS
+
+    # a provider's host, or a regional one of it (Vertex AI's `{location}-aiplatform.googleapis.com`)
+    return any(
+        host == own or host.endswith(("." + own, "-" + own))
+        for provider in PROVIDERS.values()
+        for own in provider.priced_hosts
+    )
 
 
 def price_for(

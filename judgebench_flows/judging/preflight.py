@@ -8,11 +8,11 @@ price table and budget, and the endpoint (reachable, its key variable set). Each
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from judgebench_flows.core import providers
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 
@@ -73,10 +73,8 @@ def preflight(config: RunConfig) -> None:
     db.open_database(config.db_url)
     check_prices(config)
     if config.needs_endpoint:
-        check_google_credentials(config)
+        check_credentials(config)
         check_endpoint_reachable(config.resolved_base_url())
-        if config.endpoint.api_key_env and not os.environ.get(config.endpoint.api_key_env):
-            raise UserError(f"--api-key-env: the variable ${config.endpoint.api_key_env} is not set")
 
 
 def check_local_folders(config: RunConfig) -> None:
@@ -95,18 +93,9 @@ def check_local_folders(config: RunConfig) -> None:
         check_directory("--db-url", str(Path(url.database).expanduser().resolve().parent))
 
 
-def check_google_credentials(config: RunConfig) -> None:
-    """Gemini's key or Vertex's Application Default Credentials are there (their content is not read here)."""
-    endpoint = config.endpoint
-    if endpoint.provider == "vertex":
-        from judgebench_flows.core.google_adc import default_credentials
-
-        default_credentials()
-    elif endpoint.provider == "gemini" and not (endpoint.api_key_env or endpoint.api_key_secret):
-        if not os.environ.get("GEMINI_API_KEY") and config.resolved_base_url().startswith("https://"):
-            raise UserError(
-                "--provider gemini: set GEMINI_API_KEY (or name the key with --api-key-env / --api-key-secret)"
-            )
+def check_credentials(config: RunConfig) -> None:
+    """The provider's key variable, or its other credentials, are there (their content is not read here)."""
+    providers.get(config.endpoint.provider).check_credentials(config.endpoint, config.resolved_base_url())
 
 
 def check_prices(config: RunConfig) -> None:

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
-from judgebench_flows.calls.llm import CallStats, ChatCaller
+from judgebench_flows.calls.caller import CallStats, ChatCaller
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.pricing import NightSpend
 from judgebench_flows.judges.procedure import Judge

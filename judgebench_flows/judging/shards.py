@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from judgebench_flows.calls.caller import CallStats, ChatCaller
 from judgebench_flows.calls.global_limits import limit_names
-from judgebench_flows.calls.llm import CallStats, ChatCaller
 from judgebench_flows.calls.providers import provider_rule, unserved
 from judgebench_flows.calls.request_rules import Adjustment, Learned, RequestReport, RequestRule
 from judgebench_flows.core.api_keys import read_api_key

@@ -29,16 +29,19 @@ BASE = {"judge_types": ["vanilla"], "data_files": [GPT4O_FILE]}
 def test_cells_on_one_endpoint_share_its_limit_and_per_model_values_override_the_matrixs(monkeypatch) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.delenv("BASE_URL", raising=False)
+    monkeypatch.delenv("TOGETHER_BASE_URL", raising=False)
     matrix = parse_matrix(
         {
             **BASE,
             "concurrency": 16,
             "options": {"rpm": 600},
             "models": [
-                "gpt-4o-mini",  # the matrix's endpoint (the provider's default URL here)
+                "gpt-4o-mini",  # no URL anywhere: OpenAI's own, by the model's name
                 {"model": "o3-mini", "concurrency": 4},  # same endpoint: its value is the endpoint's
                 {"model": "local", "base_url": "http://gpu-host:8000/v1/", "rpm": 60},
                 {"model": "claude-3-haiku-20240307", "provider": "anthropic"},
+                {"model": "meta-llama/Meta-Llama-3.1-405B-Instruct", "rpm": 30},  # Together's, by its name
             ],
         }
     )
@@ -46,10 +49,11 @@ def test_cells_on_one_endpoint_share_its_limit_and_per_model_values_override_the
         e.config.model: (e.endpoint, e.config.endpoint.concurrency, e.config.endpoint.rpm) for e in matrix.entries()
     }
     assert limits == {
-        "gpt-4o-mini": ("openai (default URL)", 4, 600),
-        "o3-mini": ("openai (default URL)", 4, 600),
+        "gpt-4o-mini": ("openai https://api.openai.com/v1", 4, 600),
+        "o3-mini": ("openai https://api.openai.com/v1", 4, 600),
         "local": ("openai http://gpu-host:8000/v1", 16, 60),
         "claude-3-haiku-20240307": ("anthropic https://api.anthropic.com", 16, 600),
+        "meta-llama/Meta-Llama-3.1-405B-Instruct": ("together https://api.together.xyz/v1", 16, 30),
     }
 
 

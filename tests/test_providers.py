@@ -116,7 +116,7 @@ def test_every_providers_missing_key_is_one_line_naming_its_variable(
     config = build_config(model="some-model", provider=name)
     with pytest.raises(UserError) as caught:
         check_credentials(config)
-    assert f"--provider {name}: set {source.key_envs[0]}" in str(caught.value)
+    assert f"(--provider {name}): set {source.key_envs[0]}" in str(caught.value)
     assert "\n" not in str(caught.value)
 
 

@@ -132,7 +132,7 @@ class ChatCaller:
     def __post_init__(self) -> None:
         settings = self.settings
         self.base_url = settings.base_url or "local:"
-        self.provider = settings.provider
+        self.provider = settings.provider_name
         # The endpoint's liveness (`_attempt_failed`): when it last replied at all, and whether an attempt
         # since then failed otherwise than by not connecting (a timeout: the endpoint may be busy, not gone).
         self._last_reply, self._not_only_refused = time.monotonic(), False

@@ -155,6 +155,7 @@ def command_run(args: argparse.Namespace) -> int:
     if args.judge_type == "external" and not holds_judgebench_pairs(args.data_path):
         return _run_external(args)
     config = _run_config(args)
+    _say_route(config)
     preflight(config)
     _say_retirement(config)
     from judgebench_flows.cli import console
@@ -200,10 +201,17 @@ def command_estimate(args: argparse.Namespace) -> int:
     from judgebench_flows.views.summaries import print_estimate
 
     config = _run_config(args)
+    _say_route(config, to=sys.stdout)
     check_prices(config)
     _say_retirement(config, to=sys.stdout)
     print_estimate(estimate_run(config))
     return 0
+
+
+def _say_route(config: Any, to: Any = None) -> None:
+    """One line naming the API the model's name chose (no --provider and no base URL given)."""
+    if line := config.routed():
+        print(line, file=to or sys.stderr)
 
 
 def _say_retirement(config: Any, to: Any = None) -> None:

@@ -305,7 +305,7 @@ class RunConfig(BaseModel):
             "prompts": judge_fingerprint and hashlib.sha256(judge_fingerprint.encode()).hexdigest()[:16],
             "templates_dir": None if judge_fingerprint else self.templates_dir,
             "request": [self.endpoint.reasoning_effort, self.endpoint.request_style, sorted(self.endpoint.drop_params)],
-            "provider": self.endpoint.provider,
+            "provider": self.endpoint.provider_name,
         }
 
     def endpoint_identity(self) -> str | None:

@@ -208,6 +208,11 @@ class EndpointSettings(BaseModel):
             raise ValueError(problem)
         return self
 
+    @property
+    def provider_name(self) -> str:
+        """The provider the run calls (one is always chosen once a `RunConfig` holds these settings)."""
+        return providers.get(self.provider).name
+
 
 ENDPOINT_OPTIONS = frozenset(EndpointSettings.model_fields)
 """The flat option names (CLI flags, deployment options) that belong to the endpoint settings."""

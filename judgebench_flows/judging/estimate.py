@@ -111,7 +111,7 @@ class CallCacheView:
     def __init__(self, spec: JudgeSpec, judge: Judge, engine: Engine):
         self.spec, self.judge, self.engine = spec, judge, engine
         self.prompted = cast(Prompted, judge)  # a judge with a first turn formats and parses its prompts
-        self.endpoint = call_endpoint(spec.base_url, spec.endpoint.provider, judge.api)
+        self.endpoint = call_endpoint(spec.base_url, spec.endpoint.provider_name, judge.api)
 
     def _key(self, messages: Messages) -> str:
         sent, params = shape(request_rule_of(self.spec), list(messages), dict(self.judge.sampling))

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue
 
-from judgebench_flows.calls.llm import CallStats
+from judgebench_flows.calls.caller import CallStats
 from judgebench_flows.calls.providers import wire_params
 from judgebench_flows.calls.request_rules import shape
 from judgebench_flows.core.credentials import public_url

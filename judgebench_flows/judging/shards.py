@@ -92,7 +92,7 @@ class JudgeSpec(BaseModel):
                 self.orders,
                 endpoint.request_style,
                 endpoint.drop_params,
-                endpoint.provider,
+                endpoint.provider_name,
             )
         )
 
@@ -394,7 +394,7 @@ def judge_spec(config: RunConfig, templates_dir: str | None, run: RunContext | N
             update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
         )
     judge = judge_of(spec, run)
-    if refused := unserved(spec.endpoint.provider, judge.api, spec.endpoint.batch):
+    if refused := unserved(spec.endpoint.provider_name, judge.api, spec.endpoint.batch):
         option, why = refused
         raise UserError(f"{option}: the {config.judge_type} judge needs the {judge.api} API, {why}")
     return spec.model_copy(update={"judge_fingerprint": judge.fingerprint()})

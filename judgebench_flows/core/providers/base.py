@@ -120,7 +120,8 @@ class Provider:
             return
         if base_url.startswith("https://") and not any(os.environ.get(env) for env in self.key_envs):
             raise UserError(
-                f"--provider {self.name}: set {name} (or name the key with --api-key-env / --api-key-secret)"
+                f"{self.title} (--provider {self.name}): set {name} (or name the key with --api-key-env / "
+                "--api-key-secret)"
             )
 
     def wire_options(self, settings: Settings | None, state: Any) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def provenance_of(spec: JudgeSpec, judge: Judge, run: RunContext, sent: CallStat
     return Provenance(
         sent=Sent(
             package_version=package_version(),
-            provider=endpoint.provider,
+            provider=endpoint.provider_name,
             endpoint=public_endpoint(spec.base_url),
             model=spec.model,
             template_hash=template_hash(judge, spec.judge_fingerprint),

@@ -110,6 +110,7 @@ def test_a_database_restarted_for_3_s_is_waited_for_and_no_call_is_paid_twice(
         paid_twice = {key: n for key, n in endpoint.answered_keys().items() if n > 1}
         assert not paid_twice, f"{len(paid_twice)} calls paid twice"
         assert endpoint.answered == 2 * PAIRS
+        print(f"measured: restart of 3 s, {endpoint.requests} requests for {2 * PAIRS} calls, none paid twice")
         assert "waiting: the results database" in stderr and "is back after" in stderr, stderr[-3000:]
     assert cached_rows(postgresql_url) == 2 * PAIRS
     assert not list((tmp_path / "cache" / "call-journal").rglob("*.jsonl"))  # all in the database
@@ -148,6 +149,7 @@ def test_a_database_away_longer_than_the_wait_ends_the_run_with_exit_5_and_the_r
         _, stderr2 = rerun.communicate(timeout=600)
         assert rerun.returncode == 0, stderr2[-3000:]
         paid_again = set(again.answered_keys()) & set(first)
+        print(f"measured: exit 5 after {ended:.1f} s of run, {len(first)} answered, {len(paid_again)} paid again")
         assert len(paid_again) <= CONCURRENCY, f"{len(paid_again)} calls paid again (ended after {ended:.1f} s)"
         assert again.answered + len(first) - len(paid_again) == 2 * PAIRS
     assert not list((tmp_path / "cache" / "call-journal").rglob("*.jsonl"))

@@ -631,7 +631,9 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     trace.run_id, trace.config_key = run_id, config_key
     lock = await hold_configuration(engine, config_key, run_id)
     try:
-        record_start(engine, run_id, config, source, header, config_key, flow_run_id, clock, reuse)
+        await asyncio.to_thread(
+            record_start, engine, run_id, config, source, header, config_key, flow_run_id, clock, reuse
+        )
         parts_dir = parts_folder(config.output_dir, run_id)
         sink = ShardSink(engine, run_id, parts_dir, spec, output_judge_name(config), run)
     except BaseException:
@@ -657,7 +659,9 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
             usage=Usage.model_validate(usage),
-            regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally),
+            regression=await asyncio.to_thread(
+                regression_against_baseline, engine, config, config_key, run_id, sink.tally
+            ),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
         await note_cache_use(engine, reuse, config, sent, sink, results)
@@ -668,11 +672,11 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         clock.lap()
         await prefect_api_answering(config.server_lost_seconds())
         results.outputs = await publish(run_id, results, sink, config, source, header, spec)
-        settle_folder(layout, config.output_dir, run_id, too_little)
-        shutil.rmtree(sink.parts_dir, ignore_errors=True)
+        await asyncio.to_thread(settle_folder, layout, config.output_dir, run_id, too_little)
+        await asyncio.to_thread(shutil.rmtree, sink.parts_dir, ignore_errors=True)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()
-        record_finish(engine, run_id, results, final, too_little, finished, spec)
+        await asyncio.to_thread(record_finish, engine, run_id, results, final, too_little, finished, spec)
         if results.regressed:
             logger.warning(results.regression.message)  # type: ignore[union-attr]
         if too_little:  # published above, so it can be inspected; the run itself is not a measurement

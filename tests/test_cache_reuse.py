@@ -26,7 +26,7 @@ from judgebench_flows.data import db
 from judgebench_flows.scoring.run_results import CacheSource, CacheUse
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import run_command
-from tests.conftest import CANARY_KEY, VERDICTS, oracle_responder
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 
 
 def _cache_with_two_nights(tmp_path: Path):
@@ -177,3 +177,36 @@ def test_a_repeated_command_says_where_its_answers_came_from_and_pays_what_is_to
 
         run("--cache-max-age", "1d")
         assert server.requests == 0  # what was paid again is young enough
+
+
+def test_a_matrix_takes_the_maximum_age_and_reuse_as_run_options():
+    from judgebench_flows.deployments.matrix import parse_matrix
+
+    matrix = parse_matrix(
+        {
+            "judge_types": ["vanilla"],
+            "models": ["m"],
+            "data_files": [GPT4O_FILE],
+            "options": {"cache_max_age": "7d", "cache_reuse": "any"},
+        }
+    )
+    [entry] = matrix.entries()
+    assert (entry.config.endpoint.cache_max_age, entry.config.endpoint.cache_reuse) == ("7d", "any")
+    with pytest.raises(UserError, match="cache_max_age"):
+        parse_matrix(
+            {
+                "judge_types": ["vanilla"],
+                "models": ["m"],
+                "data_files": [GPT4O_FILE],
+                "options": {"cache_max_age": "x"},
+            },
+            "m.yaml",
+        )
+
+
+def test_the_nights_summary_says_where_each_configurations_answers_came_from():
+    from judgebench_flows.flows.nightly import CellOutcome, summary_markdown
+
+    line = CacheUse(reuse="this flow run", calls=20).line()
+    text = summary_markdown([CellOutcome(name="vanilla__m", status="completed", result_path="r.json", from_cache=line)])
+    assert f"- vanilla__m: {line}" in text

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.retry import RetryPolicy
@@ -106,3 +115,64 @@ def byte_level_bpe(corpus: list[str], vocab_size: int, special_tokens: Sequence[
     )
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return tok
+
+
+VERDICT = "My final verdict is [[A>B]]"
+
+
+class GatedAnswers:
+    """A responder that answers the first `n` requests, then holds each request until `release` is set
+    (or `hold_seconds` pass): the run is mid-judging, with calls in flight, for as long as a test needs."""
+
+    def __init__(self, n: int, answer: str = VERDICT, hold_seconds: float = 600.0) -> None:
+        self.n, self.answer, self.hold_seconds = n, answer, hold_seconds
+        self.seen, self.release = 0, threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict) -> str:
+        with self._lock:
+            self.seen += 1
+            held = self.seen > self.n
+        if held:
+            self.release.wait(self.hold_seconds)
+        return self.answer
+
+
+def cancel_after_first_batch(
+    make_caller: Callable[[], ChatCaller], server: Any, messages: list[list[dict]], sampling: dict
+) -> None:
+    """A batch run's calls as a killed process leaves them: sent, their batch created and polled at least
+    once (`server` holds it in progress), then every call cancelled. The batch stays stored with the
+    caller's results database, for the next caller to re-attach to."""
+
+    async def killed() -> None:
+        caller = make_caller()
+        calls = [asyncio.ensure_future(caller.complete(m, sampling)) for m in messages]
+        while server.batches_created == 0:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # polled at least once, still in progress
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+
+    asyncio.run(killed())
+
+
+def kill_after_first_batch_and_rerun(
+    argv: list[str], server: Any, cwd: Path, env: dict[str, str], timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """`judgebench` with `argv` killed with SIGKILL once `server` (holding its batches) has one, then,
+    the server letting its batches finish, the same command again: that second run."""
+    command = [sys.executable, "-m", "judgebench_flows.cli.main", *argv]
+    first = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 400
+    while server.batches_created == 0 and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.2)
+    if server.batches_created == 0:
+        first.kill()
+        pytest.fail(f"the first run never submitted its batch: {first.communicate()[1][-3000:]!r}")
+    time.sleep(1.0)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    server.release()
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

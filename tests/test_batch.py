@@ -7,11 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +20,7 @@ from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_batches import FakeAnthropicBatchServer, FakeBatchServer
-from tests._helpers import chat_caller, run_command
+from tests._helpers import cancel_after_first_batch, chat_caller, kill_after_first_batch_and_rerun, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY, CLAUDE_FILE, SHARED, load_jsonl
 
@@ -119,18 +115,7 @@ def test_a_batch_refused_whole_stops_the_run() -> None:
 def test_a_killed_caller_re_attaches_to_its_stored_batch_and_submits_nothing_again(tmp_path: Path) -> None:
     engine = db.open_database(f"sqlite:///{tmp_path}/batches.db")
     with FakeBatchServer("[[A>B]]", hold=True) as server:
-
-        async def killed() -> None:
-            caller = batch_caller(server, engine)
-            calls = [asyncio.ensure_future(caller.complete(m, SAMPLING)) for m in requests(12)]
-            while server.batches_created == 0:
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)  # polled at least once, still in progress
-            for call in calls:
-                call.cancel()
-            await asyncio.gather(*calls, return_exceptions=True)
-
-        asyncio.run(killed())
+        cancel_after_first_batch(lambda: batch_caller(server, engine), server, requests(12), SAMPLING)
         server.release()
         answers = judge_all(batch_caller(server, engine), 12)
     assert all(getattr(a, "text", None) == "[[A>B]]" for a in answers)
@@ -181,19 +166,9 @@ def test_a_run_killed_after_submitting_resumes_without_submitting_a_line_twice(
 ) -> None:
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
     with FakeBatchServer(o1_replay, openai_rules=True, hold=True) as server:
-        command = [sys.executable, "-m", "judgebench_flows.cli.main", *batch_command(judgebench_repo, server, tmp_path)]
-        first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 400
-        while server.batches_created == 0 and time.monotonic() < deadline and first.poll() is None:
-            time.sleep(0.2)
-        if server.batches_created == 0:
-            first.kill()
-            pytest.fail(f"the first run never submitted its batch: {first.communicate()[1][-3000:]!r}")
-        time.sleep(1.0)
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
-        server.release()
-        again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        again = kill_after_first_batch_and_rerun(
+            batch_command(judgebench_repo, server, tmp_path), server, tmp_path, env
+        )
         assert again.returncode == 0, again.stderr[-3000:]
         assert "re-attached to batch_" in again.stderr
         # The killed run's batch was re-attached; the only other batch is the follow-up turns' round.

@@ -8,10 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +19,7 @@ from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_google import FakeGeminiBatchServer
-from tests._helpers import chat_caller, run_command
+from tests._helpers import cancel_after_first_batch, chat_caller, kill_after_first_batch_and_rerun, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY
 
@@ -113,18 +109,7 @@ def test_an_invalid_line_is_a_failed_call_with_googles_message() -> None:
 def test_a_killed_caller_re_attaches_to_its_stored_batch_and_submits_nothing_again(tmp_path: Path) -> None:
     engine = db.open_database(f"sqlite:///{tmp_path}/batches.db")
     with FakeGeminiBatchServer("[[A>B]]", hold=True) as server:
-
-        async def killed() -> None:
-            caller = batch_caller(server, engine)
-            calls = [asyncio.ensure_future(caller.complete(m, SAMPLING)) for m in requests(8)]
-            while server.batches_created == 0:
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)
-            for call in calls:
-                call.cancel()
-            await asyncio.gather(*calls, return_exceptions=True)
-
-        asyncio.run(killed())
+        cancel_after_first_batch(lambda: batch_caller(server, engine), server, requests(8), SAMPLING)
         server.release()
         answers = judge_all(batch_caller(server, engine), 8)
     assert all(getattr(a, "text", None) == "[[A>B]]" for a in answers)
@@ -197,19 +182,9 @@ def test_a_gemini_batch_run_killed_after_submitting_resumes_without_submitting_a
 ) -> None:
     env = {**os.environ, "GEMINI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
     with FakeGeminiBatchServer(replay, api_key=CANARY_KEY, hold=True) as server:
-        command = [sys.executable, "-m", "judgebench_flows.cli.main", *batch_command(judgebench_repo, server, tmp_path)]
-        first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 400
-        while server.batches_created == 0 and time.monotonic() < deadline and first.poll() is None:
-            time.sleep(0.2)
-        if server.batches_created == 0:
-            first.kill()
-            pytest.fail(f"the first run never submitted its batch: {first.communicate()[1][-3000:]!r}")
-        time.sleep(1.0)
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
-        server.release()
-        again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        again = kill_after_first_batch_and_rerun(
+            batch_command(judgebench_repo, server, tmp_path), server, tmp_path, env
+        )
         assert again.returncode == 0, again.stderr[-3000:]
         assert "re-attached to batches/" in again.stderr
         # The killed run's batch was re-attached; the only other batch is the follow-up turns' round.

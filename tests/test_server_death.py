@@ -22,6 +22,7 @@ import pytest
 
 from judgebench_flows.cli.server_watch import alive, answers
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import GatedAnswers
 from tests._runs import (
     GPT4O_PATH,
     background_pid,
@@ -42,23 +43,6 @@ ANSWERED_FIRST = 6  # answered before the gate holds the next calls in flight
 START_SECONDS = 600
 ENDS_WITHIN = 30  # from the death to the run's exit (measured about 1 s idle; a hang is minutes)
 LOST_TIMEOUT = 10  # JUDGEBENCH_SERVER_LOST_TIMEOUT for the hung server
-
-
-class GatedAnswers:
-    """Answers the first `n` requests, then holds each request until released: the run is mid-judging,
-    with calls in flight, for as long as the test needs."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seen, self.release = n, 0, threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self, body: dict) -> str:
-        with self._lock:
-            self.seen += 1
-            held = self.seen > self.n
-        if held:
-            self.release.wait(START_SECONDS)
-        return VERDICT
 
 
 def rows(db: Path, query: str) -> list[tuple]:
@@ -87,7 +71,7 @@ def test_a_server_that_dies_mid_run_ends_it_with_exit_5_and_nothing_is_paid_twic
     home, db, out = tmp_path / "prefect-home", tmp_path / "r.db", tmp_path / "r"
     hung = {"JUDGEBENCH_SERVER_LOST_TIMEOUT": str(LOST_TIMEOUT)} if how == "stop" else {}
     env = local_server_env(home, **hung)
-    gate = GatedAnswers(ANSWERED_FIRST)
+    gate = GatedAnswers(ANSWERED_FIRST, VERDICT, START_SECONDS)
     with FakeOpenAIServer(gate) as endpoint:
         command = run_argv(
             endpoint.base_url, out, None, "--concurrency", "1", data_path=pairs_file(tmp_path), db_url=f"sqlite:///{db}"

@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from judgebench_flows.calls.global_limits import limit_names
 from judgebench_flows.cli.server_watch import answers
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import GatedAnswers
 from tests._runs import GPT4O_PATH, free_port, run_argv
 from tests.conftest import CANARY_KEY, requires_shared
 
@@ -42,22 +42,6 @@ BOOT_SECONDS = 600  # a first boot on a loaded 2-core machine (creating the data
 LOST_TIMEOUT = 120  # --server-lost-timeout: the restart comes back well within it
 GONE_TIMEOUT = 5  # ... and here it does not come back in time
 ENDS_WITHIN = 90
-
-
-class GatedAnswers:
-    """Answers the first `n` requests, then holds each until released."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seen, self.release = n, 0, threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self, body: dict) -> str:
-        with self._lock:
-            self.seen += 1
-            held = self.seen > self.n
-        if held:
-            self.release.wait(BOOT_SECONDS)
-        return VERDICT
 
 
 class PrefectServer:
@@ -126,7 +110,7 @@ def test_a_run_outlives_a_restarted_prefect_server_or_ends_with_exit_5_and_resum
         "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"),
     }
     timeout = LOST_TIMEOUT if back else GONE_TIMEOUT
-    gate = GatedAnswers(ANSWERED_FIRST)
+    gate = GatedAnswers(ANSWERED_FIRST, VERDICT, BOOT_SECONDS)
     try:
         with FakeOpenAIServer(gate) as endpoint:
             command = run_argv(

@@ -13,13 +13,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import GatedAnswers
 from tests._runs import GPT4O_PATH, run_argv
 from tests.conftest import CANARY_KEY, requires_shared
 
@@ -29,22 +29,6 @@ ANSWERED_FIRST = 8  # answered before the gate holds the next calls in flight
 CONCURRENCY = 2
 START_SECONDS = 300
 ENDS_WITHIN = 30  # from SIGTERM to the run's exit (measured about 1 s)
-
-
-class GatedAnswers:
-    """Answers the first `n` requests, then holds each request until released."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seen, self.release = n, 0, threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self, body: dict) -> str:
-        with self._lock:
-            self.seen += 1
-            held = self.seen > self.n
-        if held:
-            self.release.wait(START_SECONDS)
-        return VERDICT
 
 
 def rows(db: Path, query: str) -> list[tuple]:
@@ -58,7 +42,7 @@ def test_sigterm_ends_a_run_with_one_line_and_exit_143_and_the_same_command_resu
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(GPT4O_PATH.read_text().splitlines(keepends=True)[:PAIRS]))
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
-    gate = GatedAnswers(ANSWERED_FIRST)
+    gate = GatedAnswers(ANSWERED_FIRST, VERDICT, START_SECONDS)
     with FakeOpenAIServer(gate) as endpoint:
         command = run_argv(
             endpoint.base_url, out, None, "--concurrency", str(CONCURRENCY), data_path=data, db_url=f"sqlite:///{db}"

@@ -11,6 +11,11 @@ two orders of a pair one after the other) against the same endpoint, for the end
 
     python benchmarks/bench_judging.py --latency 1.0 --concurrency 32 --reference
     python benchmarks/bench_judging.py --latency 0 --concurrency 64 --synthetic 100000
+    python benchmarks/bench_judging.py --latency 0 --concurrency 32 --synthetic 5000 --provider bedrock
+
+With `--provider bedrock` the endpoint is the bundled Bedrock stand-in (`testing/fake_bedrock`, checking
+every SigV4 signature) and the client line is our Bedrock wire alone (botocore's `converse` client in a
+thread pool of C threads).
 
 Run by hand; this is a measurement, not a test.
 """
@@ -60,16 +65,25 @@ def benchmark_data(given: str | None) -> Path:
     return path
 
 
-def start_server(latency: float, port: int) -> subprocess.Popen:
+BEDROCK_MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+BEDROCK_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIABENCHMARK000001",
+    "AWS_SECRET_ACCESS_KEY": "bench-secret",
+    "AWS_REGION": "us-east-1",
+}
+
+
+def start_server(latency: float, port: int, provider: str = "openai") -> subprocess.Popen:
+    server = "fake_bedrock" if provider == "bedrock" else "fake_openai"
+    fault = ["--latency", str(latency)] if provider == "openai" else []
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "judgebench_flows.testing.fake_openai",
+            f"judgebench_flows.testing.{server}",
             "--port",
             str(port),
-            "--latency",
-            str(latency),
+            *fault,
             "--answer",
             "My final verdict is [[A>B]]",
         ],
@@ -161,6 +175,33 @@ async def reference_loop(base_url: str, data_path: str, concurrency: int) -> flo
     return time.perf_counter() - started
 
 
+def contents_of(data_path: str, calls: int) -> list[str]:
+    import itertools
+
+    with open(data_path) as handle:
+        pairs = (json.loads(line) for line in itertools.islice(handle, calls))
+        return [content for pair in pairs for content in both_orders(pair)][:calls]
+
+
+async def bedrock_wire_alone(base_url: str, data_path: str, concurrency: int, calls: int) -> float:
+    """CPU seconds per call of our Bedrock wire by itself (botocore's client in a pool of threads)."""
+    from judgebench_flows.calls.bedrock_api import BedrockTransport
+
+    contents = contents_of(data_path, calls)
+    wire = BedrockTransport(base_url, BEDROCK_MODEL, "EMPTY", 60.0, concurrency)
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def call(content: str) -> None:
+        async with semaphore:
+            wire.answer(await wire.post([{"role": "user", "content": content}], {"temperature": 0, "max_tokens": 4096}))
+
+    cpu = time.process_time()
+    await asyncio.gather(*(call(c) for c in contents))
+    cpu = time.process_time() - cpu
+    await wire.aclose()
+    return cpu / len(contents)
+
+
 async def openai_alone(base_url: str, data_path: str, concurrency: int, calls: int) -> float:
     """CPU seconds per call of the official client by itself, at the same concurrency against the same
     endpoint, sending the same pairs' texts (`both_orders`): the floor under any tool built on it,
@@ -196,6 +237,7 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=0, help="judge N synthetic pairs from a local file instead")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--reference", action="store_true", help="also time a run_judge.py-shaped loop")
+    parser.add_argument("--provider", choices=("openai", "bedrock"), default="openai", help="the endpoint's API")
     add_data_option(parser)
     args = parser.parse_args()
     data = None if args.synthetic else benchmark_data(args.data)
@@ -203,16 +245,22 @@ def main() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ["OPENAI_API_KEY"] = "bench-key"
+    if args.provider == "bedrock":
+        if args.latency or args.reference:
+            parser.error("--provider bedrock: its stand-in answers at once (--latency 0), and has no reference loop")
+        os.environ.update(BEDROCK_CREDENTIALS)
     workdir = Path(tempfile.mkdtemp(prefix="jb-bench-"))
     # Shard results of an earlier benchmark (same synthetic data, same judge) must not answer this one.
     os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(workdir / "prefect-results")
     from judgebench_flows.core.config import RunConfig
 
-    server = start_server(args.latency, args.port)
-    base_url = f"http://127.0.0.1:{args.port}/v1"
+    server = start_server(args.latency, args.port, args.provider)
+    bedrock = args.provider == "bedrock"
+    base_url = f"http://127.0.0.1:{args.port}" + ("" if bedrock else "/v1")
     try:
         common = dict(
-            model="bench-judge",
+            model=BEDROCK_MODEL if bedrock else "bench-judge",
+            provider=args.provider,
             base_url=base_url,
             concurrency=args.concurrency,
             shard_size=args.shard_size,
@@ -253,11 +301,18 @@ def main() -> None:
                 f"bound C/L                 {bound:8.1f} calls/s -> ideal judging {ideal:.2f} s; share of bound {ideal / judge_s:6.1%}"
             )
         print(f"our CPU per judgment      {1000 * cpu / judgments:8.3f} ms  (whole run, this process)")
-        client_cpu = asyncio.run(openai_alone(base_url, str(data_path), args.concurrency, min(calls, 20_000)))
+        sample = min(calls, 20_000)
         judging_cpu = timings.get("judge_cpu_ms_per_judgment", 1000 * cpu / judgments) / 1000
-        print(
-            f"openai client alone       {1000 * client_cpu:8.3f} ms  CPU per call, same endpoint, concurrency and pairs"
-        )
+        if bedrock:
+            client_cpu = asyncio.run(bedrock_wire_alone(base_url, str(data_path), args.concurrency, sample))
+            print(
+                f"bedrock wire alone        {1000 * client_cpu:8.3f} ms  CPU per call (botocore's client, in threads)"
+            )
+        else:
+            client_cpu = asyncio.run(openai_alone(base_url, str(data_path), args.concurrency, sample))
+            print(
+                f"openai client alone       {1000 * client_cpu:8.3f} ms  CPU per call, same endpoint, concurrency and pairs"
+            )
         print(f"ours beyond the client    {1000 * (judging_cpu - client_cpu):8.3f} ms  CPU per judgment, judging phase")
         print(f"peak memory               {peak_mb:8.1f} MiB")
 

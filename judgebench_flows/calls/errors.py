@@ -18,9 +18,11 @@ from pydantic import JsonValue
 from judgebench_flows.core.secrets import redact
 
 Kind = Literal["timeout", "connection", "status", "other"]
-# How a gateway says "no such model" with a 400 (LiteLLM: "Invalid model name passed in model=...").
+# How a gateway says "no such model" with a 400 (LiteLLM: "Invalid model name passed in model=...", Bedrock:
+# "The provided model identifier is invalid.").
 UNKNOWN_MODEL = re.compile(
-    r"invalid model name|model[^.;:]{0,80}(does not exist|not found|is not supported)|no such model|unknown model",
+    r"invalid model name|model[^.;:]{0,80}(does not exist|not found|is not supported)|no such model|unknown model"
+    r"|model identifier is invalid",  # AWS Bedrock's ValidationException
     re.IGNORECASE,
 )
 

@@ -90,7 +90,10 @@ def fatal_error(
             f"the endpoint {base_url} does not know model '{model}' or its {API_NAMES.get(api, api + ' API')} "
             f"({describe(exc)})"
         )
-    return FatalEndpointError(f"the endpoint {base_url} rejected the API key (HTTP {exc.status}); check {key_source}")
+    said = f": {exc.message}" if exc.message else ""  # what it refused: the key, a signature, access to the model
+    return FatalEndpointError(
+        f"the endpoint {base_url} rejected the API key (HTTP {exc.status}{said}); check {key_source}"
+    )
 
 
 @dataclass

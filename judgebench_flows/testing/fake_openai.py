@@ -807,7 +807,7 @@ class FakeOpenAIServer:
         """Read the body first (so keep-alive stays in sync), then answer the chat request."""
         body_bytes = handler.read_body()
         path = handler.path.split("?", 1)[0].rstrip("/")
-        answer = self._model_paths().get(path)
+        answer = self._answerer(path)
         if answer is None:
             self._send_unknown_path(handler)
             return
@@ -821,6 +821,11 @@ class FakeOpenAIServer:
             answer(handler, body_bytes)
         finally:
             self._leave_flight(handler)
+
+    def _answerer(self, path: str) -> Callable[[_Handler, bytes], None] | None:
+        """What answers a POST to `path` (None: not a model path); a server whose paths carry the model
+        (`fake_bedrock`) matches them here."""
+        return self._model_paths().get(path)
 
     def _model_paths(self) -> dict[str, Callable[[_Handler, bytes], None]]:
         """The POST paths that call the model (counted as requests), and what answers each: a server

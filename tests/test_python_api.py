@@ -145,6 +145,8 @@ def summary(evaluation):
 
 if sys.argv[1] == "script":
     print(json.dumps(summary(judgebench_flows.evaluate(judge=OracleJudge, **OPTIONS))))
+elif sys.argv[1] == "await":  # a notebook's `await`: the loop goes on while the run judges
+    print(json.dumps(summary(asyncio.run(judgebench_flows.evaluate_async(judge=OracleJudge, **OPTIONS)))))
 else:  # as a notebook's cell runs: inside the event loop the kernel runs
     async def cell():
         evaluation = judgebench_flows.evaluate(judge=OracleJudge, **OPTIONS)
@@ -187,7 +189,7 @@ def test_evaluate_gives_the_clis_numbers(tmp_path: Path, oracle: FakeOpenAIServe
     expected = json.loads((tmp_path / "cli.json").read_text())
     assert 0.5 < expected["overall_accuracy"]["accuracy"] < 1.0  # the oracle's seeded mistakes, not all right
 
-    for mode in ("script", "event-loop"):
+    for mode in ("script", "event-loop", "await"):
         got = run_script(tmp_path, mode, options(oracle, tmp_path / mode))
         results = got["results"]
         for key in ("overall_accuracy", "category_accuracy", "source_accuracy", "consistency", "invalid"):

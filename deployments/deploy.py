@@ -71,14 +71,29 @@ def ensure_work_pool(name: str = WORK_POOL) -> None:
         raise SystemExit(f"work pool '{name}' exists with type '{pool.type}'; these deployments need a 'process' pool")
 
 
+def _loaded(project_dir: Path | None, entrypoint: str) -> tuple[Any, dict[str, Any]]:
+    """A flow and how its deployment finds it: from `project_dir` (the pull step moves each run there),
+    or with None from the installed package by its module path (a worker needs only `pip install`,
+    no checkout and no path in common with anyone: the team setup, docs/operations-deployments.md)."""
+    if project_dir is not None:
+        return _synchronously(flow.from_source(source=str(project_dir), entrypoint=entrypoint)), {}
+    import importlib
+
+    from prefect.types.entrypoint import EntrypointType
+
+    path, name = entrypoint.rsplit(":", 1)  # flows/nightly.py:f -> judgebench_flows.flows.nightly, f
+    module = importlib.import_module("judgebench_flows." + path.removesuffix(".py").replace("/", "."))
+    return getattr(module, name), {"entrypoint_type": EntrypointType.MODULE_PATH}
+
+
 def nightly_deployment(
-    project_dir: Path = PROJECT_DIR,
+    project_dir: Path | None = PROJECT_DIR,
     matrix_path: str = "deployments/nightly.yaml",
     cron: str = NIGHTLY_CRON,
     name: str = "nightly",
 ) -> RunnerDeployment:
     """The nightly matrix deployment; `cron` and `name` make a copy on another schedule (e.g. every minute, to check a worker end to end)."""
-    nightly = _synchronously(flow.from_source(source=str(project_dir), entrypoint=NIGHTLY_ENTRYPOINT))
+    nightly, found = _loaded(project_dir, NIGHTLY_ENTRYPOINT)
     return _synchronously(
         nightly.to_deployment(
             name=name,
@@ -90,12 +105,13 @@ def nightly_deployment(
             work_queue_name="nightly",
             job_variables=HEARTBEATS,
             tags=["judgebench", "nightly"],
+            **found,
         )
     )
 
 
-def adhoc_deployment(project_dir: Path = PROJECT_DIR) -> RunnerDeployment:
-    adhoc = _synchronously(flow.from_source(source=str(project_dir), entrypoint=ADHOC_ENTRYPOINT))
+def adhoc_deployment(project_dir: Path | None = PROJECT_DIR) -> RunnerDeployment:
+    adhoc, found = _loaded(project_dir, ADHOC_ENTRYPOINT)
     return _synchronously(
         adhoc.to_deployment(
             name="adhoc",
@@ -103,14 +119,15 @@ def adhoc_deployment(project_dir: Path = PROJECT_DIR) -> RunnerDeployment:
             work_queue_name="adhoc",
             job_variables=HEARTBEATS,
             tags=["judgebench", "adhoc"],
+            **found,
         )
     )
 
 
-def retention_deployment(project_dir: Path = PROJECT_DIR, keep_days: int | None = None) -> RunnerDeployment:
+def retention_deployment(project_dir: Path | None = PROJECT_DIR, keep_days: int | None = None) -> RunnerDeployment:
     """Retention every day after the night: judgment rows and call-cache answers older than `keep_days`
     deleted (the flow's default unless given), runs and metrics kept."""
-    retention = _synchronously(flow.from_source(source=str(project_dir), entrypoint=RETENTION_ENTRYPOINT))
+    retention, found = _loaded(project_dir, RETENTION_ENTRYPOINT)
     return _synchronously(
         retention.to_deployment(
             name="retention",
@@ -120,16 +137,22 @@ def retention_deployment(project_dir: Path = PROJECT_DIR, keep_days: int | None 
             concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
             work_queue_name="maintenance",
             tags=["judgebench", "retention"],
+            **found,
         )
     )
 
 
-def deploy_all(project_dir: Path = PROJECT_DIR, work_pool: str = WORK_POOL, only: str | None = None) -> list[UUID]:
+def deploy_all(
+    project_dir: Path | None = PROJECT_DIR,
+    work_pool: str = WORK_POOL,
+    only: str | None = None,
+    matrix_path: str = "deployments/nightly.yaml",
+) -> list[UUID]:
     """Create or update the deployments (idempotent: running it again updates them in place)."""
     ensure_work_pool(work_pool)
     deployments = []
     if only in (None, "nightly"):
-        deployments.append(nightly_deployment(project_dir))
+        deployments.append(nightly_deployment(project_dir, matrix_path=matrix_path))
     if only in (None, "adhoc"):
         deployments.append(adhoc_deployment(project_dir))
     if only in (None, "retention"):
@@ -155,8 +178,19 @@ def main(argv: list[str] | None = None) -> int:
         "--project-dir", type=Path, default=PROJECT_DIR, help="where workers find this project (default: this checkout)"
     )
     parser.add_argument("--only", choices=["nightly", "adhoc", "retention"], help="register just one of them")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="workers load the flows from the installed package: no checkout on the workers, no path in common",
+    )
+    parser.add_argument(
+        "--matrix-path",
+        default="deployments/nightly.yaml",
+        help="the nightly matrix the schedule runs: a path on the night's worker or a URL (s3://team/nightly.yaml)",
+    )
     args = parser.parse_args(argv)
-    ids = deploy_all(args.project_dir.resolve(), args.work_pool, args.only)
+    project_dir = None if args.installed else args.project_dir.resolve()
+    ids = deploy_all(project_dir, args.work_pool, args.only, args.matrix_path)
     print(f"{len(ids)} deployments registered; start a worker with: prefect worker start --pool {args.work_pool}")
     return 0
 

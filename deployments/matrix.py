@@ -416,16 +416,22 @@ def _check_judge_types(matrix: NightlyMatrix, source: str) -> None:
 
 
 def load_matrix(path: str | Path) -> NightlyMatrix:
-    path = Path(path)
+    """The matrix file: a path, or an object-store URL (`s3://team/nightly.yaml`), so the machine that
+    runs the night needs no checkout."""
+    path = str(path)
+    if storage.is_url(path):
+        storage.check_url("matrix", path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = storage.read_text(path)
     except OSError as exc:
-        raise UserError(f"cannot read the matrix file {path}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot read the matrix file {storage.shown(path)}: {exc.strerror or exc}") from None
+    except Exception as exc:  # a store's own errors (credentials refused, no such bucket)
+        raise UserError(f"cannot read the matrix file {storage.shown(path)}: {type(exc).__name__}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    return parse_matrix(data, str(path))
+    return parse_matrix(data, storage.shown(path))
 
 
 def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:

@@ -599,7 +599,13 @@ async def judge_all(
     """Every shard judged: what the endpoint clients sent, or why the run stopped early (what was judged
     is still published, then exit 4). Its calls done, a night's next cell may start while this one
     publishes (`run.judged`)."""
-    await ensure_limits(spec.global_limit, spec.endpoint.concurrency, spec.global_rate_limit, spec.endpoint.rpm)
+    await ensure_limits(
+        spec.global_limit,
+        spec.endpoint.concurrency,
+        spec.global_rate_limit,
+        spec.endpoint.rpm,
+        repair=run.held_limits is None,  # a pool night's cell: the night repaired its endpoint's limit
+    )
     try:
         return await judge_shards(shards, spec, config, sink, run), None
     except RunFailed as exc:

@@ -60,7 +60,13 @@ from judgebench_flows.flows.cell_schedule import CellSchedule, Places, PlannedCe
 from judgebench_flows.flows.events import NightRefused, emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
 from judgebench_flows.flows.outcomes import CellOutcome, RunStatus
-from judgebench_flows.flows.pool_cells import NightOverrides, PoolCell, judge_cells_on_pool, pool_cell_entry
+from judgebench_flows.flows.pool_cells import (
+    PoolCell,
+    judge_cells_on_pool,
+    pool_cell_entry,
+    pool_endpoint_usage,
+    report_endpoint_usage,
+)
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.flows.run_pages import adhoc_run_name, night_date, nightly_run_name, say_link
 from judgebench_flows.judging.run_context import RunContext, running
@@ -595,15 +601,13 @@ async def nightly_benchmarks(
         logger.warning(notice)
     budgets = await night_budgets(entries, matrix.max_cost)
     entries = with_deadline(entries, matrix.deadline(night_start()))
-    endpoints: dict[str, EndpointUse] = {}  # in this process: none for a pool's cells
+    endpoints: dict[str, EndpointUse] = {}
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
-        overrides = NightOverrides(
-            base_url=base_url, max_samples=max_samples, repo_url=repo_url, ref=ref, data_files=data_files
-        )
         deadline = matrix.deadline(night_start())
         budgeted = [_within_night_budget(e, b) for e, b in zip(entries, budgets, strict=True)]
-        ended = await judge_cells_on_pool(matrix_path, budgeted, overrides, deadline)
+        ended = await judge_cells_on_pool(budgeted, deadline)
         outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
+        endpoints = await pool_endpoint_usage([run.id for run, _ in ended])
         for outcome in outcomes:
             log = logger.info if outcome.status == "completed" else logger.error
             log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
@@ -668,8 +672,10 @@ async def judgebench_adhoc(
         entry = pool_cell_entry(cell)
         # the endpoint's limit, shared with the night's other cells on any worker
         held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
-        with running(RunContext(held_limits=held)):
+        cell_run = RunContext(held_limits=held)  # also what this cell's endpoint saw, for the night's figures
+        with running(cell_run):
             outcome, state = await judge_cell(entry, retry_delay_seconds, run_name=flow_run.name or None)
+        await report_endpoint_usage(cell_run.calls.endpoint_usage())
         return await adhoc_ending(entry, outcome, state)
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}/{RUN_ID_FIELD}"
     config = build_config(

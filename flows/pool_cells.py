@@ -8,12 +8,16 @@ without the model or any credential), created or updated by the night with the m
 first cell starts. Each cell run takes its run's slots of it (`global_limit`: flows/shard_runs.py), so the
 endpoint never sees more calls at once than its `concurrency`, whichever worker runs which cell.
 
-A cell run's parameters name the matrix file and the cell, and carry what the night decided for it (its
-budget, the deadline, the limit's names): never a key. Keys come from the worker's environment, as for
-any ad-hoc run. The matrix path must resolve on the workers (a path relative to the project directory,
-as the shipped deployment's is) and `output_root` must be storage the night's process reads too: the
-night reads each cell's results.json back into the same outcome as an in-process cell, so the summary
-artifact, events, alerts and regression checks are the same.
+A cell run's parameters carry the cell's whole configuration as the night resolved it (the matrix with
+the night's overrides, its budget, the deadline, the limit's names): public URLs and the names of keys,
+never a key nor a path that must resolve on the worker. Keys, and the credentials of a database or
+repository URL, come from the worker's environment (`OPENAI_API_KEY` or the variable the matrix names,
+`JUDGEBENCH_DB_URL`, `JUDGEBENCH_REPO_URL`) or Prefect Secret blocks, as for any ad-hoc run. So workers on
+machines that share nothing but the Prefect server, the results database and a bucket run any cell:
+`output_root` is then the bucket (data/storage.py), which the night reads each cell's results.json back
+from into the same outcome as an in-process cell, so the summary artifact, events, alerts and regression
+checks are the same. Each cell run reports what its endpoint saw (calls, busy time, most in flight) as a
+table artifact the night sums into its per-endpoint figures, as in-process.
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from pydantic import BaseModel
-from typing_extensions import TypedDict
+import httpx
+from pydantic import BaseModel, ValidationError
 
 from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_limits
+from judgebench_flows.calls.limits import EndpointUse
+from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.outputs import published_results
-from judgebench_flows.deployments.matrix import MatrixEntry, load_matrix
+from judgebench_flows.deployments.matrix import MatrixEntry, endpoint_of
 from judgebench_flows.flows.run_pages import night_date
 
 if TYPE_CHECKING:
@@ -44,27 +50,12 @@ AFTER_DEADLINE_SECONDS = 3600.0
 UNBOUNDED_NIGHT_SECONDS = 24 * 3600.0
 
 
-class NightOverrides(TypedDict, total=False):
-    """What a night's parameters override in its matrix file (`nightly_benchmarks`), passed to each cell run."""
-
-    base_url: str | None
-    max_samples: int | None
-    repo_url: str | None
-    ref: str | None
-    data_files: list[str] | None
-
-
 class PoolCell(BaseModel):
-    """Which cell of which matrix an ad-hoc run judges, with what the night decided for it: names and
-    numbers only, never a key."""
+    """The cell an ad-hoc run judges: its whole configuration as the night resolved it (a RunConfig's
+    JSON: public URLs, key names, never a key) with what the night decided for it."""
 
-    matrix_path: str
     name: str
-    base_url: str | None = None
-    max_samples: int | None = None
-    repo_url: str | None = None
-    ref: str | None = None
-    data_files: list[str] | None = None
+    config: dict[str, Any]
     max_cost: float | None = None  # the cell's share of the night's budget
     batch_deadline: str | None = None  # the night's deadline (ISO 8601), for a batch cell
     limit: str | None = None  # the endpoint's global concurrency limit; None: a judge that calls none
@@ -72,14 +63,13 @@ class PoolCell(BaseModel):
 
 
 def pool_cell_entry(cell: PoolCell) -> MatrixEntry:
-    """The cell's configuration as the night's own process would run it: read from the matrix with the
-    night's overrides, its budget, deadline and the endpoint's global limit applied."""
-    matrix = load_matrix(cell.matrix_path).overridden(repo_url=cell.repo_url, ref=cell.ref, data_files=cell.data_files)
-    entries = {e.name: e for e in matrix.entries(base_url=cell.base_url, max_samples=cell.max_samples)}
-    entry = entries.get(cell.name)
-    if entry is None:
-        raise UserError(f"cell: no configuration '{cell.name}' in {cell.matrix_path}")
-    config = entry.config
+    """The cell's configuration as the night's own process would run it, with its budget, deadline and
+    the endpoint's global limit applied."""
+    try:
+        config = RunConfig.model_validate(cell.config)
+    except ValidationError as exc:
+        raise UserError(f"cell {cell.name}: not a configuration: {exc.errors()[0]['msg']}") from None
+    entry = MatrixEntry(name=cell.name, config=config, endpoint=endpoint_of(config))
     endpoint = config.endpoint
     if cell.batch_deadline and endpoint.batch:
         endpoint = endpoint.model_copy(update={"batch_deadline": cell.batch_deadline})
@@ -130,6 +120,59 @@ async def earlier_cell_runs(deployment: str) -> dict[str, FlowRun]:
     return kept
 
 
+ENDPOINT_USAGE_KEY = "judgebench-cell-endpoints"  # a cell run's table artifact: what its endpoints saw
+
+
+async def report_endpoint_usage(usage: dict[str, EndpointUse]) -> None:
+    """A cell run's endpoint figures (calls, busy time, most in flight), one row per endpoint, as a table
+    artifact of its flow run: the night reads them through the server, the one thing every worker shares."""
+    from prefect.artifacts import acreate_table_artifact
+
+    rows = [{"endpoint": endpoint, **figures} for endpoint, figures in usage.items()]
+    await acreate_table_artifact(rows, key=ENDPOINT_USAGE_KEY, description="what this cell's endpoints saw")
+
+
+async def pool_endpoint_usage(run_ids: list[UUID]) -> dict[str, EndpointUse]:
+    """The night's per-endpoint figures from its cell runs' artifacts, combined as the night's own
+    process combines its cells' (calls and busy time summed, the most in flight the largest)."""
+    import json
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    if not run_ids:
+        return {}
+    async with get_client() as client:
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[ENDPOINT_USAGE_KEY]), flow_run_id=ArtifactFilterFlowRunId(any_=run_ids)
+            )
+        )
+    newest: dict[UUID, Any] = {}  # a cell run run again (rescheduled) reports again: its last report counts
+    for artifact in sorted(artifacts, key=lambda a: a.created or datetime.min.replace(tzinfo=timezone.utc)):
+        if artifact.flow_run_id is not None:
+            newest[artifact.flow_run_id] = artifact
+    usage: dict[str, EndpointUse] = {}
+    for artifact in newest.values():
+        rows = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+        for row in rows or []:
+            known = usage.setdefault(
+                row["endpoint"], {"calls": 0, "busy_s": 0.0, "max_in_flight": 0, "concurrency": row["concurrency"]}
+            )
+            known["calls"] += int(row["calls"])
+            known["busy_s"] = round(known["busy_s"] + float(row["busy_s"]), 3)
+            known["max_in_flight"] = max(known["max_in_flight"], int(row["max_in_flight"]))
+    return usage
+
+
+def _night_key() -> str:
+    """This attempt of this night: its flow run and run count."""
+    from prefect.context import get_run_context
+
+    night = get_run_context().flow_run  # type: ignore[union-attr]
+    return f"{night.id}:{night.run_count}" if night is not None else f"night:{time.time_ns()}"
+
+
 def night_bound(deadline: datetime | None) -> datetime:
     """Until when the night waits for its cell runs."""
     if deadline is not None:
@@ -137,27 +180,59 @@ def night_bound(deadline: datetime | None) -> datetime:
     return datetime.now(timezone.utc) + timedelta(seconds=UNBOUNDED_NIGHT_SECONDS)
 
 
-async def wait_for_runs(run_ids: list[UUID], bound: datetime) -> dict[UUID, FlowRun]:
+class ServerLost(Exception):
+    """The Prefect server did not answer the night for longer than it waits for one (exit 5's cause)."""
+
+
+async def wait_for_runs(run_ids: list[UUID], bound: datetime, lost_after: float | None = None) -> dict[UUID, FlowRun]:
     """Every cell run as it ended, asking every `POLL_SECONDS`; the runs still going at `bound` are
-    cancelled and returned as they are then."""
+    cancelled and returned as they are then. A server that stops answering (restarted, or its machine
+    rebooting) is waited for up to `lost_after` seconds (`--server-lost-timeout`'s default), then
+    `ServerLost`: the cell runs keep their own state on the server, and a night run again waits for them."""
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
+    lost_after = server_lost_seconds() if lost_after is None else lost_after
     finished: dict[UUID, FlowRun] = {}
-    async with get_client() as client:
-        while True:
-            for run_id in [r for r in run_ids if r not in finished]:
-                run = await client.read_flow_run(run_id)
-                if run.state is not None and run.state.is_final():
-                    finished[run_id] = run
-            if len(finished) == len(run_ids):
-                return finished
-            if datetime.now(timezone.utc) >= bound:
+    silent_since: float | None = None
+    while True:
+        try:
+            async with get_client() as client:  # a new client each round: one that lost its server stays lost
                 for run_id in [r for r in run_ids if r not in finished]:
-                    await client.set_flow_run_state(run_id, Cancelling(message="the night's bound passed"), force=True)
-                    finished[run_id] = await client.read_flow_run(run_id)
-                return finished
-            await asyncio.sleep(POLL_SECONDS)
+                    run = await client.read_flow_run(run_id)
+                    if run.state is not None and run.state.is_final():
+                        finished[run_id] = run
+                if len(finished) == len(run_ids):
+                    return finished
+                if datetime.now(timezone.utc) >= bound:
+                    for run_id in [r for r in run_ids if r not in finished]:
+                        await client.set_flow_run_state(
+                            run_id, Cancelling(message="the night's bound passed"), force=True
+                        )
+                        finished[run_id] = await client.read_flow_run(run_id)
+                    return finished
+            silent_since = None
+        except (OSError, httpx.HTTPError) as exc:
+            silent_since = silent_since or time.monotonic()
+            if time.monotonic() - silent_since > lost_after:
+                raise ServerLost(
+                    f"the Prefect server did not answer for {lost_after:.0f} s while the night waited for its "
+                    f"cell runs ({type(exc).__name__}); they keep running: run the night again to wait for them"
+                ) from None
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def server_lost_seconds() -> float:
+    """How long the night waits for a Prefect server that stopped answering: $JUDGEBENCH_SERVER_LOST_TIMEOUT,
+    else 120 s, as a run does."""
+    import os
+
+    from judgebench_flows.core.config import DEFAULT_SERVER_LOST_SECONDS
+
+    try:
+        return max(0.0, float(os.environ.get("JUDGEBENCH_SERVER_LOST_TIMEOUT", DEFAULT_SERVER_LOST_SECONDS)))
+    except ValueError:
+        return DEFAULT_SERVER_LOST_SECONDS
 
 
 async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> dict[str, Any] | None:
@@ -186,9 +261,7 @@ async def _is_subflow_of(subflow_id: UUID, run_id: UUID) -> bool:
 
 
 async def judge_cells_on_pool(
-    matrix_path: str,
     entries: list[MatrixEntry],
-    overrides: NightOverrides,
     deadline: datetime | None,
     deployment: str = ADHOC_DEPLOYMENT,
 ) -> list[tuple[FlowRun, dict[str, Any] | None]]:
@@ -202,6 +275,7 @@ async def judge_cells_on_pool(
     limits = await ensure_endpoint_limits(entries)
     night = night_date()
     earlier = await earlier_cell_runs(deployment)
+    night_key = _night_key()
     run_ids = []
     for entry in entries:
         if entry.name in earlier:
@@ -210,9 +284,8 @@ async def judge_cells_on_pool(
             continue
         limit, rate_limit = limits.get(entry.endpoint, (None, None))
         cell = PoolCell(
-            matrix_path=matrix_path,
             name=entry.name,
-            **overrides,
+            config=entry.config.model_dump(mode="json"),
             max_cost=entry.config.max_cost,
             batch_deadline=entry.config.endpoint.batch_deadline if entry.config.endpoint.batch else None,
             limit=limit,
@@ -223,7 +296,12 @@ async def judge_cells_on_pool(
             "judge_type": entry.config.judge_type,
             "cell": cell.model_dump(exclude_none=True),
         }
-        run = await arun_deployment(deployment, parameters=parameters, flow_run_name=entry.run_name(night), timeout=0)
+        # One cell run per cell and attempt of the night, however often its creation is retried (a lost
+        # answer while the server restarts): the server returns the run the key already made.
+        key = f"{night_key}:{entry.name}"
+        run = await arun_deployment(
+            deployment, parameters=parameters, flow_run_name=entry.run_name(night), timeout=0, idempotency_key=key
+        )
         run_ids.append(run.id)
     started = time.monotonic()
     logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, night_bound(deadline))

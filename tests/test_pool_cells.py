@@ -193,8 +193,8 @@ def test_a_night_run_again_reuses_its_cell_runs(prefect_server, judgebench_repo,
     @flow
     async def twice(path: str):
         entries = load_matrix(path).entries()
-        first = await judge_cells_on_pool(path, entries, {}, None)
-        again = await judge_cells_on_pool(path, entries, {}, None)
+        first = await judge_cells_on_pool(entries, None)
+        again = await judge_cells_on_pool(entries, None)
         return [run.id for run, _ in first], [
             (run.id, results["overall_accuracy"]["accuracy"]) for run, results in again
         ]

@@ -1,0 +1,368 @@
+"""A team's pool night: workers on "machines" that share nothing but the Prefect server, the results
+database and a bucket.
+
+Real parts, each in its own process: `prefect server start` on PostgreSQL, the results database on the
+same PostgreSQL, moto's S3 server holding the matrix and every output, the JudgeBench data served by
+`git daemon` (cloned over the network, not from a shared path), two `prefect worker start` processes
+each in its own working directory and HOME (no path in common), the deployments registered from the
+installed package (`python -m judgebench_flows.deployments.deploy --installed`: no checkout on the
+workers), and the bundled OpenAI-compatible endpoint answering the labelled verdict with a latency.
+
+The night itself is a run of the nightly deployment, on the first worker. Then one worker is killed
+mid-night (its process group, as a machine going away): the night still completes, the killed cell
+run is marked Crashed by the server's automations and run again on the other worker, and no answered
+call is paid twice beyond those in flight when the machine died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from judgebench_flows.deployments.matrix import cell_name
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._s3 import SECRET_KEY, S3Server, free_port
+from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, make_repo, oracle_responder, requires_shared
+from tests.test_server_restart import PrefectServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, requires_shared]
+
+PG_ADMIN_URL = os.environ.get("JUDGEBENCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+POOL = "team-pool"
+BUCKET = "team-judgebench"
+MODELS = ["judge-a", "judge-b", "judge-c", "judge-d"]
+PAIRS = 6  # 12 calls a cell
+NIGHT_SECONDS = 900
+
+
+@pytest.fixture()
+def databases() -> Iterator[dict[str, str]]:
+    """Two new PostgreSQL databases: the Prefect server's and the results database."""
+    psycopg = pytest.importorskip("psycopg")
+    names = {what: f"jb_team_{what}_{uuid.uuid4().hex[:10]}" for what in ("prefect", "results")}
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL} ({str(exc).strip().splitlines()[0]})")
+    with admin:
+        for name in names.values():
+            admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].split("://", 1)[1]
+    try:
+        yield {
+            "prefect": f"postgresql+asyncpg://{base}/{names['prefect']}",
+            "results": f"postgresql+psycopg://{base}/{names['results']}",
+        }
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            for name in names.values():
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class PostgresPrefectServer(PrefectServer):
+    """`prefect server start` on a PostgreSQL database (a team's server)."""
+
+    def __init__(self, home: Path, database_url: str) -> None:
+        super().__init__(home)
+        self.database_url = database_url
+
+    def start(self) -> PostgresPrefectServer:
+        os.environ["PREFECT_API_DATABASE_CONNECTION_URL"] = self.database_url
+        try:
+            super().start()
+        finally:
+            os.environ.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
+        return self
+
+
+@pytest.fixture()
+def git_daemon(tmp_path) -> Iterator[tuple[str, str]]:
+    """(git:// URL, commit) of a JudgeBench copy served over the network by `git daemon`."""
+    base = tmp_path / "served"
+    sha = make_repo(base / "JudgeBench")
+    port = free_port()
+    daemon = subprocess.Popen(
+        ["git", "daemon", "--export-all", f"--base-path={base}", "--listen=127.0.0.1", f"--port={port}", str(base)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(
+            ["git", "ls-remote", f"git://127.0.0.1:{port}/JudgeBench"], capture_output=True
+        ).returncode:
+            assert time.monotonic() < deadline, "git daemon did not start"
+            time.sleep(0.3)
+        yield f"git://127.0.0.1:{port}/JudgeBench", sha
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(10)
+
+
+class Machine:
+    """A worker on a machine of its own: its own working directory, HOME and PREFECT_HOME."""
+
+    def __init__(self, root: Path, name: str, env: dict[str, str], *worker_args: str) -> None:
+        self.root = root / name
+        self.work, self.home = self.root / "work", self.root / "home"
+        self.work.mkdir(parents=True)
+        self.home.mkdir(parents=True)
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "JUDGEBENCH_"))}
+        self.env = {
+            **clean,
+            **env,
+            "HOME": str(self.home),
+            "PREFECT_HOME": str(self.home / ".prefect"),
+            "PREFECT_WORKER_QUERY_SECONDS": "2",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        }
+        self.args = worker_args
+        self.log = self.root / "worker.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Machine:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, *self.args],
+            cwd=self.work,
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its flow runs are its children: killing the group is the machine going away
+        )
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _prefect(server_url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        env={**os.environ, **(env or {}), "PREFECT_API_URL": server_url},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _flow_runs(server_url: str):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: server_url}), get_client(sync_client=True) as client:
+        return client.read_flow_runs()
+
+
+@pytest.fixture()
+def team(tmp_path, databases, git_daemon, gpt4o_pairs):
+    """The team's setup up and running: server, bucket, matrix, deployments, automations, two workers."""
+    url, sha = git_daemon
+    home = tmp_path / "server-home"
+    home.mkdir()
+    server = PostgresPrefectServer(home, databases["prefect"]).start()
+    s3 = S3Server(log=tmp_path / "moto.log").__enter__()
+    s3.make_bucket(BUCKET)
+    endpoint = FakeOpenAIServer(
+        oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), api_key=CANARY_KEY, models=set(MODELS), latency=0.3
+    ).__enter__()
+    matrix = {
+        "judge_types": ["arena_hard"],
+        "models": MODELS,
+        "data_files": [GPT4O_FILE],
+        "repo_url": url,
+        "ref": sha,
+        "base_url": endpoint.base_url,
+        "db_url": databases["results"],
+        "output_root": f"s3://{BUCKET}/nightly",
+        "max_samples": PAIRS,
+        "concurrency": 2,
+        "cells": "pool",
+        "options": {"bootstrap_resamples": 200},
+    }
+    s3.filesystem().pipe_file(f"{BUCKET}/nightly.yaml", yaml.safe_dump(matrix).encode())
+    env = {**s3.env, "PREFECT_API_URL": server.url, "OPENAI_API_KEY": CANARY_KEY}
+    machines: list[Machine] = []
+    try:
+        for step in (
+            ["-m", "judgebench_flows.deployments.deploy", "--installed", "--work-pool", POOL]
+            + ["--matrix-path", f"s3://{BUCKET}/nightly.yaml"],
+            ["-m", "judgebench_flows.cli.main", "automations", "install", "--webhook-url", "http://127.0.0.1:9/alerts"],
+        ):
+            done = _prefect(server.url, *step, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+        machines = [
+            Machine(tmp_path, "machine-a", env, "--limit", "3").start(),  # the night and cells
+            Machine(tmp_path, "machine-b", env, "--work-queue", "adhoc", "--limit", "2").start(),
+        ]
+        yield {"server": server, "s3": s3, "endpoint": endpoint, "machines": machines, "env": env, "tmp": tmp_path}
+    finally:
+        for machine in machines:
+            machine.stop()
+        endpoint.__exit__(None, None, None)
+        s3.__exit__(None, None, None)
+        server.kill()
+
+
+def _run_night(team) -> str:
+    """Start a run of the nightly deployment on the matrix in the bucket; its flow run id."""
+    done = _prefect(
+        team["server"].url,
+        "-m",
+        "prefect",
+        "deployment",
+        "run",
+        "nightly-benchmarks/nightly",
+        env=team["env"],
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = re.search(r"UUID: ([0-9a-f-]{36})", done.stdout)
+    assert found, done.stdout
+    return found.group(1)
+
+
+def _wait_final(team, run_id: str, seconds: float = NIGHT_SECONDS):
+    from uuid import UUID
+
+    deadline = time.monotonic() + seconds
+    while True:
+        run = next(r for r in _flow_runs(team["server"].url) if r.id == UUID(run_id))
+        if run.state is not None and run.state.is_final():
+            return run
+        assert time.monotonic() < deadline, "\n".join(m.output()[-4000:] for m in team["machines"])
+        time.sleep(2)
+
+
+def _night_summary(team, night_id: str) -> str:
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY
+
+    with temporary_settings(updates={PREFECT_API_URL: team["server"].url}), get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(night_id)]),
+            )
+        )
+    return artifacts[-1].data
+
+
+def _assert_no_common_path(team) -> None:
+    a, b = team["machines"]
+    assert not (set(a.root.rglob("*")) & set(b.root.rglob("*")))
+    assert not a.root.is_relative_to(b.root) and not b.root.is_relative_to(a.root)
+
+
+def _assert_night_outputs(team) -> dict[str, bytes]:
+    objects = team["s3"].objects(BUCKET)
+    for model in MODELS:
+        name = cell_name("arena_hard", model, GPT4O_FILE)
+        run_folder = objects[f"nightly/{name}/latest"].decode().strip()
+        results = json.loads(objects[f"nightly/{name}/{run_folder}/results.json"])
+        assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == PAIRS
+        assert f"nightly/{name}/{run_folder}/report.html" in objects
+    assert "nightly/leaderboard.json" in objects
+    for value in objects.values():
+        assert SECRET_KEY.encode() not in value and CANARY_KEY.encode() not in value
+    return objects
+
+
+def test_a_pool_night_on_two_machines_sharing_only_server_database_and_bucket(team) -> None:
+    night_id = _run_night(team)
+    night = _wait_final(team, night_id)
+    assert night.state.is_completed(), "\n".join(m.output()[-4000:] for m in team["machines"])
+    _assert_night_outputs(team)
+    snapshot = team["endpoint"].snapshot()
+    assert snapshot["distinct_answered"] == snapshot["answered"] == len(MODELS) * 2 * PAIRS, snapshot
+    assert snapshot["max_in_flight"] <= 2, snapshot  # the endpoint's limit across machines
+    cells = [r for r in _flow_runs(team["server"].url) if r.parameters.get("cell")]
+    assert len(cells) == len(MODELS)
+    for cell in cells:  # the whole configuration travels, never a key nor a path of the night's machine
+        parameters = json.dumps(cell.parameters)
+        assert CANARY_KEY not in parameters and SECRET_KEY not in parameters
+        assert str(team["tmp"]) not in parameters
+    assert all("submitting flow run" in machine.output() for machine in team["machines"]), "a machine ran no cell"
+    summary = _night_summary(team, night_id)  # the per-endpoint figures, summed over the cell runs
+    endpoint_row = next(line for line in summary.splitlines() if line.startswith("| openai http://127.0.0.1"))
+    cells_column = [cell.strip() for cell in endpoint_row.split("|")[1:-1]]
+    assert cells_column[1:3] == ["2", str(len(MODELS) * 2 * PAIRS)], endpoint_row  # concurrency, calls
+    assert 1 <= int(cells_column[-1]) <= 2, endpoint_row  # most in flight
+    _assert_no_common_path(team)
+
+
+def test_a_worker_killed_mid_night_the_night_still_completes_paying_nothing_twice(team) -> None:
+    night_id = _run_night(team)
+    endpoint, (_, doomed) = team["endpoint"], team["machines"]
+    deadline = time.monotonic() + NIGHT_SECONDS
+    while "submitting flow run" not in doomed.output() or not 8 <= endpoint.snapshot()["answered"]:
+        assert time.monotonic() < deadline, doomed.output()[-3000:]  # until the machine judges a cell
+        time.sleep(0.5)
+    doomed.kill()
+    killed_at = endpoint.snapshot()["answered"]
+    night = _wait_final(team, night_id)
+    assert night.state.is_completed(), "\n".join(m.output()[-4000:] for m in team["machines"])
+    _assert_night_outputs(team)
+    snapshot = endpoint.snapshot()
+    calls = len(MODELS) * 2 * PAIRS
+    assert snapshot["distinct_answered"] == calls, snapshot
+    # a call is paid twice only if it was in flight on the killed machine (its answer never stored)
+    assert snapshot["answered"] - calls <= 2, (snapshot, killed_at)
+    print(f"killed after {killed_at} answers; paid {snapshot['answered']} for {calls} calls")
+
+
+def test_the_prefect_server_killed_and_restarted_mid_night_no_cell_runs_twice(team) -> None:
+    """SIGKILL to the Prefect server while cells judge, then the same server started again on its
+    PostgreSQL database: the night ends Completed (or, had the server stayed away, with its documented
+    ending), every cell has one run, run once, and no answered call is paid again."""
+    night_id = _run_night(team)
+    endpoint, server = team["endpoint"], team["server"]
+    deadline = time.monotonic() + NIGHT_SECONDS
+    while endpoint.snapshot()["answered"] < 8:  # cells are judging
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    server.kill()
+    down_at = time.monotonic()
+    time.sleep(10)  # the night and its cells find their server gone
+    server.start()
+    print(f"server back after {time.monotonic() - down_at:.1f} s")
+    night = _wait_final(team, night_id)
+    log = "\n".join(m.output()[-4000:] for m in team["machines"])
+    assert night.state.is_completed(), f"{night.state!r}\n{log}"
+    _assert_night_outputs(team)
+    cells = [r for r in _flow_runs(team["server"].url) if r.parameters.get("cell")]
+    names = sorted(r.parameters["cell"]["name"] for r in cells)
+    assert names == sorted(cell_name("arena_hard", m, GPT4O_FILE) for m in MODELS), names  # one run a cell
+    assert all(r.state.is_completed() and r.run_count == 1 for r in cells), [
+        (r.name, r.state, r.run_count) for r in cells
+    ]
+    snapshot = endpoint.snapshot()
+    assert snapshot["distinct_answered"] == snapshot["answered"] == len(MODELS) * 2 * PAIRS, snapshot

@@ -40,7 +40,7 @@ MATRIX_FIELDS = frozenset(
 RunOptions = dict[str, Any]
 
 # A model's own endpoint settings, passed to its cells as given.
-CELL_ENDPOINT = {"provider", "batch", "vertex_project", "vertex_location"}
+CELL_ENDPOINT = {"provider", "batch", "vertex_project", "vertex_location", "priced_model"}
 
 
 class ModelSpec(BaseModel):
@@ -73,6 +73,7 @@ class ModelSpec(BaseModel):
     rpm: float | None = Field(default=None, gt=0, description="requests per minute to its endpoint")
     vertex_project: str | None = None
     vertex_location: str | None = None
+    priced_model: str | None = None  # the model an Azure deployment serves (its price and request rules)
 
     @property
     def name(self) -> str:

@@ -584,7 +584,7 @@ async def with_provenance(results: RunResults, engine: Engine, provenance: Prove
 def warn_if_retiring(config: RunConfig) -> None:
     """A model past or near its provider's shutdown date, in the run's log (deployments' runs: the CLI
     says it before the flow starts)."""
-    retiring = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    retiring = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
     if retiring:
         get_run_logger().warning(retiring)
 

@@ -496,7 +496,7 @@ def retirements(entries: list[MatrixEntry]) -> list[str]:
     for entry in entries:
         config = entry.config
         if config.needs_endpoint and config.model not in notices:
-            notice = retirement_notice(config.model, config.prices)
+            notice = retirement_notice(config.priced_model_name, config.prices)
             if notice:
                 notices[config.model] = notice
     return list(notices.values())

@@ -113,6 +113,7 @@ def test_every_providers_missing_key_is_one_line_naming_its_variable(
     source = providers.get(name)
     for variable in source.key_envs:
         no_endpoint_env.delenv(variable, raising=False)
+    no_endpoint_env.setenv("AZURE_OPENAI_ENDPOINT", "https://example-resource.openai.azure.com")
     config = build_config(model="some-model", provider=name)
     with pytest.raises(UserError) as caught:
         check_credentials(config)

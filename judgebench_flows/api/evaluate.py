@@ -152,7 +152,7 @@ def _run(config: RunConfig, progress: bool, verbose: bool) -> Evaluation:
             "evaluate() judges JudgeBench pairs; score a table with an external judge with `judgebench run`"
         )
     preflight(config)
-    notice = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    notice = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
     if notice:
         warnings.warn(notice, stacklevel=3)
     server = use_prefect_server()

@@ -23,6 +23,7 @@ from judgebench_flows.calls.limits import CallLimits, EndpointUse, LimitKey
 from judgebench_flows.calls.request_rules import Learned, RequestReport, RequestRule
 
 if TYPE_CHECKING:
+    from judgebench_flows.calls.azure_api import EntraToken
     from judgebench_flows.calls.google_api import VertexToken
 
 
@@ -36,6 +37,7 @@ class CallState:
         default_factory=weakref.WeakKeyDictionary
     )
     vertex_tokens: dict[str, VertexToken] = field(default_factory=dict)
+    entra: EntraToken | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def learned_for(self, base_url: str, model: str, base: RequestRule) -> Learned:
@@ -93,6 +95,15 @@ class CallState:
             known["busy_s"] = round(known["busy_s"] + seen["busy_s"], 3)
             known["max_in_flight"] = max(known["max_in_flight"], seen["max_in_flight"])
         return usage
+
+    def entra_token(self) -> EntraToken:
+        """The run's Microsoft Entra ID token for Azure OpenAI, shared by every call, shard and event loop."""
+        from judgebench_flows.calls.azure_api import EntraToken
+
+        with self._lock:
+            if self.entra is None:
+                self.entra = EntraToken()
+            return self.entra
 
     def vertex_token(self) -> VertexToken:
         """The run's Vertex access token for its Application Default Credentials (one per credentials

@@ -218,7 +218,7 @@ def _say_retirement(config: Any, to: Any = None) -> None:
     """One line when the judge model is past its provider's shutdown date or within 30 days of it."""
     from judgebench_flows.core.pricing import retirement_notice
 
-    notice = retirement_notice(config.model, config.prices) if config.needs_endpoint else None
+    notice = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
     if notice:
         print(f"warning: {notice}", file=to or sys.stderr)
 

@@ -272,6 +272,11 @@ class RunConfig(BaseModel):
 
         return stash(url.rstrip("/"))  # what runs, results and Prefect see: never a user:password@
 
+    @property
+    def priced_model_name(self) -> str:
+        """The model priced and shaped for: --priced-model (an Azure deployment's model), else --model."""
+        return self.endpoint.priced_model or self.model
+
     def sampling_overrides(self) -> dict[str, float | int | str]:
         overrides: dict[str, float | int | str] = {}
         if self.temperature is not None:

@@ -45,6 +45,11 @@ class EndpointSettings(BaseModel):
         description="the endpoint (else the provider's variable: OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...; else the "
         "provider's own API)",
     )
+    priced_model: str | None = Field(
+        default=None,
+        description="the model the endpoint's model name stands for, for prices and request rules (an Azure "
+        "OpenAI deployment's model, e.g. gpt-4o-2024-08-06; a gateway's alias)",
+    )
     vertex_project: str | None = Field(
         default=None,
         description="with --provider vertex: the Google Cloud project (else GOOGLE_CLOUD_PROJECT, else the "

@@ -104,8 +104,8 @@ def check_prices(config: RunConfig) -> None:
     from judgebench_flows.judging.estimate import check_priced
 
     if config.needs_endpoint and (config.prices or config.max_cost is not None):
-        price = price_for(config.model, config.prices, batch_of(config), config.resolved_base_url())
-        check_priced(config.model, price, config.max_cost, config.prices)
+        price = price_for(config.priced_model_name, config.prices, batch_of(config), config.resolved_base_url())
+        check_priced(config.priced_model_name, price, config.max_cost, config.prices)
 
 
 def _warm_clone(config: RunConfig) -> None:

@@ -189,7 +189,8 @@ def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
 
 def request_rule_of(spec: JudgeSpec) -> RequestRule:
     endpoint = spec.endpoint
-    return provider_rule(endpoint.provider, spec.model, endpoint.request_style, tuple(endpoint.drop_params))
+    model = endpoint.priced_model or spec.model  # a deployment is shaped for the model it serves
+    return provider_rule(endpoint.provider, model, endpoint.request_style, tuple(endpoint.drop_params))
 
 
 def learned_of(spec: JudgeSpec, run: RunContext) -> Learned:
@@ -382,7 +383,7 @@ def judge_spec(config: RunConfig, templates_dir: str | None, run: RunContext | N
         external_judge_function=config.external_judge_function,
         external_judge_config=config.external_judge_config,
         reward_backend=config.reward_backend,
-        price=price_for(config.model, config.prices, batch_of(config), config.resolved_base_url())
+        price=price_for(config.priced_model_name, config.prices, batch_of(config), config.resolved_base_url())
         if config.needs_endpoint
         else None,
         max_cost=config.max_cost,

@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from judgebench_flows.core.providers.anthropic import ANTHROPIC
+from judgebench_flows.core.providers.azure import AZURE
 from judgebench_flows.core.providers.base import CHAT, IMPLIED, Provider
 from judgebench_flows.core.providers.bedrock import BEDROCK
 from judgebench_flows.core.providers.google import GEMINI, VERTEX
 from judgebench_flows.core.providers.openai import OPENAI
 from judgebench_flows.core.providers.together import TOGETHER
 
-PROVIDERS: dict[str, Provider] = {p.name: p for p in (OPENAI, ANTHROPIC, GEMINI, VERTEX, TOGETHER, BEDROCK)}
+PROVIDERS: dict[str, Provider] = {p.name: p for p in (OPENAI, ANTHROPIC, GEMINI, VERTEX, TOGETHER, AZURE, BEDROCK)}
 # run_judge.py's `LocalAPI`: any model no provider claims, on a vLLM server of this machine
 LOCAL_VLLM_URL = "http://localhost:8000/v1"
 

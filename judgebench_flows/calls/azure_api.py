@@ -1,0 +1,125 @@
+"""`--provider azure`: Azure OpenAI through the openai SDK's `AsyncAzureOpenAI`.
+
+The SDK sends each chat request to the deployment the body's `model` names
+(`{endpoint}/openai/deployments/{model}/chat/completions?api-version=...`) with the key in `api-key`,
+or, without a key, a Microsoft Entra ID token as `Authorization: Bearer` from `EntraToken` (one per
+run, shared by its calls: `state.CallState.entra_token`), taken again before it expires and once more on
+a 401. The request body is OpenAI's, so request rules, retries and the answer are the OpenAI wire's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from typing import Any
+
+import openai
+
+from judgebench_flows.calls.errors import CallError
+from judgebench_flows.calls.transport import Transport, clients_for, tls_context
+from judgebench_flows.core.completion import Sampling
+from judgebench_flows.core.providers.azure import ENTRA_SCOPE as SCOPE
+from judgebench_flows.core.secrets import redact, register_secret
+
+REFRESH_BEFORE_SECONDS = 300.0  # azure-identity's own margin; a token living less is taken at a quarter left
+
+
+class EntraToken:
+    """A Microsoft Entra ID access token for Azure OpenAI from a `TokenCredential` (azure-identity's
+    DefaultAzureCredential unless one is given), taken again before it expires; thread-safe, one round
+    trip for all the calls waiting on it."""
+
+    def __init__(self, credential: Any = None):
+        self._credential = credential
+        self._lock = threading.Lock()
+        self._token: str | None = None
+        self._refresh_at = 0.0  # time.time() after which the token is taken again
+        self.refreshes = 0
+
+    def _fresh(self) -> str | None:
+        return self._token if self._token is not None and time.time() < self._refresh_at else None
+
+    async def bearer(self) -> str:
+        """The current token (the SDK's `azure_ad_token_provider`, called per request)."""
+        token = self._fresh()
+        return token if token is not None else await asyncio.to_thread(self.refresh)
+
+    def expire(self, stale: str | None) -> None:
+        """The endpoint refused `stale` (401): the next call takes a new one."""
+        with self._lock:
+            if self._token == stale:
+                self._refresh_at = 0.0
+
+    def refresh(self) -> str:
+        with self._lock:
+            token = self._fresh()
+            if token is not None:
+                return token
+            try:
+                credential = self._credential or _default_credential()
+                self._credential = credential
+                access = credential.get_token(SCOPE)
+            except Exception as exc:  # noqa: BLE001 - azure-identity's errors, read as the rest of calls/ reads errors
+                raise token_error(exc) from None
+            register_secret(access.token)
+            lifetime = max(0.0, float(access.expires_on) - time.time())
+            self._token = access.token
+            self._refresh_at = time.time() + lifetime - min(REFRESH_BEFORE_SECONDS, lifetime / 4)
+            self.refreshes += 1
+            return access.token
+
+
+def _default_credential() -> Any:
+    from azure.identity import DefaultAzureCredential
+
+    return DefaultAzureCredential()
+
+
+def token_error(exc: Exception) -> CallError:
+    """A failed token request: a refused credential stops the run (401); anything else is retried."""
+    reason = redact(" ".join(str(exc).split())[:300])
+    if type(exc).__name__ in ("ClientAuthenticationError", "CredentialUnavailableError"):
+        return CallError("status", 401, f"Microsoft Entra ID token refused: {reason}")
+    return CallError("connection", message=f"Microsoft Entra ID token request failed: {reason}")
+
+
+class AzureTransport(Transport):
+    """The OpenAI wire on `AsyncAzureOpenAI`: the model is the deployment's name."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str,
+        request_timeout: float,
+        concurrency: int,
+        api_version: str,
+        token: EntraToken | None = None,
+    ):
+        self.base_url, self.model, self.token = base_url, model, token
+        auth: dict[str, Any] = {"api_key": api_key} if token is None else {"azure_ad_token_provider": token.bearer}
+        self.clients = [
+            openai.AsyncAzureOpenAI(
+                azure_endpoint=base_url,
+                api_version=api_version,
+                max_retries=0,
+                timeout=request_timeout,
+                http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+                **auth,
+            )
+            for _ in range(clients_for(concurrency))
+        ]
+        self._next_client = itertools.cycle(self.clients)
+
+    async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
+        for attempt in range(2 if self.token else 1):
+            sent = self.token._token if self.token else None
+            try:
+                return await super().post(messages, sampling)
+            except CallError as exc:
+                if exc.status != 401 or self.token is None or attempt:
+                    raise
+                self.token.expire(sent)  # revoked or expired early: one new token, one more try
+        raise AssertionError("unreachable")

@@ -406,3 +406,67 @@ def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
     assert "system_fingerprint fp_night1 -> fp_night2" in rows[0]["drift"] and rows[0]["status"] == "regressed"
     for text in (json.dumps(results), json.dumps(payload), summary, history.stdout):
         assert CANARY_KEY not in text
+
+
+def _results_with(status_regressed: bool, changed: bool) -> dict:
+    results = RunResults(model="judge")
+    results.run.run_id = "r" * 32
+    results.provenance = _provenance({"fp_2": 4})
+    results.drift = drift_between(_provenance({"fp_1" if changed else "fp_2": 4}), results.provenance, "b" * 32)
+    document = results.as_json()
+    document["regression"] = {
+        "delta": -0.5 if status_regressed else 0.0,
+        "ci_low": -0.6 if status_regressed else -0.1,
+        "ci_high": -0.4 if status_regressed else 0.1,
+        "regressed": status_regressed,
+        "message": "a regression" if status_regressed else "within noise",
+    }
+    return document
+
+
+def test_the_event_carries_the_drift_and_a_held_accuracy_with_a_new_fingerprint_is_its_own_event() -> None:
+    from judgebench_flows.core.config import RunConfig
+    from judgebench_flows.flows.events import RunTrace, drifted_event, run_event
+
+    config = RunConfig(model="judge", base_url="http://127.0.0.1:8000/v1")
+    held = run_event(config, _results_with(False, True), RunTrace())
+    assert held["event"] == "judgebench.run.completed"
+    assert held["payload"]["drift"]["served"] == [{"field": "system_fingerprint", "before": "fp_1", "after": "fp_2"}]
+    assert held["payload"]["served"]["system_fingerprints"] == {"fp_2": 4}
+    drifted = drifted_event(held)
+    assert drifted is not None and drifted["event"] == "judgebench.run.drifted"
+    assert drifted["resource"] == held["resource"] and drifted["payload"] is held["payload"]
+    # a regression's own event names it; an unchanged endpoint is no news
+    assert drifted_event(run_event(config, _results_with(True, True), RunTrace())) is None
+    assert drifted_event(run_event(config, _results_with(False, False), RunTrace())) is None
+
+
+def test_the_alert_names_the_changed_fingerprint() -> None:
+    import jinja2
+
+    from judgebench_flows.core.config import RunConfig
+    from judgebench_flows.deployments.automations import BODY, SUBJECT, alert_automation
+    from judgebench_flows.flows.events import RunTrace, run_event
+
+    expected = alert_automation(__import__("uuid").UUID(int=0)).trigger.expect
+    assert {"judgebench.run.regressed", "judgebench.run.failed", "judgebench.run.drifted"} <= set(expected)
+    event = run_event(
+        RunConfig(model="judge", base_url="http://127.0.0.1:8000/v1"), _results_with(False, True), RunTrace()
+    )
+    context = {"event": {"event": "judgebench.run.drifted", "resource": event["resource"], "payload": event["payload"]}}
+    body = jinja2.Template(BODY).render(**context)
+    assert "endpoint changed: system_fingerprint fp_1 -> fp_2" in body
+    assert jinja2.Template(SUBJECT).render(**context).startswith("JudgeBench drifted: ")
+
+
+def test_the_nights_summary_lists_drift_even_when_accuracy_held() -> None:
+    from judgebench_flows.flows.nightly import summary_markdown
+    from judgebench_flows.flows.outcomes import CellOutcome
+
+    cells = [
+        CellOutcome(name="a", status="completed", result_path="a", drift="the endpoint changed: model x -> y"),
+        CellOutcome(name="b", status="completed", result_path="b"),
+    ]
+    summary = summary_markdown(cells)
+    assert "**Endpoint changed** under 1 configuration:" in summary
+    assert "- a (completed): the endpoint changed: model x -> y" in summary and "- b" not in summary

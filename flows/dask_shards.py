@@ -26,13 +26,14 @@ from prefect.states import State
 from typing_extensions import NotRequired, TypedDict
 
 from judgebench_flows.calls.global_limits import POLL_MAX_SECONDS, POLL_MIN_SECONDS, SlotLeases
+from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.net import connect_error
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.run_context import WORKER_PLUGIN, RunContext
-from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, merge_adjustments
+from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, heard_on_worker, merge_adjustments
 from judgebench_flows.tasks.judge import shard_task
 
 
@@ -165,6 +166,7 @@ def _judge_all(
             # A shard judged on a worker (complete or not) carries its worker's adjustments; one served
             # from Prefect's cache carries none, as in-process.
             merge_adjustments(spec, run, getattr(records, "adjustments", ()))
+            run.heard_on_workers.setdefault(spec.run_id or "", CallStats()).add(heard_on_worker(records))
             on_shard_done(shard, records)
         fill()
 

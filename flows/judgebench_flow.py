@@ -565,6 +565,14 @@ def run_info(
     )
 
 
+def heard_by(spec: JudgeSpec, config: RunConfig, run: RunContext, sent: CallStats | None) -> CallStats | None:
+    """What the endpoint said to the run's calls: counted by this process's clients (`sent`), or on Dask
+    brought back with each shard the workers judged (`RunContext.heard_on_workers`)."""
+    if config.task_runner != "dask":
+        return sent
+    return run.heard_on_workers.pop(spec.run_id or "", CallStats())
+
+
 async def with_provenance(results: RunResults, engine: Engine, provenance: Provenance) -> None:
     """The run's provenance and its drift against the baseline run in `results`; a regression's message
     names what the endpoint said differently (a changed `system_fingerprint`, another model behind the
@@ -671,7 +679,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
         await note_cache_use(engine, reuse, config, sent, sink, results)
-        await with_provenance(results, engine, provenance_of(spec, sink.judge, run, sent))
+        await with_provenance(results, engine, provenance_of(spec, sink.judge, run, heard_by(spec, config, run, sent)))
         too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:
             results.run.status, results.run.failure = "failed", too_little

@@ -183,6 +183,9 @@ def test_dask_matches_in_process_holds_the_limit_across_workers_and_shares_the_c
     for key in ("overall_accuracy", "category_accuracy", "consistency", "invalid"):
         assert dask_results[key] == local_results[key], key
     assert server.answered == 2 * SAMPLES and server.requests == 2 * SAMPLES  # nothing asked twice
+    # what the endpoint said to the workers' calls comes back with their shards, as in-process
+    assert dask_results["provenance"]["served"] == local_results["provenance"]["served"]
+    assert dask_results["provenance"]["served"]["models"] == {MODEL: 2 * SAMPLES}
 
     # The shards ran as task runs of this flow run, on both worker processes, at the same time.
     tasks = ran()
@@ -219,6 +222,7 @@ def test_dask_matches_in_process_holds_the_limit_across_workers_and_shares_the_c
     assert again_decisions == local_decisions
     assert again_results["overall_accuracy"] == local_results["overall_accuracy"]
     assert again_results["usage"]["cached_calls"] == 2 * SAMPLES
+    assert again_results["provenance"]["served"]["answers"] == 0  # the cache says nothing of the model
 
 
 def test_incomplete_shards_on_dask_still_give_back_their_records(

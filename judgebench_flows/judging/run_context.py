@@ -82,6 +82,8 @@ class RunContext:
     runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Runtime]] = dataclasses.field(
         default_factory=weakref.WeakKeyDictionary
     )
+    # What the endpoint said to shards judged on Dask workers, per run id (their clients count it there).
+    heard_on_workers: dict[str, CallStats] = dataclasses.field(default_factory=dict)
 
     def add_progress_hook(self, hook: ProgressHook, settle: SettleHook | None = None) -> None:
         self.progress_hooks.append(hook)

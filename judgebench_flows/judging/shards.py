@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
 from judgebench_flows.calls.caller import CallStats, ChatCaller
 from judgebench_flows.calls.global_limits import limit_names
@@ -217,20 +218,25 @@ def merge_adjustments(spec: JudgeSpec, run: RunContext, adjustments: Iterable[Ad
 
 class ShardRecords(list[JudgmentRecord]):
     """A shard's records, plus the request adjustments known to the process that judged them when it was
-    done: how what a Dask worker learned gets back to the flow. A plain list to everything else; a shard
-    result stored before this existed (a plain list) carries none."""
+    done, and what the endpoint said to the shard's calls (`served`, `model_entry`: see `CallStats`):
+    how what a Dask worker learned and heard gets back to the flow. A plain list to everything else; a
+    shard result stored before this existed (a plain list) carries none."""
 
     def __init__(
         self,
         records: Iterable[JudgmentRecord] = (),
         adjustments: Iterable[Adjustment] = (),
         run_id: str | None = None,
+        served: Counter[tuple[str, str]] | None = None,
+        model_entry: dict[str, JsonValue] | None = None,
     ) -> None:
         super().__init__(records)
         self.adjustments: list[Adjustment] = [change.copy() for change in adjustments]
         # The run that judged the shard: a later run served it from the shard cache has its answers from there.
         self.run_id = run_id
         self.from_shard_cache = False
+        self.served: Counter[tuple[str, str]] = Counter(served or {})
+        self.model_entry = model_entry
 
 
 def shard_cache_source(records: list[JudgmentRecord]) -> tuple[str, int] | None:
@@ -239,6 +245,16 @@ def shard_cache_source(records: list[JudgmentRecord]) -> tuple[str, int] | None:
     if not getattr(records, "from_shard_cache", False):
         return None
     return getattr(records, "run_id", None) or "", sum(r.calls for r in records)
+
+
+def heard_on_worker(records: list[JudgmentRecord]) -> CallStats:
+    """What the endpoint said to a shard judged elsewhere (a Dask worker), as `CallStats` to add up; a
+    shard served from Prefect's shard cache heard nothing tonight."""
+    if getattr(records, "from_shard_cache", False):
+        return CallStats()
+    heard = CallStats(model_entry=getattr(records, "model_entry", None))
+    heard.served.update(getattr(records, "served", None) or {})
+    return heard
 
 
 async def close_runtimes(run: RunContext, spec: JudgeSpec | None = None) -> CallStats:

@@ -25,8 +25,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from prefect.states import State
 from typing_extensions import NotRequired, TypedDict
 
+from judgebench_flows.calls.caller import CallStats
 from judgebench_flows.calls.global_limits import POLL_MAX_SECONDS, POLL_MIN_SECONDS, SlotLeases
-from judgebench_flows.calls.llm import CallStats
 from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError

@@ -24,6 +24,7 @@ from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, Run
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.run_names import judge_label, run_name
+from judgebench_flows.core.yaml_lines import syntax_error, with_line
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import RUN_ID_FIELD
@@ -431,8 +432,11 @@ def load_matrix(path: str | Path) -> NightlyMatrix:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    return parse_matrix(data, storage.shown(path))
+        raise syntax_error(storage.shown(path), exc) from None
+    try:
+        return parse_matrix(data, storage.shown(path))
+    except UserError as exc:  # `path: key: ...` -> `path, line N: key: ...`
+        raise with_line(exc, storage.shown(path), text) from None
 
 
 def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:

@@ -357,10 +357,11 @@ def night_markdown(wall_s: float, endpoints: dict[str, EndpointUse], outcomes: l
         lines.append(
             f"| {name} | {usage['concurrency']} | {usage['calls']} | {usage['busy_s']:.1f} s | {share} | {usage['max_in_flight']} |"
         )
-    lines += ["", "| configuration | endpoint | waited | took |", "|---|---|---|---|"]
+    lines += ["", "| configuration | run | pairs | endpoint | waited | took |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         wait, took = (f"{v:.1f} s" if v is not None else "-" for v in (o.wait_s, o.duration_s))
-        lines.append(f"| {o.title or o.name} | {o.endpoint} | {wait} | {took} |")
+        run = (o.run_id or "-")[:8]
+        lines.append(f"| {o.title or o.name} | {run} | {o.n_pairs or '-'} | {o.endpoint} | {wait} | {took} |")
     return "\n".join(lines)
 
 
@@ -375,17 +376,21 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         _night_cost(outcomes),
         "",
         *drift_lines(outcomes),
-        "| configuration | status | accuracy | 95% CI | pairs | failed judgments | invalid judgments | cost | run | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        # Fits a 1400 px page beside Prefect's side panels: short names, the interval with the accuracy,
+        # failed and invalid judgments in one column; each failure's reason below the table, whole.
+        "| configuration | status | accuracy (95% CI) | failed / invalid | cost |",
+        "|---|---|---|---|---|",
     ]
     for o in outcomes:
-        ci = f"{_pct(o.ci_low)} - {_pct(o.ci_high)}" if o.ci_low is not None else ""
+        ci = f" ({_pct(o.ci_low)}–{_pct(o.ci_high)})" if o.ci_low is not None else ""
         status = o.status if o.status == "completed" else f"**{o.status.upper()}**"
-        note = (o.message or "").replace("|", "\\|").replace("\n", " ")
-        failed, invalid = (_of(o.failed_judgments, o.judgments), _of(o.invalid_judgments, o.judgments))
-        lines.append(
-            f"| {o.title or o.name} | {status} | {_pct(o.accuracy)} | {ci} | {o.n_pairs or ''} | {failed} | {invalid} | {_cell_cost(o)} | {(o.run_id or '')[:8]} | {note} |"
-        )
+        judged = "-" if o.failed_judgments is None else f"{o.failed_judgments} / {o.invalid_judgments or 0}"
+        judged += f" of {o.judgments}" if o.judgments is not None and o.failed_judgments is not None else ""
+        lines.append(f"| {o.title or o.name} | {status} | {_pct(o.accuracy)}{ci} | {judged} | {_cell_cost(o)} |")
+    noted = [o for o in outcomes if o.message]
+    if noted:
+        lines += ["", "Why:", ""]
+        lines += [f"- **{o.title or o.name}** ({o.status}): {' '.join(o.message.split())}" for o in noted if o.message]
     cached = [o for o in outcomes if o.from_cache]
     if cached:
         lines += ["", "Where each configuration's answers came from:", ""]

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.run_names import run_name
 from judgebench_flows.data import db
 from judgebench_flows.deployments.matrix import cell_name, load_matrix, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
@@ -249,10 +250,11 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(
         state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
         answered = server.snapshot()["distinct_answered"]
 
-    good, bad = cell_name("arena_hard", "judge-a", GPT4O_FILE), cell_name("arena_hard", "judge-missing", GPT4O_FILE)
+    good = cell_name("arena_hard", "judge-a", GPT4O_FILE)  # its folder
     runs = db.list_runs(db.open_database(db_url))
     seen = f"{state!r}; runs: {[(r.model, r.status, r.message) for r in runs]}"
-    assert state.is_failed() and f"{bad} (failed)" in state.message and good not in state.message, seen
+    good_title, bad_title = (run_name("arena_hard", m, GPT4O_FILE) for m in ("judge-a", "judge-missing"))
+    assert state.is_failed() and f"{bad_title} (failed" in state.message and good_title not in state.message, seen
     assert answered == 12, seen  # judge-a's 6 pairs x 2 orders, asked once
     # no second attempt of anything: an unknown model is not a passing failure
     assert sorted((r.model, r.status) for r in runs) == [("judge-a", "completed"), ("judge-missing", "failed")], seen
@@ -272,8 +274,8 @@ def test_nightly_runs_every_configuration_and_fails_at_the_end(
         )
     summary = artifacts[-1].data
     assert (
-        f"| {good} | completed | 100.00%" in summary
-        and f"| {bad} | **FAILED** |" in summary
+        f"| {good_title} | completed | 100.00%" in summary
+        and f"| {bad_title} | **FAILED** |" in summary
         and "model 'judge-missing'" in summary
     )
     # the embedded leaderboard lists tonight's run in bold (this checkout publishes no outputs/)

@@ -368,3 +368,50 @@ def test_the_bundled_server_answers_every_judge_in_its_format(judge_type: str, f
     judge = get_judge(judge_type, SHARED / "utils" / "templates")
     answer = judge_format_responder(first)({"messages": judge.format("2+2?", "4", "5")})
     assert judge.parse(answer) == ("A>B" if first else "B>A"), answer
+
+
+@requires_shared
+def test_the_stand_in_oracle_serves_every_data_file_of_a_folder_in_each_judges_format(tmp_path):
+    """`--oracle data/` knows both JudgeBench files (the shipped matrix judges both) and answers each request
+    in the format its judge prompt asks for (a matrix of arena_hard and vanilla cells against one server)."""
+    import socket as socket_module
+
+    from tests.conftest import CLAUDE_FILE, GPT4O_FILE
+
+    with socket_module.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "judgebench_flows.testing.fake_openai", "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--oracle", str(SHARED / "data"), "--oracle-accuracy", "1.0"], stderr=subprocess.PIPE, text=True
+    )
+    # each judge's prompt as the stand-in recognises it, and what its oracle then says for "A better"
+    prompts = {
+        "arena_hard": ("Output your final verdict, e.g. [[A>>B]]", "My final verdict is [[A>B]]"),
+        "vanilla": ('Reply "Output (a)" or "Output (b)"', "Output (a)"),
+    }
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.models.list()
+                break
+            except openai.APIConnectionError:
+                assert time.monotonic() < deadline and server.poll() is None, "the stand-in did not start"
+                time.sleep(0.2)
+        for data_file in (GPT4O_FILE, CLAUDE_FILE):
+            pair = json.loads((SHARED / "data" / data_file).read_text().splitlines()[0])
+            better, worse = (
+                (pair["response_A"], pair["response_B"])
+                if pair["label"] == "A>B"
+                else (pair["response_B"], pair["response_A"])
+            )
+            for judge, (prompt, says_first) in prompts.items():
+                text = f"{prompt}\n[first]\n{better}\n[second]\n{worse}"
+                answer = client.chat.completions.create(model="m", messages=user(text)).choices[0].message.content
+                assert answer == says_first, (data_file, judge, answer)
+    finally:
+        server.terminate()
+        _, said = server.communicate(timeout=30)
+    assert "oracle: 620 pairs of 2 data files" in said, said

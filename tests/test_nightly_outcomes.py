@@ -274,9 +274,10 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
     assert _run_events("judge-b", started) == ["judgebench.run.retrying", "judgebench.run.failed"]
     assert _run_events("judge-a", started) == ["judgebench.run.completed"]
     summary = _summary(state)
-    assert "| failed judgments | invalid judgments |" in summary
-    assert f"| {good_title} | completed | 100.00%" in summary and "| 0 / 8 | 0 / 8 |" in summary, summary
-    assert re.search(rf"\| {re.escape(bad_title)} \| \*\*FAILED\*\* \|[^\n]*\| 8 / 8 \| 0 / 8 \|", summary), summary
+    assert "| failed / invalid | cost |" in summary
+    assert f"| {good_title} | completed | 100.00% (" in summary and "| 0 / 0 of 8 |" in summary, summary
+    assert re.search(rf"\| {re.escape(bad_title)} \| \*\*FAILED\*\* \|[^\n]*\| 8 / 0 of 8 \|", summary), summary
+    assert f"- **{bad_title}** (failed): " in summary, summary  # the reason, whole, below the table
     first_a = next(r.run_id for r in runs if r.model == "judge-a")
 
     # night 2: the same endpoint (same port) now answers; its failed night must not be its baseline

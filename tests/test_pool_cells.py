@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.run_names import run_name
 from judgebench_flows.deployments.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
@@ -173,8 +174,8 @@ def test_a_failed_pool_cell_fails_the_night_with_its_reason(
     models = ["judge-a", "judge-missing"]
     state, snapshot, log = _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models, {"judge-a"})
 
-    good, bad = (cell_name("arena_hard", model, GPT4O_FILE) for model in models)
-    assert state.is_failed() and f"{bad} (failed)" in state.message and good not in state.message, f"{state!r}"
+    good, bad = (run_name("arena_hard", model, GPT4O_FILE) for model in models)  # as the night shows them
+    assert state.is_failed() and f"{bad} (failed" in state.message and good not in state.message, f"{state!r}"
     assert snapshot["distinct_answered"] == 12 and snapshot["max_in_flight"] <= 2, snapshot
     summary = _night_summary(state)
     assert f"| {good} | completed | 100.00%" in summary and f"| {bad} | **FAILED** |" in summary, summary

@@ -120,6 +120,17 @@ def test_compare_fits_80_columns_with_whole_run_ids(tmp_path: Path, two_runs) ->
     assert first in result.stdout and second in result.stdout
     assert "pairs changed verdict" in result.stdout
     assert "00000002-28d5-5a3c-b1af-fedcf5543e72" in result.stdout  # a pair id on one line, whole
+    for category in ("livebench-reasoning", "livecodebench", "livebench-math"):
+        assert category in result.stdout, result.stdout  # category names never cut mid-word
+
+
+def test_a_long_list_of_unreadable_files_is_one_line_naming_where_the_list_is() -> None:
+    from judgebench_flows.scoring.published import unread_note
+
+    unread = [(f"dataset=judgebench,judge_name=j{i},judge_model=m.jsonl", "line 1: not JSON") for i in range(31)]
+    note = unread_note(3, unread)
+    assert note.count("judge_name=") == 3 and "31 could not be read" in note and "`unread`" in note, note
+    assert unread_note(3, unread[:2]).count("judge_name=") == 2
 
 
 def test_rescore_fits_80_columns_with_whole_pair_ids(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -36,10 +37,12 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
         console=err,
         disable=not show_progress,
     )
-    with progress:
+    # Drawn only once the data is read and checked (the total known): a bad ref or data file is one
+    # line with nothing drawn before it.
+    with contextlib.closing(_LazyBar(progress)) as lazy:
         bar = progress.add_task("judging", total=None)
         counter = JudgmentCounter(lambda done: progress.update(bar, completed=done))
-        run.add_total_hook(lambda n: progress.update(bar, total=n))
+        run.add_total_hook(lambda n: (progress.update(bar, total=n), lazy.start()))
         run.add_link_hook(say)
         run.add_progress_hook(counter.advance, counter.settle)
         try:
@@ -53,6 +56,22 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
     print_results(RunResults.model_validate(results))
     regression = results.get("regression") or {}
     return 1 if regression.get("regressed") else 0
+
+
+class _LazyBar:
+    """A progress display started when there is something to show, stopped on the way out."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress, self.started = progress, False
+
+    def start(self) -> None:
+        if not self.started:
+            self.started = True
+            self.progress.start()
+
+    def close(self) -> None:
+        if self.started:
+            self.progress.stop()
 
 
 def say(line: str) -> None:

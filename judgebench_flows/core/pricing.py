@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.yaml_lines import syntax_error, with_line
 
 BUNDLED = "bundled"
 DEFAULT_BATCH_DISCOUNT = 0.5
@@ -137,10 +138,15 @@ def load_price_file(path: str) -> dict[str, ModelPrice]:
         raise UserError(f"{where}: cannot read it: {exc.strerror or exc}") from None
     try:
         document = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise syntax_error(where, exc) from None
+    except ValueError as exc:
         reason = str(exc).strip().splitlines()[0]
-        raise UserError(f"{where}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {reason}") from None
-    return parse_prices(document, where)
+        raise UserError(f"{where}: not valid JSON: {reason}") from None
+    try:
+        return parse_prices(document, where)
+    except UserError as exc:  # `where: models.x.field: ...` -> `where, line N: models.x.field: ...`
+        raise with_line(exc, where, text) from None
 
 
 @functools.cache

@@ -131,7 +131,7 @@ class Tiers(BaseModel):
 class Leaderboard(Section):
     """The leaderboard JSON document (`build_leaderboard`); `outputs` once written."""
 
-    _optional = frozenset({"outputs"})
+    _optional = frozenset({"outputs", "unread"})
 
     generated: str
     dataset: BoardDataset
@@ -144,6 +144,8 @@ class Leaderboard(Section):
     tiers: Tiers
     entries: list[Entry]
     outputs: dict[str, str] | None = None
+    # Published files that could not be scored, each with its reason (the notes name the first few).
+    unread: list[dict[str, str]] | None = None
 
 
 def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[Entry], str | None]:
@@ -478,6 +480,7 @@ def build_leaderboard(settings: LeaderboardSettings) -> Leaderboard:
         categories=list(CATEGORIES),
         benchmark_pairs=sizes,
         tiers=Tiers(alpha=TIER_ALPHA, method=TIER_METHOD),
+        unread=[{"file": name, "reason": reason} for name, reason in unread] or None,
         entries=mark_retirements(rank([*entries, *ours], sizes), settings.prices),
     )
 

@@ -273,11 +273,20 @@ def missing_from_checkout(checkout_path: Path) -> list[str]:
     return sorted(Path(name).name for name in names if not (checkout_path / name).is_file())
 
 
+UNREAD_LISTED = 3  # unreadable files named in the note; more are counted, the whole list is in the JSON
+
+
 def unread_note(ranked: int, unread: list[tuple[str, str]]) -> str:
-    """One line: how many published files were scored, and which could not be, and why."""
+    """One line: how many published files were scored, and which could not be, and why; a long list is
+    summarized (the first few, and where the whole list is: the leaderboard JSON's `unread`)."""
     total = ranked + len(unread)
-    named = "; ".join(f"{name} ({reason})" for name, reason in unread)
-    return f"ranked {ranked} of {total} published files; {len(unread)} could not be read: {named}"
+    named = "; ".join(f"{name} ({reason})" for name, reason in unread[:UNREAD_LISTED])
+    if len(unread) <= UNREAD_LISTED:
+        return f"ranked {ranked} of {total} published files; {len(unread)} could not be read: {named}"
+    return (
+        f"ranked {ranked} of {total} published files; {len(unread)} could not be read, e.g. {named}; "
+        "every one with its reason: the leaderboard JSON's `unread` (--format json)"
+    )
 
 
 __all__ = [

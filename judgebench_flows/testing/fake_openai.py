@@ -42,6 +42,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
@@ -1210,15 +1211,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--oracle",
-        metavar="DATA.jsonl",
+        metavar="DATA",
+        nargs="+",
         default=None,
-        help="answer as a judge that knows this JudgeBench data file's labels (instead of --answer)",
+        help="answer as a judge that knows the labels of these JudgeBench data files (.jsonl files, or "
+        "folders of them: JudgeBench's data/ serves both of its files) instead of --answer",
     )
     parser.add_argument(
         "--oracle-judge",
-        default="arena_hard",
-        choices=sorted(VERDICTS),
-        help="whose verdict format the oracle answers in (default arena_hard)",
+        default="auto",
+        choices=["auto", *sorted(VERDICTS)],
+        help="whose verdict format the oracle answers in (default auto: the format the request's judge "
+        "prompt asks for, so one server serves a matrix of judge types)",
     )
     parser.add_argument(
         "--oracle-accuracy",
@@ -1284,6 +1288,44 @@ def _model_identity_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None, help="/v1/models as vLLM lists it")
 
 
+def oracle_pairs(paths: list[str]) -> list[dict]:
+    """The pairs of every data file given, a folder standing for the .jsonl files in it; an unreadable
+    path is one line and exit 2, before the server starts."""
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given).expanduser()
+        found = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        if not found or not all(f.is_file() for f in found):
+            raise SystemExit(f"error: --oracle {given}: no such data file (or folder of .jsonl files)")
+        files += found
+    pairs = [pair for file in files for pair in load_pairs(file)]
+    print(f"oracle: {len(pairs)} pairs of {len(files)} data files", file=sys.stderr, flush=True)
+    return pairs
+
+
+def auto_oracle(pairs: list[dict], accuracy: float, seed: int) -> Responder:
+    """The oracle in the verdict format of the request's own judge prompt; a pair it does not know is
+    answered "I cannot tell." and said once on stderr (the run then counts it invalid, with the reason)."""
+    told: set[str] = set()
+
+    def respond(body: dict) -> str:
+        text = "\n".join(_message_texts(body))
+        first, second = next(((f, s) for marker, f, s in JUDGE_VERDICTS if marker in text), (None, None))
+        verdict = (lambda better_first: first if better_first else second) if first else VERDICTS["arena_hard"]
+        answer = oracle_responder(pairs, verdict, accuracy=accuracy, seed=seed)(body)
+        if answer == "I cannot tell." and "unknown" not in told:
+            told.add("unknown")
+            print(
+                "oracle: a request shows a pair none of its data files holds: answered 'I cannot tell.' "
+                "(give every data file the runs judge to --oracle)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return answer
+
+    return respond
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve until Ctrl-C or SIGTERM, then print the counters to stderr."""
     args = _parse_args(argv)
@@ -1291,9 +1333,12 @@ def main(argv: list[str] | None = None) -> int:
         args.answer if args.answer is not None else judge_format_responder(args.verdict == "first")
     )
     if args.oracle:
-        answer = oracle_responder(
-            load_pairs(args.oracle), VERDICTS[args.oracle_judge], accuracy=args.oracle_accuracy, seed=args.seed
-        )
+        pairs = oracle_pairs(args.oracle)
+        if args.oracle_judge == "auto":
+            answer = auto_oracle(pairs, accuracy=args.oracle_accuracy, seed=args.seed)
+        else:
+            verdict = VERDICTS[args.oracle_judge]
+            answer = oracle_responder(pairs, verdict, accuracy=args.oracle_accuracy, seed=args.seed)
     server = FakeOpenAIServer(
         answer,
         latency=args.latency,

@@ -111,8 +111,10 @@ def print_comparison(comparison: Comparison) -> None:
     out.print(f"A: run {comparison.run_a}\nB: run {comparison.run_b}")
     narrow = out.width < 100  # no borders: the characters go to the columns
     table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-    for column in ("slice", "A", "B", "delta", "95% CI", "p", "verdict", "pairs"):
-        table.add_column(column, justify="left" if column in ("slice", "verdict") else "right", overflow="fold")
+    longest = max((len(row.name) for row in comparison.slices), default=5)
+    table.add_column("slice", no_wrap=True, min_width=longest)  # a category name whole, never cut mid-word
+    for column in ("A", "B", "delta", "95% CI", "p", "verdict", "pairs"):
+        table.add_column(column, justify="left" if column == "verdict" else "right", overflow="fold")
     for row in comparison.slices:
         ci = (
             f"{100 * row.ci_low:+.1f} to {100 * row.ci_high:+.1f}"

@@ -1195,6 +1195,29 @@ def openai_rejection(body: dict) -> dict | None:
     return None
 
 
+def _add_oracle_args(parser: argparse.ArgumentParser) -> None:
+    """--oracle and its settings: a judge that knows the labels (testing/oracle.py)."""
+    parser.add_argument(
+        "--oracle",
+        metavar="DATA",
+        nargs="+",
+        default=None,
+        help="answer as a judge knowing the labels of these data files (or folders of .jsonl files)",
+    )
+    parser.add_argument(
+        "--oracle-judge",
+        default="auto",
+        choices=["auto", *sorted(VERDICTS)],
+        help="the oracle's verdict format (default auto: the one the request's judge prompt asks for)",
+    )
+    parser.add_argument(
+        "--oracle-accuracy",
+        type=float,
+        default=0.75,
+        help="share of pairs the oracle gets right, in both orders (default 0.75; seeded by --seed)",
+    )
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m judgebench_flows.testing.fake_openai",
@@ -1209,27 +1232,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="first",
         help="without --answer: always this verdict, in the format of the request's judge (default: first)",
     )
-    parser.add_argument(
-        "--oracle",
-        metavar="DATA",
-        nargs="+",
-        default=None,
-        help="answer as a judge that knows the labels of these JudgeBench data files (.jsonl files, or "
-        "folders of them: JudgeBench's data/ serves both of its files) instead of --answer",
-    )
-    parser.add_argument(
-        "--oracle-judge",
-        default="auto",
-        choices=["auto", *sorted(VERDICTS)],
-        help="whose verdict format the oracle answers in (default auto: the format the request's judge "
-        "prompt asks for, so one server serves a matrix of judge types)",
-    )
-    parser.add_argument(
-        "--oracle-accuracy",
-        type=float,
-        default=0.75,
-        help="share of pairs the oracle gets right, in both orders (default 0.75; seeded by --seed)",
-    )
+    _add_oracle_args(parser)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds slept before every answer")
     parser.add_argument("--rate-429", type=float, default=0.0)
     parser.add_argument("--retry-after", type=float, default=0.05)

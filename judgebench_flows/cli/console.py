@@ -42,7 +42,7 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
     with contextlib.closing(_LazyBar(progress)) as lazy:
         bar = progress.add_task("judging", total=None)
         counter = JudgmentCounter(lambda done: progress.update(bar, completed=done))
-        run.add_total_hook(lambda n: (progress.update(bar, total=n), lazy.start()))
+        run.add_total_hook(lambda n: lazy.start(total=n))
         run.add_link_hook(say)
         run.add_progress_hook(counter.advance, counter.settle)
         try:
@@ -64,7 +64,9 @@ class _LazyBar:
     def __init__(self, progress: Progress) -> None:
         self.progress, self.started = progress, False
 
-    def start(self) -> None:
+    def start(self, total: int) -> None:
+        for task in self.progress.task_ids:
+            self.progress.update(task, total=total)
         if not self.started:
             self.started = True
             self.progress.start()

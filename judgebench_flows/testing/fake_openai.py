@@ -1306,6 +1306,10 @@ def oracle_pairs(paths: list[str]) -> list[dict]:
     return pairs
 
 
+def _verdict_in(shown_first: str, shown_second: str) -> Callable[[bool], str]:
+    return lambda better_first: shown_first if better_first else shown_second
+
+
 def auto_oracle(pairs: list[dict], accuracy: float, seed: int) -> Responder:
     """The oracle in the verdict format of the request's own judge prompt; a pair it does not know is
     answered "I cannot tell." and said once on stderr (the run then counts it invalid, with the reason)."""
@@ -1313,8 +1317,8 @@ def auto_oracle(pairs: list[dict], accuracy: float, seed: int) -> Responder:
 
     def respond(body: dict) -> str:
         text = "\n".join(_message_texts(body))
-        first, second = next(((f, s) for marker, f, s in JUDGE_VERDICTS if marker in text), (None, None))
-        verdict = (lambda better_first: first if better_first else second) if first else VERDICTS["arena_hard"]
+        found = next(((f, s) for marker, f, s in JUDGE_VERDICTS if marker in text), None)
+        verdict = VERDICTS["arena_hard"] if found is None else _verdict_in(*found)
         answer = oracle_responder(pairs, verdict, accuracy=accuracy, seed=seed)(body)
         if answer == "I cannot tell." and "unknown" not in told:
             told.add("unknown")

@@ -96,12 +96,14 @@ def test_a_night_reports_its_cost_and_refuses_a_cell_above_what_is_left(
         assert server.answered == 16
 
         # night 2: the night's budget covers the cheap cell's worst case, not the dear one's
+        # a night reuses only its own answers unless told otherwise (issue 41): this one replays night 1's on purpose
         night2 = matrix(
             [
                 {"model": "cheap-judge", "base_url": server.base_url},
                 {"model": "dear-judge", "base_url": server.base_url},
             ]
         )
+        night2["options"] = {**night2["options"], "cache_reuse": "any"}
         entries = parse_matrix(night2, "night2").entries()
         uncached = {"db_url": f"sqlite:///{tmp_path}/empty.db"}  # the worst case of a first night, nothing cached
         worst_cheap, worst_dear = (estimate_run(e.config.model_copy(update=uncached)).worst_usd for e in entries)

@@ -38,7 +38,7 @@ class AzureProvider(Provider):
         if self.has_key(settings):
             super().check_credentials(settings, base_url)
             return
-        if importlib.util.find_spec("azure.identity") is None:
+        if importlib.util.find_spec("azure") is None or importlib.util.find_spec("azure.identity") is None:
             raise UserError(
                 f"{self.title} (--provider azure): set {self.key_envs[0]}, or install judgebench-flows[azure] "
                 "to sign in with Microsoft Entra ID"

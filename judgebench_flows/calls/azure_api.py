@@ -10,7 +10,6 @@ a 401. The request body is OpenAI's, so request rules, retries and the answer ar
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 import time
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import openai
 
 from judgebench_flows.calls.errors import CallError
-from judgebench_flows.calls.transport import Transport, clients_for, tls_context
+from judgebench_flows.calls.transport import Transport, tls_context
 from judgebench_flows.core.completion import Sampling
 from judgebench_flows.core.providers.azure import ENTRA_SCOPE as SCOPE
 from judgebench_flows.core.secrets import redact, register_secret
@@ -98,20 +97,21 @@ class AzureTransport(Transport):
         api_version: str,
         token: EntraToken | None = None,
     ):
-        self.base_url, self.model, self.token = base_url, model, token
-        auth: dict[str, Any] = {"api_key": api_key} if token is None else {"azure_ad_token_provider": token.bearer}
-        self.clients = [
-            openai.AsyncAzureOpenAI(
-                azure_endpoint=base_url,
-                api_version=api_version,
-                max_retries=0,
-                timeout=request_timeout,
-                http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
-                **auth,
-            )
-            for _ in range(clients_for(concurrency))
-        ]
-        self._next_client = itertools.cycle(self.clients)
+        self.api_version, self.token = api_version, token
+        super().__init__(base_url, model, api_key, request_timeout, concurrency)
+
+    def new_client(self, api_key: str, request_timeout: float) -> openai.AsyncOpenAI:
+        auth: dict[str, Any] = (
+            {"api_key": api_key} if self.token is None else {"azure_ad_token_provider": self.token.bearer}
+        )
+        return openai.AsyncAzureOpenAI(
+            azure_endpoint=self.base_url,
+            api_version=self.api_version,
+            max_retries=0,
+            timeout=request_timeout,
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+            **auth,
+        )
 
     async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         for attempt in range(2 if self.token else 1):

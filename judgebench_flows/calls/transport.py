@@ -126,17 +126,18 @@ class Transport:
     def __init__(self, base_url: str, model: str, api_key: str, request_timeout: float, concurrency: int):
         self.base_url = base_url
         self.model = model
-        self.clients = [
-            openai.AsyncOpenAI(
-                api_key=api_key,
-                base_url=base_url,
-                max_retries=0,
-                timeout=request_timeout,
-                http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
-            )
-            for _ in range(clients_for(concurrency))
-        ]
+        self.clients = [self.new_client(api_key, request_timeout) for _ in range(clients_for(concurrency))]
         self._next_client = itertools.cycle(self.clients)
+
+    def new_client(self, api_key: str, request_timeout: float) -> openai.AsyncOpenAI:
+        """One client of the pool; a provider whose SDK client differs (Azure's) makes its own here."""
+        return openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=request_timeout,
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+        )
 
     # What this wire's answers are (`providers.ModelAPI`): chat text, checked by no extra probe.
     checks_raw_scores = False

@@ -15,7 +15,13 @@ from tests.test_layout import ROOT, source_files
 
 # Import names whose distribution is named otherwise, for the optional packages that may not be installed
 # (an installed package's distribution is read from its metadata).
-KNOWN_DISTRIBUTIONS = {"torch": "torch", "transformers": "transformers", "yaml": "PyYAML", "jinja2": "Jinja2"}
+KNOWN_DISTRIBUTIONS = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "yaml": "PyYAML",
+    "jinja2": "Jinja2",
+    "azure": "azure-identity",  # the `azure` extra: `azure.identity` for Microsoft Entra ID
+}
 
 
 def normalized(name: str) -> str:

@@ -92,7 +92,7 @@ def test_claude_goes_to_anthropics_messages_api_with_judgebenchs_published_numbe
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.status_counts.get(200, 0) > 0
         assert f"{CLAUDE}: Anthropic's Messages API at {server.base_url}" in result.stderr
-    results = json.loads((checkout / "results" / "latest" / "judgebench.json").read_text())
+    results = json.loads((checkout / "results" / "latest" / "results.json").read_text())
     assert round(100 * results["overall_accuracy"]["accuracy"], 2) == 32.22
     assert results["run"]["requests"]["rule"] == f"anthropic-{ANTHROPIC_VERSION}"  # the Messages API's rules
     assert CANARY_KEY not in outputs(checkout) + result.stdout + result.stderr

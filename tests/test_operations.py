@@ -197,7 +197,9 @@ def test_a_regression_reaches_the_webhook_and_fails_the_night_at_once(
         _stop(worker)
     first, second = runs
     assert first["state_type"] == "COMPLETED", first["state"]
-    assert second["state_type"] == "FAILED" and "(regressed: accuracy dropped" in second["state"]["message"], second["state"]
+    assert second["state_type"] == "FAILED" and "(regressed: accuracy dropped" in second["state"]["message"], second[
+        "state"
+    ]
     assert second["run_count"] == 1  # a regression is a result: no second attempt
 
     alert = wait_for(

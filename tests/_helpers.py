@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from judgebench_flows.calls.caller import ChatCaller
+from judgebench_flows.calls.providers import provider_rule
 from judgebench_flows.calls.retry import RetryPolicy
+from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import GPT4O_FILE
@@ -48,6 +50,27 @@ def chat_caller(
         fields["adaptive_concurrency"] = adaptive
     settings = EndpointSettings(base_url=None if base_url == "local:" else base_url, **fields)
     return ChatCaller(settings, model=model, api_key=api_key, **options)
+
+
+def provider_caller(server: Any, provider: str, model: str, api_key: str, **fields: Any) -> ChatCaller:
+    """A caller speaking `provider`'s API to a stand-in (`server.base_url`), with the provider's request
+    rule for `model`, as a run builds it."""
+    rule = provider_rule(provider, model, "auto", ())
+    return chat_caller(
+        base_url=server.base_url, model=model, api_key=api_key, provider=provider, request_rule=rule, **fields
+    )
+
+
+def complete_once(caller: ChatCaller, messages: list[dict], sampling: dict) -> Completion:
+    """One call's completion, the caller closed after it."""
+
+    async def go() -> Completion:
+        try:
+            return await caller.complete(messages, sampling)
+        finally:
+            await caller.aclose()
+
+    return asyncio.run(go())
 
 
 def run_command(

@@ -17,7 +17,7 @@ from judgebench_flows.calls.providers import provider_rule
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.testing.fake_anthropic import FakeAnthropicServer
-from tests._helpers import chat_caller, run_command
+from tests._helpers import complete_once, provider_caller, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY, CLAUDE_FILE, SHARED, load_jsonl
 
@@ -27,14 +27,7 @@ USER = {"role": "user", "content": "Which answer is better?"}
 
 
 def caller_for(server: FakeAnthropicServer, model: str = HAIKU, **fields) -> ChatCaller:
-    return chat_caller(
-        base_url=server.base_url,
-        model=model,
-        api_key=CANARY_KEY,
-        provider="anthropic",
-        request_rule=provider_rule("anthropic", model, "auto", ()),
-        **fields,
-    )
+    return provider_caller(server, "anthropic", model, CANARY_KEY, **fields)
 
 
 def recording(answer: str, bodies: list[dict]):
@@ -45,21 +38,11 @@ def recording(answer: str, bodies: list[dict]):
     return respond
 
 
-def complete(caller: ChatCaller, messages: list[dict], sampling: dict):
-    async def go():
-        try:
-            return await caller.complete(messages, sampling)
-        finally:
-            await caller.aclose()
-
-    return asyncio.run(go())
-
-
 def test_the_request_is_judgebenchs_system_on_top_temperature_zero_and_only_messages_params() -> None:
     bodies: list[dict] = []
     with FakeAnthropicServer(recording("[[A>B]]", bodies), api_key=CANARY_KEY) as server:
         sampling = {"temperature": 0.0, "max_tokens": 4096, "presence_penalty": 0.0}
-        completion = complete(caller_for(server), [SYSTEM, USER], sampling)
+        completion = complete_once(caller_for(server), [SYSTEM, USER], sampling)
     assert completion.text == "[[A>B]]" and completion.finish_reason == "stop"
     assert bodies == [
         {
@@ -75,12 +58,12 @@ def test_the_request_is_judgebenchs_system_on_top_temperature_zero_and_only_mess
 def test_rate_limits_and_overload_are_retried_after_retry_after() -> None:
     with FakeAnthropicServer("[[B>A]]", fail_first=1, fail_kind="429", retry_after=0.2) as server:
         caller = caller_for(server)
-        completion = complete(caller, [USER], {"max_tokens": 16})
+        completion = complete_once(caller, [USER], {"max_tokens": 16})
         assert completion.text == "[[B>A]]"
         assert server.status_counts == {429: 1, 200: 1} and caller.stats.retries == 1
         server.configure(fail_first=2, fail_kind="503")  # Anthropic's 529 "overloaded"
         caller = caller_for(server)
-        complete(caller, [{"role": "user", "content": "again"}], {"max_tokens": 16})
+        complete_once(caller, [{"role": "user", "content": "again"}], {"max_tokens": 16})
         assert server.status_counts[529] == 2 and caller.stats.retries == 2
 
 
@@ -93,7 +76,7 @@ def test_a_bad_key_stops_the_run_and_never_shows_the_key() -> None:
         rule = provider_rule("anthropic", HAIKU, "auto", ())
         caller = ChatCaller(settings, model=HAIKU, api_key=CANARY_KEY, request_rule=rule)
         with pytest.raises(FatalEndpointError) as caught:
-            complete(caller, [USER], {"max_tokens": 16})
+            complete_once(caller, [USER], {"max_tokens": 16})
     message = str(caught.value)
     assert "401" in message and "check $ANTHROPIC_API_KEY" in message and CANARY_KEY not in message
 
@@ -103,7 +86,7 @@ def test_a_400_naming_a_sampling_parameter_drops_it_for_the_run_and_is_recorded(
     model = "claude-new-model-that-refuses-top-k"
     with FakeAnthropicServer(recording("[[A>B]]", bodies), rejected_params={"top_k"}) as server:
         caller = caller_for(server, model=model)
-        complete(caller, [USER], {"temperature": 0.0, "top_k": 5, "max_tokens": 32})
+        complete_once(caller, [USER], {"temperature": 0.0, "top_k": 5, "max_tokens": 32})
     assert bodies == [{"model": model, "max_tokens": 32, "temperature": 0.0, "system": "", "messages": [USER]}]
     [adjustment] = caller.adjustments
     assert adjustment["param"] == "top_k" and adjustment["action"] == "dropped"
@@ -139,7 +122,7 @@ def test_api_version_2026_refuses_sampling_and_its_rule_sends_none() -> None:
 def test_an_invalid_request_fails_that_call_with_the_apis_message() -> None:
     with FakeAnthropicServer("[[A>B]]") as server:
         with pytest.raises(CallFailed) as failed:
-            complete(caller_for(server), [USER], {"max_tokens": 8, "temperature": 1.5})
+            complete_once(caller_for(server), [USER], {"max_tokens": 8, "temperature": 1.5})
     assert "HTTP 400" in str(failed.value)
 
 

@@ -18,10 +18,9 @@ from judgebench_flows.calls.bedrock_api import BedrockTransport, converse_body
 from judgebench_flows.calls.bedrock_rules import bedrock_rule, family_of, model_id
 from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.errors import CallError
-from judgebench_flows.calls.providers import provider_rule
 from judgebench_flows.core.errors import FatalEndpointError, UserError
 from judgebench_flows.testing.fake_bedrock import FakeBedrockServer, SigV4Check
-from tests._helpers import chat_caller, run_command
+from tests._helpers import complete_once, provider_caller, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CLAUDE_FILE, SHARED, load_jsonl
 
@@ -53,24 +52,7 @@ def bedrock() -> Iterator[FakeBedrockServer]:
 
 
 def caller_for(server: FakeBedrockServer, model: str = HAIKU, **fields) -> ChatCaller:
-    return chat_caller(
-        base_url=server.base_url,
-        model=model,
-        api_key="EMPTY",
-        provider="bedrock",
-        request_rule=provider_rule("bedrock", model, "auto", ()),
-        **fields,
-    )
-
-
-def complete(caller: ChatCaller, messages: list[dict], sampling: dict):
-    async def go():
-        try:
-            return await caller.complete(messages, sampling)
-        finally:
-            await caller.aclose()
-
-    return asyncio.run(go())
+    return provider_caller(server, "bedrock", model, "EMPTY", **fields)
 
 
 def test_model_ids_profiles_and_arns_name_their_family() -> None:
@@ -84,7 +66,7 @@ def test_model_ids_profiles_and_arns_name_their_family() -> None:
 
 def test_the_request_is_judgebenchs_in_converse_shape(bedrock: FakeBedrockServer) -> None:
     """System on top, temperature 0, the judge's max_tokens (else 4096), top_k as Claude's own field."""
-    completion = complete(caller_for(bedrock), [SYSTEM, USER], {"temperature": 0.0, "top_k": 5})
+    completion = complete_once(caller_for(bedrock), [SYSTEM, USER], {"temperature": 0.0, "top_k": 5})
     assert completion.text == "[[A>B]]" and completion.prompt_tokens > 0
     (body,) = bedrock.bodies
     assert body["system"] == [{"text": SYSTEM["content"]}]
@@ -107,7 +89,7 @@ def test_the_request_is_judgebenchs_in_converse_shape(bedrock: FakeBedrockServer
 def test_each_familys_rules_keep_the_request_valid(
     bedrock: FakeBedrockServer, model: str, sampling: dict, expected: dict
 ) -> None:
-    complete(caller_for(bedrock, model), [SYSTEM, USER], {"temperature": 0.0, **sampling})
+    complete_once(caller_for(bedrock, model), [SYSTEM, USER], {"temperature": 0.0, **sampling})
     (body,) = bedrock.bodies
     assert body["inferenceConfig"] == {"maxTokens": expected.get("maxTokens", 4096), "temperature": 0.0, **expected}
     assert bedrock.status_counts == {200: 1}
@@ -115,7 +97,7 @@ def test_each_familys_rules_keep_the_request_valid(
 
 def test_mistral_7b_gets_its_system_message_folded_into_the_first_turn(bedrock: FakeBedrockServer) -> None:
     assert bedrock_rule("mistral.mistral-7b-instruct-v0:2").fold_system
-    complete(caller_for(bedrock, "mistral.mistral-7b-instruct-v0:2"), [SYSTEM, USER], {"temperature": 0.0})
+    complete_once(caller_for(bedrock, "mistral.mistral-7b-instruct-v0:2"), [SYSTEM, USER], {"temperature": 0.0})
     (body,) = bedrock.bodies
     assert "system" not in body and SYSTEM["content"] in body["messages"][0]["content"][0]["text"]
 
@@ -138,7 +120,7 @@ def test_an_unforeseen_refusal_is_learned_and_recorded(bedrock: FakeBedrockServe
     which the run drops for that model from then on, keeping JudgeBench's temperature."""
     model = "anthropic.claude-opus-4-9-20270101-v1:0"  # the server refuses both for every Opus 4.x
     caller = caller_for(bedrock, model)
-    complete(caller, [USER], {"temperature": 0.0, "top_p": 0.9})
+    complete_once(caller, [USER], {"temperature": 0.0, "top_p": 0.9})
     assert bedrock.status_counts == {400: 1, 200: 1}
     assert bedrock.bodies[-1]["inferenceConfig"] == {"maxTokens": 4096, "temperature": 0.0}
     (adjustment,) = caller.adjustments
@@ -148,7 +130,7 @@ def test_an_unforeseen_refusal_is_learned_and_recorded(bedrock: FakeBedrockServe
 def test_throttling_is_retried_as_a_rate_limit(bedrock: FakeBedrockServer) -> None:
     bedrock.configure(fail_first=2, fail_kind="429")
     caller = caller_for(bedrock, max_retries=3, retry_initial_wait=0.01, retry_max_wait=0.02)
-    assert complete(caller, [USER], {"temperature": 0.0}).text == "[[A>B]]"
+    assert complete_once(caller, [USER], {"temperature": 0.0}).text == "[[A>B]]"
     assert bedrock.status_counts == {429: 2, 200: 1}
 
 
@@ -173,7 +155,7 @@ def test_a_wrong_secret_is_refused_by_the_signature_and_stops_the_run(
     wrong = "another-secret-canary-4e8d2a"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
     with pytest.raises(FatalEndpointError) as failed:
-        complete(caller_for(bedrock), [USER], {"temperature": 0.0})
+        complete_once(caller_for(bedrock), [USER], {"temperature": 0.0})
     assert "signature we calculated does not match" in str(failed.value)
     assert wrong not in str(failed.value) and SECRET not in str(failed.value)
     assert bedrock.signature_failures == 1 and bedrock.status_counts == {403: 1}
@@ -220,7 +202,7 @@ def test_credentials_and_region_from_a_profile_with_credential_process(
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.setenv("AWS_PROFILE", "judge")
     with FakeBedrockServer("[[B>A]]", credentials={KEY_ID: (SECRET, TOKEN)}, region="eu-west-1") as server:
-        assert complete(caller_for(server), [USER], {"temperature": 0.0}).text == "[[B>A]]"
+        assert complete_once(caller_for(server), [USER], {"temperature": 0.0}).text == "[[B>A]]"
         assert server.signature_failures == 0
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +32,7 @@ from judgebench_flows.testing.fake_openai import (
     _Handler,
     _word_count,
     request_key,
+    serve,
 )
 
 MESSAGES_PATH = "/v1/messages"
@@ -183,43 +183,26 @@ class FakeAnthropicServer(FakeOpenAIServer):
         if settings.models is not None and model not in settings.models:
             self._reply(handler, 404, error_body("not_found_error", f"model: {model}"))
             return
-        if self._fault_answered(handler, request_key(body), settings):
+        if self._fault(handler, self._choose_fault(request_key(body), settings), settings):
             return
-        with self._lock:
-            responder = self._responder
-        try:
-            answer = responder(body)
-        except Exception as error:  # noqa: BLE001 - surfaced to the client so test bugs are visible
-            self._reply(handler, 500, error_body("api_error", f"responder raised {type(error).__name__}: {error}"))
+        scripted = self._scripted(handler, body)
+        if scripted is None:
             return
-        extra = answer if isinstance(answer, dict) else {}
-        text = str(extra.get("content", "")) if isinstance(answer, dict) else answer
+        text, extra = scripted
         answered_as = settings.served_model or model  # the model id behind an alias (`served_model`)
         self._reply(handler, 200, message_body(answered_as, body, text, extra.get("finish_reason")), request_key(body))
 
-    def _fault_answered(self, handler: _Handler, key: str, settings: FaultSettings) -> bool:
-        """Answer the injected fault drawn for this attempt, if any (429, 500, 529, drop, hang, badjson)."""
-        fault = self._choose_fault(key, settings)
-        if fault is None:
-            return False
+    def _fault_error(self, fault: str, settings: FaultSettings) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Anthropic's 429 (with `retry-after`), 500 and 529 (the fault band `rate_503`)."""
         if fault == "429":
             message = "Number of request tokens has exceeded your per-minute rate limit"
-            headers = {"retry-after": f"{settings.retry_after:g}"}
-            self._reply(handler, 429, error_body("rate_limit_error", message), extra_headers=headers)
-        elif fault in ("500", "503"):
-            status, kind = (500, "api_error") if fault == "500" else (529, "overloaded_error")
-            self._reply(handler, status, error_body(kind, "Overloaded" if status == 529 else "Internal server error"))
-        elif fault == "hang":
-            self._count("hang")
-            self._stop_event.wait(settings.hang_seconds)
-            handler.drop()
-        elif fault == "drop":
-            self._drop(handler, "drop")
-        else:  # badjson: a proxy's error page with status 200
-            self._leave_flight(handler)
-            self._count("badjson")
-            handler.send_raw(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
-        return True
+            return 429, error_body("rate_limit_error", message), {"retry-after": f"{settings.retry_after:g}"}
+        if fault == "500":
+            return 500, error_body("api_error", "Internal server error"), {}
+        return 529, error_body("overloaded_error", "Overloaded"), {}
+
+    def _responder_failed(self, handler: _Handler, message: str) -> None:
+        self._reply(handler, 500, error_body("api_error", message))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,14 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
     )
-    with server:
-        print(server.base_url, flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
-    print(json.dumps(server.snapshot(), default=str), file=sys.stderr)
-    return 0
+    return serve(server)
 
 
 if __name__ == "__main__":

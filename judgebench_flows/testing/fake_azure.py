@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from judgebench_flows.testing.fake_openai import CHAT_PATH, FakeOpenAIServer, FaultSettings, _Handler
+from judgebench_flows.testing.fake_openai import CHAT_PATH, FakeOpenAIServer, FaultSettings, _Handler, serve
 
 API_VERSIONS = frozenset({"2024-06-01", "2024-10-21", "2025-01-01-preview"})
 DEPLOYMENTS_PREFIX = "/openai/deployments/"
@@ -155,14 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     deployments = dict(d.partition("=")[::2] for d in args.deployment) or {"judge": "gpt-4o-2024-08-06"}
     server = FakeAzureServer(args.answer, deployments=deployments, api_key=args.api_key, host=args.host, port=args.port)
-    with server:
-        print(server.endpoint, flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
-    print(json.dumps(server.snapshot(), default=str), file=sys.stderr)
-    return 0
+    return serve(server, server.endpoint)
 
 
 if __name__ == "__main__":

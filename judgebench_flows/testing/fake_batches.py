@@ -43,6 +43,7 @@ from judgebench_flows.testing.fake_openai import (
     _word_count,
     chat_payload,
     openai_rejection,
+    serve,
 )
 
 CHAT_URL = "/v1/chat/completions"
@@ -449,8 +450,6 @@ def main(argv: list[str] | None = None) -> int:
     """Serve a batch API (OpenAI's Files + Batches, or Anthropic's Message Batches) on loopback until
     Ctrl-C or SIGTERM; print its base URL first and the counters to stderr at the end."""
     import argparse
-    import signal
-    import sys
 
     from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
 
@@ -488,19 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
     )
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
-    server.start()
-    print(server.base_url, flush=True)
-    try:
-        while not done.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-        print(json.dumps(server.snapshot(), default=str), file=sys.stderr, flush=True)
-    return 0
+    return serve(server)
 
 
 if __name__ == "__main__":

@@ -32,12 +32,18 @@ import json
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-from judgebench_flows.testing.fake_openai import FakeOpenAIServer, FaultSettings, _Handler, _word_count, request_key
+from judgebench_flows.testing.fake_openai import (
+    FakeOpenAIServer,
+    FaultSettings,
+    _Handler,
+    _word_count,
+    request_key,
+    serve,
+)
 from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
 
 CONVERSE_PATH = re.compile(r"^/model/([^/]+)/converse$")
@@ -247,9 +253,18 @@ class FakeBedrockServer(FakeOpenAIServer):
     def _answerer(self, path: str) -> Callable[[_Handler, bytes], None] | None:
         return self._answer_converse if CONVERSE_PATH.match(path) else None
 
+    @staticmethod
+    def _error(status: int, kind: str, message: str) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Bedrock's error response: the exception's name in `x-amzn-ErrorType`, its message in the body."""
+        return (
+            status,
+            {"message": message},
+            {"x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/"},
+        )
+
     def _refuse(self, handler: _Handler, status: int, kind: str, message: str) -> None:
-        headers = {"x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/"}
-        self._reply(handler, status, {"message": message}, extra_headers=headers)
+        status, payload, headers = self._error(status, kind, message)
+        self._reply(handler, status, payload, extra_headers=headers)
 
     def _answer_converse(self, handler: _Handler, body_bytes: bytes) -> None:
         """The signature, then the body's validation, then the faults, then the responder."""
@@ -276,37 +291,28 @@ class FakeBedrockServer(FakeOpenAIServer):
         with self._lock:
             self.bodies.append(body)
         view = chat_view(model, body)
-        if self._fault_answered(handler, request_key(view), settings):
+        if self._fault(handler, self._choose_fault(request_key(view), settings), settings):
             return
-        with self._lock:
-            responder = self._responder
-        try:
-            answer = responder(view)
-        except Exception as error:  # noqa: BLE001 - surfaced to the client so test bugs are visible
-            self._refuse(handler, 500, "InternalServerException", f"responder raised {type(error).__name__}: {error}")
-            return
-        extra = answer if isinstance(answer, dict) else {}
-        text = str(extra.get("content", "")) if isinstance(answer, dict) else answer
-        self._reply(handler, 200, converse_answer(view, text, extra.get("finish_reason")), request_key(view))
+        scripted = self._scripted(handler, view)
+        if scripted is not None:
+            text, extra = scripted
+            self._reply(handler, 200, converse_answer(view, text, extra.get("finish_reason")), request_key(view))
 
-    def _fault_answered(self, handler: _Handler, key: str, settings: FaultSettings) -> bool:
-        """Answer the injected fault drawn for this attempt, if any, as Bedrock words it."""
-        fault = self._choose_fault(key, settings)
-        if fault is None:
-            return False
+    def _fault_error(self, fault: str, settings: FaultSettings) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """Bedrock's ThrottlingException (429), InternalServerException and ServiceUnavailableException."""
         if fault == "429":
-            self._refuse(handler, 429, "ThrottlingException", "Too many requests, please wait before trying again.")
-        elif fault == "500":
-            self._refuse(handler, 500, "InternalServerException", "The server encountered an internal error.")
-        elif fault == "503":
-            self._refuse(handler, 503, "ServiceUnavailableException", "Bedrock is unable to process your request.")
-        elif fault == "hang":
-            self._count("hang")
-            self._stop_event.wait(settings.hang_seconds)
-            handler.drop()
-        else:
-            self._drop(handler, "drop")
-        return True
+            return self._error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+        if fault == "500":
+            return self._error(500, "InternalServerException", "The server encountered an internal error.")
+        return self._error(503, "ServiceUnavailableException", "Bedrock is unable to process your request.")
+
+    def _responder_failed(self, handler: _Handler, message: str) -> None:
+        self._refuse(handler, 500, "InternalServerException", message)
+
+    def snapshot(self) -> dict[str, Any]:
+        counters = super().snapshot()
+        with self._lock:
+            return {**counters, "signature_failures": self.signature_failures}
 
 
 def environment_credentials() -> dict[str, tuple[str, str | None]]:
@@ -350,14 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
     )
-    with server:
-        print(server.base_url, flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
-    print(json.dumps({**server.snapshot(), "signature_failures": server.signature_failures}), file=sys.stderr)
-    return 0
+    return serve(server)
 
 
 __all__ = ["FakeBedrockServer", "SigV4Check", "body_problem", "main"]

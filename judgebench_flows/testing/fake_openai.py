@@ -975,17 +975,7 @@ class FakeOpenAIServer:
         """Wait the latency and answer with the injected `fault` (a 429 or a hang before the latency, as
         real servers do); False when the request is to be answered."""
         if fault == "429":  # a rate limiter rejects at the door: no latency
-            self._reply(
-                handler,
-                429,
-                _error_body(
-                    "Rate limit reached for requests. Please try again later.", "requests", "rate_limit_exceeded"
-                ),
-                extra_headers={
-                    "Retry-After": f"{settings.retry_after:g}",
-                    "retry-after-ms": str(int(round(settings.retry_after * 1000))),
-                },
-            )
+            self._fault_reply(handler, fault, settings)
             return True
         if fault == "hang":  # counted now, so tests see it while the client is still waiting
             self._count("hang")
@@ -999,21 +989,8 @@ class FakeOpenAIServer:
         if fault == "drop":
             self._drop(handler, "drop")
             return True
-        if fault == "500":
-            self._reply(
-                handler,
-                500,
-                _error_body(
-                    "The server had an error while processing your request. Sorry about that!", "server_error", None
-                ),
-            )
-            return True
-        if fault == "503":
-            self._reply(
-                handler,
-                503,
-                _error_body("The engine is currently overloaded, please try again later.", "server_error", None),
-            )
+        if fault in ("500", "503"):
+            self._fault_reply(handler, fault, settings)
             return True
         if fault == "badjson":  # a proxy's error page with status 200
             self._leave_flight(handler)
@@ -1022,25 +999,53 @@ class FakeOpenAIServer:
             return True
         return False
 
-    def _answer(self, handler: _Handler, body: dict[str, Any], key: str, settings: FaultSettings) -> None:
-        """The responder's answer as an OpenAI chat completion (or the other API the path names)."""
-        model = body["model"]
+    def _fault_error(self, fault: str, settings: FaultSettings) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """An injected "429", "500" or "503" as this server's API words it (status, body, headers): a server
+        speaking another API (`fake_anthropic`, `fake_bedrock`) words its own and shares the rest of the
+        fault handling (latency, hang, drop, bad JSON)."""
+        if fault == "429":
+            message = "Rate limit reached for requests. Please try again later."
+            headers = {
+                "Retry-After": f"{settings.retry_after:g}",
+                "retry-after-ms": str(int(round(settings.retry_after * 1000))),
+            }
+            return 429, _error_body(message, "requests", "rate_limit_exceeded"), headers
+        if fault == "500":
+            message = "The server had an error while processing your request. Sorry about that!"
+            return 500, _error_body(message, "server_error", None), {}
+        message = "The engine is currently overloaded, please try again later."
+        return 503, _error_body(message, "server_error", None), {}
+
+    def _fault_reply(self, handler: _Handler, fault: str, settings: FaultSettings) -> None:
+        status, payload, headers = self._fault_error(fault, settings)
+        self._reply(handler, status, payload, extra_headers=headers)
+
+    def _scripted(self, handler: _Handler, request: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The responder's answer to `request` (its text and the answer's other fields), or None once the
+        responder's failure is answered as this server's 500 (`_responder_failed`), so test bugs are visible."""
         with self._lock:
             responder = self._responder
         try:
-            answer = responder(body)
+            answer = responder(request)
             extra = answer if isinstance(answer, dict) else {}
             text = extra.get("content", "") if isinstance(answer, dict) else answer
             if not isinstance(text, str):
                 raise TypeError(f"responder returned {type(text).__name__}, expected str or dict")
         except Exception as error:  # noqa: BLE001 - surfaced to the client so test bugs are visible
-            self._reply(
-                handler,
-                500,
-                _error_body(f"responder raised {type(error).__name__}: {error}", "server_error", "responder_error"),
-            )
-            return
+            self._responder_failed(handler, f"responder raised {type(error).__name__}: {error}")
+            return None
+        return text, extra
 
+    def _responder_failed(self, handler: _Handler, message: str) -> None:
+        self._reply(handler, 500, _error_body(message, "server_error", "responder_error"))
+
+    def _answer(self, handler: _Handler, body: dict[str, Any], key: str, settings: FaultSettings) -> None:
+        """The responder's answer as an OpenAI chat completion (or the other API the path names)."""
+        model = body["model"]
+        scripted = self._scripted(handler, body)
+        if scripted is None:
+            return
+        text, extra = scripted
         prompt_tokens = sum(_word_count(t) for t in _message_texts(body))
         reasoning_tokens = int(extra.get("reasoning_tokens") or 0)
         completion_tokens = _word_count(text) + reasoning_tokens
@@ -1374,10 +1379,16 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
     )
+    return serve(server)
+
+
+def serve(server: FakeOpenAIServer, url: str | None = None) -> int:
+    """Every stand-in's command line: print `url` (the base URL), serve until Ctrl-C or SIGTERM, then
+    print the counters (`snapshot()`) to stderr."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
     server.start()
-    print(server.base_url, flush=True)
+    print(url or server.base_url, flush=True)
     try:
         while not done.wait(0.5):
             pass

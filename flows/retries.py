@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from prefect.exceptions import PrefectHTTPStatusError
 
-from judgebench_flows.calls.retry import deterministic_reason, retryable
+from judgebench_flows.calls.retry import RetryPolicy, deterministic_reason
 from judgebench_flows.core.errors import BatchRefused, RunFailed, UserError
 
 
@@ -48,7 +48,7 @@ def is_transient(error: BaseException | None, results: Mapping[str, Any] | None 
         return error.response.status_code >= 500 or error.response.status_code in (408, 429)
     if isinstance(error, (httpx.TransportError, ConnectionError, TimeoutError)):
         return True
-    return retryable(error)
+    return RetryPolicy.retries(error)
 
 
 class BenchmarkFailed(Exception):

@@ -12,8 +12,8 @@ import openai
 from judgebench_flows.calls.anthropic_api import anthropic_call_error
 from judgebench_flows.calls.batch import LineResult, line_error
 from judgebench_flows.calls.errors import CallError, http_error
-from judgebench_flows.calls.retry import describe, failure_kind, retry_after, retryable
-from judgebench_flows.calls.transport import openai_call_error
+from judgebench_flows.calls.retry import RetryPolicy, deterministic_reason
+from judgebench_flows.calls.transport import BadAnswerBody, openai_call_error
 
 REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 
@@ -23,17 +23,18 @@ def test_openai_status_errors_keep_status_code_retry_after_and_words() -> None:
     body = {"message": "Rate limit reached for gpt-4o\n in organization org-1", "code": "rate_limit_exceeded"}
     failed = openai_call_error(openai.RateLimitError("slow down", response=response, body=body))
     assert (failed.kind, failed.status, failed.code, failed.retry_after) == ("status", 429, "rate_limit_exceeded", 1.5)
-    assert failed.retryable and failed.rate_limited and not failed.fatal and retry_after(failed) == 1.5
+    assert failed.retryable and failed.rate_limited and not failed.fatal
     assert failed.message == "Rate limit reached for gpt-4o in organization org-1"  # whole, on one line
-    assert failure_kind(failed) == "HTTP 429 (rate_limit_exceeded)"
+    assert failed.failure_kind() == "HTTP 429 (rate_limit_exceeded)" and failed.server_message == failed.message
     assert openai_call_error(openai.APITimeoutError(request=REQUEST)).kind == "timeout"
-    assert describe(openai_call_error(openai.APIConnectionError(request=REQUEST))) == "connection failed or dropped"
+    dropped = openai_call_error(openai.APIConnectionError(request=REQUEST))
+    assert dropped.describe() == "connection failed or dropped" and dropped.server_message == ""
 
 
 def test_deterministic_and_fatal_statuses() -> None:
     context = http_error(400, {"error": {"message": "maximum context length is 8192", "code": "context_length"}})
     assert not context.retryable and not context.fatal
-    assert describe(context) == "HTTP 400 (context_length): maximum context length is 8192"
+    assert context.describe() == "HTTP 400 (context_length): maximum context length is 8192"
     assert http_error(400, {"error": {"message": "Invalid model name passed in model=x"}}).fatal
     assert http_error(404, {"detail": "Not Found"}).message == "Not Found"  # FastAPI's shape
     assert http_error(503, None, text="<html>busy</html>").message == ""  # an HTML page is not words
@@ -55,10 +56,9 @@ def test_anthropic_names_the_refused_parameter_without_openai_classes() -> None:
 def test_a_failed_batch_line_is_a_call_error_not_a_made_up_response() -> None:
     failed = line_error(LineResult(400, {"error": {"message": "bad request: messages", "code": "invalid"}}))
     assert (failed.status, failed.message, failed.retry_after) == (400, "bad request: messages", None)
-    assert not hasattr(failed, "response") and not retryable(failed)
-    assert line_error(LineResult(500, {})).message == "batch line failed with HTTP 500" and retryable(
-        line_error(LineResult(500, {}))
-    )
+    assert not hasattr(failed, "response") and not failed.retryable
+    server_failed = line_error(LineResult(500, {}))
+    assert server_failed.message == "batch line failed with HTTP 500" and server_failed.retryable
 
 
 def test_call_errors_survive_pickling() -> None:
@@ -101,3 +101,22 @@ def test_no_api_name_is_compared_outside_the_factory() -> None:
             if "api" in names and constants & apis:
                 found.append(f"{module}:{node.lineno}")
     assert not found, f"API names compared outside providers.py: {found}"
+
+
+def test_the_retry_policy_retries_what_call_error_calls_retryable_and_nothing_else() -> None:
+    """One home per decision: the policy asks `CallError.retryable`; a broken answer is a retried
+    `CallError`; any other exception (a stopped run, a bug) is never retried; a recorded reason is
+    deterministic exactly when its status is one `CallError` does not retry."""
+    broken = BadAnswerBody()
+    assert isinstance(broken, CallError) and broken.retryable and not broken.fatal
+    assert (
+        broken.describe() == broken.failure_kind() == "the endpoint answered 200 with a body that is not a JSON object"
+    )
+    assert isinstance(pickle.loads(pickle.dumps(broken)), BadAnswerBody)
+    assert RetryPolicy.retries(broken) and RetryPolicy.retries(http_error(503, {}))
+    assert not RetryPolicy.retries(http_error(400, {})) and not RetryPolicy.retries(ValueError("a bug"))
+    for status in (400, 401, 404, 408, 409, 413, 422, 425, 429, 500, 503, 529):
+        reason = http_error(status, {"error": {"message": "said"}}).describe()
+        assert deterministic_reason(reason) == (not http_error(status, {}).retryable), reason
+        assert deterministic_reason(f"HTTP {status} after 3 attempts") == deterministic_reason(reason)
+    assert not deterministic_reason("request timed out") and not deterministic_reason(None)

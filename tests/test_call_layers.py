@@ -18,7 +18,7 @@ import pytest
 from judgebench_flows.calls.cache import request_key
 from judgebench_flows.calls.limits import CallLimits
 from judgebench_flows.calls.providers import model_api, unserved
-from judgebench_flows.calls.retry import RetryPolicy, fatal_error, retryable
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.calls.transport import BadAnswerBody, Transport, openai_call_error
 from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.net import connect_error
@@ -72,7 +72,7 @@ def test_answer_reading_turns_unusable_bodies_into_a_retryable_failure() -> None
     for api, body in (("chat", ["not", "an", "object"]), ("completions", "text"), ("pooling", {"data": []})):
         with pytest.raises(BadAnswerBody):
             wires[api].answer(body)
-        assert retryable(BadAnswerBody())
+        assert RetryPolicy.retries(BadAnswerBody())
     answer = wires["chat"].answer(
         {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}
     )
@@ -83,7 +83,7 @@ def test_fatal_errors_name_the_endpoint_and_never_the_key() -> None:
     response = httpx.Response(401, request=httpx.Request("POST", "http://h/v1/chat/completions"))
     failed = openai_call_error(openai.AuthenticationError("bad key sk-abc", response=response, body=None))
     assert failed.fatal and not failed.retryable
-    error = fatal_error(failed, "http://h/v1", "m")
+    error = failed.fatal_error("http://h/v1", "m")
     assert isinstance(error, FatalEndpointError) and "rejected the API key" in str(error) and "sk-abc" not in str(error)
 
 

@@ -29,14 +29,7 @@ from judgebench_flows.calls.limits import CallLimits, endpoint_label
 from judgebench_flows.calls.other_apis import RawScoreCheck
 from judgebench_flows.calls.providers import model_api
 from judgebench_flows.calls.request_rules import STANDARD, Adjustment, RequestRule, shape
-from judgebench_flows.calls.retry import (
-    RetryPolicy,
-    describe,
-    failure_kind,
-    fatal_error,
-    retryable,
-    server_message,
-)
+from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.api_keys import describe as describe_key_source
@@ -310,7 +303,7 @@ class ChatCaller:
         cut): an endpoint that is gone, not one that is slow or overloaded, which still answers or times out."""
         if not isinstance(exc, CallError):
             return
-        if exc.kind == "status":  # an HTTP answer, even an error: the endpoint is there
+        if exc.kind in ("status", "bad_answer"):  # an HTTP answer, even an error: the endpoint is there
             self._last_reply, self._not_only_refused = time.monotonic(), False
             return
         if exc.kind != "connection":
@@ -363,11 +356,11 @@ class ChatCaller:
     def _call_failed(self, exc: CallError, keys: set[str], made: int) -> NoReturn:
         """Raise this call's failure after `made` requests (the request's budget is spent under each of
         its `keys`: `budget`; a deterministic rejection is remembered beyond the run). The reason keeps the
-        server's message whole (`describe`)."""
-        can_retry = retryable(exc)
+        server's message whole (`CallError.describe`)."""
+        can_retry = exc.retryable
         budget = self.retry.max_retries + 1
-        kind = f"{failure_kind(exc)}" + (f" after {made} attempts" if can_retry else "")
-        said = server_message(exc)
+        kind = f"{exc.failure_kind()}" + (f" after {made} attempts" if can_retry else "")
+        said = exc.server_message
         reason = kind + (f": {said}" if said else "")
         self._ledger.exhaust(keys, budget, (kind, reason, made), deterministic=not can_retry)
         self._failed(kind, reason, can_retry)
@@ -417,18 +410,20 @@ class ChatCaller:
                         return self.transport.answer(response)
                     except Exception as exc:
                         self._attempt_failed(exc)
-                        if retryable(exc):  # failed attempts only: identical calls in flight each get their own
+                        if self.retry.retries(
+                            exc
+                        ):  # failed attempts only: identical calls in flight each get their own
                             self._ledger.spend(key)
                         raise
-        except CallError as exc:
-            if exc.fatal:  # a refused key, an unknown model: no later call can succeed either
-                raise fatal_error(exc, self.base_url, self.model, api, self.key_source) from None
-            raise
         except BadAnswerBody as exc:
             self.stats.failed += 1
-            reason = f"{describe(exc)} after {made + len(sent)} attempts"
+            reason = f"{exc.describe()} after {made + len(sent)} attempts"
             self._ledger.exhaust({key}, budget, (reason, reason, made + len(sent)))
             raise CallFailed(reason) from None
+        except CallError as exc:
+            if exc.fatal:  # a refused key, an unknown model: no later call can succeed either
+                raise exc.fatal_error(self.base_url, self.model, api, self.key_source) from None
+            raise
         raise AssertionError("unreachable: the retry loop returns or raises")
 
     async def _post(self, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped]) -> Any:
@@ -454,7 +449,7 @@ class ChatCaller:
             try:
                 response = await self.limits.run(self.transport.post, messages, params)
                 return self.transport.answer(response)
-            except (CallError, BadAnswerBody):
+            except CallError:  # a broken answer (`BadAnswerBody`) too
                 return None
 
         return send

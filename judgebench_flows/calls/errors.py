@@ -15,9 +15,12 @@ from typing import Any, Literal
 
 from pydantic import JsonValue
 
+from judgebench_flows.core.errors import FatalEndpointError
 from judgebench_flows.core.secrets import redact
 
-Kind = Literal["timeout", "connection", "status", "other"]
+Kind = Literal["timeout", "connection", "status", "bad_answer", "other"]
+# HTTP statuses worth another try besides 5xx: a timeout, a conflict, too early, a rate limit.
+RETRIED_STATUSES = frozenset({408, 409, 425, 429})
 # How a gateway says "no such model" with a 400 (LiteLLM: "Invalid model name passed in model=...", Bedrock:
 # "The provided model identifier is invalid.").
 UNKNOWN_MODEL = re.compile(
@@ -27,11 +30,19 @@ UNKNOWN_MODEL = re.compile(
 )
 
 
+def retried_status(status: int) -> bool:
+    """Whether an HTTP error answer may go otherwise if sent again (429, 5xx, 408/409/425); any other
+    4xx rejects the request itself and fails the same way however often it is sent."""
+    return status in RETRIED_STATUSES or status >= 500
+
+
 class CallError(Exception):
     """A failed attempt: `kind` "timeout", "connection" (failed or dropped), "status" (an HTTP error
     answer: `status`, the body's `error` object, `message` the server's words whole and redacted,
-    `retry_after` seconds if it asked, `param` the parameter it rejected when it named one), or "other"
-    (`message` says what)."""
+    `retry_after` seconds if it asked, `param` the parameter it rejected when it named one), "bad_answer"
+    (a 200 whose body is not a usable answer: `transport.BadAnswerBody`), or "other" (`message` says what).
+    Its properties and methods are the one place each decision about a failure is made: retried or not,
+    fatal for the run, how it reads."""
 
     def __init__(
         self,
@@ -58,10 +69,11 @@ class CallError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """Timeouts, dropped connections, 408/409/425, 429 and 5xx (Anthropic's 529 "overloaded" too)."""
-        if self.kind in ("timeout", "connection"):
+        """Timeouts, dropped connections, a broken answer, 408/409/425, 429 and 5xx (Anthropic's 529
+        "overloaded" too)."""
+        if self.kind in ("timeout", "connection", "bad_answer"):
             return True
-        return self.kind == "status" and (self.status in (408, 409, 425, 429) or self.status >= 500)
+        return self.kind == "status" and retried_status(self.status)
 
     @property
     def rate_limited(self) -> bool:
@@ -79,6 +91,11 @@ class CallError(Exception):
         """No later call to this endpoint can succeed either: a refused key, an unknown model or API."""
         return self.status in (401, 403, 404) or self.unknown_model
 
+    @property
+    def server_message(self) -> str:
+        """What the server said about this failure, whole and on one line (redacted); "" if it said nothing."""
+        return self.message if self.kind == "status" else ""
+
     def failure_kind(self) -> str:
         """The failure without the server's words: calls failing "alike" share it (the early stop's test)."""
         if self.kind == "status":
@@ -92,9 +109,34 @@ class CallError(Exception):
             return "request timed out"
         if self.kind == "connection":
             return "connection failed or dropped"
+        if self.kind == "bad_answer":
+            return "the endpoint answered 200 with a body that is not a JSON object"
         if self.kind == "status":
             return redact(self.failure_kind() + (f": {self.message}" if self.message else ""))
         return redact(self.message)
+
+    def fatal_error(
+        self, base_url: str, model: str, api: str = "chat", key_source: str = "$OPENAI_API_KEY"
+    ) -> FatalEndpointError:
+        """The run-stopping error of a `fatal` failure: no later call to this endpoint can succeed either.
+        `key_source` names where the key came from, never the key."""
+        if self.status == 404 or self.unknown_model:
+            return FatalEndpointError(
+                f"the endpoint {base_url} does not know model '{model}' or its "
+                f"{API_NAMES.get(api, api + ' API')} ({self.describe()})"
+            )
+        said = f": {self.message}" if self.message else ""  # what it refused: the key, a signature, the model
+        return FatalEndpointError(
+            f"the endpoint {base_url} rejected the API key (HTTP {self.status}{said}); check {key_source}"
+        )
+
+
+# What each endpoint API is called in messages (`CallError.fatal_error`).
+API_NAMES = {
+    "chat": "chat completions API",
+    "completions": "completions API (/completions)",
+    "pooling": "Pooling API (/pooling)",
+}
 
 
 def error_object(body: Any) -> dict[str, JsonValue]:

@@ -51,8 +51,14 @@ def openai_call_error(exc: openai.APIError) -> CallError:
     return CallError("other", message=f"{type(exc).__name__}: {exc}")
 
 
-class BadAnswerBody(Exception):
-    """A 200 whose body is not a JSON object: a broken answer, retried like a 5xx."""
+class BadAnswerBody(CallError):
+    """A 200 whose body is not a usable answer (not a JSON object): a broken answer, retried like a 5xx."""
+
+    def __init__(self) -> None:
+        super().__init__("bad_answer")
+
+    def __reduce__(self):  # Prefect and Dask pickle exceptions
+        return (BadAnswerBody, ())
 
 
 @functools.cache

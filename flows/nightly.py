@@ -55,7 +55,6 @@ from judgebench_flows.core.text import shorten
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, results_of_flow_run
-from judgebench_flows.deployments.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.flows.cell_schedule import CellSchedule, Places, PlannedCell, planned_judgments
 from judgebench_flows.flows.events import NightRefused, emit_night_event
 from judgebench_flows.flows.judgebench_flow import judgebench_flow, measured_too_little
@@ -69,6 +68,7 @@ from judgebench_flows.flows.pool_cells import (
 )
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.flows.run_pages import adhoc_run_name, night_date, nightly_run_name, say_link
+from judgebench_flows.judging.matrix import MatrixEntry, cell_name, load_matrix
 from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.scoring.formatting import percent as _pct
 

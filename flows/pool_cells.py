@@ -36,8 +36,8 @@ from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.outputs import published_results
-from judgebench_flows.deployments.matrix import MatrixEntry, endpoint_of
 from judgebench_flows.flows.run_pages import night_date
+from judgebench_flows.judging.matrix import MatrixEntry, endpoint_of
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun

@@ -180,7 +180,7 @@ def test_a_repeated_command_says_where_its_answers_came_from_and_pays_what_is_to
 
 
 def test_a_matrix_takes_the_maximum_age_and_reuse_as_run_options():
-    from judgebench_flows.deployments.matrix import parse_matrix
+    from judgebench_flows.judging.matrix import parse_matrix
 
     matrix = parse_matrix(
         {

@@ -10,9 +10,9 @@ import yaml
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.run_names import run_name
-from judgebench_flows.deployments.matrix import parse_matrix
 from judgebench_flows.flows.nightly import CellOutcome, _within_night_budget, summary_markdown
 from judgebench_flows.judging.estimate import estimate_run
+from judgebench_flows.judging.matrix import parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 from tests.test_nightly_outcomes import _night, _release_prefect_workers, _summary  # noqa: F401

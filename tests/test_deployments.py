@@ -22,7 +22,7 @@ import yaml
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.run_names import run_name
 from judgebench_flows.data import db
-from judgebench_flows.deployments.matrix import cell_name, load_matrix, parse_matrix
+from judgebench_flows.judging.matrix import cell_name, load_matrix, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 

@@ -343,7 +343,7 @@ def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
 
     import yaml
 
-    from judgebench_flows.deployments.matrix import cell_name
+    from judgebench_flows.judging.matrix import cell_name
     from judgebench_flows.testing.oracle import oracle_responder
     from tests.conftest import GPT4O_FILE
 

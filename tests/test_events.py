@@ -14,9 +14,9 @@ from judgebench_flows.calls.transport import openai_call_error
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import FatalEndpointError, RunFailed, UserError
 from judgebench_flows.core.secrets import register_secret
-from judgebench_flows.deployments.matrix import parse_matrix
 from judgebench_flows.flows.events import RunTrace, config_resource, night_status, run_payload, run_status
 from judgebench_flows.flows.retries import is_transient
+from judgebench_flows.judging.matrix import parse_matrix
 from tests.conftest import CANARY_KEY, GPT4O_FILE
 
 

@@ -1,8 +1,10 @@
 """The package's shape: one import name, and layers that only point down.
 
 core types -> data and storage -> model calls | scoring -> judges -> judging -> views (what a person
-reads) | tasks -> flows and deployments -> CLI -> the Python entry point (api). A module may import its own layer and the layers below it,
-never one above: that is what lets a judge be tested without Prefect and a model client without judges.
+reads) | tasks -> flows -> deployments -> CLI -> the Python entry point (api). A module may import its own
+layer and the layers below it, never one above nor a sibling on its rung: that is what lets a judge be
+tested without Prefect and a model client without judges. The stand-ins (`testing/`) sit outside: nothing
+in the package imports them.
 """
 
 from __future__ import annotations
@@ -18,20 +20,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "judgebench_flows"
 FOLDERS = ("judges", "tasks", "flows", "deployments", "templates")  # the design's top-level folders
 
+# The layers, lowest first; packages on one rung do not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",),
+    ("data",),
+    ("calls", "scoring"),
+    ("judges",),
+    ("judging",),
+    ("views", "tasks"),
+    ("flows",),
+    ("deployments",),
+    ("cli",),
+    ("api",),  # the Python entry point (`judgebench_flows.evaluate`): what `judgebench run` does, as a function
+)
+RUNG = {package: rung for rung, packages in enumerate(LAYERS) for package in packages}
 BELOW: dict[str, set[str]] = {
-    "core": set(),
-    "data": {"core"},
-    "calls": {"core", "data"},
-    "scoring": {"core", "data"},
-    "judges": {"core", "data", "calls"},
-    "judging": {"core", "data", "calls", "scoring", "judges"},
-    "tasks": {"core", "data", "calls", "scoring", "judges", "judging"},
-    "flows": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "deployments"},
-    "deployments": {"core", "data", "calls", "scoring", "judges", "judging", "tasks", "flows"},
-    "views": {"core", "data", "calls", "scoring", "judges", "judging"},
-    "cli": {"core", "data", "calls", "scoring", "judges", "judging", "views", "tasks", "flows", "deployments"},
-    # The Python entry point (`judgebench_flows.evaluate`): what `judgebench run` does, as a function.
-    "api": {"core", "data", "calls", "scoring", "judges", "judging", "views", "tasks", "flows", "deployments", "cli"},
+    package: {other for other, other_rung in RUNG.items() if other_rung < rung} for package, rung in RUNG.items()
 }
 
 
@@ -48,7 +52,7 @@ def source_files() -> dict[str, Path]:
 
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in BELOW else None
+    return parts[1] if len(parts) > 1 and parts[0] == PACKAGE and parts[1] in BELOW else None
 
 
 def imported_modules(path: Path, module: str) -> set[str]:
@@ -144,6 +148,36 @@ def test_no_import_cycle() -> None:
     """Imports inside functions count too: a cycle hidden in a function is still two modules that need
     each other, and the first to change breaks the other."""
     assert not cycles(module_graph()), cycles(module_graph())
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Layer package -> the other layer packages its modules import (`testing` too, to catch its use)."""
+    graph: dict[str, set[str]] = {package: set() for package in RUNG}
+    for module, imports in module_graph().items():
+        layer = layer_of(module)
+        if layer is not None:
+            graph[layer] |= {target.split(".")[1] for target in imports if target.count(".")} - {layer}
+    return graph
+
+
+def test_the_layers_import_in_one_direction_only() -> None:
+    """The packages' own import graph, not just the table: no cycle between packages, flows never
+    importing deployments (the matrix both read sits in judging), nothing importing the stand-ins, and
+    every package placed on its rung of LAYERS by what it imports."""
+    graph = package_graph()
+    assert not cycles(graph), cycles(graph)
+    assert "deployments" not in graph["flows"], "flows/ imports deployments/: move what both need below both"
+    assert not [package for package, imports in graph.items() if "testing" in imports]
+    for package, imports in graph.items():
+        assert imports <= BELOW[package], f"{package} imports {sorted(imports - BELOW[package])} from above"
+    assert graph["flows"] >= {"judging", "tasks"} and graph["deployments"] >= {"flows"}  # the test bites
+
+
+def test_a_layer_pointing_up_is_caught() -> None:
+    """The checks above on a graph with flows -> deployments -> flows."""
+    graph = {"flows": {"deployments", "judging"}, "deployments": {"flows"}, "judging": set()}
+    assert cycles(graph) == [["deployments", "flows"]]
+    assert not {"deployments"} <= BELOW["flows"] and {"flows"} <= BELOW["deployments"]
 
 
 def test_cycles_are_found() -> None:

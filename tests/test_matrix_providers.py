@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from judgebench_flows.deployments.matrix import parse_matrix
+from judgebench_flows.judging.matrix import parse_matrix
 from tests.conftest import GPT4O_FILE
 
 

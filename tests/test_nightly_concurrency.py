@@ -16,7 +16,7 @@ import yaml
 
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.deployments.matrix import cell_name, parse_matrix
+from judgebench_flows.judging.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_batches import FakeBatchServer
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import chat_caller

@@ -21,7 +21,7 @@ from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig, build_config
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data import db
-from judgebench_flows.deployments.matrix import cell_name, parse_matrix
+from judgebench_flows.judging.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 

@@ -234,7 +234,7 @@ def test_refused_credentials_are_one_line_naming_the_url(endpoint, places, tmp_p
 
 def test_a_matrix_with_an_unknown_scheme_is_refused_when_read() -> None:
     from judgebench_flows.core.errors import UserError
-    from judgebench_flows.deployments.matrix import parse_matrix
+    from judgebench_flows.judging.matrix import parse_matrix
 
     base = {"judge_types": ["vanilla"], "models": ["m"], "data_files": ["x.jsonl"]}
     with pytest.raises(UserError, match=r"output_root: .*unknown URL scheme 'ftp://'"):

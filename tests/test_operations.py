@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml
 
-from judgebench_flows.deployments.matrix import cell_name
+from judgebench_flows.judging.matrix import cell_name
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 from tests.test_schedule import POOL, ROOT, LiveServer, started_server, wait_for

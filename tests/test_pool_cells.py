@@ -21,7 +21,7 @@ import yaml
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.run_names import run_name
-from judgebench_flows.deployments.matrix import cell_name, parse_matrix
+from judgebench_flows.judging.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 
@@ -189,8 +189,8 @@ def test_a_night_run_again_reuses_its_cell_runs(prefect_server, judgebench_repo,
     retried) waits for the cell runs it already started, finished or not, instead of judging again."""
     from prefect import flow
 
-    from judgebench_flows.deployments.matrix import load_matrix
     from judgebench_flows.flows.pool_cells import judge_cells_on_pool
+    from judgebench_flows.judging.matrix import load_matrix
 
     @flow
     async def twice(path: str):

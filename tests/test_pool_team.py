@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from judgebench_flows.deployments.matrix import cell_name
+from judgebench_flows.judging.matrix import cell_name
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._s3 import SECRET_KEY, S3Server, free_port
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, make_repo, oracle_responder, requires_shared

@@ -96,8 +96,8 @@ def test_estimate_says_it_in_one_line(tmp_path) -> None:
 
 
 def test_the_nightly_preflight_names_each_model_once() -> None:
-    from judgebench_flows.deployments.matrix import parse_matrix
     from judgebench_flows.flows.nightly import retirements
+    from judgebench_flows.judging.matrix import parse_matrix
     from tests.conftest import CLAUDE_FILE, GPT4O_FILE
 
     matrix = parse_matrix(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date
 
 from judgebench_flows.core.run_names import MAX_RUN_NAME, data_short_name, run_name
-from judgebench_flows.deployments.matrix import parse_matrix
+from judgebench_flows.judging.matrix import parse_matrix
 from tests.conftest import CLAUDE_FILE, GPT4O_FILE
 
 NIGHT = date(2026, 11, 27)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.deployments.matrix import load_matrix
+from judgebench_flows.judging.matrix import load_matrix
 
 GOOD = """\
 judge_types:

@@ -1,15 +1,16 @@
 """The nightly benchmark matrix: judge types x models x data files, plus settings they all share.
 
 It is read from a YAML file (deployments/nightly.yaml) by the nightly flow at run time, so changing what
-runs tonight is a commit, not a redeploy. Validation happens once, here, before anything is judged: an
-unknown key or a bad value is a `UserError` naming the key, and every combination is turned into a full
-`RunConfig` up front so a typo in one model name cannot surface halfway through the night.
+runs tonight is a commit, not a redeploy. It sits below the flows and the deployments, which both read it
+(`python -m judgebench_flows.deployments.matrix` checks a file from the command line). Validation happens
+once, here, before anything is judged: an unknown key or a bad value is a `UserError` naming the key, and
+every combination is turned into a full `RunConfig` up front so a typo in one model name cannot surface
+halfway through the night.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -437,58 +438,6 @@ def load_matrix(path: str | Path) -> NightlyMatrix:
         return parse_matrix(data, storage.shown(path))
     except UserError as exc:  # `path: key: ...` -> `path, line N: key: ...`
         raise with_line(exc, storage.shown(path), text) from None
-
-
-def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:
-    """What a night of this matrix runs: each endpoint with its one limit and its cells, and the deadline."""
-    entries = matrix.entries()
-    lines = [f"{len(entries)} configurations, up to {matrix.cells_in_flight} synchronous ones at once"]
-    if matrix.cells == "pool":
-        lines = [f"{len(entries)} configurations, each its own run of the ad-hoc deployment on the work pool"]
-    for endpoint in dict.fromkeys(e.endpoint for e in entries):
-        cells = [e for e in entries if e.endpoint == endpoint]
-        settings = cells[0].config.endpoint
-        rpm = f", rpm {settings.rpm:g}" if settings.rpm else ""
-        lines.append(f"{endpoint}: concurrency {settings.concurrency}{rpm} shared by {_cells(len(cells))}")
-        models = Counter(f"{e.config.model}{' (batch)' if e.config.endpoint.batch else ''}" for e in cells)
-        lines += [f"  {model}: {_cells(count)}" for model, count in models.items()]
-    deadline = matrix.deadline(now)
-    if deadline is not None:
-        lines.append(f"deadline: {deadline.isoformat()} for a night starting {now.isoformat(timespec='minutes')}")
-    return lines
-
-
-def _cells(count: int) -> str:
-    return f"{count} cell{'s' if count != 1 else ''}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m judgebench_flows.deployments.matrix MATRIX`: check a matrix as the night will, before
-    any call, and print its endpoints, their limits and cells, and the deadline; bad input: one line, exit 2."""
-    import argparse
-    import sys
-    from datetime import timezone
-
-    parser = argparse.ArgumentParser(description="Check a nightly matrix and show what a night of it runs.")
-    parser.add_argument("matrix", help="the matrix file (e.g. deployments/nightly.yaml)")
-    parser.add_argument("--start", help="the night's start (ISO 8601 with offset; default: now) for its deadline")
-    args = parser.parse_args(argv)
-    try:
-        now = datetime.fromisoformat(args.start) if args.start else datetime.now(timezone.utc)
-        if now.tzinfo is None:
-            raise UserError("--start: give its UTC offset (+01:00, Z)")
-        print("\n".join(describe(load_matrix(args.matrix), now)))
-    except ValueError as exc:
-        print(f"error: --start: {exc}", file=sys.stderr)
-        return 2
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 __all__ = ["NightlyMatrix", "MatrixEntry", "cell_name", "endpoint_of", "load_matrix", "parse_matrix"]

@@ -99,26 +99,38 @@ def test_claude_goes_to_anthropics_messages_api_with_judgebenchs_published_numbe
 
 
 @requires_shared
-def test_any_other_model_goes_to_the_vllm_server_on_localhost_8000(
+def test_any_other_model_goes_to_the_vllm_server_on_localhost_8000_with_the_official_score(
     checkout: Path, tmp_path: Path, prefect_server: str
 ) -> None:
+    """A local Llama judge: the vLLM server run_judge.py assumes on localhost:8000 (its URL is fixed
+    there, as in run_judge.py, and any base URL in the options or the environment turns routing off, so
+    this test needs that port), answering each request with its own scripted verdict; the run's accuracy
+    on the GPT-4o pairs is the one JudgeBench's metric gives the same verdicts, computed here apart from
+    the product's code (`official_score`)."""
     if not port_free(8000):
         pytest.skip("port 8000 is taken on this machine (another server runs there): the vLLM route is not tried")
     model = "meta-llama/Meta-Llama-3.1-8B-Instruct"
+    pairs = load_jsonl(SHARED / "data" / GPT4O_FILE)
+    decisions = judgment_set(pairs, correct=181, seed=8)
+    expected = official_score(pairs, decisions)
+    assert expected == 51.71  # 181 of 350: JudgeBench's protocol over the scripted verdicts
+    replay = replay_responder(pairs, decisions)
     seen: list[str] = []
 
     def respond(body: dict) -> str:
         seen.append(body["model"])
-        return "My final verdict is [[A>B]]"
+        return replay(body)
 
     with FakeOpenAIServer(respond, port=8000) as server:
         result = judgebench(checkout, tmp_path)(
-            *readme_command(model, GPT4O_FILE, "--max-samples", "6", "--db-url", f"sqlite:///{tmp_path}/r.db")
+            *readme_command(model, GPT4O_FILE, "--db-url", f"sqlite:///{tmp_path}/r.db")
         )
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.base_url.endswith(":8000/v1")
-    assert seen and set(seen) == {model}
+    assert set(seen) == {model} and len(seen) > 2 * len(pairs)  # both orders of each pair, and follow-ups
     assert f"{model}: OpenAI's API at http://localhost:8000/v1" in result.stderr
+    results = json.loads((checkout / "results" / "latest" / "results.json").read_text())
+    assert round(100 * results["overall_accuracy"]["accuracy"], 2) == expected
 
 
 @requires_shared

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     deployments = dict(d.partition("=")[::2] for d in args.deployment) or {"judge": "gpt-4o-2024-08-06"}
     server = FakeAzureServer(args.answer, deployments=deployments, api_key=args.api_key, host=args.host, port=args.port)
-    return serve(server, server.endpoint)
+    return serve(server, lambda started: started.endpoint)
 
 
 if __name__ == "__main__":

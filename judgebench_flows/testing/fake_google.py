@@ -44,6 +44,7 @@ from judgebench_flows.testing.fake_openai import (
     _word_count,
     chat_payload,
     request_key,
+    serve,
 )
 
 STATUS_NAMES = {
@@ -609,8 +610,6 @@ def main(argv: list[str] | None = None) -> int:
     Gemini mode serves Batch Mode too. Vertex mode also serves the token endpoint, and writes a
     service-account file for it (`--service-account`) to point GOOGLE_APPLICATION_CREDENTIALS at."""
     import argparse
-    import signal
-    import sys
 
     from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
 
@@ -625,7 +624,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thinking-tokens", type=int, default=0)
     args = parser.parse_args(argv)
     answer = oracle_responder(load_pairs(args.oracle), VERDICTS["arena_hard"], accuracy=0.75)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     common = {"port": args.port, "thinking_tokens": args.thinking_tokens}
     with FakeTokenServer(lifetime=args.token_lifetime) as tokens:
         server: FakeGoogleServer
@@ -634,13 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             server = FakeGoogleServer(answer, mode="vertex", tokens=tokens, project=args.project, **common)
         else:
             server = FakeGeminiBatchServer(answer, api_key=args.api_key, **common)
-        with server:
-            print(server.base_url, flush=True)
-            try:
-                threading.Event().wait()
-            except (KeyboardInterrupt, SystemExit):
-                pass
-    return 0
+        return serve(server)
 
 
 if __name__ == "__main__":

@@ -1382,13 +1382,13 @@ def main(argv: list[str] | None = None) -> int:
     return serve(server)
 
 
-def serve(server: FakeOpenAIServer, url: str | None = None) -> int:
-    """Every stand-in's command line: print `url` (the base URL), serve until Ctrl-C or SIGTERM, then
-    print the counters (`snapshot()`) to stderr."""
+def serve(server: FakeOpenAIServer, url: Callable[[Any], str] | None = None) -> int:
+    """Every stand-in's command line: start, print where it serves (`url(server)`, else its base URL), serve
+    until Ctrl-C or SIGTERM, then print the counters (`snapshot()`) to stderr."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
     server.start()
-    print(url or server.base_url, flush=True)
+    print(url(server) if url else server.base_url, flush=True)
     try:
         while not done.wait(0.5):
             pass

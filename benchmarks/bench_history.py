@@ -89,7 +89,9 @@ def seed_database(url: str, runs: int, cells: int, judged_nights: int, pairs: in
                     "overall_accuracy": accuracy,
                     "ci_low": accuracy - 0.05,
                     "ci_high": accuracy + 0.05,
-                    "config_json": json.dumps({"model": f"judge-{c}", "judge_type": "arena_hard"}),
+                    "config_json": json.dumps(
+                        {"model": f"judge-{c}", "judge_type": "arena_hard", "seed": 42, "bootstrap_resamples": 2000}
+                    ),
                     "results_json": json.dumps(results),
                 }
             )
@@ -107,19 +109,49 @@ def seed_database(url: str, runs: int, cells: int, judged_nights: int, pairs: in
                         }
                     )
             if judged:
-                add_judgments(pending, tables, run_id, started, pairs, rng)
+                rows = add_judgments(pending, tables, run_id, started, pairs, rng)
+                if night == nights - 1:  # the leaderboard's runs: their results as the flow scores them
+                    scored_results(results, rows, pending[tables[db.RunRow]][-1], pending[tables[db.MetricRow]])
             flush()
     flush(force=True)
     return by_config
 
 
-def add_judgments(pending, tables, run_id: str, started: datetime, pairs: int, rng: random.Random) -> None:
+def scored_results(results: dict, judgments: list[dict], run: dict, metric_rows: list[dict]) -> None:
+    """A judged run's results.json and metric rows as the flow writes them: its verdicts scored with the
+    seed and resamples its configuration names (what the leaderboard reads instead of drawing again)."""
+    from judgebench_flows.scoring.metrics import Tally
+    from judgebench_flows.scoring.results import build_results
+
+    tally = Tally()
+    tally.add(db.judgment_records(db.JudgmentRow(**row) for row in judgments))
+    measured = build_results(tally, seed=42, bootstrap_resamples=2000).model_dump(mode="json")
+    for key in ("overall_accuracy", "category_accuracy", "source_accuracy", "consistency"):
+        results[key] = measured[key]
+    overall = measured["overall_accuracy"]
+    run.update(
+        results_json=json.dumps(results),
+        overall_accuracy=overall["accuracy"],
+        ci_low=overall["ci_low"],
+        ci_high=overall["ci_high"],
+    )
+    del metric_rows[-(1 + len(CATEGORIES) + len(SOURCES)) :]  # the placeholders written for every run
+    slices = [("overall", {"overall": overall}), ("category", measured["category_accuracy"])]
+    slices.append(("source", measured["source_accuracy"]))
+    for scope, named in slices:
+        for name, acc in named.items():
+            if acc["accuracy"] is not None:
+                metric_rows.append({"run_id": run["run_id"], "scope": scope, "name": name, **acc})
+
+
+def add_judgments(pending, tables, run_id: str, started: datetime, pairs: int, rng: random.Random) -> list[dict]:
     """One run's judgment rows and the call-cache answers it paid, both orders of every pair."""
+    added = []
     for p in range(pairs):
         label = "A>B" if p % 2 else "B>A"
         for order in (0, 1):
             decision = label if rng.random() < 0.7 else ("B>A" if label == "A>B" else "A>B")
-            pending[tables[db.JudgmentRow]].append(
+            added.append(
                 {
                     "run_id": run_id,
                     "pair_id": f"pair-{p:04d}",
@@ -136,6 +168,7 @@ def add_judgments(pending, tables, run_id: str, started: datetime, pairs: int, r
                     "completion_tokens": 250,
                 }
             )
+            pending[tables[db.JudgmentRow]].append(added[-1])
             pending[tables[db.CallCacheRow]].append(
                 {
                     "key": hashlib.sha256(f"{run_id} {p} {order}".encode()).hexdigest(),
@@ -147,6 +180,7 @@ def add_judgments(pending, tables, run_id: str, started: datetime, pairs: int, r
                     "paid_by": run_id,
                 }
             )
+    return added
 
 
 def timed(action: Callable[[], object], repeat: int) -> tuple[float, float]:
@@ -191,13 +225,18 @@ def regression_check(url: str, config_key: str, run_id: str) -> Callable[[], Non
 
 
 def leaderboard_runs(url: str) -> Callable[[], None]:
-    """What the leaderboard reads and scores of our runs (`leaderboard._latest_runs`: each configuration's
-    verdicts scored with 2,000 bootstrap resamples); the published outputs it also reads come from the
-    JudgeBench checkout, not the database."""
-    from judgebench_flows.scoring.leaderboard import _latest_runs
+    """What `judgebench leaderboard` reads and scores of our runs (`leaderboard.read_runs`: the database
+    opened read-only, each configuration's latest run and its verdicts, scored with the intervals its
+    results hold); the published outputs it also scores come from the JudgeBench checkout, not the
+    database, and take the same time whatever the database holds."""
+    from judgebench_flows.scoring.leaderboard import read_runs
 
-    engine = db.open_database(url)
-    return lambda: _latest_runs(engine, seed=42, resamples=2000)
+    def score() -> None:
+        entries, note = read_runs(url, seed=42, resamples=2000)
+        if note or not entries:
+            raise SystemExit(f"leaderboard: no runs read ({note})")
+
+    return score
 
 
 def leaderboard_reads(url: str) -> Callable[[], None]:
@@ -205,8 +244,7 @@ def leaderboard_reads(url: str) -> Callable[[], None]:
     engine = db.open_database(url)
 
     def read() -> None:
-        for row in db.latest_finished_runs(engine):
-            db.run_verdicts(engine, row.run_id)
+        db.runs_verdicts(engine, [row.run_id for row in db.latest_finished_runs(engine)])
 
     return read
 
@@ -264,9 +302,8 @@ def bench(url: str, args: argparse.Namespace, workdir: Path) -> None:
 
 
 @contextlib.contextmanager
-def postgres_database(server: str) -> Iterator[str | None]:
+def postgres_database(server: str, name: str) -> Iterator[str | None]:
     """A fresh database on the PostgreSQL server, dropped afterwards; None when the server is unreachable."""
-    name = f"bench_history_{os.getpid()}"
     admin = sa.create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     try:
         with admin.connect() as connection:
@@ -299,6 +336,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432", help="PostgreSQL server")
+    parser.add_argument(
+        "--pg-database", default=None, help="the database created there and dropped after (default bench_history_PID)"
+    )
     args = parser.parse_args()
     if args.full_year:
         args.judged_nights = 30
@@ -314,7 +354,7 @@ def main() -> int:
             print("SQLite:")
             bench(f"sqlite:///{workdir}/history.db", args, workdir)
         if args.backend in ("postgresql", "both"):
-            with postgres_database(args.pg) as url:
+            with postgres_database(args.pg, args.pg_database or f"bench_history_{os.getpid()}") as url:
                 if url is not None:
                     print("PostgreSQL:")
                     bench(url, args, workdir)

@@ -761,3 +761,105 @@ def test_unreadable_published_files_are_named_in_one_line(published, tmp_path) -
     assert f"{Path(pointer).name} (a Git LFS pointer, not the file)" in line, line
     assert f"{Path(broken).name} (line 4: not JSON" in line, line
     assert "o1-mini" in done.stdout
+
+
+def _store_results(engine, run_id: str, seed: int, resamples: int, **more) -> None:
+    """The run's results.json and configuration as the flow stores them: its verdicts scored with `seed`
+    and `resamples` (the intervals the leaderboard may read instead of drawing them again)."""
+    from judgebench_flows.data import db
+    from judgebench_flows.scoring.metrics import Tally
+    from judgebench_flows.scoring.results import build_results
+
+    tally = Tally()
+    tally.add(db.judgment_records(db.run_judgments(engine, run_id)))
+    measured = build_results(tally, seed=seed, bootstrap_resamples=resamples).model_dump(mode="json")
+    results = {"run": {"mode": "both-orders"}, **measured, **more}
+    config = {"model": "my-judge", "seed": seed, "bootstrap_resamples": resamples}
+    db.update_run(engine, run_id, results_json=json.dumps(results), config_json=json.dumps(config))
+
+
+def test_our_runs_figures_are_their_stored_intervals_equal_to_a_fresh_computation(
+    tmp_path, results_db, monkeypatch
+) -> None:
+    """The leaderboard reads a run's intervals from its results instead of drawing 2,000 resamples per
+    slice again (a year of nights took seconds); the figures are those a fresh computation gives. A run
+    whose intervals were drawn otherwise (another seed) is drawn again; a changed fingerprint is marked."""
+    from rich.console import Console
+
+    from judgebench_flows.data import db
+    from judgebench_flows.scoring import leaderboard, stats
+    from judgebench_flows.scoring.leaderboard_report import render_leaderboard
+    from judgebench_flows.scoring.published import score_verdicts
+    from judgebench_flows.views import tables
+
+    engine = db.open_database(results_db)
+    pairs = _sample(load_jsonl(SHARED / "data" / GPT4O_FILE), 48, 3)
+    t0 = datetime(2026, 11, 20, 2, 0, tzinfo=timezone.utc)
+    save_run(engine, "stored0000", "cfg-a", GPT4O_FILE, pairs, t0, seed=1)
+    served = {"answers": 96, "models": {"judge-0611": 96}, "system_fingerprints": {"fp_b": 96}}
+    changed = [{"field": "system_fingerprint", "before": "fp_a", "after": "fp_b"}]
+    _store_results(
+        engine,
+        "stored0000",
+        42,
+        300,
+        provenance={"sent": {}, "served": served},
+        drift={"baseline_run_id": "previous0", "changed": True, "served": changed, "message": "..."},
+    )
+    save_run(engine, "otherseed0", "cfg-b", GPT4O_FILE, pairs, t0, seed=2, model="other-judge")
+    _store_results(engine, "otherseed0", 7, 300)  # drawn with another seed: not the leaderboard's intervals
+    fresh = {
+        run_id: score_verdicts(db.run_verdicts(engine, run_id), seed=42, resamples=300)
+        for run_id in ("stored0000", "otherseed0")
+    }
+    drawn = []
+    draw = stats.bootstrap_accuracy_ci
+    monkeypatch.setattr(stats, "bootstrap_accuracy_ci", lambda *a, **k: drawn.append(1) or draw(*a, **k))
+
+    entries, note = leaderboard.read_runs(results_db, seed=42, resamples=300)
+    assert note is None
+    by_id = {entry.run_id: entry for entry in entries}
+    for run_id, scored in fresh.items():
+        entry = by_id[run_id]
+        assert entry.overall_accuracy == scored.overall_accuracy, run_id
+        assert entry.category_accuracy == scored.category_accuracy, run_id
+        assert (entry.pairs, entry.consistency) == (scored.pairs, scored.consistency), run_id
+        assert (entry.invalid_judgments, entry.failed_judgments) == (scored.invalid_judgments, scored.failed_judgments)
+    slices = 1 + sum(1 for acc in fresh["otherseed0"].category_accuracy.values() if acc.total_samples)
+    assert len(drawn) == slices  # only the other seed's run was drawn again
+    stored = json.loads(db.get_run(engine, "otherseed0").results_json)
+    shown = by_id["otherseed0"]
+    slices_stored = [
+        stored["overall_accuracy"],
+        *(stored["category_accuracy"][name] for name in shown.category_accuracy),
+    ]
+    slices_shown = [shown.overall_accuracy, *shown.category_accuracy.values()]
+    assert any((a["ci_low"], a["ci_high"]) != (b.ci_low, b.ci_high) for a, b in zip(slices_stored, slices_shown))
+
+    # the configuration whose endpoint said another fingerprint than its previous run is marked
+    mine, other = by_id["stored0000"], by_id["otherseed0"]
+    assert (mine.served, mine.drift) == ("judge-0611 fp_b", "system_fingerprint fp_a -> fp_b")
+    assert other.drift is None and "drift" not in other.model_dump()
+    board = leaderboard.Leaderboard(
+        generated=t0.isoformat(),
+        dataset=leaderboard.BoardDataset(repo_url="file:///judgebench", commit="0" * 40),
+        db_url=results_db,
+        notes=[],
+        seed=42,
+        bootstrap_resamples=300,
+        categories=list(leaderboard.CATEGORIES),
+        benchmark_pairs={},
+        tiers=leaderboard.Tiers(alpha=0.05, method="-"),
+        entries=leaderboard.rank(entries),
+    )
+    console = Console(width=80, record=True, file=io.StringIO())
+    tables.print_leaderboard(board, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "CHANGED: system_fingerprint fp_a -> fp_b" in " ".join(text.split())
+    drifts = {row["run_id"]: row["drift"] for row in tables.leaderboard_rows(board)}
+    assert drifts == {"stored0000": "system_fingerprint fp_a -> fp_b", "otherseed0": None}
+    page = render_leaderboard(board)
+    assert (
+        "endpoint CHANGED: system_fingerprint fp_a -&gt; fp_b" in page and "the endpoint said judge-0611 fp_b" in page
+    )

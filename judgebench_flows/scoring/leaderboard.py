@@ -13,6 +13,7 @@ nightly run may be writing.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -107,14 +108,22 @@ class Entry(Section):
     tier: int | None = None
     tier_test: TierTest | None = None
     retirement: Retirement | None = None
+    # Ours: what the endpoint said about the model that answered the run (`provenance.served_text`), and
+    # what of it changed against the configuration's previous run (results.json's `drift.served`).
+    served: str | None = None
+    drift: str | None = None
     # pair id -> 1.0/0.0 while ranking: the paired test's input, never in the JSON
     _correct: dict[str, float] = PrivateAttr(default_factory=dict)
     _given_only = True
 
     @classmethod
-    def scored(cls, scored: Scored, verdicts: Sequence[metrics.Verdict], **identity: Any) -> Entry:
+    def scored(cls, verdicts: Sequence[metrics.Verdict], *, seed: int, resamples: int, **identity: Any) -> Entry:
+        """The entry of these verdicts, scored (`score_verdicts`; `known`: a run's stored slices)."""
+        known = identity.pop("known", None)
+        scores = metrics.pair_scores(verdicts)
+        scored = score_verdicts(verdicts, seed=seed, resamples=resamples, known=known, scores=scores)
         entry = cls(**identity, **dict(scored))
-        entry._correct = distinct_correctness(verdicts)
+        entry._correct = distinct_correctness(scores)
         return entry
 
 
@@ -198,32 +207,57 @@ def _cost(results: RunResults) -> str:
     return format_usd(results.usage.dollars) if results.usage and results.usage.priced else ""
 
 
+def stored_slices(row: Any, results: RunResults, *, seed: int, resamples: int) -> dict[tuple[str, str], SliceAccuracy]:
+    """The slices a run's results.json holds, by (scope, name), when the run drew its intervals as the
+    leaderboard would (the same seed and resamples, from its stored configuration); else none (they are
+    drawn again)."""
+    try:
+        config = json.loads(row.config_json or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(config, dict) or (config.get("seed"), config.get("bootstrap_resamples")) != (seed, resamples):
+        return {}
+    known = {("overall", "overall"): results.overall_accuracy}
+    known.update({("category", name): accuracy for name, accuracy in results.category_accuracy.items()})
+    return known
+
+
+def endpoint_said(results: RunResults) -> dict[str, str]:
+    """A run's `served` (what the endpoint said it answered with) and `drift` (what of that changed against
+    the configuration's previous run: another model or fingerprint behind the same name), when known."""
+    from judgebench_flows.scoring.provenance import served_text
+
+    said = {}
+    served = served_text(results.provenance.served) if results.provenance else None
+    if served:
+        said["served"] = served
+    if results.drift and results.drift.changed and results.drift.served:
+        said["drift"] = "; ".join(change.text() for change in results.drift.served)
+    return said
+
+
 def _latest_runs(engine: Engine, *, seed: int, resamples: int) -> list[Entry]:
     from judgebench_flows.data import db
 
     latest = db.latest_finished_runs(engine)
+    verdicts_of = db.runs_verdicts(engine, [row.run_id for row in latest])
     entries = []
     for row in latest:
-        verdicts = [
-            FileVerdict(
-                pair_id=v.pair_id,
-                order=v.order,
-                source=v.source,
-                category=v.category,
-                label=v.label,
-                status=v.status,
-                decision_for_pair=v.decision_for_pair or "",
-            )
-            for v in db.run_verdicts(engine, row.run_id)
+        verdicts = [  # the columns in FileVerdict's order (`db.runs_verdicts`)
+            FileVerdict(pair_id, order, source, category, label, status, decision or "")
+            for pair_id, order, source, category, label, status, decision in verdicts_of.get(row.run_id, ())
         ]
         if not verdicts:
             continue  # e.g. a CLEAR-style external run: no JudgeBench pairs to place in this table
         results = _stored_results(row.results_json)
         dataset, response_model = data_file_parts(row.data_file)
         when = row.finished or row.started
+        known = stored_slices(row, results, seed=seed, resamples=resamples)
         entry = Entry.scored(
-            score_verdicts(verdicts, seed=seed, resamples=resamples),
             verdicts,
+            seed=seed,
+            resamples=resamples,
+            known=known,
             response_model=response_model or row.data_file or "unknown",
             dataset=dataset,
             judge_name=row.judge_type,
@@ -235,6 +269,7 @@ def _latest_runs(engine: Engine, *, seed: int, resamples: int) -> list[Entry]:
             mode=results.run.mode or ("single-game" if max(v.order for v in verdicts) == 0 else "both-orders"),
             data_file=row.data_file,
             cost=_cost(results),
+            **endpoint_said(results),
         )
         entries.append(entry)
     return entries
@@ -271,8 +306,9 @@ def published_entries(
             problems.append((path.name, why_unreadable(path, exc)))
             continue
         entry = Entry.scored(
-            score_verdicts(scored.verdicts, seed=seed, resamples=resamples),
             scored.verdicts,
+            seed=seed,
+            resamples=resamples,
             response_model=scored.response_model,
             dataset=scored.dataset,
             judge_name=scored.judge_name,
@@ -298,10 +334,9 @@ TIER_METHOD = (
 )
 
 
-def distinct_correctness(verdicts: Sequence[metrics.Verdict]) -> dict[str, float]:
-    """pair id -> 1.0 when judged correctly: once per pair (a published file's repeated line, scored under
-    `id#n`, is not another pair), what two rows are compared on."""
-    scores = metrics.pair_scores(verdicts)
+def distinct_correctness(scores: Mapping[str, metrics.PairScore]) -> dict[str, float]:
+    """pair id -> 1.0 when judged correctly (of `metrics.pair_scores`): once per pair (a published file's
+    repeated line, scored under `id#n`, is not another pair), what two rows are compared on."""
     return {
         pair_id: 1.0 if score.correct else 0.0
         for pair_id, score in scores.items()
@@ -523,7 +558,8 @@ def who(entry: Entry) -> str:
     date; either with its pair count when it covers less than the benchmark."""
     if entry.origin == "run":
         cost = f", {entry.cost}" if entry.cost else ""
-        return f"ours, run {entry.run_id} {(entry.date or '')[:10]}".rstrip() + coverage(entry) + cost
+        changed = f", endpoint CHANGED: {entry.drift}" if entry.drift else ""
+        return f"ours, run {entry.run_id} {(entry.date or '')[:10]}".rstrip() + coverage(entry) + cost + changed
     return "published" + coverage(entry)
 
 

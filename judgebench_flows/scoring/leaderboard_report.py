@@ -119,7 +119,9 @@ def _row(entry: Entry) -> Row:
         model_shown=model_label(entry),
         ours=entry.origin == "run",
         origin=who(entry),
-        origin_title=entry.file or f"run {entry.run_id} ({entry.status}, {entry.date})",
+        origin_title=entry.file
+        or f"run {entry.run_id} ({entry.status}, {entry.date})"
+        + (f"; the endpoint said {entry.served}" if entry.served else ""),
         mode=entry.mode or "",
         pairs=entry.pairs,
         overall=_cell(entry.overall_accuracy),

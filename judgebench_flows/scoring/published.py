@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES, category_of, flip
 from judgebench_flows.data import storage
 from judgebench_flows.scoring import metrics
-from judgebench_flows.scoring.result_types import Scored
+from judgebench_flows.scoring.result_types import Scored, SliceAccuracy
 from judgebench_flows.scoring.results import slice_accuracy  # the same interval figures as results.json
 
 OUTPUT_NAME = re.compile(
@@ -209,16 +208,32 @@ def read_outputs_file(path: str | Path) -> OutputsFile:
     return OutputsFile(path, dataset, response_model, judge_name, judge_model, verdicts, lines, orders, duplicates)
 
 
-def score_verdicts(verdicts: Sequence[metrics.Verdict], *, seed: int, resamples: int) -> Scored:
+def score_verdicts(
+    verdicts: Sequence[metrics.Verdict],
+    *,
+    seed: int,
+    resamples: int,
+    known: Mapping[tuple[str, str], SliceAccuracy] | None = None,
+    scores: dict[str, metrics.PairScore] | None = None,
+) -> Scored:
     """Overall and per-category accuracy with bootstrap intervals, plus consistency and invalid counts,
-    computed exactly as a run's results.json computes them (same metric, same seeded bootstrap)."""
-    scores = metrics.pair_scores(verdicts)
+    computed exactly as a run's results.json computes them (same metric, same seeded bootstrap).
+
+    `known`: the slices a run stored, by (scope, name) as its metric rows ("overall"/"overall",
+    "category"/name), scored with this `seed` and `resamples`: a slice whose counts match takes its
+    stored interval (`slice_accuracy`), the same numbers without drawing them again. `scores`: the
+    verdicts' `metrics.pair_scores`, when the caller has them already."""
+    scores = metrics.pair_scores(verdicts) if scores is None else scores
     parts = metrics.slices(scores)
-    sliced = partial(slice_accuracy, seed=seed, resamples=resamples)
-    categories = {name: sliced(members) for name, members in parts["category"].items()}
+    stored = known or {}
+
+    def sliced(scope: str, name: str, members: list[metrics.PairScore]) -> SliceAccuracy:
+        return slice_accuracy(members, seed, resamples, stored.get((scope, name)))
+
+    categories = {name: sliced("category", name, members) for name, members in parts["category"].items()}
     return Scored(
         pairs=len(scores),
-        overall_accuracy=sliced(parts["overall"]["overall"]),
+        overall_accuracy=sliced("overall", "overall", parts["overall"]["overall"]),
         category_accuracy={
             name: categories[name] for name in [*CATEGORIES, *sorted(set(categories) - set(CATEGORIES))]
         },

@@ -23,14 +23,32 @@ from judgebench_flows.scoring import metrics, stats
 from judgebench_flows.scoring.result_types import Measured, Regression, SliceAccuracy
 
 
-def slice_accuracy(members: list[metrics.PairScore], seed: int, resamples: int) -> SliceAccuracy:
-    """One slice's accuracy with its seeded 95% bootstrap interval (results.json's and the leaderboard's)."""
+def slice_accuracy(
+    members: list[metrics.PairScore], seed: int, resamples: int, known: SliceAccuracy | None = None
+) -> SliceAccuracy:
+    """One slice's accuracy with its seeded 95% bootstrap interval (results.json's and the leaderboard's).
+
+    `known`: the same slice as a run stored it, scored with this seed and these resamples (the caller
+    checks that): when its counts are these, its interval is this one, read instead of drawn again (the
+    leaderboard of 50 configurations spent seconds re-drawing what each run's results already hold)."""
     data = SliceAccuracy.model_validate(metrics.accuracy_of(members).model_dump())
+    if known is not None and known.ci_low is not None and known.ci_high is not None and _same_counts(data, known):
+        data.ci_low, data.ci_high = known.ci_low, known.ci_high
+        return data
     correct = [1.0 if s.correct else 0.0 for s in members]
     if resamples and correct:
         low, high = stats.bootstrap_accuracy_ci(correct, seed=seed, n_resamples=resamples)
         data.ci_low, data.ci_high = round(float(low), 6), round(float(high), 6)
     return data
+
+
+def _same_counts(a: SliceAccuracy, b: SliceAccuracy) -> bool:
+    return (a.accuracy, a.correct_count, a.valid_samples, a.total_samples) == (
+        b.accuracy,
+        b.correct_count,
+        b.valid_samples,
+        b.total_samples,
+    )
 
 
 def build_results(tally: metrics.Tally, *, seed: int, bootstrap_resamples: int, skipped_rows: int = 0) -> Measured:

@@ -144,6 +144,7 @@ LEADERBOARD_FIELDS = (
     *CATEGORIES,
     "cost",
     "shutdown_date",
+    "drift",
 )
 
 
@@ -173,6 +174,7 @@ def leaderboard_rows(board: Leaderboard) -> Iterable[dict[str, Cell]]:
             **{c: _accuracy_in(e, c) for c in CATEGORIES},
             "cost": e.cost,
             "shutdown_date": e.retirement.shutdown_date if e.retirement else None,
+            "drift": e.drift,
         }
 
 

@@ -188,6 +188,51 @@ def test_older_results_without_optional_parts_still_render() -> None:
     assert "1 / 1" in html  # invalid / failed counted from the judgments themselves
 
 
+def test_the_report_shows_what_was_sent_what_the_endpoint_said_and_a_changed_fingerprint() -> None:
+    """Drift made visible in the report: the endpoint's `model`, `system_fingerprint` and `/models`
+    entry as counted, what the run sent, and the change against the previous run (issue 41)."""
+    provenance = {
+        "sent": {
+            "package_version": "0.9.1",
+            "provider": "openai",
+            "endpoint": "http://gpu-host:8000/v1",
+            "model": "qwen",
+            "template_hash": "0123456789abcdef",
+            "sampling": {"temperature": 0.0, "max_tokens": 4096},
+        },
+        "served": {
+            "answers": 40,
+            "models": {"qwen-ckpt-1127": 38, "qwen-ckpt-1126": 2},
+            "system_fingerprints": {"fp_b": 38, "fp_a": 2},
+            "model_entry": {"id": "qwen", "root": "/ckpt/1127", "max_model_len": 32768, "created": 1764200000},
+        },
+    }
+    drift = {
+        "baseline_run_id": "run-2",
+        "changed": True,
+        "served": [{"field": "system_fingerprint", "before": "fp_a", "after": "fp_a (2), fp_b (38)"}],
+        "sent": [],
+        "message": "the endpoint changed: system_fingerprint fp_a -> fp_a (2), fp_b (38) (against run run-2)",
+    }
+    html = render_report(make_results(provenance=provenance, drift=drift), [])
+    section = html[html.index('id="provenance"') : html.index('id="judgments"')]
+    text = " ".join(re.sub(r"<[^>]+>", " ", section).split())
+    assert "Endpoint CHANGED against the previous run: the endpoint changed: system_fingerprint fp_a -&gt;" in text
+    assert "Answered as qwen-ckpt-1127 (38), qwen-ckpt-1126 (2)" in text
+    assert "system_fingerprint fp_b (38), fp_a (2)" in text
+    assert "/models entry id qwen, root /ckpt/1127, max_model_len 32768, created 1764200000" in text
+    for shown in ("Provider openai", "Endpoint http://gpu-host:8000/v1", "Model asked for qwen"):
+        assert shown in text
+    assert "Sampling temperature 0.0, max_tokens 4096" in text and "Template hash 0123456789abcdef" in text
+    assert "Package version 0.9.1" in text and "Answers heard 40" in text
+    # a run answered from a cache heard nothing; a run from before provenance shows no section
+    provenance["served"] = {"answers": 0}
+    heard_nothing = render_report(make_results(provenance=provenance), [])
+    assert "nothing: no answer was received from the endpoint in this run" in heard_nothing
+    assert 'id="drift"' not in heard_nothing
+    assert 'id="provenance"' not in render_report(make_results(), [])
+
+
 def test_regression_banner_wording_follows_verdict() -> None:
     assert "Regression against run run-2: -5.0 pp [-8.0 pp, -2.0 pp]" in render_report(make_results(), [])
     calm = make_results(

@@ -495,6 +495,50 @@ def _invalid_count(results: RunResults, name: str, counted: int | None) -> str:
     return _count(getattr(results.invalid, name) if results.invalid.given(name) else counted)
 
 
+def _counted(counts: Mapping[str, int]) -> str:
+    """Each value the answers named with how many named it, most first: `fp_a (18), fp_b (2)`."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{value or '(unsaid)'} ({_count(n)})" for value, n in ordered) or "–"
+
+
+def _provenance_view(results: RunResults) -> dict[str, Any] | None:
+    """What was sent (package version, template hash, sampling, provider, endpoint: no credentials are
+    recorded) and what the endpoint said about the model that answered (`model`, `system_fingerprint`,
+    a vLLM server's `/models` entry), with what of it changed against the baseline run. None for a run
+    from before they were recorded."""
+    provenance = results.provenance
+    if provenance is None:
+        return None
+    sent = provenance.sent
+    sampling = ", ".join(f"{name} {value}" for name, value in sent.sampling.items())
+    facts = [
+        ("Provider", sent.provider or "–"),
+        ("Endpoint", sent.endpoint or "–"),
+        ("Model asked for", sent.model or "–"),
+        ("Sampling", sampling or "–"),
+        ("Template hash", sent.template_hash or "–"),
+        ("Package version", sent.package_version or "–"),
+    ]
+    served = provenance.served
+    heard: list[tuple[str, str]] = []
+    if served is not None and served.answers:
+        heard = [("Answered as", _counted(served.models))]
+        if any(served.system_fingerprints):
+            heard.append(("system_fingerprint", _counted(served.system_fingerprints)))
+        entry = served.model_entry or {}
+        if entry:
+            heard.append(("/models entry", ", ".join(f"{k} {v}" for k, v in entry.items() if v is not None)))
+    drift = results.drift
+    return {
+        "sent": facts,
+        "heard": heard,
+        "answers": _count(served.answers) if served is not None else None,
+        "cache": results.run.cache.line() if results.run.cache else None,
+        "changed": drift.changed if drift else False,
+        "drift": drift.message if drift and drift.message else None,
+    }
+
+
 def build_context(
     results: RunResults,
     judgments: Sequence[JudgmentRecord],
@@ -546,6 +590,7 @@ def build_context(
         "problem_reasons": list(invalid.reasons.items())[:5],
         "requests": run.requests.model_dump() if run.requests else None,
         "regression": _regression_view(results.regression) if results.regression else None,
+        "provenance": _provenance_view(results),
         "run": {
             "run_id": run.run_id or "–",
             "flow_run_id": run.flow_run_id or "–",

@@ -183,14 +183,17 @@ def add_judgments(pending, tables, run_id: str, started: datetime, pairs: int, r
     return added
 
 
-def timed(action: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """(first, median of the rest) wall seconds."""
-    times = []
+def timed(action: Callable[[], object], repeat: int) -> tuple[float, float, float]:
+    """(first, median of the rest) wall seconds, and the median's CPU seconds of this process: on a busy
+    machine the wall time is mostly waiting for a core (PostgreSQL's own CPU is not in it)."""
+    times, cpu = [], []
     for _ in range(repeat):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         action()
         times.append(time.perf_counter() - began)
-    return times[0], statistics.median(times[1:] or times)
+        cpu.append(time.process_time() - began_cpu)
+    rest = slice(1, None) if len(times) > 1 else slice(None)
+    return times[0], statistics.median(times[rest]), statistics.median(cpu[rest])
 
 
 def quietly(argv: list[str]) -> Callable[[], None]:
@@ -249,7 +252,9 @@ def leaderboard_reads(url: str) -> Callable[[], None]:
     return read
 
 
-def measure(url: str, by_config: dict[str, list[str]], repeat: int, workdir: Path) -> dict[str, tuple[float, float]]:
+def measure(
+    url: str, by_config: dict[str, list[str]], repeat: int, workdir: Path
+) -> dict[str, tuple[float, float, float]]:
     (config_key, ids), (_, other) = list(by_config.items())[:2]
     latest = ids[-1]  # tonight's run, compared with another configuration's (both keep their judgments)
     return {
@@ -277,10 +282,10 @@ def size(url: str) -> str:
     return "?" if found is None else f"{found / 1e6:,.0f} MB"
 
 
-def report_times(label: str, times: dict[str, tuple[float, float]]) -> None:
-    print(
-        f"  {label}: " + "; ".join(f"{name} {first:.2f} s first, {rest:.2f} s" for name, (first, rest) in times.items())
-    )
+def report_times(label: str, times: dict[str, tuple[float, float, float]]) -> None:
+    print(f"  {label} (load average {os.getloadavg()[0]:.1f}):")
+    for name, (first, rest, cpu) in times.items():
+        print(f"    {name}: {first:.2f} s first, {rest:.2f} s after ({cpu:.2f} s CPU)")
 
 
 def bench(url: str, args: argparse.Namespace, workdir: Path) -> None:

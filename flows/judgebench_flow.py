@@ -268,15 +268,16 @@ async def run_spec(
 
 
 async def note_cache_use(
-    engine: Engine, reuse: ReuseScope, config: RunConfig, sent: CallStats | None, sink: ShardSink, results: RunResults
+    engine: Engine, reuse: ReuseScope, config: RunConfig, heard: CallStats | None, sink: ShardSink, results: RunResults
 ) -> None:
     """results.json's `run.cache` (the answers the call and shard caches gave, and which runs paid them),
-    and its line in the run's log. On Dask only the shard cache's are known here."""
+    and its line in the run's log. `heard`: the run's calls as this process's callers counted them, or on
+    Dask as the workers' shards brought them back (`heard_by`)."""
     if not config.needs_endpoint:
         return
     usage = results.usage or Usage()
-    known = sent.cache_sources + sink.shard_cache_sources if sent is not None else sink.shard_cache_sources
-    sources = dict(known) if sent is not None or known else None
+    known = heard.cache_sources + sink.shard_cache_sources if heard is not None else sink.shard_cache_sources
+    sources = dict(known) if heard is not None or known else None
     results.run.cache = await asyncio.to_thread(
         cache_use, engine, reuse, config.endpoint, sources, usage.cached_calls, usage.calls
     )
@@ -566,8 +567,9 @@ def run_info(
 
 
 def heard_by(spec: JudgeSpec, config: RunConfig, run: RunContext, sent: CallStats | None) -> CallStats | None:
-    """What the endpoint said to the run's calls: counted by this process's clients (`sent`), or on Dask
-    brought back with each shard the workers judged (`RunContext.heard_on_workers`)."""
+    """What the endpoint said to the run's calls and who paid the answers they read from the call cache:
+    counted by this process's clients (`sent`), or on Dask brought back with each shard the workers
+    judged (`RunContext.heard_on_workers`)."""
     if config.task_runner != "dask":
         return sent
     return run.heard_on_workers.pop(spec.run_id or "", CallStats())
@@ -678,8 +680,9 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             ),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
-        await note_cache_use(engine, reuse, config, sent, sink, results)
-        await with_provenance(results, engine, provenance_of(spec, sink.judge, run, heard_by(spec, config, run, sent)))
+        heard = heard_by(spec, config, run, sent)
+        await note_cache_use(engine, reuse, config, heard, sink, results)
+        await with_provenance(results, engine, provenance_of(spec, sink.judge, run, heard))
         too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
         if too_little:
             results.run.status, results.run.failure = "failed", too_little

@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from prefect import get_run_logger, task
 
-from judgebench_flows.calls.caller import hearing
+from judgebench_flows.calls.heard import hearing
 from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.calls.retry import deterministic_reason
 from judgebench_flows.core.errors import UserError
@@ -92,14 +92,15 @@ async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[Adjustment] | N
     runtime = runtime_for(spec, run)
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
-    with hearing() as heard:  # what the endpoint says to this shard's calls
+    with hearing() as heard:  # what the endpoint says to this shard's calls, who paid its cached answers
         judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index, run.progress_hooks)
     records = ShardRecords(
         (r.model_copy(update={"prompt": ""}) for r in judged),
         adjustments_of(spec, run),
         run_id=spec.run_id,
-        served=heard,
+        served=heard.served,
         model_entry=runtime.caller.stats.model_entry,
+        cache_sources=heard.cache_sources,
     )
     incomplete = ShardIncomplete(shard.index, records)
     get_run_logger().info(

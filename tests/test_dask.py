@@ -223,6 +223,13 @@ def test_dask_matches_in_process_holds_the_limit_across_workers_and_shares_the_c
     assert again_results["overall_accuracy"] == local_results["overall_accuracy"]
     assert again_results["usage"]["cached_calls"] == 2 * SAMPLES
     assert again_results["provenance"]["served"]["answers"] == 0  # the cache says nothing of the model
+    # which run paid the answers the workers read from the call cache, and when, as in-process
+    cache, paid_by = again_results["run"]["cache"], dask_results["run"]
+    assert cache["answers"] == cache["calls"] == 2 * SAMPLES
+    assert [(s["run_id"], s["answers"]) for s in cache["sources"]] == [(paid_by["run_id"], 2 * SAMPLES)]
+    assert cache["sources"][0]["started"][:10] == paid_by["started"][:10]
+    line = " ".join(again.stdout.split())
+    assert f"none measured now: {2 * SAMPLES} from run {paid_by['run_id'][:8]}" in line, line
 
 
 def test_incomplete_shards_on_dask_still_give_back_their_records(

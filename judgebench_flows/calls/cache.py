@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from judgebench_flows.calls.heard import heard_here
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.core.endpoint import CacheMode
 from judgebench_flows.core.identity import request_key
@@ -104,7 +105,7 @@ class CallCache:
         An answer received but not yet in the database is one too."""
         held = self.received(key)
         if held is not None:
-            self.sources[self.paid_by or ""] += 1  # this run's own answer, not yet in the database
+            self._count(self.paid_by or "")  # this run's own answer, not yet in the database
             return held
         known = key in self._prefetched
         hit = self._prefetched.pop(key, None)  # used once: memory holds only the shards in flight
@@ -113,8 +114,15 @@ class CallCache:
             if key in rows:
                 hit = self._completion(rows[key])
         if hit is not None:
-            self.sources[self._paid_by.pop(key, "")] += 1
+            self._count(self._paid_by.pop(key, ""))
         return hit
+
+    def _count(self, paid_by: str) -> None:
+        """A hit, under the run that paid it: the run's count, and the shard task's (`calls.heard`)."""
+        self.sources[paid_by] += 1
+        shard = heard_here.get()
+        if shard is not None:
+            shard.cache_sources[paid_by] += 1
 
     def received(self, key: str) -> Completion | None:
         """An answer this cache received but the database has not confirmed yet (whatever the mode)."""

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
@@ -25,6 +24,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.budget import AttemptLedger, not_sent_again
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.errors import CallError
+from judgebench_flows.calls.heard import heard_here
 from judgebench_flows.calls.limits import CallLimits, endpoint_label
 from judgebench_flows.calls.other_apis import RawScoreCheck
 from judgebench_flows.calls.providers import model_api
@@ -50,26 +50,6 @@ Shaped = tuple[RequestRule, list[dict[str, str]], dict[str, Any]]
 MAX_ADJUSTMENTS_PER_CALL = 8
 # Calls that may wait for their batch at once (--batch): a whole run's round.
 BATCH_IN_FLIGHT = 1_000_000
-# What the endpoint said to the calls of one shard, counted beside the caller's own `CallStats.served`
-# while the shard task judges (tasks/judge.py): a Dask worker's shard carries it back to the run.
-served_here: contextvars.ContextVar[Counter[tuple[str, str]] | None] = contextvars.ContextVar(
-    "served_here", default=None
-)
-
-
-@contextlib.contextmanager
-def hearing() -> Iterator[Counter[tuple[str, str]]]:
-    """What the endpoint says to the calls made inside (in this context and the tasks it starts), counted
-    apart: a shard's own share of `CallStats.served`. A function, so a task pickled by value (a Dask
-    shard task) refers to it rather than carrying the context variable."""
-    heard: Counter[tuple[str, str]] = Counter()
-    token = served_here.set(heard)
-    try:
-        yield heard
-    finally:
-        served_here.reset(token)
-
-
 # How long the endpoint's model listing (`ModelAPI.model_entry`, asked once per run) may take.
 MODEL_ENTRY_SECONDS = 10.0
 
@@ -336,9 +316,9 @@ class ChatCaller:
         self._ledger.answered(budget_key)
         said = (completion.served_model or "", completion.system_fingerprint or "")
         self.stats.served[said] += 1
-        shard = served_here.get()
+        shard = heard_here.get()  # a shard task's own share (`calls.heard`)
         if shard is not None:
-            shard[said] += 1
+            shard.served[said] += 1
         if self._asking_entry is None:  # the endpoint answers: ask it once what it serves under this name
             self._asking_entry = asyncio.ensure_future(self._ask_model_entry())
 

@@ -218,9 +218,10 @@ def merge_adjustments(spec: JudgeSpec, run: RunContext, adjustments: Iterable[Ad
 
 class ShardRecords(list[JudgmentRecord]):
     """A shard's records, plus the request adjustments known to the process that judged them when it was
-    done, and what the endpoint said to the shard's calls (`served`, `model_entry`: see `CallStats`):
-    how what a Dask worker learned and heard gets back to the flow. A plain list to everything else; a
-    shard result stored before this existed (a plain list) carries none."""
+    done, what the endpoint said to the shard's calls (`served`, `model_entry`) and which runs paid the
+    answers its calls read from the call cache (`cache_sources`; see `CallStats`): how what a Dask worker
+    learned and heard gets back to the flow. A plain list to everything else; a shard result stored
+    before this existed (a plain list) carries none."""
 
     def __init__(
         self,
@@ -229,6 +230,7 @@ class ShardRecords(list[JudgmentRecord]):
         run_id: str | None = None,
         served: Counter[tuple[str, str]] | None = None,
         model_entry: dict[str, JsonValue] | None = None,
+        cache_sources: Counter[str] | None = None,
     ) -> None:
         super().__init__(records)
         self.adjustments: list[Adjustment] = [change.copy() for change in adjustments]
@@ -237,6 +239,7 @@ class ShardRecords(list[JudgmentRecord]):
         self.from_shard_cache = False
         self.served: Counter[tuple[str, str]] = Counter(served or {})
         self.model_entry = model_entry
+        self.cache_sources: Counter[str] = Counter(cache_sources or {})
 
 
 def shard_cache_source(records: list[JudgmentRecord]) -> tuple[str, int] | None:
@@ -248,12 +251,14 @@ def shard_cache_source(records: list[JudgmentRecord]) -> tuple[str, int] | None:
 
 
 def heard_on_worker(records: list[JudgmentRecord]) -> CallStats:
-    """What the endpoint said to a shard judged elsewhere (a Dask worker), as `CallStats` to add up; a
-    shard served from Prefect's shard cache heard nothing tonight."""
+    """What the endpoint said to a shard judged elsewhere (a Dask worker) and who paid the answers it read
+    from the call cache, as `CallStats` to add up; a shard served from Prefect's shard cache heard nothing
+    tonight (its answers are counted under the run that judged it: `shard_cache_source`)."""
     if getattr(records, "from_shard_cache", False):
         return CallStats()
     heard = CallStats(model_entry=getattr(records, "model_entry", None))
     heard.served.update(getattr(records, "served", None) or {})
+    heard.cache_sources.update(getattr(records, "cache_sources", None) or {})
     return heard
 
 

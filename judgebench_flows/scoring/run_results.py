@@ -83,7 +83,7 @@ class CacheSource(Section):
 class CacheUse(Section):
     """Where a run's answers came from: how many the call cache gave, from which runs and when, and what
     the run was allowed to reuse (`reuse`: "this flow run" for a night or deployment run, else "any run";
-    `max_age` as given). `sources` is empty where the run cannot know them (on Dask)."""
+    `max_age` as given). `sources`: on Dask as the workers' shards brought them back."""
 
     _optional = frozenset({"flow_run_id", "max_age"})
 

@@ -199,3 +199,82 @@ def kill_after_first_batch_and_rerun(
     first.wait()
     server.release()
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# ----- CLI tables, a labelled stand-in, a night on the session's Prefect server and its events ---------
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The body rows of rich tables in CLI output, as lists of cell texts."""
+    return [
+        [cell.strip() for cell in line.strip().strip("│").split("│")]
+        for line in output.splitlines()
+        if line.lstrip().startswith("│")
+    ]
+
+
+def labelled_responder(
+    pairs: list[dict], wrong: set[str] | frozenset[str] = frozenset(), judge: str = "arena_hard"
+) -> Callable[[dict], str]:
+    """The labelled verdict of each pair in `judge`'s format (whichever order it is shown in), inverted
+    for the pairs in `wrong`; a request naming no known pair gets an answer without a verdict."""
+    from tests.conftest import VERDICTS
+
+    def respond(body: dict) -> str:
+        text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
+        for pair in pairs:
+            ia, ib = text.find(pair["response_A"]), text.find(pair["response_B"])
+            if ia >= 0 and ib >= 0:
+                first_is_better = (ia < ib) == (pair["label"] == "A>B")
+                return VERDICTS[judge](first_is_better != (pair["pair_id"] in wrong))
+        return "I cannot tell."
+
+    return respond
+
+
+def run_night(matrix_path: object) -> Any:
+    """One night of the matrix at `matrix_path` on the session's Prefect server; its final state."""
+    from judgebench_flows.flows.nightly import nightly_benchmarks
+
+    return asyncio.run(nightly_benchmarks(str(matrix_path), retry_delay_seconds=0, return_state=True))
+
+
+def night_summary(state: Any) -> str:
+    """The night's summary artifact (markdown) of the night whose final state is `state`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+            )
+        )
+    return artifacts[-1].data
+
+
+def run_events(
+    event: dict[str, list[str]], since: Any, model: str | None = None, done: Callable[[list[dict]], bool] = bool
+) -> list[dict]:
+    """Events matching `event` (Prefect's filter: {"name": [...]} or {"prefix": [...]}) since `since`, of
+    `model`'s configuration if given, oldest first: asked again (up to a minute) until `done` says they
+    are all there, as the server stores events a moment after they arrive."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all()
+    where: dict[str, Any] = {"event": event, "occurred": {"since": since.isoformat()}}
+    if model is not None:
+        where["resource"] = {"labels": {"judgebench.model": [model]}}
+    query = {"filter": where, "limit": 50}
+    deadline = time.monotonic() + 60
+    while True:
+        with get_client(sync_client=True) as client:
+            events = client.request("POST", "/events/filter", json=query).json()["events"]
+        events.sort(key=lambda e: e["occurred"])
+        if done(events) or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)

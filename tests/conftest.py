@@ -130,6 +130,18 @@ def prefect_server(tmp_path_factory) -> Iterator[str]:
             os.environ.pop("PREFECT_API_URL", None)
 
 
+@pytest.fixture(scope="module")
+def release_prefect_workers() -> Iterator[None]:
+    """Flows run in this process bind Prefect's event and log workers to the session's server; stop them
+    after the module, so a later module that starts a server of its own gets workers bound to that one."""
+    yield
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (EventsWorker, APILogWorker):
+        worker.drain_all(timeout=10)
+
+
 @pytest.fixture()
 def run_cli(tmp_path, prefect_server) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run `judgebench ...` as a user would, in a subprocess, against the session's Prefect server."""

@@ -14,8 +14,10 @@ from judgebench_flows.flows.nightly import CellOutcome, _within_night_budget, su
 from judgebench_flows.judging.estimate import estimate_run
 from judgebench_flows.judging.matrix import parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import night_summary, run_night
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from tests.test_nightly_outcomes import _night, _release_prefect_workers, _summary  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("release_prefect_workers")
 
 MATRIX = {"judge_types": ["vanilla"], "data_files": [GPT4O_FILE]}
 
@@ -39,7 +41,7 @@ def test_summary_shows_each_cells_dollars_and_the_nights_total() -> None:
     assert "| - |" in rows["d"]
 
 
-def test_matrix_budgets_per_model_and_per_night() -> None:
+def test_matrix_budgets_per_model_and_perrun_night() -> None:
     matrix = parse_matrix(
         {**MATRIX, "models": [{"model": "gpt-4o-mini", "max_cost": 2.5}, "o3-mini"], "max_cost": 10}, "matrix"
     )
@@ -88,9 +90,9 @@ def test_a_night_reports_its_cost_and_refuses_a_cell_above_what_is_left(
         ]
         path = tmp_path / "night1.yaml"
         path.write_text(yaml.safe_dump(matrix(models)))
-        state = _night(path)
+        state = run_night(path)
         assert state.is_completed(), repr(state)
-        summary = _summary(state)
+        summary = night_summary(state)
         assert re.search(r"Tonight's cost: \$0\.\d*[1-9]\d* plus 1 unpriced configuration\n", summary), summary
         assert f"| {free} | completed" in summary and "| unpriced |" in summary, summary
         assert server.answered == 16
@@ -109,9 +111,9 @@ def test_a_night_reports_its_cost_and_refuses_a_cell_above_what_is_left(
         worst_cheap, worst_dear = (estimate_run(e.config.model_copy(update=uncached)).worst_usd for e in entries)
         assert worst_cheap is not None and worst_dear is not None and worst_dear > 10 * worst_cheap
         path.write_text(yaml.safe_dump({**night2, "max_cost": round(worst_cheap * 2, 6)}))
-        state2 = _night(path)
+        state2 = run_night(path)
         assert server.answered == 16  # the cheap cell came from the cache, the dear one was refused
     assert state2.is_failed() and f"{dear} (failed" in state2.message, repr(state2)
-    summary2 = _summary(state2)
+    summary2 = night_summary(state2)
     assert f"| {cheap} | completed" in summary2 and "| $0.00 |" in summary2, summary2
     assert "worst case is $" in summary2 and "Tonight's cost: $0.00\n" in summary2, summary2

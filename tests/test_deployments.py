@@ -30,16 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 POOL = "judgebench-pool"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _release_prefect_workers():
-    """Flows run in this process bind Prefect's event and log workers to the session's server; stop them
-    afterwards, so a later module that starts a server of its own gets workers bound to that one."""
-    yield
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (EventsWorker, APILogWorker):
-        worker.drain_all(timeout=10)
+pytestmark = pytest.mark.usefixtures("release_prefect_workers")
 
 
 def _matrix(**overrides) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 
 import pytest
 
@@ -22,7 +21,7 @@ from judgebench_flows.scoring.result_types import Provenance, Sent, Served
 from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.testing.fake_anthropic import FakeAnthropicServer
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests._helpers import chat_caller
+from tests._helpers import chat_caller, labelled_responder, night_summary, run_events, run_night, table_rows
 from tests.conftest import CANARY_KEY, VERDICTS
 
 MESSAGES = [{"role": "user", "content": "Which answer is better?"}]
@@ -171,26 +170,6 @@ def _pairs() -> list[dict]:
     ]
 
 
-def _right(pairs: list[dict]) -> Callable[[dict], str]:
-    def respond(body: dict) -> str:
-        text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
-        for pair in pairs:
-            ia, ib = text.find(pair["response_A"]), text.find(pair["response_B"])
-            if ia >= 0 and ib >= 0:
-                return VERDICTS["arena_hard"]((ia < ib) == (pair["label"] == "A>B"))
-        return "I cannot tell."
-
-    return respond
-
-
-def _table_rows(output: str) -> list[list[str]]:
-    return [
-        [cell.strip() for cell in line.strip().strip("│").split("│")]
-        for line in output.splitlines()
-        if line.lstrip().startswith("│")
-    ]
-
-
 @pytest.mark.slow
 def test_history_and_compare_show_a_changed_fingerprint_with_unchanged_accuracy(run_cli, tmp_path):
     pairs = _pairs()
@@ -203,7 +182,11 @@ def test_history_and_compare_show_a_changed_fingerprint_with_unchanged_accuracy(
 
     def run(name: str, fingerprint: str, *extra: str) -> dict:
         with FakeOpenAIServer(
-            _right(pairs), port=port, models={"judge"}, served_model="judge-0611", system_fingerprint=fingerprint
+            labelled_responder(pairs),
+            port=port,
+            models={"judge"},
+            served_model="judge-0611",
+            system_fingerprint=fingerprint,
         ) as server:
             proc = run_cli(
                 "run",
@@ -250,7 +233,7 @@ def test_history_and_compare_show_a_changed_fingerprint_with_unchanged_accuracy(
 
     history = run_cli("history", "--db-url", db_url, env=wide)
     assert history.returncode == 0, history.stderr
-    text = " ".join(" ".join(row[-1].split()) for row in _table_rows(history.stdout))  # "endpoint said"
+    text = " ".join(" ".join(row[-1].split()) for row in table_rows(history.stdout))  # "endpoint said"
     assert "judge-0611 fp_aaaa" in text and "judge-0611 fp_bbbb" in text
     assert "CHANGED: the endpoint changed: system_fingerprint fp_aaaa -> fp_bbbb" in text
     rows = json.loads(run_cli("history", "--db-url", db_url, "--format", "json").stdout)
@@ -274,67 +257,9 @@ def test_history_and_compare_show_a_changed_fingerprint_with_unchanged_accuracy(
 # ----- two nights on a real Prefect server: the endpoint changed behind the same model name -------------
 
 
-def _night(matrix_path):
-    from judgebench_flows.flows.nightly import nightly_benchmarks
-
-    return asyncio.run(nightly_benchmarks(str(matrix_path), retry_delay_seconds=0, return_state=True))
-
-
-def _night_summary(state) -> str:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
-
-    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY
-
-    with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
-                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
-            )
-        )
-    return artifacts[-1].data
-
-
-def _events(name: str, model: str, since) -> list[dict]:
-    """The events called `name` of `model`'s configuration since `since` (the server stores them a moment
-    after they arrive)."""
-    import time
-
-    from prefect.client.orchestration import get_client
-    from prefect.events.worker import EventsWorker
-
-    EventsWorker.drain_all()
-    query = {
-        "filter": {
-            "event": {"name": [name]},
-            "resource": {"labels": {"judgebench.model": [model]}},
-            "occurred": {"since": since.isoformat()},
-        },
-        "limit": 50,
-    }
-    deadline = time.monotonic() + 60
-    while True:
-        with get_client(sync_client=True) as client:
-            events = client.request("POST", "/events/filter", json=query).json()["events"]
-        if events or time.monotonic() > deadline:
-            return events
-        time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def _release_prefect_workers():
-    yield
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (EventsWorker, APILogWorker):
-        worker.drain_all(timeout=10)
-
-
 @pytest.mark.slow
 def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
-    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch, run_cli, _release_prefect_workers
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch, run_cli, release_prefect_workers
 ):
     """Night 1: the endpoint answers right, as `fp_night1`. Night 2: the same model name, the same URL,
     now answering wrong and saying `fp_night2`. The second night regresses, and its regression event,
@@ -372,7 +297,7 @@ def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
     right = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"])
     with FakeOpenAIServer(right, api_key=CANARY_KEY, models={"judge-d"}, system_fingerprint="fp_night1") as server:
         port = server.port
-        first = _night(matrix(server.base_url))
+        first = run_night(matrix(server.base_url))
     assert first.is_completed(), repr(first)
 
     since = datetime.now(timezone.utc)
@@ -380,24 +305,25 @@ def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
     with FakeOpenAIServer(
         wrong, api_key=CANARY_KEY, models={"judge-d"}, system_fingerprint="fp_night2", port=port
     ) as server:
-        # until answers are no longer reused across nights (issue 41, item 1), the second night pays again
-        second = _night(matrix(server.base_url, cache="refresh"))
-        assert server.answered == 12  # measured tonight: 6 pairs in both orders
+        # the default cache settings: a night reuses only its own flow run's answers, so it asks tonight
+        second = run_night(matrix(server.base_url))
+        assert server.answered == 12  # measured tonight: 6 pairs in both orders, none replayed from night 1
     assert second.is_failed() and "regressed" in (second.message or ""), repr(second)
 
     results = json.loads((tmp_path / "nightly" / cell / "latest" / "results.json").read_text())
     assert results["regression"]["regressed"] is True
+    assert results["run"]["cache"]["answers"] == 0 and results["run"]["cache"]["reuse"] == "this flow run"
     assert "system_fingerprint fp_night1 -> fp_night2" in results["regression"]["message"]
     assert results["drift"]["served"] == [{"field": "system_fingerprint", "before": "fp_night1", "after": "fp_night2"}]
 
-    [event] = _events("judgebench.run.regressed", "judge-d", since)
+    [event] = run_events({"name": ["judgebench.run.regressed"]}, since, "judge-d")
     payload = event["payload"]
     assert payload["drift"]["changed"] is True
     assert payload["drift"]["served"][0] == {"field": "system_fingerprint", "before": "fp_night1", "after": "fp_night2"}
     assert "fp_night1 -> fp_night2" in payload["message"]
     assert payload["served"]["system_fingerprints"] == {"fp_night2": 12}
 
-    summary = _night_summary(second)
+    summary = night_summary(second)
     assert "**Endpoint changed**" in summary and "system_fingerprint fp_night1 -> fp_night2" in summary, summary
 
     history = run_cli("history", "--db-url", db_url, "--format", "json")

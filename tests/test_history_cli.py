@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from judgebench_flows.scoring.compare import compare_runs
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import VERDICTS
+from tests._helpers import labelled_responder, table_rows
 
 CATEGORY_SOURCES = {
     "mmlu-pro": "mmlu-pro-law",
@@ -53,30 +52,6 @@ def _pairs() -> list[dict]:
     return rows
 
 
-def _table_rows(output: str) -> list[list[str]]:
-    """The body rows of rich tables in CLI output, as lists of cell texts."""
-    return [
-        [cell.strip() for cell in line.strip().strip("│").split("│")]
-        for line in output.splitlines()
-        if line.lstrip().startswith("│")
-    ]
-
-
-def _responder(pairs: list[dict], wrong: set[str]) -> Callable[[dict], str]:
-    """The labelled verdict in arena_hard's format, inverted for the pairs in `wrong`."""
-
-    def respond(body: dict) -> str:
-        text = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
-        for pair in pairs:
-            ia, ib = text.find(pair["response_A"]), text.find(pair["response_B"])
-            if ia >= 0 and ib >= 0:
-                first_is_better = (ia < ib) == (pair["label"] == "A>B")
-                return VERDICTS["arena_hard"](first_is_better != (pair["pair_id"] in wrong))
-        return "I cannot tell."
-
-    return respond
-
-
 @pytest.mark.slow
 def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, tmp_path):
     pairs = _pairs()
@@ -88,7 +63,7 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
         port = probe.port
 
     def run(name: str, model: str, wrong: set[str], *extra: str):
-        with FakeOpenAIServer(_responder(pairs, wrong), port=port) as server:
+        with FakeOpenAIServer(labelled_responder(pairs, wrong), port=port) as server:
             proc = run_cli(
                 "run",
                 "--model",
@@ -123,7 +98,7 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     history = run_cli("history", "--db-url", db_url, env=wide)
     assert history.returncode == 0, history.stderr
     # columns: run, started, judge, model, data, commit, status, accuracy, 95% CI, pairs
-    rows = {row[0]: row for row in _table_rows(history.stdout)}
+    rows = {row[0]: row for row in table_rows(history.stdout)}
     assert set(rows) == {id_a, id_b}
     assert (rows[id_a][3], rows[id_a][6], rows[id_a][7], rows[id_a][9]) == (
         "judge-a",
@@ -136,7 +111,7 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     compare = run_cli("compare", id_a, id_b, "--db-url", db_url, env=wide)
     assert compare.returncode == 0, compare.stderr
     # slice, A, B, delta, 95% CI, p, verdict, pairs
-    slices = {row[0]: row[3] for row in _table_rows(compare.stdout) if len(row) == 8}
+    slices = {row[0]: row[3] for row in table_rows(compare.stdout) if len(row) == 8}
     assert slices == {
         "overall": "-12.50",
         "mmlu-pro": "-16.67",
@@ -172,7 +147,7 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
     assert "regression" in d.stdout
 
     history = run_cli("history", "--db-url", db_url, env=wide)
-    rows = {row[0]: row for row in _table_rows(history.stdout)}
+    rows = {row[0]: row for row in table_rows(history.stdout)}
     assert len(rows) == 4
     assert (rows[results_d["run"]["run_id"]][6], rows[results_d["run"]["run_id"]][7]) == ("regressed", "25.00")
     assert rows[results_c["run"]["run_id"]][6] == "completed"

@@ -19,9 +19,10 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.judging.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_batches import FakeBatchServer
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests._helpers import chat_caller
+from tests._helpers import chat_caller, night_summary, run_night
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
-from tests.test_nightly_outcomes import _night, _release_prefect_workers, _summary  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("release_prefect_workers")
 
 BASE = {"judge_types": ["vanilla"], "data_files": [GPT4O_FILE]}
 
@@ -151,7 +152,7 @@ def test_a_night_runs_its_cells_side_by_side_and_cuts_a_batch_off_at_its_deadlin
         }
         path = tmp_path / "night.yaml"
         path.write_text(yaml.safe_dump(matrix))
-        state = _night(path)
+        state = run_night(path)
         assert state.is_completed(), repr(state)
         assert shared.answered == 24 and shared.max_in_flight == 2  # one limit for both cells
         assert alone.answered == 12 and alone.max_in_flight == 3
@@ -165,7 +166,7 @@ def test_a_night_runs_its_cells_side_by_side_and_cuts_a_batch_off_at_its_deadlin
     outcomes = state.result()
     a, b = (o for o in outcomes if o["name"] in {cell_name("vanilla", m, GPT4O_FILE) for m in ("judge-a", "judge-b")})
     assert a["wait_s"] < 30 and b["wait_s"] < 30  # neither waited for the other to finish
-    summary = _summary(state)
+    summary = night_summary(state)
     assert "wall time" in summary and f"| {shared_endpoint} | 2 | 24 |" in summary, summary
     assert "| busy share |" in summary and re.search(
         rf"\| {re.escape(shared_endpoint)} \| 2 \| 24 \| [\d.]+ s \| \d+% \| 2 \|", summary
@@ -222,7 +223,7 @@ def test_a_night_listed_endpoint_by_endpoint_starts_a_cell_on_every_endpoint_fir
         }
         path = tmp_path / "night.yaml"
         path.write_text(yaml.safe_dump(matrix))
-        state = _night(path)
+        state = run_night(path)
         assert state.is_completed(), repr(state)
         assert [s.answered for s in servers] == [16, 16, 16]
         assert all(s.max_in_flight <= 2 for s in servers), [s.max_in_flight for s in servers]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -23,20 +22,13 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.data import db
 from judgebench_flows.judging.matrix import cell_name, parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import night_summary, run_events, run_night
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, oracle_responder
 
 OTHER_KEY = "sk-other-endpoint-key-7d1c0b9e"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _release_prefect_workers():
-    """Stop Prefect's event and log workers bound to the session's server after this module."""
-    yield
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (EventsWorker, APILogWorker):
-        worker.drain_all(timeout=10)
+pytestmark = pytest.mark.usefixtures("release_prefect_workers")
 
 
 def test_config_key_separates_what_changes_the_answer():
@@ -143,28 +135,6 @@ def test_each_model_has_its_endpoint_and_key_source():
     assert len({e.config.config_key() for e in matrix.entries()}) == 3
 
 
-def _night(matrix_path):
-    from judgebench_flows.flows.nightly import nightly_benchmarks
-
-    return asyncio.run(nightly_benchmarks(str(matrix_path), retry_delay_seconds=0, return_state=True))
-
-
-def _summary(state) -> str:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
-
-    from judgebench_flows.flows.nightly import NIGHTLY_ARTIFACT_KEY
-
-    with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=[NIGHTLY_ARTIFACT_KEY]),
-                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
-            )
-        )
-    return artifacts[-1].data
-
-
 def _night_runs(state):
     """The night's flow run and its cells' subflow runs (every attempt), as the Prefect server has them."""
     from prefect.client.orchestration import get_client
@@ -180,28 +150,15 @@ def _night_runs(state):
 
 
 def _run_events(model: str, since: datetime) -> list[str]:
-    """The `judgebench.run.*` events of `model`'s runs since `since` in the Prefect server's event feed,
-    oldest first (the session's server: other tests' runs are older)."""
-    from prefect.client.orchestration import get_client
-    from prefect.events.worker import EventsWorker
-
-    EventsWorker.drain_all()
-    query = {
-        "filter": {
-            "event": {"prefix": ["judgebench.run."]},
-            "resource": {"labels": {"judgebench.model": [model]}},
-            "occurred": {"since": since.isoformat()},
-        },
-        "limit": 50,
-    }
-    deadline = time.monotonic() + 60
-    while True:  # the server persists events a moment after they arrive
-        with get_client(sync_client=True) as client:
-            events = client.request("POST", "/events/filter", json=query).json()["events"]
-        names = [e["event"] for e in sorted(events, key=lambda e: e["occurred"])]
-        if names and names[-1] != "judgebench.run.retrying" or time.monotonic() > deadline:
-            return names
-        time.sleep(0.5)
+    """The `judgebench.run.*` events of `model`'s runs since `since`, oldest first, once the last is not
+    a retry (the session's server: other tests' runs are older)."""
+    events = run_events(
+        {"prefix": ["judgebench.run."]},
+        since,
+        model,
+        done=lambda found: bool(found) and found[-1]["event"] != "judgebench.run.retrying",
+    )
+    return [e["event"] for e in events]
 
 
 @pytest.mark.slow
@@ -251,7 +208,7 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
         FakeOpenAIServer(oracle, api_key=OTHER_KEY, models={"judge-b"}, rate_500=1.0) as b,
     ):
         b_port = b.port
-        state = _night(write_matrix(a.base_url, b.base_url))
+        state = run_night(write_matrix(a.base_url, b.base_url))
         a_url = a.base_url
         assert a.snapshot()["distinct_answered"] == 8  # judge-a's key came from JUDGE_A_KEY
     runs = db.list_runs(db.open_database(db_url))
@@ -273,7 +230,7 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
     # its first attempt announced a retry, not a failure: one alert, for the attempt that decided
     assert _run_events("judge-b", started) == ["judgebench.run.retrying", "judgebench.run.failed"]
     assert _run_events("judge-a", started) == ["judgebench.run.completed"]
-    summary = _summary(state)
+    summary = night_summary(state)
     assert "| failed / invalid | cost |" in summary
     assert f"| {good_title} | completed | 100.00% (" in summary and "| 0 / 0 of 8 |" in summary, summary
     assert re.search(rf"\| {re.escape(bad_title)} \| \*\*FAILED\*\* \|[^\n]*\| 8 / 0 of 8 \|", summary), summary
@@ -287,7 +244,7 @@ def test_a_cell_whose_calls_all_fail_fails_the_night_and_is_never_a_baseline(
         ) as a2,
         FakeOpenAIServer(oracle, api_key=OTHER_KEY, models={"judge-b"}, port=b_port) as b2,
     ):
-        state2 = _night(write_matrix(a2.base_url, b2.base_url))
+        state2 = run_night(write_matrix(a2.base_url, b2.base_url))
     assert state2.is_completed(), f"{state2!r}"
     nightly = tmp_path / "nightly"
     good_results = json.loads((nightly / good / "latest" / "results.json").read_text())

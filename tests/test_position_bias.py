@@ -11,7 +11,6 @@ leaves its accuracy unchanged: only the position bias can report it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._helpers import run_events
 from tests.conftest import VERDICTS
 from tests.test_history_cli import _pairs
 
@@ -245,22 +245,13 @@ def _responder(pairs: list[dict], biased: bool) -> Callable[[dict], str]:
 
 def _events(run_ids: list[str], since: datetime) -> dict[str, dict]:
     """run id -> its `judgebench.run.*` event in the Prefect server's feed."""
-    from prefect.client.orchestration import get_client
-    from prefect.events.worker import EventsWorker
 
-    EventsWorker.drain_all()
-    query = {
-        "filter": {"event": {"prefix": ["judgebench.run."]}, "occurred": {"since": since.isoformat()}},
-        "limit": 50,
-    }
-    deadline = time.monotonic() + 60
-    while True:  # the server persists events a moment after they arrive
-        with get_client(sync_client=True) as client:
-            events = client.request("POST", "/events/filter", json=query).json()["events"]
-        found = {e["payload"].get("run_id"): e for e in events if e["payload"].get("run_id") in run_ids}
-        if len(found) == len(run_ids) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
+    def of_runs(events: list[dict]) -> dict[str, dict]:
+        return {e["payload"].get("run_id"): e for e in events if e["payload"].get("run_id") in run_ids}
+
+    return of_runs(
+        run_events({"prefix": ["judgebench.run."]}, since, done=lambda found: len(of_runs(found)) == len(run_ids))
+    )
 
 
 @pytest.mark.slow

@@ -37,11 +37,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo, start_server  # noqa: E402
+from bench_judging import (  # noqa: E402
+    GPT4O_FILE,
+    add_data_option,
+    benchmark_data,
+    make_repo,
+    start_prefect_server,
+    start_server,
+    stop,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -62,25 +69,6 @@ def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
         if line.startswith("not installed"):
             print(f"{command[0]}: {line}")
     return wall
-
-
-def start_prefect_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/api"
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1):
-                return server, url
-        except OSError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("the Prefect server did not start")
 
 
 JUDGEBENCH_RUN = [sys.executable, "-m", "judgebench_flows.cli.main", "run"]
@@ -231,11 +219,9 @@ def main() -> None:
         print_walls(rows)
     finally:
         if prefect_server is not None:
-            prefect_server.terminate()
-            prefect_server.wait(timeout=30)
+            stop(prefect_server)
         stop_background_server(env)
-        endpoint.terminate()
-        endpoint.wait(timeout=10)
+        stop(endpoint, timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -4,7 +4,7 @@ Starts the bundled OpenAI-compatible server in its own process with a fixed late
 JudgeBench flow in this process at concurrency C on the full GPT-4o file (700 calls) cloned from a git
 copy of the JudgeBench data (--data DIR, else $JUDGEBENCH_TEST_DATA, else ../shared/judgebench), or on a synthetic file of --synthetic N pairs. Prints wall time, calls per
 second, the bound C / L and our share of it, our CPU time per judgment (this process only: the endpoint
-and the temporary Prefect server run elsewhere) next to what the openai client alone costs per call on
+and the benchmark's own Prefect server, started before the clock, run elsewhere) next to what the openai client alone costs per call on
 this machine, peak memory, and the wall time of a fully cached re-run.
 With --reference it also times a loop shaped like JudgeBench's run_judge.py (a semaphore of C pairs, the
 two orders of a pair one after the other) against the same endpoint, for the end-to-end comparison.
@@ -93,6 +93,43 @@ def start_server(latency: float, port: int, provider: str = "openai") -> subproc
     assert process.stdout is not None
     process.stdout.readline()  # prints its base URL once it listens
     return process
+
+
+def start_prefect_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`prefect server start` in the foreground on a free port, with `env` (its own PREFECT_HOME), its
+    output kept off the benchmark's terminal; (the process, its API URL) once it answers."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1):
+                return server, url
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("the Prefect server did not start")
+
+
+def stop(process: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def make_repo(workdir: Path, data: Path) -> tuple[str, str]:
@@ -252,6 +289,12 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="jb-bench-"))
     # Shard results of an earlier benchmark (same synthetic data, same judge) must not answer this one.
     os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(workdir / "prefect-results")
+    # A Prefect server of the benchmark's own, as a run has one (`judgebench run` uses a running server,
+    # never Prefect's ephemeral one): started before the clock and stopped at the end, its output off this
+    # terminal. Without it Prefect would start an ephemeral server in this process, give up on it after
+    # 20 s on a busy machine, and print its services' shutdown errors at exit.
+    os.environ["PREFECT_HOME"] = str(workdir / "prefect-home")
+    prefect, os.environ["PREFECT_API_URL"] = start_prefect_server(dict(os.environ))
     from judgebench_flows.core.config import RunConfig
 
     server = start_server(args.latency, args.port, args.provider)
@@ -323,8 +366,8 @@ def main() -> None:
             ref = asyncio.run(reference_loop(base_url, str(data_path), args.concurrency))
             print(f"run_judge.py-shaped loop  {ref:8.2f} s   (judging only; no clone, cache, metrics or publishing)")
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        stop(server, timeout=10)
+        stop(prefect)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -38,8 +38,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_end_to_end import start_prefect_server  # noqa: E402
-from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo  # noqa: E402
+from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo, start_prefect_server, stop  # noqa: E402
 
 ANSWER = "Output (a)"  # a vanilla verdict
 # endpoints, synchronous models on each, batch cells
@@ -175,12 +174,7 @@ def main() -> None:
     finally:
         for server in [*servers, batches]:
             server.stop()
-        prefect.terminate()
-        try:
-            prefect.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # a server that outlives SIGTERM is not left behind
-            prefect.kill()
-            prefect.wait()
+        stop(prefect)  # a server that outlives SIGTERM is killed, not left behind
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds processes through /proc (Linux)"),
 ]
 
-NOISE = ("Error logging to API", "EventsWorker", "Still processing items", "Traceback")
+NOISE = ("Error logging to API", "EventsWorker", "Still processing items", "Traceback", "Error flushing")
 
 
 @contextmanager

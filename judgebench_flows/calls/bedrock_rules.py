@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from judgebench_flows.calls.request_rules import RequestRule
+from judgebench_flows.core.providers.bedrock import model_id
 
 # The judge's parameters (OpenAI's names, as every judge gives them) -> the Converse API's fields.
 INFERENCE_CONFIG = {"max_tokens": "maxTokens", "temperature": "temperature", "top_p": "topP", "stop": "stopSequences"}
@@ -31,8 +32,6 @@ COMMON = frozenset(INFERENCE_CONFIG)
 # Asked when the judge names no `max_tokens` (JudgeBench's note: Claude 3's ceiling), or the model's
 # ceiling when lower: Bedrock's own default for Llama is 512 tokens, too few for a judge's reasoning.
 DEFAULT_MAX_TOKENS = 4096
-# What comes before a model id in a cross-region inference profile's name.
-GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "jp", "au", "ca"})
 
 
 @dataclass(frozen=True)
@@ -72,13 +71,6 @@ FAMILIES: tuple[Family, ...] = (
     Family("mistral.mixtral-8x7b-instruct", MISTRAL, max_tokens=4096, system=False),
 )
 OTHER = Family("", COMMON)
-
-
-def model_id(model: str) -> str:
-    """The model id inside an ARN or a cross-region profile's name, lower-cased."""
-    name = model.rsplit("/", 1)[-1].lower()
-    geography, _, rest = name.partition(".")
-    return rest if geography in GEOGRAPHIES and rest else name
 
 
 def family_of(model: str) -> Family:

@@ -274,8 +274,9 @@ class RunConfig(BaseModel):
 
     @property
     def priced_model_name(self) -> str:
-        """The model priced and shaped for: --priced-model (an Azure deployment's model), else --model."""
-        return self.endpoint.priced_model or self.model
+        """The model priced and shaped for: --priced-model (an Azure deployment's model), else --model as the
+        provider's price table names it (a Bedrock profile's model id)."""
+        return self.endpoint.priced_model or providers.get(self.endpoint.provider).priced_name(self.model)
 
     def sampling_overrides(self) -> dict[str, float | int | str]:
         overrides: dict[str, float | int | str] = {}

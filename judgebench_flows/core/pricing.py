@@ -13,6 +13,7 @@ scoring layer reports it; neither imports the other.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import math
@@ -169,9 +170,10 @@ def providers_own_endpoint(base_url: str | None) -> bool:
         return False
     from judgebench_flows.core.providers import PROVIDERS
 
-    # a provider's host, or a regional one of it (Vertex AI's `{location}-aiplatform.googleapis.com`)
+    # a provider's host, a regional one of it (Vertex AI's `{location}-aiplatform.googleapis.com`), or a
+    # pattern's (Bedrock Runtime's `bedrock-runtime.{region}.amazonaws.com`)
     return any(
-        host == own or host.endswith(("." + own, "-" + own))
+        host == own or host.endswith(("." + own, "-" + own)) or ("*" in own and fnmatch.fnmatchcase(host, own))
         for provider in PROVIDERS.values()
         for own in provider.priced_hosts
     )

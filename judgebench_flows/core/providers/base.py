@@ -61,7 +61,8 @@ class Provider:
     token_budget: str | None = None
     # model names (regular expressions, matched whole) `route` sends here when the run names no provider
     claims: tuple[str, ...] = ()
-    # hosts whose calls bill the bundled list prices (`core.pricing`): the host itself or a subdomain
+    # hosts whose calls bill the bundled list prices (`core.pricing`): the host itself or a subdomain, or a
+    # pattern with `*` (fnmatch: `bedrock-runtime.*.amazonaws.com`)
     priced_hosts: tuple[str, ...] = ()
     # the provider name its cache keys are made under: an OpenAI-compatible API sends what OpenAI's does
     keyed_as: str | None = None
@@ -82,6 +83,10 @@ class Provider:
     def wire_model(self, model: str) -> str:
         """The model name sent on the wire."""
         return self.model_names.get(model, model)
+
+    def priced_name(self, model: str) -> str:
+        """The name the price table lists `model` under (Bedrock: the model id inside a profile or ARN)."""
+        return model
 
     def env_base_url(self) -> str | None:
         return next((os.environ[name] for name in self.base_url_envs if os.environ.get(name)), None)

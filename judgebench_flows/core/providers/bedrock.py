@@ -1,16 +1,34 @@
 """AWS Bedrock's Converse API (`calls/bedrock_api.py`): each request signed with SigV4 by botocore, with
 AWS's standard credential chain instead of a key (`core/aws_credentials.py`), the region from the
 environment or the profile, the endpoint from `--base-url`, AWS_ENDPOINT_URL_BEDROCK_RUNTIME or the
-region's; each model family's request limits as data (`calls/bedrock_rules.py`)."""
+region's; each model family's request limits as data (`calls/bedrock_rules.py`). A model is named by its
+Bedrock model id, a cross-region inference profile (`us.` before it) or an ARN ending in either
+(`model_id`): prices are looked up by the model id (a geography's profile bills the calling region's price)."""
 
 from __future__ import annotations
 
 from judgebench_flows.core import aws_credentials
 from judgebench_flows.core.providers.base import CHAT, Provider, Settings
 
+# What comes before a model id in a cross-region inference profile's name.
+GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "jp", "au", "ca"})
+
+
+def model_id(model: str) -> str:
+    """The model id inside an ARN or a cross-region profile's name, lower-cased."""
+    name = model.rsplit("/", 1)[-1].lower()
+    geography, _, rest = name.partition(".")
+    return rest if geography in GEOGRAPHIES and rest else name
+
 
 class BedrockProvider(Provider):
     """No key: botocore's session finds the credentials (environment, profile, SSO, a role) and signs."""
+
+    def priced_name(self, model: str) -> str:
+        """The model id the price table lists: a geography's profile bills its model's on-demand price in the
+        calling region (AWS: no charge for cross-region routing); `global.` profiles are priced apart."""
+        name = model_id(model)
+        return model if model.lower().startswith("global.") else name
 
     def default_base_url(self, settings: Settings) -> str | None:
         return aws_credentials.region_endpoint(aws_credentials.region(aws_credentials.session()))
@@ -38,4 +56,6 @@ BEDROCK = BedrockProvider(
     credentials=aws_credentials.CHAIN,
     wires={CHAT: "bedrock_api:BedrockTransport"},
     request_rule="bedrock_rules:bedrock_rule",
+    # Bedrock Runtime in any region (and its FIPS endpoints): the bundled `bedrock` prices apply there
+    priced_hosts=("bedrock-runtime.*.amazonaws.com", "bedrock-runtime-fips.*.amazonaws.com"),
 )

@@ -29,6 +29,8 @@ class OpenAIBatches:
     provider = "openai"
     max_lines = 50_000
     max_bytes = 200 * 1024 * 1024
+    # the URL each line and the batch name (Azure OpenAI's batches take `/chat/completions`)
+    chat_url: str = CHAT_URL
 
     def __init__(self, client: openai.AsyncOpenAI, model: str):
         self.client, self.model = client, model
@@ -42,7 +44,7 @@ class OpenAIBatches:
         return {"model": self.model, "messages": json_messages(messages), **sampling}
 
     def line(self, custom_id: str, body: JsonBody) -> bytes:
-        line = {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": body}
+        line = {"custom_id": custom_id, "method": "POST", "url": self.chat_url, "body": body}
         return (json.dumps(line, ensure_ascii=False) + "\n").encode()
 
     async def submit(self, lines: list[bytes]) -> str:
@@ -55,7 +57,7 @@ class OpenAIBatches:
         upload = await self.client.files.create(file=("judgebench-batch.jsonl", b"".join(lines)), purpose="batch")
         batch = await self.client.batches.create(
             input_file_id=upload.id,
-            endpoint=CHAT_URL,
+            endpoint=self.chat_url,  # type: ignore[arg-type]  # Azure's `/chat/completions` is not in the SDK's Literal
             completion_window="24h",
             metadata={"source": "judgebench-flows"},
         )

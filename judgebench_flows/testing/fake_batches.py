@@ -62,12 +62,13 @@ class FakeBatch:
     error_file_id: str | None = None
     completed: int = 0
     failed: int = 0
+    endpoint: str = CHAT_URL
 
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": "batch",
-            "endpoint": CHAT_URL,
+            "endpoint": self.endpoint,
             "input_file_id": self.input_file_id,
             "completion_window": "24h",
             "status": self.status,
@@ -80,8 +81,11 @@ class FakeBatch:
         }
 
 
-def file_problems(lines: list[Any], max_lines: int, size: int) -> list[dict[str, Any]]:
-    """What OpenAI's batch validation reports about an input file (empty: valid)."""
+def file_problems(
+    lines: list[Any], max_lines: int, size: int, chat_url: str = CHAT_URL, mismatch_code: str = "mismatched_model"
+) -> list[dict[str, Any]]:
+    """What OpenAI's batch validation reports about an input file (empty: valid); Azure OpenAI's checks the
+    same with its own URL and code names."""
     if size > MAX_FILE_BYTES:
         return [{"code": "file_too_large", "message": "the input file exceeds 200 MB", "line": None}]
     if len(lines) > max_lines:
@@ -93,7 +97,7 @@ def file_problems(lines: list[Any], max_lines: int, size: int) -> list[dict[str,
         if not isinstance(line, dict) or not isinstance(line.get("body"), dict):
             problems.append({"code": "invalid_json_line", "message": "not a request object", "line": number})
             continue
-        if line.get("method") != "POST" or line.get("url") != CHAT_URL:
+        if line.get("method") != "POST" or line.get("url") != chat_url:
             problems.append({"code": "invalid_url", "message": "url must be the batch's endpoint", "line": number})
         if line.get("custom_id") in seen:
             problems.append({"code": "duplicate_custom_id", "message": "custom_id must be unique", "line": number})
@@ -101,7 +105,7 @@ def file_problems(lines: list[Any], max_lines: int, size: int) -> list[dict[str,
         models.add(str(line["body"].get("model")))
     if len(models) > 1:
         message = f"all requests of a batch must use the same model, got {', '.join(sorted(models))}"
-        problems.append({"code": "mismatched_model", "message": message, "line": None})
+        problems.append({"code": mismatch_code, "message": message, "line": None})
     return problems
 
 
@@ -147,7 +151,13 @@ class BatchFaults:
 
 
 class FakeBatchServer(BatchFaults, FakeOpenAIServer):
-    """OpenAI's chat endpoint plus its Files and Batch APIs (see the module docstring)."""
+    """OpenAI's chat endpoint plus its Files and Batch APIs (see the module docstring). `API_ROOT`, `chat_url`,
+    `MISMATCH_CODE` and `_line_problems` are what a provider speaking the same API differently (Azure
+    OpenAI: `fake_azure.FakeAzureBatchServer`) changes."""
+
+    API_ROOT = "/v1"  # the Files and Batch APIs' paths start with it
+    chat_url = CHAT_URL  # each line's `url` and the batch's `endpoint`
+    MISMATCH_CODE = "mismatched_model"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -156,25 +166,31 @@ class FakeBatchServer(BatchFaults, FakeOpenAIServer):
 
     # ----- routing ---------------------------------------------------------------------------------
 
-    def _handle_post(self, handler: _Handler) -> None:
+    def _batch_path(self, handler: _Handler) -> str | None:
+        """The path below `API_ROOT` when the request is for the Files or Batch API, else None."""
         path = handler.path.split("?", 1)[0].rstrip("/")
-        if path == "/v1/files":
+        below = path.removeprefix(self.API_ROOT)
+        return below if below != path and below.startswith(("/files", "/batches")) else None
+
+    def _handle_post(self, handler: _Handler) -> None:
+        path = self._batch_path(handler)
+        if path == "/files":
             self._create_file(handler, handler.read_body())
-        elif path == "/v1/batches":
+        elif path == "/batches":
             self._create_batch(handler, handler.read_body())
-        elif path.startswith("/v1/batches/") and path.endswith("/cancel"):
+        elif path is not None and path.startswith("/batches/") and path.endswith("/cancel"):
             handler.read_body()
-            self._cancel(handler, path.split("/")[3])
+            self._cancel(handler, path.split("/")[2])
         else:
             super()._handle_post(handler)
 
     def _handle_get(self, handler: _Handler) -> None:
-        path = handler.path.split("?", 1)[0].rstrip("/")
-        parts = path.split("/")
-        if path.startswith("/v1/batches/") and len(parts) == 4:
-            self._retrieve(handler, parts[3])
-        elif path.startswith("/v1/files/") and path.endswith("/content"):
-            content = self.files.get(parts[3])
+        path = self._batch_path(handler)
+        parts = (path or "").split("/")
+        if path is not None and path.startswith("/batches/") and len(parts) == 3:
+            self._retrieve(handler, parts[2])
+        elif path is not None and path.startswith("/files/") and path.endswith("/content"):
+            content = self.files.get(parts[2])
             if content is None:
                 handler.send_json(404, _error_body("No such File object", "invalid_request_error", None))
             else:
@@ -217,7 +233,7 @@ class FakeBatchServer(BatchFaults, FakeOpenAIServer):
         if content is None:
             handler.send_json(400, _error_body("input_file_id: no such file", "invalid_request_error", None))
             return
-        if request.get("endpoint") != CHAT_URL or request.get("completion_window") != "24h":
+        if request.get("endpoint") != self.chat_url or request.get("completion_window") != "24h":
             handler.send_json(
                 400, _error_body("endpoint or completion_window not supported", "invalid_request_error", None)
             )
@@ -229,13 +245,19 @@ class FakeBatchServer(BatchFaults, FakeOpenAIServer):
             except ValueError:
                 lines.append(None)
         batch = FakeBatch(f"batch_{uuid.uuid4().hex[:24]}", request["input_file_id"], lines, time.time())
-        batch.errors = file_problems(lines, self.max_lines, len(content))
+        batch.endpoint = self.chat_url
+        batch.errors = file_problems(lines, self.max_lines, len(content), self.chat_url, self.MISMATCH_CODE)
+        batch.errors = batch.errors or self._line_problems(lines)
         with self._batch_lock:
             self.batches[batch.id] = batch
             self.batches_created += 1
             if not batch.errors:
                 self.submitted_lines.update(str(line["custom_id"]) for line in lines)
         handler.send_json(200, batch.as_json())
+
+    def _line_problems(self, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What the provider checks of a valid file's lines beyond OpenAI's rules (none here)."""
+        return []
 
     def _retrieve(self, handler: _Handler, batch_id: str) -> None:
         with self._batch_lock:

@@ -4,7 +4,8 @@ The endpoint is the resource's (`https://NAME.openai.azure.com`: --base-url, els
 the API version OPENAI_API_VERSION (else a GA version), the key AZURE_OPENAI_API_KEY; without a key,
 Microsoft Entra ID through azure-identity (the `azure` extra: DefaultAzureCredential, whose token the
 run's calls share and refresh before it expires). `--model` is the deployment's name; `--priced-model`
-says which model a deployment serves, for prices and request rules.
+says which model a deployment serves, for prices and request rules. `--batch`: Azure's Batch API
+(`calls/azure_batch.py`), on a batch deployment.
 """
 
 from __future__ import annotations
@@ -75,5 +76,6 @@ AZURE = AzureProvider(
     key_envs=("AZURE_OPENAI_API_KEY",),
     credentials=ENTRA,
     wires={CHAT: "azure_api:AzureTransport"},
+    batch="azure_batch:AzureBatches",  # the deployment must be a batch one (GlobalBatch, DataZoneBatch)
     priced_hosts=("openai.azure.com",),
 )

@@ -316,6 +316,10 @@ def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
     assert "system_fingerprint fp_night1 -> fp_night2" in results["regression"]["message"]
     assert results["drift"]["served"] == [{"field": "system_fingerprint", "before": "fp_night1", "after": "fp_night2"}]
 
+    report = (tmp_path / "nightly" / cell / "latest" / "report.html").read_text()
+    assert "Endpoint CHANGED" in report and "system_fingerprint fp_night1 -&gt; fp_night2" in report
+    assert "fp_night2 (12)" in report  # what the endpoint said tonight, counted
+
     [event] = run_events({"name": ["judgebench.run.regressed"]}, since, "judge-d")
     payload = event["payload"]
     assert payload["drift"]["changed"] is True
@@ -330,7 +334,7 @@ def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
     rows = json.loads(history.stdout)
     assert [row["served_as"] for row in rows] == ["judge-d fp_night2", "judge-d fp_night1"]
     assert "system_fingerprint fp_night1 -> fp_night2" in rows[0]["drift"] and rows[0]["status"] == "regressed"
-    for text in (json.dumps(results), json.dumps(payload), summary, history.stdout):
+    for text in (json.dumps(results), json.dumps(payload), summary, history.stdout, report):
         assert CANARY_KEY not in text
 
 

@@ -55,12 +55,13 @@ class AnthropicBatches:
     provider = "anthropic"
     max_lines = 100_000
     max_bytes = 256 * 1024 * 1024
+    min_lines = 1
 
     def __init__(self, client: anthropic.AsyncAnthropic, model: str):
         self.client, self.model = client, model
 
     @classmethod
-    def for_wire(cls, wire: Any, api_key: str) -> AnthropicBatches:
+    def for_wire(cls, wire: Any, api_key: str, settings: Any = None) -> AnthropicBatches:
         """The batch API on the Messages wire's first SDK client."""
         return cls(wire.clients[0], wire.model)
 

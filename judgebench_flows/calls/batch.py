@@ -85,10 +85,13 @@ class BatchAPI(Protocol):
     provider: str
     max_lines: int
     max_bytes: int
+    # fewer lines than this are not a batch the provider takes (Bedrock: 100): they are sent synchronously
+    min_lines: int
 
     @classmethod
-    def for_wire(cls, wire: Any, api_key: str) -> BatchAPI:
-        """The batch API of the provider whose chat wire this is (`providers.BATCHES`)."""
+    def for_wire(cls, wire: Any, api_key: str, settings: Any) -> BatchAPI:
+        """The batch API of the provider whose chat wire this is, with the run's endpoint settings (what
+        the provider's batches need beyond the wire: Bedrock's S3 locations and role)."""
 
     def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:
         """The request body of one line: the same body a synchronous chat call sends."""
@@ -279,6 +282,13 @@ class BatchTransport:
             await self._submit(chunk)
 
     async def _submit(self, ids: list[str]) -> None:
+        if len(ids) < self.batches.min_lines:
+            report(
+                f"{len(ids)} requests are fewer than the {self.batches.min_lines} a {self.batches.provider} batch "
+                "job takes: sent synchronously (at the synchronous price)"
+            )
+            self._go_synchronous(ids)
+            return
         try:
             batch_id = await self.batches.submit([self.batches.line(cid, self._bodies[cid]) for cid in ids])
         except CallError as exc:

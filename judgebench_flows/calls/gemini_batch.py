@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from typing import Any
 
 from google import genai
 from google.genai import errors as genai_errors
@@ -179,6 +180,7 @@ class GeminiBatches:
     provider = "gemini"
     max_lines = 100_000
     max_bytes = 2 * 1024 * 1024 * 1024  # the Files API's limit per file
+    min_lines = 1
 
     def __init__(self, wire: GoogleTransport, api_key: str):
         self.wire, self.model = wire, wire.model
@@ -187,7 +189,7 @@ class GeminiBatches:
         wire.closers.append(self.client.aclose)
 
     @classmethod
-    def for_wire(cls, wire: GoogleTransport, api_key: str) -> GeminiBatches:
+    def for_wire(cls, wire: GoogleTransport, api_key: str, settings: Any = None) -> GeminiBatches:
         return cls(wire, api_key)
 
     def body(self, messages: list[dict[str, str]], sampling: Sampling) -> JsonBody:

@@ -29,6 +29,7 @@ class OpenAIBatches:
     provider = "openai"
     max_lines = 50_000
     max_bytes = 200 * 1024 * 1024
+    min_lines = 1
     # the URL each line and the batch name (Azure OpenAI's batches take `/chat/completions`)
     chat_url: str = CHAT_URL
 
@@ -36,7 +37,7 @@ class OpenAIBatches:
         self.client, self.model = client, model
 
     @classmethod
-    def for_wire(cls, wire: Any, api_key: str) -> OpenAIBatches:
+    def for_wire(cls, wire: Any, api_key: str, settings: Any = None) -> OpenAIBatches:
         """The batch API on the chat wire's first SDK client."""
         return cls(wire.clients[0], wire.model)
 

@@ -99,7 +99,7 @@ def model_api(
     )
     if batch_poll_seconds is None or source.batch is None:
         return wire
-    batches = _load(source.batch).for_wire(wire, api_key)
+    batches = _load(source.batch).for_wire(wire, api_key, settings)
     store = BatchStore(engine, source.name, call_endpoint(base_url, source.name, CHAT), model)
     return BatchTransport(wire, batches, store, batch_poll_seconds)
 

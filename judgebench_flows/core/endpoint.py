@@ -130,7 +130,7 @@ class EndpointSettings(BaseModel):
     batch: bool = Field(
         default=False,
         description="send every judgment through the provider's batch API (OpenAI Batch, Anthropic Message "
-        "Batches, Gemini Batch Mode): about half the price, answers within 24 hours; for nightly runs, not interactive ones",
+        "Batches, Gemini Batch Mode, Azure OpenAI Batch, Bedrock batch inference): about half the price, answers within 24 hours; for nightly runs, not interactive ones",
     )
     batch_poll_seconds: float = Field(
         default=60.0, gt=0, description="with --batch: how often the status of submitted batches is read"
@@ -139,6 +139,20 @@ class EndpointSettings(BaseModel):
         default=None,
         description="with --batch: a time with its UTC offset (2026-11-26T07:00:00+01:00) when open batches are "
         "cancelled and what they have not answered is judged synchronously (at the synchronous price)",
+    )
+    bedrock_batch_input: str | None = Field(
+        default=None,
+        description="with --batch --provider bedrock: s3://BUCKET/PREFIX/ where the batch jobs' input files are "
+        "written (Bedrock reads them as --bedrock-role-arn)",
+    )
+    bedrock_batch_output: str | None = Field(
+        default=None,
+        description="with --batch --provider bedrock: s3://BUCKET/PREFIX/ where Bedrock writes the jobs' outputs",
+    )
+    bedrock_role_arn: str | None = Field(
+        default=None,
+        description="with --batch --provider bedrock: the IAM service role Bedrock's batch jobs run as "
+        "(arn:aws:iam::ACCOUNT:role/NAME), allowed to read the input and write the output location",
     )
 
     @field_validator("provider")

@@ -32,10 +32,13 @@ import json
 import os
 import re
 import sys
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
+from judgebench_flows.testing.fake_batches import BatchFaults
 from judgebench_flows.testing.fake_openai import (
     FakeOpenAIServer,
     FaultSettings,
@@ -315,6 +318,233 @@ class FakeBedrockServer(FakeOpenAIServer):
             return {**counters, "signature_failures": self.signature_failures}
 
 
+JOB_PATH = re.compile(r"^/model-invocation-job(?:/([^/]+))?(/stop)?$")
+ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/.+$")
+JOB_ENDED = frozenset({"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"})
+MIN_RECORDS = 100  # Bedrock's minimum number of records per batch inference job
+
+
+class FakeBedrockBatchServer(BatchFaults, FakeBedrockServer):
+    """Bedrock Runtime's Converse API plus the control plane's batch inference (`AWS_ENDPOINT_URL_BEDROCK`):
+    `POST /model-invocation-job` (CreateModelInvocationJob: the role ARN's shape, an S3 input and output,
+    `modelInvocationType` Converse; a `clientRequestToken` seen before returns its job), `GET
+    /model-invocation-job/{arn}` and `POST .../stop`, every request's SigV4 signature checked as the runtime's.
+    A job is read from and written to a real S3 API (`s3_endpoint`, moto's server in the tests, with the
+    credentials the server accepts): Validating reads the input file (fewer than `min_records` records, or
+    a record without `recordId`/`modelInput`: the job fails as Bedrock fails it), InProgress answers each
+    record as Converse would (body validation, the responder), and the output `{output}/{job id}/{input
+    name}.out` and `manifest.json.out` are written. The fake batch server's faults and counters
+    (`BatchFaults`: `hold`, `expire_after`, `line_failure_rate`, `submitted_lines`, `answered_lines`,
+    `batches_created`) apply; an expired job is `Expired`, with the records it finished in its output."""
+
+    MAX_LINES = 50_000
+
+    def __init__(self, *args: Any, s3_endpoint: str, min_records: int = MIN_RECORDS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.s3_endpoint, self.min_records = s3_endpoint, min_records
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._tokens: dict[str, str] = {}  # clientRequestToken -> job ARN
+
+    def _s3(self) -> Any:
+        import botocore.session
+
+        key_id, (secret, token) = next(iter(self.check.credentials.items()))
+        return botocore.session.Session().create_client(
+            "s3",
+            region_name=self.check.region,
+            endpoint_url=self.s3_endpoint,
+            aws_access_key_id=key_id,
+            aws_secret_access_key=secret,
+            aws_session_token=token,
+        )
+
+    def _handle_post(self, handler: _Handler) -> None:
+        match = JOB_PATH.match(handler.path.split("?", 1)[0])
+        if match is None:
+            super()._handle_post(handler)
+            return
+        body = handler.read_body()
+        if self._signed(handler, "POST", body):
+            if match.group(1) and match.group(2):
+                self._stop(handler, unquote(match.group(1)))
+            elif not match.group(1):
+                self._create(handler, body)
+            else:
+                self._refuse(handler, 404, "ResourceNotFoundException", "Unknown operation")
+
+    def _handle_get(self, handler: _Handler) -> None:
+        match = JOB_PATH.match(handler.path.split("?", 1)[0])
+        if match is None or not match.group(1) or match.group(2):
+            super()._handle_get(handler)
+            return
+        if self._signed(handler, "GET", b""):
+            job = self.jobs.get(unquote(match.group(1)))
+            if job is None:
+                self._refuse(handler, 404, "ResourceNotFoundException", "The specified job was not found.")
+                return
+            with self._batch_lock:
+                self._advance(job)
+            handler.send_json(200, self._job_json(job))
+
+    def _signed(self, handler: _Handler, method: str, body: bytes) -> bool:
+        url = f"http://{handler.headers.get('Host')}{handler.path}"
+        refused = self.check.problem(method, url, handler.headers, body)
+        if refused is not None:
+            with self._lock:
+                self.signature_failures += 1
+            self._refuse(handler, 403, *refused)
+            return False
+        return True
+
+    def _create(self, handler: _Handler, body: bytes) -> None:
+        try:
+            request = json.loads(body or b"{}")
+            input_uri = request["inputDataConfig"]["s3InputDataConfig"]["s3Uri"]
+            output_uri = request["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"]
+        except (ValueError, KeyError, TypeError):
+            self._refuse(handler, 400, "ValidationException", "inputDataConfig and outputDataConfig are required")
+            return
+        problem = None
+        if not ROLE_ARN.match(str(request.get("roleArn"))):
+            problem = "1 validation error detected: Value at 'roleArn' failed to satisfy constraint"
+        elif not str(input_uri).startswith("s3://") or not str(output_uri).startswith("s3://"):
+            problem = "The S3 URIs must start with s3://"
+        elif request.get("modelInvocationType", "InvokeModel") != "Converse":
+            problem = "this stand-in serves Converse jobs only (modelInvocationType Converse)"
+        if problem:
+            self._refuse(handler, 400, "ValidationException", problem)
+            return
+        token = str(request.get("clientRequestToken") or "")
+        with self._batch_lock:
+            if token and token in self._tokens:  # idempotent: the job this token made
+                handler.send_json(200, {"jobArn": self._tokens[token]})
+                return
+            job_id = uuid.uuid4().hex[:12]
+            arn = f"arn:aws:bedrock:{self.check.region}:123456789012:model-invocation-job/{job_id}"
+            self.jobs[arn] = {
+                "jobArn": arn,
+                "jobName": request.get("jobName"),
+                "modelId": request.get("modelId"),
+                "roleArn": request["roleArn"],
+                "status": "Submitted",
+                "inputDataConfig": request["inputDataConfig"],
+                "outputDataConfig": request["outputDataConfig"],
+                "modelInvocationType": "Converse",
+                "created": time.time(),
+                "records": None,
+            }
+            if token:
+                self._tokens[token] = arn
+            self.batches_created += 1
+        handler.send_json(200, {"jobArn": arn})
+
+    def _stop(self, handler: _Handler, arn: str) -> None:
+        job = self.jobs.get(arn)
+        if job is None:
+            self._refuse(handler, 404, "ResourceNotFoundException", "The specified job was not found.")
+            return
+        with self._batch_lock:
+            if job["status"] not in JOB_ENDED:
+                self.cancelled_batches += 1
+                if job["records"] is None:
+                    job["status"] = "Stopped"
+                else:
+                    self._finish(job, done=0, final="Stopped")
+        handler.send_json(200, {})
+
+    def _advance(self, job: dict[str, Any]) -> None:
+        if job["status"] == "Submitted":
+            job["status"] = "Validating"
+        elif job["status"] == "Validating":
+            problem = self._read_input(job)
+            job["status"] = "Failed" if problem else "InProgress"
+            job["message"] = problem
+        elif job["status"] == "InProgress" and self._due(job["created"]):
+            done = len(job["records"]) if self.expire_after is None else self.expire_after
+            self._finish(job, done=done, final="Completed")
+
+    def _read_input(self, job: dict[str, Any]) -> str | None:
+        """The input file's records, or why Bedrock fails the job at validation."""
+        bucket, _, key = job["inputDataConfig"]["s3InputDataConfig"]["s3Uri"].removeprefix("s3://").partition("/")
+        try:
+            text = self._s3().get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        except Exception as exc:  # noqa: BLE001 - whatever S3 said, as the job's message
+            return f"Unable to read the input file: {exc}"
+        records = []
+        for number, raw in enumerate(text.splitlines(), start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                return f"Line {number} of the input file is not valid JSON"
+            if not isinstance(record, dict) or "recordId" not in record or "modelInput" not in record:
+                return f"Line {number} of the input file needs recordId and modelInput"
+            records.append(record)
+        if len(records) < self.min_records:
+            return (
+                f"The number of records in the input file ({len(records)}) is less than the minimum number of "
+                f"records required for a batch inference job ({self.min_records})."
+            )
+        if len(records) > self.max_lines:
+            return f"The input file has more than {self.max_lines} records."
+        job["records"] = records
+        self.submitted_lines.update(str(r["recordId"]) for r in records)
+        return None
+
+    def _finish(self, job: dict[str, Any], done: int, final: str) -> None:
+        """Answer the first `done` records and write the output and manifest; the rest never run."""
+        outputs = []
+        for index, record in enumerate(job["records"]):
+            if index >= done:
+                break
+            out = {"recordId": record["recordId"], "modelInput": record["modelInput"]}
+            out.update(self._answer_record(job["modelId"], record["modelInput"]))
+            outputs.append(out)
+            if "modelOutput" in out:
+                self.answered_lines[str(record["recordId"])] += 1
+        errors = sum(1 for o in outputs if "error" in o)
+        job.update(
+            status="Expired" if final == "Completed" and done < len(job["records"]) else final,
+            processedRecordCount=len(outputs),
+            successRecordCount=len(outputs) - errors,
+            errorRecordCount=errors,
+            totalRecordCount=len(job["records"]),
+        )
+        input_name = job["inputDataConfig"]["s3InputDataConfig"]["s3Uri"].rsplit("/", 1)[-1]
+        bucket, _, prefix = job["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"].removeprefix("s3://").partition("/")
+        folder = f"{prefix.rstrip('/') + '/' if prefix.strip('/') else ''}{job['jobArn'].rsplit('/', 1)[-1]}/"
+        s3 = self._s3()
+        content = "".join(json.dumps(o) + "\n" for o in outputs).encode()
+        s3.put_object(Bucket=bucket, Key=f"{folder}{input_name}.out", Body=content)
+        manifest = {k: job[k] for k in ("totalRecordCount", "processedRecordCount", "successRecordCount")}
+        s3.put_object(Bucket=bucket, Key=f"{folder}manifest.json.out", Body=json.dumps(manifest).encode())
+
+    def _answer_record(self, model: str, body: Any) -> dict[str, Any]:
+        """One record as Converse answers it: `modelOutput`, or `error` with Bedrock's code and message."""
+        problem = body_problem(model, body)
+        if problem is not None:
+            return {"error": {"errorCode": 400, "errorMessage": problem}}
+        fault = self._line_fault()
+        if fault is not None:
+            message = "Too many requests" if fault == 429 else "The server encountered an internal error."
+            return {"error": {"errorCode": fault, "errorMessage": message}}
+        view = chat_view(model, body)
+        answer = self._responder(view)
+        extra = answer if isinstance(answer, dict) else {}
+        text = str(extra.get("content", "")) if isinstance(answer, dict) else str(answer)
+        return {"modelOutput": converse_answer(view, text, extra.get("finish_reason"))}
+
+    def _job_json(self, job: dict[str, Any]) -> dict[str, Any]:
+        fields = (
+            "jobArn", "jobName", "modelId", "roleArn", "status", "message", "inputDataConfig", "outputDataConfig",
+            "modelInvocationType", "totalRecordCount", "processedRecordCount", "successRecordCount", "errorRecordCount",
+        )  # fmt: skip
+        shown = {k: job[k] for k in fields if job.get(k) is not None}
+        stamp = datetime.datetime.fromtimestamp(job["created"], datetime.timezone.utc).isoformat()
+        return {**shown, "submitTime": stamp}
+
+
 def environment_credentials() -> dict[str, tuple[str, str | None]]:
     """The credentials of this process's environment (AWS_ACCESS_KEY_ID, ...), which the server accepts."""
     key_id, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
@@ -359,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     return serve(server)
 
 
-__all__ = ["FakeBedrockServer", "SigV4Check", "body_problem", "main"]
+__all__ = ["FakeBedrockBatchServer", "FakeBedrockServer", "SigV4Check", "body_problem", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,6 +29,9 @@ class Settings(Protocol):
     batch: bool
     vertex_project: str | None
     vertex_location: str
+    bedrock_batch_input: str | None
+    bedrock_batch_output: str | None
+    bedrock_role_arn: str | None
 
 
 # The provider every key made before providers existed implied (`core.identity`), and the one a run

@@ -7,8 +7,35 @@ Bedrock model id, a cross-region inference profile (`us.` before it) or an ARN e
 
 from __future__ import annotations
 
+import re
+
 from judgebench_flows.core import aws_credentials
 from judgebench_flows.core.providers.base import CHAT, Provider, Settings
+
+ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/.+$")
+S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+# Bedrock's batch inference takes no job of fewer records (its quota "minimum number of records per job")
+MIN_BATCH_RECORDS = 100
+
+
+def batch_problem(settings: Settings) -> str | None:
+    """What `--batch --provider bedrock` lacks: the S3 locations of its jobs and the role they run as."""
+    given = {
+        "--bedrock-batch-input": (settings.bedrock_batch_input, S3_URI, "s3://BUCKET/PREFIX/"),
+        "--bedrock-batch-output": (settings.bedrock_batch_output, S3_URI, "s3://BUCKET/PREFIX/"),
+        "--bedrock-role-arn": (settings.bedrock_role_arn, ROLE_ARN, "arn:aws:iam::ACCOUNT:role/NAME"),
+    }
+    missing = [option for option, (value, _, _) in given.items() if not value]
+    if missing:
+        return (
+            f"--batch with --provider bedrock needs {', '.join(missing)}: Bedrock's batch jobs read their input "
+            "from S3 and write their output there, as an IAM service role"
+        )
+    for option, (value, pattern, shape) in given.items():
+        if not pattern.match(str(value)):
+            return f"{option}: expected {shape}, got {value!r}"
+    return None
+
 
 # What comes before a model id in a cross-region inference profile's name.
 GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "jp", "au", "ca"})
@@ -40,7 +67,7 @@ class BedrockProvider(Provider):
                 "role), not a key: leave out --api-key-env / --api-key-secret"
             )
         if settings.batch:
-            return "--batch with --provider bedrock: Bedrock's batch inference is not driven by this tool yet; drop --batch"
+            return batch_problem(settings)
         return None
 
     def check_credentials(self, settings: Settings, base_url: str) -> None:
@@ -56,6 +83,7 @@ BEDROCK = BedrockProvider(
     credentials=aws_credentials.CHAIN,
     wires={CHAT: "bedrock_api:BedrockTransport"},
     request_rule="bedrock_rules:bedrock_rule",
+    batch="bedrock_batch:BedrockBatches",
     # Bedrock Runtime in any region (and its FIPS endpoints): the bundled `bedrock` prices apply there
     priced_hosts=("bedrock-runtime.*.amazonaws.com", "bedrock-runtime-fips.*.amazonaws.com"),
 )

@@ -91,9 +91,17 @@ def test_estimate_shows_bedrock_prices_on_demand_and_batch(tmp_path: Path) -> No
         *("--provider", "bedrock", "--model", f"us.{HAIKU}", "--data-path", str(_pairs(tmp_path / "pairs.jsonl"))),
         *("--db-url", f"sqlite:///{tmp_path}/j.db", "--judge-type", "vanilla", "--max-tokens", "100"),
     ]
+    batch_options = [
+        "--batch",
+        "--bedrock-batch-input",
+        "s3://judging/in/",
+        "--bedrock-batch-output",
+        "s3://judging/out/",
+    ]
+    batch_options += ["--bedrock-role-arn", "arn:aws:iam::123456789012:role/Judging"]
     shown = {}
-    for mode, extra in (("on-demand", []), ("batch", ["--batch"])):
-        done = subprocess.run(
+    for mode, extra in (("on-demand", []), ("batch", batch_options), ("batch without its options", ["--batch"])):
+        shown[mode] = subprocess.run(
             [sys.executable, "-m", "judgebench_flows.cli.main", "estimate", *common, *extra],
             cwd=tmp_path,
             env=env,
@@ -101,15 +109,12 @@ def test_estimate_shows_bedrock_prices_on_demand_and_batch(tmp_path: Path) -> No
             text=True,
             timeout=300,
         )
-        shown[mode] = done
-        if mode == "on-demand":
-            assert done.returncode == 0, done.stderr[-2000:]
-    on_demand = shown["on-demand"].stdout
-    assert "prices: $0.25 / $1.25 per million tokens in / out (bundled, read 2026-11-27)" in on_demand, on_demand
-    assert "worst case: $" in on_demand and "unpriced" not in on_demand
-    batch = shown["batch"]
-    # Bedrock batch inference, when this tool drives it, is priced at half; until then --batch is refused
-    if batch.returncode == 0:
-        assert "per million tokens in / out, batch" in batch.stdout, batch.stdout
-    else:
-        assert batch.returncode == 2 and "--batch" in batch.stderr and "Traceback" not in batch.stderr
+    on_demand, batch = shown["on-demand"], shown["batch"]
+    assert on_demand.returncode == 0 and batch.returncode == 0, on_demand.stderr[-2000:] + batch.stderr[-2000:]
+    assert "prices: $0.25 / $1.25 per million tokens in / out (bundled, read 2026-11-27)" in on_demand.stdout
+    assert "worst case: $" in on_demand.stdout and "unpriced" not in on_demand.stdout
+    assert "prices: $0.25 / $1.25 per million tokens in / out, batch (bundled" in batch.stdout, batch.stdout
+    refused = shown["batch without its options"]
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and "--bedrock-batch-input" in errors[0], refused.stderr
+    assert "Traceback" not in refused.stderr

@@ -27,7 +27,7 @@ def test_without_data_or_network_the_answer_is_none_and_quick(tmp_path: Path, mo
     monkeypatch.setattr("judgebench_flows.data.dataset.DEFAULT_CACHE_DIR", tmp_path / "empty-cache")
     started = time.monotonic()
     assert find_benchmark_data() is None
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # no clone attempt and no network wait (any machine load)
 
 
 def test_none_turns_the_clone_off(tmp_path: Path, monkeypatch) -> None:

@@ -93,10 +93,10 @@ def test_server_errors_and_dropped_connections_are_retried(server: FakeOpenAISer
 
 
 def test_hung_request_times_out_and_is_retried(server: FakeOpenAIServer) -> None:
-    server.configure(fail_first=1, fail_kind="hang", hang_seconds=5)
+    server.configure(fail_first=1, fail_kind="hang", hang_seconds=30)
     result, elapsed, _ = call(server, request_timeout=0.3)
     assert result.text == "My final verdict is [[A>B]]"
-    assert 0.3 <= elapsed < 3, elapsed
+    assert 0.3 <= elapsed < 15, elapsed  # the timeout ended it, not the 30 s hang (any machine load)
     assert server.status_counts.get("hang") == 1 and server.answered == 1
 
 
@@ -173,7 +173,7 @@ def test_concurrency_limit_bounds_requests_in_flight(server: FakeOpenAIServer) -
 
     elapsed = asyncio.run(go())
     assert peak == 4, f"{peak} requests were in flight at once with concurrency 4"
-    assert 5 * 0.2 <= elapsed < 20 * 0.2, elapsed
+    assert 5 * 0.2 <= elapsed, elapsed  # 20 calls of 0.2 s, 4 at a time: at least 5 rounds
     assert server.answered == 20
 
 

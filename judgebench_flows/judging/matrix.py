@@ -42,7 +42,16 @@ MATRIX_FIELDS = frozenset(
 RunOptions = dict[str, Any]
 
 # A model's own endpoint settings, passed to its cells as given.
-CELL_ENDPOINT = {"provider", "batch", "vertex_project", "vertex_location", "priced_model"}
+CELL_ENDPOINT = {
+    "provider",
+    "batch",
+    "vertex_project",
+    "vertex_location",
+    "priced_model",
+    "bedrock_batch_input",
+    "bedrock_batch_output",
+    "bedrock_role_arn",
+}
 
 
 class ModelSpec(BaseModel):
@@ -76,6 +85,10 @@ class ModelSpec(BaseModel):
     vertex_project: str | None = None
     vertex_location: str | None = None
     priced_model: str | None = None  # the model an Azure deployment serves (its price and request rules)
+    # with provider bedrock and batch: its jobs' S3 locations and role (else the matrix's `options`)
+    bedrock_batch_input: str | None = None
+    bedrock_batch_output: str | None = None
+    bedrock_role_arn: str | None = None
 
     @property
     def name(self) -> str:

@@ -8,10 +8,13 @@ models, then its Anthropic ones) then start one per endpoint before any endpoint
 endpoint whose cell ends gets the next place while it has more work left than the others: no endpoint
 idles while it has cells waiting and a place is free.
 
-A cell holds its place while it starts and judges, and gives it up once its calls are done
-(`Places.judged`): its results are written, its report rendered and its subflow ended while the next
-cell starts, so these fixed costs stay off the endpoint's critical path. Memory stays bounded: at most
-`places` cells judging and as many again finishing (holding their tally and a bounded report sample).
+A place is for calls only. A cell is started ahead (`CellSchedule.ahead`: its subflow run created, its
+database, data and lock ready), up to `places` cells at once, chosen by the same rule counting the cells
+already started ahead, and takes its place just before its first call (`Places.acquire`): a Prefect
+server takes seconds to create a subflow run when busy, and those seconds are spent while other cells'
+calls keep the endpoints busy. A cell gives its place up once its calls are done (`Places.judged`): its
+results are written, its report rendered and its subflow ended while the next cell judges. Memory stays
+bounded: at most `places` cells started ahead, `places` judging and as many finishing.
 
 Work is what a cell plans to judge (pairs x orders, `planned_judgments`); an endpoint's work left is
 that of its cells not yet judged. Plain asyncio, no Prefect: flows/nightly.py runs cells in it.
@@ -56,15 +59,18 @@ class CellSchedule:
 
     def __init__(self, cells: Sequence[PlannedCell], places: int) -> None:
         self._order = {cell.endpoint: -n for n, cell in reversed(list(enumerate(cells)))}  # first listed wins ties
-        self._waiting: list[PlannedCell] = list(cells)
+        self._pending: list[PlannedCell] = list(cells)  # not started ahead yet
+        self._waiting: list[PlannedCell] = []  # started, waiting for a place to call
         self._left: dict[str, float] = dict.fromkeys((cell.endpoint for cell in cells), 0.0)
         for cell in cells:
             self._left[cell.endpoint] += cell.work
         self._in_flight: Counter[str] = Counter()
+        self._ahead: Counter[str] = Counter()  # started ahead, not yet placed
         self._places = self._free = places
         self._finishing = 0  # cells past judging, still writing their results
         self._changed = asyncio.Event()
         self.started: list[PlannedCell] = []  # in the order they got a place (the night's log, tests)
+        self.started_ahead: list[PlannedCell] = []  # in the order they were started
 
     def _next(self) -> PlannedCell | None:
         """The cell that gets the next free place, or None (no place free, as many cells finishing as
@@ -77,27 +83,72 @@ class CellSchedule:
         best = max(ready, key=lambda e: (self._left[e] / (self._in_flight[e] + 1), self._order[e]))
         return ready[best]
 
+    def _next_ahead(self) -> PlannedCell | None:
+        """The cell to start next, ahead of its place: the same rule, the cells started ahead counted with
+        those in flight; an endpoint gets at most one more than its concurrency allows in flight."""
+        if sum(self._ahead.values()) >= self._places:
+            return None
+        ready = {
+            c.endpoint: c
+            for c in reversed(self._pending)
+            if self._in_flight[c.endpoint] + self._ahead[c.endpoint] <= c.concurrency
+        }
+        if not ready:
+            return None
+        best = max(ready, key=lambda e: (self._left[e] / (self._in_flight[e] + self._ahead[e] + 1), self._order[e]))
+        return ready[best]
+
     def _notify(self) -> None:
-        """Wake every cell waiting for a place: each looks again whether it is next."""
+        """Wake every cell waiting for its turn: each looks again whether it is next."""
         self._changed.set()
         self._changed = asyncio.Event()
 
     @contextlib.asynccontextmanager
-    async def place(self, cell: PlannedCell) -> AsyncIterator[Places]:
-        """Wait for the cell's turn, hold its place while inside (until `Places.judged`)."""
-        await self._take(cell)
+    async def ahead(self, cell: PlannedCell) -> AsyncIterator[Places]:
+        """Wait for the cell's turn to start; inside, it prepares, then waits for its place to call
+        (`Places.acquire`), and holds it until `Places.judged`."""
+        while self._next_ahead() is not cell:
+            await self._changed.wait()
+        self._pending.remove(cell)
+        self._ahead[cell.endpoint] += 1
+        self.started_ahead.append(cell)
+        self._notify()
         held = Places(self, cell)
         try:
             yield held
         finally:
             held.judged()
+            if held.ahead:  # ended before its first call: it judges nothing
+                held.ahead = False
+                self._ahead[cell.endpoint] -= 1
+                self._left[cell.endpoint] -= cell.work
+                self._notify()
             if held.finishing:
                 self._finishing -= 1
                 self._notify()
 
-    async def _take(self, cell: PlannedCell) -> None:
-        while self._next() is not cell:
-            await self._changed.wait()
+    @contextlib.asynccontextmanager
+    async def place(self, cell: PlannedCell) -> AsyncIterator[Places]:
+        """Wait for the cell's turn and its place at once, hold it while inside (until `Places.judged`)."""
+        async with self.ahead(cell) as held:
+            await held.acquire()
+            yield held
+
+    async def _take(self, cell: PlannedCell, first: bool) -> None:
+        """Wait for the cell's place; `first`: a cell that gave its place up (waiting to try again)
+        waits first among its endpoint's."""
+        if first:
+            self._waiting.insert(0, cell)
+        else:
+            self._waiting.append(cell)
+        self._notify()
+        try:
+            while self._next() is not cell:
+                await self._changed.wait()
+        except BaseException:
+            self._waiting.remove(cell)
+            self._notify()
+            raise
         self._waiting.remove(cell)
         self._free -= 1
         self._in_flight[cell.endpoint] += 1
@@ -109,21 +160,32 @@ class CellSchedule:
         self._in_flight[cell.endpoint] -= 1
         self._notify()
 
-    async def _wait_again(self, cell: PlannedCell) -> None:
-        """A cell that gave its place up (waiting to try again) waits its turn first among its endpoint's."""
-        self._waiting.insert(0, cell)
-        await self._take(cell)
-
 
 @dataclasses.dataclass
 class Places:
-    """A running cell's hold on its place: given up once its calls are done (`judged`) or while it
-    waits to try again (`release`, then `acquire`)."""
+    """A cell's hold on its place: taken just before its first call (`acquire`), given up once its calls
+    are done (`judged`) or while it waits to try again (`release`, then `acquire` again)."""
 
     schedule: CellSchedule
     cell: PlannedCell
-    held: bool = True
+    held: bool = False
     finishing: bool = False
+    ahead: bool = True  # started ahead, never placed yet
+
+    async def acquire(self) -> None:
+        """Wait for the cell's place (at once if it holds it)."""
+        if self.held:
+            return
+        if self.finishing:  # it tries again: it judges again
+            self.finishing = False
+            self.schedule._finishing -= 1
+            self.schedule._left[self.cell.endpoint] += self.cell.work
+        await self.schedule._take(self.cell, first=not self.ahead)
+        if self.ahead:
+            self.ahead = False
+            self.schedule._ahead[self.cell.endpoint] -= 1
+            self.schedule._notify()  # room to start another ahead
+        self.held = True
 
     def judged(self) -> None:
         """The cell's calls are done: its place and its endpoint's room go to the next cell while it
@@ -141,14 +203,6 @@ class Places:
         if self.held:
             self.held = False
             self.schedule._give_back(self.cell)
-
-    async def acquire(self) -> None:
-        if self.finishing:  # it tries again: it judges again
-            self.finishing = False
-            self.schedule._finishing -= 1
-            self.schedule._left[self.cell.endpoint] += self.cell.work
-        await self.schedule._wait_again(self.cell)
-        self.held = True
 
 
 __all__ = ["CellSchedule", "PlannedCell", "Places", "planned_judgments"]

@@ -607,7 +607,7 @@ async def judge_all(
     shards: list[Shard], spec: JudgeSpec, config: RunConfig, sink: ShardSink, run: RunContext
 ) -> tuple[CallStats | None, RunFailed | None]:
     """Every shard judged: what the endpoint clients sent, or why the run stopped early (what was judged
-    is still published, then exit 4). Its calls done, a night's next cell may start while this one
+    is still published, then exit 4). Its calls done, a night's next cell may call while this one
     publishes (`run.judged`)."""
     await ensure_limits(
         spec.global_limit,
@@ -622,6 +622,15 @@ async def judge_all(
         return None, exc
     finally:
         run.judged()
+
+
+async def wait_to_call(run: RunContext, clock: Stopwatch) -> None:
+    """A night's cell, started ahead of its place among the cells in flight (its subflow run created,
+    its data and database ready), waits here for it; the wait is no phase of the run's timings."""
+    await run.calling()
+    waited = clock.lap()
+    if waited >= 1.0:
+        get_run_logger().info("waited %.1f s for a place among the night's cells in flight", waited)
 
 
 async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[str, Any]:
@@ -658,7 +667,9 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
-        load_s, cpu_before = clock.lap(), time.process_time()
+        load_s = clock.lap()
+        await wait_to_call(run, clock)
+        cpu_before = time.process_time()
         sent, stopped = await judge_all(shards, spec, config, sink, run)
         judge_cpu = time.process_time() - cpu_before
         usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)

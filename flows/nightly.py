@@ -1,8 +1,9 @@
 """Entry points for deployments: the nightly benchmark matrix, and one configuration on demand.
 
 `nightly_benchmarks` runs every cell of deployments/nightly.yaml as a `judgebench` subflow, side by
-side: up to `cells_in_flight` synchronous cells at once, each free place going to a cell of the endpoint
-with the most work left and room under its limit, whatever the matrix's order (flows/cell_schedule.py;
+side: up to `cells_in_flight` synchronous cells calling at once, each free place going to a cell of the
+endpoint with the most work left and room under its limit, whatever the matrix's order, and as many
+started ahead (subflow run, database, data ready) so a freed place calls at once (flows/cell_schedule.py;
 batch cells, which mostly wait for their provider, all start at once, so their batches are submitted
 together), in one event loop, so every cell
 calling one endpoint shares that endpoint's one `concurrency` and `rpm` (the night's one run context,
@@ -39,8 +40,10 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 from prefect import Flow, flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
+from prefect.exceptions import PrefectHTTPStatusError
 from prefect.runtime import flow_run
 from prefect.states import Failed, State
 from pydantic import JsonValue
@@ -48,7 +51,7 @@ from typing_extensions import TypedDict
 
 from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY, configuration_slug
-from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, build_config
+from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, RunConfig, build_config
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd, retirement_notice
 from judgebench_flows.core.text import shorten
@@ -457,24 +460,33 @@ async def judge_cell(
 ) -> tuple[CellOutcome, State]:
     """A configuration's judging subflow, run once more after `retry_delay_seconds` if it failed for a
     reason that may pass; persist_result lets a rescheduled night reuse a finished subflow. `place`: the
-    cell's place among the cells in flight, given up while it waits to try again. `run_name`: the
+    cell's place among the cells in flight, given up while it waits to try again (a subflow takes it
+    before its first call). `run_name`: the
     subflow run's name (default: the cell's judge, model and data file)."""
     logger = get_run_logger()
     subflow = await asyncio.to_thread(cell_flow, entry.name, run_name or entry.title)  # its schema: off the loop
-    state = await subflow(entry.config, retried_if_transient=True, return_state=True)
+    state = await subflow_state(subflow, entry.config, retried_if_transient=True)
     outcome = await outcome_of(entry, state)
     if outcome.status == "failed" and outcome.transient:
         logger.warning("%s failed (%s); trying once more in %g s", entry.name, outcome.message, retry_delay_seconds)
-        if place is not None:
+        if place is not None:  # its next subflow takes it again before its first call
             await place.release()
-        try:
-            await asyncio.sleep(retry_delay_seconds)
-        finally:
-            if place is not None:
-                await place.acquire()
-        state = await subflow(entry.config, return_state=True)
+        await asyncio.sleep(retry_delay_seconds)
+        state = await subflow_state(subflow, entry.config)
         outcome = await outcome_of(entry, state)
     return outcome, state
+
+
+async def subflow_state(subflow: Flow, config: RunConfig, **parameters: Any) -> State:
+    """The cell's subflow run's final state. A Prefect server too busy to create the run (still
+    answering 5xx past its client's retries, or not at all) fails the cell for a reason that may pass,
+    tried again as any other, not the night with every other cell in it."""
+    try:
+        return await subflow(config, return_state=True, **parameters)
+    except (PrefectHTTPStatusError, httpx.TransportError) as exc:
+        if not is_transient(exc):
+            raise
+        return Failed(message=failure_line(exc), data=exc)
 
 
 async def preflight_night(matrix_path: str, entries: list[MatrixEntry]) -> State | None:
@@ -525,14 +537,15 @@ async def judge_cells(
         if not e.config.endpoint.batch
     ]
     schedule = CellSchedule(planned, cells_in_flight)
-    places = {cell.index: schedule.place(cell) for cell in planned}
+    turns = {cell.index: schedule.ahead(cell) for cell in planned}
 
     batch_judging = [asyncio.Event() for e in entries if e.config.endpoint.batch]
     batch_started = iter(batch_judging)
 
     async def run_cell(index: int, budget: float | None) -> CellOutcome:
-        """One cell once it has a place among the cells in flight (a batch cell needs none, and the
-        synchronous cells give the batch cells a head start: Prefect sets subflows up one at a time)."""
+        """One cell once its turn to start comes, its calls once it has a place among the cells in flight
+        (a batch cell needs neither, and the synchronous cells give the batch cells a head start:
+        Prefect sets subflows up one at a time)."""
         planned_entry, queued = entries[index], time.monotonic()
         judging = next(batch_started) if planned_entry.config.endpoint.batch else None
         if judging is None and batch_judging:
@@ -540,18 +553,22 @@ async def judge_cells(
             await asyncio.wait(waits, timeout=BATCH_HEAD_START_SECONDS)
             for waiting in waits:
                 waiting.cancel()
-        async with places.get(index) or contextlib.nullcontext() as place:
-            began = time.monotonic()
+        async with turns.get(index) or contextlib.nullcontext() as place:
+            started = time.monotonic()
             entry = _within_night_budget(planned_entry, budget)
             try:
-                cell_run = night.for_cell(judging.set if judging else None, place.judged if place else None)
+                cell_run = night.for_cell(
+                    judging.set if judging else None,
+                    place.judged if place else None,
+                    place.acquire if place else None,  # started ahead: its first call waits for its place
+                )
                 with running(cell_run):
                     outcome, _ = await judge_cell(entry, retry_delay_seconds, place, entry.run_name(night_day))
             finally:
                 if judging:  # failed before judging: nobody waits for it any longer
                     judging.set()
-        outcome.endpoint = planned_entry.endpoint
-        outcome.wait_s, outcome.duration_s = round(began - queued, 3), round(time.monotonic() - began, 3)
+        outcome.endpoint = planned_entry.endpoint  # its wait for its turn to start, and from its start to its end
+        outcome.wait_s, outcome.duration_s = round(started - queued, 3), round(time.monotonic() - started, 3)
         log = logger.info if outcome.status == "completed" else logger.error
         log(
             "%s: %s, accuracy %s%s",

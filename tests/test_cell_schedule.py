@@ -183,3 +183,59 @@ def test_a_judged_cell_gives_its_place_to_the_next_while_it_writes_its_results()
         assert [c.index for c in schedule.started] == list(range(6))
 
     asyncio.run(main())
+
+
+def test_cells_start_ahead_of_their_place_and_a_ready_cell_is_not_held_back_by_one_still_starting() -> None:
+    """A cell is started ahead (its subflow run created, its data ready) while the places are busy, at
+    most `places` at once, and takes its place only when it is ready to call: a cell still starting
+    (a busy Prefect server takes seconds to create its run) holds no place, and another endpoint's ready
+    cell takes the free one. A cell that ends before calling frees its turn for the next."""
+
+    async def main() -> None:
+        cells = endpoint_by_endpoint(2, 3)
+        schedule = CellSchedule(cells, 2)
+        ready = {cell.index: asyncio.Event() for cell in cells}
+        judged = {cell.index: asyncio.Event() for cell in cells}
+        ahead_now, most_ahead = 0, 0
+
+        async def cell(planned: PlannedCell) -> None:
+            nonlocal ahead_now, most_ahead
+            async with schedule.ahead(planned) as place:
+                ahead_now += 1
+                most_ahead = max(most_ahead, ahead_now)
+                await ready[planned.index].wait()
+                if planned.index == 4:  # fails before its first call
+                    ahead_now -= 1
+                    return
+                await place.acquire()
+                ahead_now -= 1
+                await judged[planned.index].wait()
+                place.judged()
+
+        tasks = [asyncio.create_task(cell(c)) for c in cells]
+        await settle()
+        assert [c.index for c in schedule.started_ahead] == [0, 3]  # one per endpoint, none placed yet
+        assert schedule.started == []
+        ready[3].set()
+        await settle()
+        assert [c.index for c in schedule.started] == [3]  # cell 0 still starting does not hold it back
+        assert [c.index for c in schedule.started_ahead] == [0, 3, 1]  # the freed turn: endpoint 0's next
+        ready[1].set()
+        await settle()
+        assert [c.index for c in schedule.started] == [3, 1]
+        ready[0].set()
+        await settle()
+        assert [c.index for c in schedule.started] == [3, 1]  # both places taken: cell 0 waits, ready
+        judged[3].set()
+        await settle()
+        assert [c.index for c in schedule.started] == [3, 1, 0]
+        ready[4].set()  # endpoint 1's next ends before calling: its turn goes on to cell 5
+        for index in (0, 1, 2, 5):
+            ready[index].set()
+            judged[index].set()
+        await asyncio.gather(*tasks)
+        assert sorted(c.index for c in schedule.started) == [0, 1, 2, 3, 5]
+        assert sorted(c.index for c in schedule.started_ahead) == list(range(6))
+        assert most_ahead <= 2
+
+    asyncio.run(main())

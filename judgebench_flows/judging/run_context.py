@@ -70,6 +70,9 @@ class RunContext:
     # Told when the run's calls are done (before it aggregates and publishes): a night's cell gives its
     # place to the next cell while it writes its results.
     on_judged: Callable[[], None] | None = None
+    # Awaited just before the run's first call: a night's cell, started ahead, waits there for its place
+    # among the cells in flight (flows/cell_schedule.py).
+    on_calling: Callable[[], Awaitable[None]] | None = None
     # The Prefect global limits (concurrency, rpm) the run takes its slots from instead of its own
     # endpoint-and-model ones (`global_limits.limit_names`): a pool's cell holds its endpoint's, shared
     # by every cell on it on any worker. None: its own.
@@ -135,17 +138,25 @@ class RunContext:
                 del self.shared[key]
             shared.done.set()
 
+    async def calling(self) -> None:
+        """The run is about to send its first call: whoever gives it room to (`on_calling`) is waited for."""
+        if self.on_calling is not None:
+            await self.on_calling()
+
     def judged(self) -> None:
         """The run's calls are done: whoever waits for that (`on_judged`) hears it."""
         if self.on_judged is not None:
             self.on_judged()
 
     def for_cell(
-        self, on_judging: Callable[[], None] | None = None, on_judged: Callable[[], None] | None = None
+        self,
+        on_judging: Callable[[], None] | None = None,
+        on_judged: Callable[[], None] | None = None,
+        on_calling: Callable[[], Awaitable[None]] | None = None,
     ) -> RunContext:
         """A night's context as one of its cells runs in it: the night's calls, limits, budget, hooks,
-        judges and shared data, its own `on_judging` and `on_judged`."""
-        return dataclasses.replace(self, on_judging=on_judging, on_judged=on_judged)
+        judges and shared data, its own `on_judging`, `on_judged` and `on_calling`."""
+        return dataclasses.replace(self, on_judging=on_judging, on_judged=on_judged, on_calling=on_calling)
 
     async def close_runtimes(self, spec_key: str | None = None) -> CallStats:
         """Close this loop's endpoint clients (their connections belong to the loop that is about to end),

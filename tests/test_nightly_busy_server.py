@@ -20,8 +20,8 @@ from prefect import flow
 from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
 from judgebench_flows.core.config import RunConfig
-from judgebench_flows.deployments.matrix import MatrixEntry
 from judgebench_flows.flows.nightly import outcome_of, subflow_state
+from judgebench_flows.judging.matrix import MatrixEntry
 
 
 class Busy(http.server.BaseHTTPRequestHandler):

@@ -9,8 +9,8 @@ endpoint whose cell ends gets the next place while it has more work left than th
 idles while it has cells waiting and a place is free.
 
 A place is for calls only. A cell is started ahead (`CellSchedule.ahead`: its subflow run created, its
-database, data and lock ready), up to `places` cells at once, chosen by the same rule counting the cells
-already started ahead, and takes its place just before its first call (`Places.acquire`): a Prefect
+database, data and lock ready), up to `places` cells at once and half as many starting at a time (each
+start is writes on the Prefect server), chosen by the same rule counting the cells already started ahead, and takes its place just before its first call (`Places.acquire`): a Prefect
 server takes seconds to create a subflow run when busy, and those seconds are spent while other cells'
 calls keep the endpoints busy. A cell gives its place up once its calls are done (`Places.judged`): its
 results are written, its report rendered and its subflow ended while the next cell judges. Memory stays
@@ -66,6 +66,10 @@ class CellSchedule:
             self._left[cell.endpoint] += cell.work
         self._in_flight: Counter[str] = Counter()
         self._ahead: Counter[str] = Counter()  # started ahead, not yet placed
+        self._starting = 0  # started ahead, not yet ready to call
+        # Cells starting at once: each start is a few writes on the Prefect server (its subflow run), and a
+        # busy server on SQLite answers more writers at once with seconds of lock waits and 503s.
+        self._starting_at_once = max(2, places // 2)
         self._places = self._free = places
         self._finishing = 0  # cells past judging, still writing their results
         self._changed = asyncio.Event()
@@ -86,7 +90,7 @@ class CellSchedule:
     def _next_ahead(self) -> PlannedCell | None:
         """The cell to start next, ahead of its place: the same rule, the cells started ahead counted with
         those in flight; an endpoint gets at most one more than its concurrency allows in flight."""
-        if sum(self._ahead.values()) >= self._places:
+        if sum(self._ahead.values()) >= self._places or self._starting >= self._starting_at_once:
             return None
         ready = {
             c.endpoint: c
@@ -111,6 +115,7 @@ class CellSchedule:
             await self._changed.wait()
         self._pending.remove(cell)
         self._ahead[cell.endpoint] += 1
+        self._starting += 1
         self.started_ahead.append(cell)
         self._notify()
         held = Places(self, cell)
@@ -118,6 +123,10 @@ class CellSchedule:
             yield held
         finally:
             held.judged()
+            if held.starting:
+                held.starting = False
+                self._starting -= 1
+                self._notify()
             if held.ahead:  # ended before its first call: it judges nothing
                 held.ahead = False
                 self._ahead[cell.endpoint] -= 1
@@ -171,11 +180,16 @@ class Places:
     held: bool = False
     finishing: bool = False
     ahead: bool = True  # started ahead, never placed yet
+    starting: bool = True  # started ahead, not yet ready to call
 
     async def acquire(self) -> None:
         """Wait for the cell's place (at once if it holds it)."""
         if self.held:
             return
+        if self.starting:  # ready: another cell may start
+            self.starting = False
+            self.schedule._starting -= 1
+            self.schedule._notify()
         if self.finishing:  # it tries again: it judges again
             self.finishing = False
             self.schedule._finishing -= 1

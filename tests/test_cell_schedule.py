@@ -239,3 +239,34 @@ def test_cells_start_ahead_of_their_place_and_a_ready_cell_is_not_held_back_by_o
         assert most_ahead <= 2
 
     asyncio.run(main())
+
+
+def test_half_the_places_start_at_once() -> None:
+    """Each start is writes on the Prefect server (a subflow run): with 8 places, 4 cells start at a
+    time, one per endpoint; as they become ready to call, the next start."""
+
+    async def main() -> None:
+        cells = endpoint_by_endpoint(4, 6)
+        schedule = CellSchedule(cells, 8)
+        ready = {cell.index: asyncio.Event() for cell in cells}
+
+        async def cell(planned: PlannedCell) -> None:
+            async with schedule.ahead(planned) as place:
+                await ready[planned.index].wait()
+                await place.acquire()
+                place.judged()
+
+        tasks = [asyncio.create_task(cell(c)) for c in cells]
+        await settle()
+        first = [c.endpoint for c in schedule.started_ahead]
+        assert sorted(first) == [f"endpoint-{e}" for e in range(4)]
+        for c in list(schedule.started_ahead):
+            ready[c.index].set()
+        await settle()
+        assert len(schedule.started_ahead) == 8
+        for event in ready.values():
+            event.set()
+        await asyncio.gather(*tasks)
+        assert len(schedule.started) == 24
+
+    asyncio.run(main())

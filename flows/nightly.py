@@ -477,7 +477,7 @@ async def judge_cell(
     return outcome, state
 
 
-async def subflow_state(subflow: Flow, config: RunConfig, **parameters: Any) -> State:
+async def subflow_state(subflow: Any, config: RunConfig, **parameters: Any) -> State:
     """The cell's subflow run's final state. A Prefect server too busy to create the run (still
     answering 5xx past its client's retries, or not at all) fails the cell for a reason that may pass,
     tried again as any other, not the night with every other cell in it."""

@@ -624,13 +624,15 @@ async def judge_all(
         run.judged()
 
 
-async def wait_to_call(run: RunContext, clock: Stopwatch) -> None:
+async def wait_to_call(run: RunContext, clock: Stopwatch) -> float:
     """A night's cell, started ahead of its place among the cells in flight (its subflow run created,
-    its data and database ready), waits here for it; the wait is no phase of the run's timings."""
+    its data and database ready), waits here for it; the wait is no phase of the run's timings. Returns
+    the process's CPU time as the calls start."""
     await run.calling()
     waited = clock.lap()
     if waited >= 1.0:
         get_run_logger().info("waited %.1f s for a place among the night's cells in flight", waited)
+    return time.process_time()
 
 
 async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[str, Any]:
@@ -667,9 +669,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
-        load_s = clock.lap()
-        await wait_to_call(run, clock)
-        cpu_before = time.process_time()
+        load_s, cpu_before = clock.lap(), await wait_to_call(run, clock)
         sent, stopped = await judge_all(shards, spec, config, sink, run)
         judge_cpu = time.process_time() - cpu_before
         usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)

@@ -199,23 +199,14 @@ def write_outputs(
     engine = db.open_database(db_url)
     db.save_metrics(engine, metric_rows(run_id, results))
     if write_report:
-        from judgebench_flows.scoring.report import HistoryPoint, history_point
+        from judgebench_flows.scoring.report import history_point
         from judgebench_flows.scoring.report import write_report as render
 
+        # Earlier runs only: the report adds this run from `results`, its position bias included.
         history = [
             history_point(r)
             for r in reversed(db.list_runs(engine, limit=30, config_key=results.run.config_key))
             if r.overall_accuracy is not None and r.run_id != run_id
         ]
-        overall = results.overall_accuracy
-        history.append(
-            HistoryPoint(
-                run_id=run_id,
-                started=results.run.started,
-                accuracy=overall.accuracy,
-                ci_low=overall.ci_low,
-                ci_high=overall.ci_high,
-            )
-        )
         paths["report"] = str(render(storage.join(output_dir, "report.html"), results, report_judgments, history))
     return paths

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -313,3 +314,44 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert shot.exists()
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 50_000  # a blank 1280x2000 page compresses to a few KB
+
+
+def test_the_report_a_run_writes_charts_its_own_position_bias(tmp_path: Path) -> None:
+    """The report written at the end of a run draws this run's order consistency and first-position rate
+    beside the earlier runs' (it once drew only theirs until `judgebench report` rendered it again)."""
+    from judgebench_flows.data import db
+    from judgebench_flows.scoring.run_results import RunResults
+    from tasks.publish import write_outputs
+
+    db_url = f"sqlite:///{tmp_path}/history.db"
+    engine = db.open_database(db_url)
+    results = make_results(consistency={"consistency": 0.5, "first_position_rate": 0.75, "consistent_pairs": 10})
+    results["run"] |= {"config_key": "config-1"}
+    same = {"config_key": "config-1", "judge_type": "arena_hard", "model": "gpt-4o-mini"}
+    db.save_run(
+        engine,
+        run_id="run-2",
+        status="completed",
+        **same,
+        started=datetime(2025, 3, 2, 10, tzinfo=timezone.utc),
+        overall_accuracy=0.7,
+        order_consistency=1.0,
+        first_position_rate=0.5,
+    )
+    db.start_run(engine, "run-3", **same, started=datetime(2025, 3, 3, 10, tzinfo=timezone.utc))
+    paths = write_outputs(
+        "run-3",
+        RunResults.model_validate(results),
+        make_judgments(),
+        [],
+        result_path=str(tmp_path / "results.json"),
+        output_dir=str(tmp_path),
+        db_url=db_url,
+        judge_name="arena_hard",
+        data_file="dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl",
+        write_report=True,
+    )
+    bias = svg(Path(paths["report"]).read_text(), "bias-chart")
+    assert bias.count('class="point current"') == 2, bias  # this run: consistency and first-position rate
+    assert "order consistency 50.0%" in bias and "first-position rate 75.0%" in bias
+    assert bias.count('class="point"') == 2  # run-2's

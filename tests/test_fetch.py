@@ -149,7 +149,8 @@ def test_a_stale_cache_entry_is_replaced(remote: Remote, cache: Path) -> None:
 def test_unknown_ref(remote: Remote, cache: Path, ref: str) -> None:
     with pytest.raises(UserError) as err:
         fetch_repository(remote.url, ref, cache)
-    assert str(err.value) == f"ref '{ref}' not found in {remote.url}"
+    hint = f" (its HEAD is {remote.main[:12]}: --ref HEAD judges that)" if len(ref) == 40 else ""
+    assert str(err.value) == f"ref '{ref}' not found in {remote.url}{hint}"
 
 
 @pytest.mark.parametrize("ref", [None, "main", "0123456789abcdef0123456789abcdef01234567"])
@@ -165,6 +166,26 @@ def test_missing_repository(tmp_path: Path, cache: Path, ref: str | None) -> Non
 def test_missing_local_path(tmp_path: Path, cache: Path) -> None:
     with pytest.raises(UserError, match="no repository at local path"):
         fetch_repository(str(tmp_path / "nope"), None, cache)
+
+
+def test_a_copy_of_judgebench_without_git_says_how_to_use_it(tmp_path: Path, cache: Path) -> None:
+    """A ZIP download or a shared folder of JudgeBench's files is no repository: one line says the two ways
+    to judge it, instead of git's "repository does not exist" for a folder that is there."""
+    copy = tmp_path / "JudgeBench"
+    (copy / "data").mkdir(parents=True)
+    (copy / "data" / "a.jsonl").write_text('{"v": 1}\n')
+    with pytest.raises(UserError) as err:
+        fetch_repository(str(copy), "0123456789abcdef0123456789abcdef01234567", cache)
+    message = str(err.value)
+    assert message.startswith(f"--repo-url: '{copy}' is a folder but not a git repository: make it one")
+    assert "--ref HEAD" in message and f"--data-path {copy}/data/FILE.jsonl" in message and "\n" not in message
+    assert not (cache / "repos").exists() or not any((cache / "repos").iterdir())  # nothing cloned
+
+    git("init", "-q", cwd=copy)  # made one as the message says: its own commit, judged with --ref HEAD
+    commit = commit_file(copy, "utils/templates/t.jinja2", "x", "JudgeBench")
+    with pytest.raises(UserError, match=rf"not found in .*JudgeBench \(its HEAD is {commit[:12]}: --ref HEAD"):
+        fetch_repository(str(copy), "0123456789abcdef0123456789abcdef01234567", cache)
+    assert fetch_repository(str(copy), "HEAD", cache).commit == commit
 
 
 @pytest.mark.parametrize("ref", ["", "  ", "--upload-pack=touch /tmp/x", "-b"])

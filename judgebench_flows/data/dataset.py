@@ -67,7 +67,18 @@ def check_repo_url(url: str) -> str:
     path = Path(url).expanduser()
     if not path.exists():
         raise UserError(f"--repo-url: no repository at local path '{url}'")
+    if path.is_dir() and not _is_repository(path):
+        raise UserError(
+            f"--repo-url: '{url}' is a folder but not a git repository: make it one "
+            f"(cd {url} && git init -q && git add -A && git commit -qm JudgeBench) and pass --ref HEAD, "
+            f"or judge one of its files with --data-path {url}/data/FILE.jsonl --templates-dir {url}/utils/templates"
+        )
     return str(path.resolve())
+
+
+def _is_repository(path: Path) -> bool:
+    """A work tree's top or a bare repository: what `git clone PATH` takes (a folder inside a work tree is not)."""
+    return (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())
 
 
 def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -109,7 +120,7 @@ def _clone_into(url: str, ref: str | None, target: Path) -> None:
         _forget_credentials(url, target)
         result = _git("checkout", "-q", "--detach", ref, cwd=target)
         if result.returncode != 0:
-            raise UserError(f"ref '{ref}' not found in {shown}")
+            raise UserError(f"ref '{ref}' not found in {shown}{_local_hint(url)}")
         return
     args = ["clone", "-q", "--depth", "1"] + (["--branch", ref] if ref else []) + ["--", url, str(target)]
     result = _git(*args)
@@ -135,6 +146,13 @@ def _local_source(url: str) -> Path | None:
     if "://" not in url and not _SCP_LIKE.match(url) and Path(url).exists():
         return Path(url)
     return None
+
+
+def _local_hint(url: str) -> str:
+    """For a repository on this machine, what its HEAD is: a copy committed by hand lacks the pinned commit."""
+    source = _local_source(url)
+    head = _head(source) if source is not None and source.is_dir() else None
+    return f" (its HEAD is {head[:12]}: --ref HEAD judges that)" if head else ""
 
 
 def _resolve_local_ref(url: str, ref: str) -> str:

@@ -84,3 +84,26 @@ def test_each_stand_in_serves_until_sigterm_then_prints_its_counters(tmp_path) -
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_port_in_use_is_one_line_and_exit_2() -> None:
+    """A stand-in whose port is taken (8000 is many servers' default) says so in one line and exits: the
+    README's wait for its address ends there instead of waiting for a server that never listens."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "judgebench_flows.testing.fake_openai", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr == (
+        f"error: --port {port}: cannot listen on 127.0.0.1 (Address already in use); "
+        "stop what listens there, or pick another port (--port 0: a free one)\n"
+    )

@@ -1387,7 +1387,16 @@ def serve(server: FakeOpenAIServer, url: Callable[[Any], str] | None = None) -> 
     until Ctrl-C or SIGTERM, then print the counters (`snapshot()`) to stderr."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: done.set())
-    server.start()
+    try:
+        server.start()
+    except OSError as exc:  # the port is taken (another server, a stand-in left running): one line, not a traceback
+        print(
+            f"error: --port {server._port}: cannot listen on {server._host} ({exc.strerror or exc}); "
+            "stop what listens there, or pick another port (--port 0: a free one)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
     print(url(server) if url else server.base_url, flush=True)
     try:
         while not done.wait(0.5):

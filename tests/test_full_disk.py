@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from judgebench_flows.core.errors import PathNotWritable
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._runs import GPT4O_PATH, run_argv
 from tests.conftest import CANARY_KEY, requires_shared
@@ -147,3 +148,25 @@ def test_a_full_disk_is_found_before_the_first_call_with_exit_8(tmp_path, small_
     assert done.returncode == 8, done.stderr[-3000:]
     line = one_error_line(done.stderr)
     assert line.startswith(f"error: {option}: cannot write to") and str(small_disk) in line, line
+
+
+@requires_shared
+def test_a_path_that_cannot_be_made_is_not_called_a_full_disk(tmp_path) -> None:
+    """Exit 8's advice follows its reason: "free space" for a full disk only; a path the run may not create
+    (no such place, no permission) asks for a writable one."""
+    with FakeOpenAIServer(VERDICT) as endpoint:
+        command = run_argv(
+            endpoint.base_url, Path("/proc/judgebench-nowhere/out"), None, data_path=pairs_file(tmp_path),
+            db_url=f"sqlite:///{tmp_path / 'r.db'}",
+        )  # fmt: skip
+        done = rerun(command, tmp_path)
+        assert endpoint.requests == 0
+    assert done.returncode == 8, done.stderr[-3000:]
+    line = one_error_line(done.stderr)
+    assert line.startswith("error: --output-dir: cannot write to '/proc/judgebench-nowhere"), line
+    assert line.endswith("make it writable or pass another path and run the same command again"), line
+    assert "free space" not in line
+    assert PathNotWritable("--db-url", "/srv/r.db", "database or disk is full").remedy == "free space"
+    assert (
+        PathNotWritable.of("--cache-dir", "/x", OSError(errno.ENOSPC, "No space left on device")).remedy == "free space"
+    )

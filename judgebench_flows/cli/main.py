@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         from judgebench_flows.core.secrets import redact
 
         print(
-            f"error: {redact(str(exc))}; answers received are kept: free space and run the same command again",
+            f"error: {redact(str(exc))}; answers received are kept: {exc.remedy} and run the same command again",
             file=sys.stderr,
         )
         return EXIT_NOT_WRITABLE

@@ -56,6 +56,12 @@ class PathNotWritable(UserError):
     def __reduce__(self):  # Prefect and Dask pickle exceptions
         return (PathNotWritable, (self.option, self.path, self.reason))
 
+    @property
+    def remedy(self) -> str:
+        """What lets the same command go on: room on a full disk; else a path it may create and write."""
+        full = any(word in self.reason.lower() for word in ("no space", "full", "quota"))
+        return "free space" if full else "make it writable or pass another path"
+
     @classmethod
     def of(cls, option: str, path: object, exc: OSError) -> PathNotWritable:
         """From the `OSError` a write raised (its reason as the system says it: "No space left on device")."""

@@ -84,11 +84,12 @@ def regression_check(
     )
     if result.regressed:
         message = (
-            f"accuracy dropped by {-result.delta:.1%} against run {baseline_run_id[:8]} "
-            f"(95% CI of the change {result.ci_low:+.1%} to {result.ci_high:+.1%} over {result.n_pairs} pairs): regression"
+            f"accuracy dropped by {-result.delta * 100:.1f} points against run {baseline_run_id[:8]} "
+            f"(95% CI of the change {result.ci_low * 100:+.1f} to {result.ci_high * 100:+.1f} points"
+            f" over {result.n_pairs} pairs): regression"
         )
     else:
-        message = f"change {result.delta:+.1%} against run {baseline_run_id[:8]} is within sampling noise"
+        message = f"change {result.delta * 100:+.1f} points against run {baseline_run_id[:8]} is within sampling noise"
     return Regression.of(result, baseline_run_id=baseline_run_id, message=message)
 
 

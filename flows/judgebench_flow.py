@@ -38,7 +38,7 @@ from judgebench_flows.calls.global_limits import ensure_limits
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, RunFailed
-from judgebench_flows.core.pricing import BudgetReached, cost_usd, retirement_notice, split_cost
+from judgebench_flows.core.pricing import BudgetReached, NightSpend, cost_usd, format_usd, retirement_notice, split_cost
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db, storage
@@ -215,9 +215,12 @@ def priced_as(spec: JudgeSpec) -> str:
     return f"{spec.price.model}{' batch' if spec.price.batch else ''} read {spec.price.read_on or '?'}"
 
 
-def check_worst_case(config: RunConfig, spec: JudgeSpec, index: PairIndex, engine: Engine) -> None:
+def check_worst_case(
+    config: RunConfig, spec: JudgeSpec, index: PairIndex, engine: Engine, run: RunContext | None = None
+) -> None:
     """With --max-cost, the run's worst case (what the call cache does not answer) against it before
-    any call (refused: exit 2)."""
+    any call (refused: exit 2); a pool night's cell (`run.night_budget`) then reserves it in the night's
+    budget and runs with that reservation as its limit (data/night_budget.py)."""
     if config.max_cost is None or not config.needs_endpoint:
         return
     from judgebench_flows.judging.estimate import check_budget, worst_case
@@ -225,6 +228,13 @@ def check_worst_case(config: RunConfig, spec: JudgeSpec, index: PairIndex, engin
     estimate = worst_case(spec, index.path, index.offsets, engine)
     check_budget(estimate, config.max_cost, config.prices)
     get_run_logger().info("worst case %s within --max-cost %s", estimate.worst_usd, config.max_cost)
+    if run is not None and run.night_budget is not None:  # a pool night's cell: its worst case reserved there
+        if run.night_spend is not None:  # an earlier attempt of this cell run: what it spent counts first
+            run.night_budget.settle(run.night_spend.spent)
+            run.night_spend = None
+        granted = run.night_budget.reserve(estimate.worst_usd or 0.0)
+        run.night_spend = NightSpend(max_cost=max(granted, 1e-9))
+        get_run_logger().info("reserved %s of the night's budget", format_usd(granted))
 
 
 def usage_of_calls(sent: CallStats | None) -> CallCounts:
@@ -652,7 +662,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     index = await pairs_of(source, config, run)
     run.announce_total(len(index.offsets) * len(spec.orders))
     header = run_header(config, source, index)
-    await asyncio.to_thread(check_worst_case, config, spec, index, engine)
+    await asyncio.to_thread(check_worst_case, config, spec, index, engine, run)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(flow_run.id)
     trace.run_id, trace.config_key = run_id, config_key

@@ -57,6 +57,7 @@ from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd,
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
+from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, results_of_flow_run
 from judgebench_flows.flows.cell_schedule import CellSchedule, Places, PlannedCell, planned_judgments
 from judgebench_flows.flows.events import NightRefused, emit_night_event
@@ -308,6 +309,16 @@ async def night_budgets(entries: list[MatrixEntry], max_cost: float | None) -> l
         max_cost - reserved + (cost or 0.0) if fits else max_cost - reserved
         for cost, fits in zip(worst, admitted, strict=True)
     ]
+
+
+async def open_night_budget(entries: list[MatrixEntry], max_cost: float | None) -> NightBudget | None:
+    """A pool night's budget in the results database its cells share (data/night_budget.py), keyed by
+    the night's flow run (a night run again keeps what its cells spent); None without a `max_cost`."""
+    if max_cost is None or not entries:
+        return None
+    budget = NightBudget(entries[0].config.db_url, str(flow_run.id or f"night-{time.time_ns()}"))
+    await asyncio.to_thread(budget.open, max_cost)
+    return budget
 
 
 def night_start() -> datetime:
@@ -621,15 +632,29 @@ async def nightly_benchmarks(
     retiring = retirements(entries)
     for notice in retiring:
         logger.warning(notice)
-    budgets = await night_budgets(entries, matrix.max_cost)
     entries = with_deadline(entries, matrix.deadline(night_start()))
     endpoints: dict[str, EndpointUse] = {}
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
         deadline = matrix.deadline(night_start())
-        budgeted = [_within_night_budget(e, b) for e, b in zip(entries, budgets, strict=True)]
-        ended = await judge_cells_on_pool(budgeted, deadline)
+        budget = await open_night_budget(entries, matrix.max_cost)
+        budgeted = [_within_night_budget(e, matrix.max_cost) for e in entries]  # each reserves from the night's
+        ended = await judge_cells_on_pool(
+            budgeted,
+            deadline,
+            night_budget=budget.night if budget else None,
+            after_deadline_s=matrix.after_deadline_minutes * 60,
+        )
         outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
         endpoints = await pool_endpoint_usage([run.id for run, _ in ended])
+        if budget is not None:
+            totals = await asyncio.to_thread(budget.totals)
+            if totals is not None:
+                logger.info(
+                    "night budget %s: %s spent by its cells, %s still held",
+                    format_usd(totals.max_cost),
+                    format_usd(totals.spent),
+                    format_usd(totals.held),
+                )
         for outcome in outcomes:
             log = logger.info if outcome.status == "completed" else logger.error
             log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
@@ -637,6 +662,7 @@ async def nightly_benchmarks(
         # One run context for the night: its cells share each endpoint's limit, and with a night's
         # --max-cost every cell's calls count toward the night's budget as they run.
         night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
+        budgets = await night_budgets(entries, matrix.max_cost)
         with running(night):
             outcomes = await judge_cells(
                 entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night, night_date()
@@ -694,10 +720,16 @@ async def judgebench_adhoc(
         entry = pool_cell_entry(cell)
         # the endpoint's limit, shared with the night's other cells on any worker
         held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
-        cell_run = RunContext(held_limits=held)  # also what this cell's endpoint saw, for the night's figures
-        with running(cell_run):
-            outcome, state = await judge_cell(entry, retry_delay_seconds, run_name=flow_run.name or None)
-        await report_endpoint_usage(cell_run.calls.endpoint_usage())
+        # a pool night's budget: the cell reserves its worst case there before any call (data/night_budget.py)
+        budget = NightBudget(entry.config.db_url, cell.night_budget, cell.name) if cell.night_budget else None
+        cell_run = RunContext(held_limits=held, night_budget=budget)  # also what its endpoint saw, for the night
+        try:
+            with running(cell_run):
+                outcome, state = await judge_cell(entry, retry_delay_seconds, run_name=flow_run.name or None)
+        finally:
+            if budget is not None and cell_run.night_spend is not None:  # what it spent counts; the rest back
+                await asyncio.to_thread(budget.settle, cell_run.night_spend.spent)
+        await report_endpoint_usage(cell_run.calls.endpoint_usage(), cell_run.calls.endpoint_periods())
         return await adhoc_ending(entry, outcome, state)
     folder = output_dir or f"results/adhoc/{cell_name(judge_type, model, data_path or data_file)}/{RUN_ID_FIELD}"
     config = build_config(

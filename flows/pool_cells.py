@@ -9,7 +9,7 @@ first cell starts. Each cell run takes its run's slots of it (`global_limit`: fl
 endpoint never sees more calls at once than its `concurrency`, whichever worker runs which cell.
 
 A cell run's parameters carry the cell's whole configuration as the night resolved it (the matrix with
-the night's overrides, its budget, the deadline, the limit's names): public URLs and the names of keys,
+the night's overrides, the night whose budget it reserves from, the deadline, the limit's names): public URLs and the names of keys,
 never a key nor a path that must resolve on the worker. Keys, and the credentials of a database or
 repository URL, come from the worker's environment (`OPENAI_API_KEY` or the variable the matrix names,
 `JUDGEBENCH_DB_URL`, `JUDGEBENCH_REPO_URL`) or Prefect Secret blocks, as for any ad-hoc run. So workers on
@@ -32,7 +32,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_limits
-from judgebench_flows.calls.limits import EndpointUse
+from judgebench_flows.calls.limits import EndpointUse, union_seconds
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.outputs import published_results
@@ -44,10 +44,14 @@ if TYPE_CHECKING:
 
 ADHOC_DEPLOYMENT = "judgebench-adhoc/adhoc"  # the ad-hoc deployment of prefect.yaml and deployments/deploy.py
 POLL_SECONDS = 2.0  # how often the night asks the server how its cell runs are doing
-# How long the night waits for its cell runs: until its deadline plus the time the deadline's synchronous
-# judging may take, else this long after the cells start. A cell still running then is cancelled.
-AFTER_DEADLINE_SECONDS = 3600.0
+# How long the night waits for its running cell runs: until its deadline plus the time the deadline's
+# synchronous judging may take (`after_deadline_minutes`), else this long after the cells start. A cell
+# still running then is cancelled; one not started by the deadline is cancelled at the deadline.
+AFTER_DEADLINE_SECONDS = 3600.0  # the matrix's `after_deadline_minutes` default
 UNBOUNDED_NIGHT_SECONDS = 24 * 3600.0
+# How long a cell run asked to stop may take to stop (its worker kills its process) before the night marks
+# it Cancelled itself.
+CANCEL_WAIT_SECONDS = 120.0
 
 
 class PoolCell(BaseModel):
@@ -56,7 +60,8 @@ class PoolCell(BaseModel):
 
     name: str
     config: dict[str, Any]
-    max_cost: float | None = None  # the cell's share of the night's budget
+    max_cost: float | None = None  # the cell's own budget (its model's, or the night's whole budget)
+    night_budget: str | None = None  # the night whose budget (data/night_budget.py) the cell reserves from
     batch_deadline: str | None = None  # the night's deadline (ISO 8601), for a batch cell
     limit: str | None = None  # the endpoint's global concurrency limit; None: a judge that calls none
     rate_limit: str | None = None  # the endpoint's requests-per-minute limit
@@ -121,47 +126,73 @@ async def earlier_cell_runs(deployment: str) -> dict[str, FlowRun]:
 
 
 ENDPOINT_USAGE_KEY = "judgebench-cell-endpoints"  # a cell run's table artifact: what its endpoints saw
+BUSY_PERIODS_KEY = "judgebench-cell-busy"  # a cell run's table artifact: when each endpoint had calls in flight
 
 
-async def report_endpoint_usage(usage: dict[str, EndpointUse]) -> None:
-    """A cell run's endpoint figures (calls, busy time, most in flight), one row per endpoint, as a table
-    artifact of its flow run: the night reads them through the server, the one thing every worker shares."""
+async def report_endpoint_usage(usage: dict[str, EndpointUse], periods: dict[str, list[tuple[float, float]]]) -> None:
+    """A cell run's endpoint figures (calls, busy time, most in flight), one row per endpoint, and its
+    busy periods (wall-clock seconds), one row per period, as table artifacts of its flow run: the night
+    reads them through the server, the one thing every worker shares."""
     from prefect.artifacts import acreate_table_artifact
 
     rows = [{"endpoint": endpoint, **figures} for endpoint, figures in usage.items()]
     await acreate_table_artifact(rows, key=ENDPOINT_USAGE_KEY, description="what this cell's endpoints saw")
+    spans = [
+        {"endpoint": endpoint, "start": round(start, 3), "end": round(end, 3)}
+        for endpoint, each in periods.items()
+        for start, end in each
+    ]
+    await acreate_table_artifact(
+        spans, key=BUSY_PERIODS_KEY, description="when this cell's endpoints had calls in flight (Unix time, s)"
+    )
+
+
+async def _newest_artifacts(client: Any, key: str, run_ids: list[UUID]) -> list[list[dict[str, Any]]]:
+    """Each cell run's last table artifact under `key` (a cell run run again reports again: its last
+    report counts), as rows."""
+    import json
+
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    artifacts = await client.read_artifacts(
+        artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[key]), flow_run_id=ArtifactFilterFlowRunId(any_=run_ids)
+        )
+    )
+    newest: dict[UUID, Any] = {}
+    for artifact in sorted(artifacts, key=lambda a: a.created or datetime.min.replace(tzinfo=timezone.utc)):
+        if artifact.flow_run_id is not None:
+            newest[artifact.flow_run_id] = artifact
+    return [json.loads(a.data) if isinstance(a.data, str) else (a.data or []) for a in newest.values()]
 
 
 async def pool_endpoint_usage(run_ids: list[UUID]) -> dict[str, EndpointUse]:
-    """The night's per-endpoint figures from its cell runs' artifacts, combined as the night's own
-    process combines its cells' (calls and busy time summed, the most in flight the largest)."""
-    import json
-
+    """The night's per-endpoint figures from its cell runs' artifacts, as in-process: calls summed, the
+    most in flight the largest of any cell run, and busy time the union of the cell runs' busy periods on
+    the endpoint (seconds in which it had at least one call in flight: overlapping cells count once)."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
     if not run_ids:
         return {}
     async with get_client() as client:
-        artifacts = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=[ENDPOINT_USAGE_KEY]), flow_run_id=ArtifactFilterFlowRunId(any_=run_ids)
-            )
-        )
-    newest: dict[UUID, Any] = {}  # a cell run run again (rescheduled) reports again: its last report counts
-    for artifact in sorted(artifacts, key=lambda a: a.created or datetime.min.replace(tzinfo=timezone.utc)):
-        if artifact.flow_run_id is not None:
-            newest[artifact.flow_run_id] = artifact
+        reports = await _newest_artifacts(client, ENDPOINT_USAGE_KEY, run_ids)
+        spans = await _newest_artifacts(client, BUSY_PERIODS_KEY, run_ids)
+    periods: dict[str, list[tuple[float, float]]] = {}
+    for rows in spans:
+        for row in rows:
+            periods.setdefault(row["endpoint"], []).append((float(row["start"]), float(row["end"])))
     usage: dict[str, EndpointUse] = {}
-    for artifact in newest.values():
-        rows = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
-        for row in rows or []:
+    for rows in reports:
+        for row in rows:
             known = usage.setdefault(
                 row["endpoint"], {"calls": 0, "busy_s": 0.0, "max_in_flight": 0, "concurrency": row["concurrency"]}
             )
             known["calls"] += int(row["calls"])
-            known["busy_s"] = round(known["busy_s"] + float(row["busy_s"]), 3)
+            known["busy_s"] = round(known["busy_s"] + float(row["busy_s"]), 3)  # a cell run without periods
             known["max_in_flight"] = max(known["max_in_flight"], int(row["max_in_flight"]))
+    for endpoint, known in usage.items():
+        if periods.get(endpoint):
+            known["busy_s"] = round(union_seconds(periods[endpoint]), 3)
     return usage
 
 
@@ -173,10 +204,10 @@ def _night_key() -> str:
     return f"{night.id}:{night.run_count}" if night is not None else f"night:{time.time_ns()}"
 
 
-def night_bound(deadline: datetime | None) -> datetime:
-    """Until when the night waits for its cell runs."""
+def night_bound(deadline: datetime | None, after_deadline_s: float = AFTER_DEADLINE_SECONDS) -> datetime:
+    """Until when the night waits for its running cell runs: `after_deadline_s` past its deadline."""
     if deadline is not None:
-        return deadline + timedelta(seconds=AFTER_DEADLINE_SECONDS)
+        return deadline + timedelta(seconds=after_deadline_s)
     return datetime.now(timezone.utc) + timedelta(seconds=UNBOUNDED_NIGHT_SECONDS)
 
 
@@ -184,15 +215,77 @@ class ServerLost(Exception):
     """The Prefect server did not answer the night for longer than it waits for one (exit 5's cause)."""
 
 
-async def wait_for_runs(run_ids: list[UUID], bound: datetime, lost_after: float | None = None) -> dict[UUID, FlowRun]:
-    """Every cell run as it ended, asking every `POLL_SECONDS`; the runs still going at `bound` are
-    cancelled and returned as they are then. A server that stops answering (restarted, or its machine
-    rebooting) is waited for up to `lost_after` seconds (`--server-lost-timeout`'s default), then
-    `ServerLost`: the cell runs keep their own state on the server, and a night run again waits for them."""
+class CellRunWatch:
+    """What the night has done to its cell runs at its deadline and its bound (`wait_for_runs`)."""
+
+    def __init__(self, deadline: datetime | None, bound: datetime) -> None:
+        self.deadline, self.bound = deadline, bound
+        self.cancel_asked: dict[UUID, float] = {}  # run -> when the night asked it to stop (monotonic)
+        self.reasons: dict[UUID, str] = {}  # run -> why the night stopped it
+
+    def explained(self, run: FlowRun) -> FlowRun:
+        """A run the night stopped, with the night's reason as its state's message (its worker's own
+        message, "Flow run was cancelled successfully.", says nothing of why)."""
+        reason = self.reasons.get(run.id)
+        if reason is None or run.state is None or reason in (run.state.message or ""):
+            return run
+        return run.model_copy(update={"state": run.state.model_copy(update={"message": reason})})
+
+    async def act(self, client: Any, run: FlowRun) -> FlowRun | None:
+        """The run as it ended once the night ended it, else None (it goes on)."""
+        from prefect.states import Cancelled, Cancelling
+
+        now, state = datetime.now(timezone.utc), run.state
+        if state is None:
+            return None
+        deadline = self.deadline
+        late = deadline is not None and now >= deadline
+        if deadline is not None and late and run.id not in self.cancel_asked and not state.is_running():
+            # not started by the deadline: never started now. A scheduled run ends at once (a worker that
+            # picks it up finds it ended); one a worker is starting is stopped by that worker.
+            message = f"not started by the night's deadline {deadline.isoformat(timespec='seconds')}"
+            self.reasons[run.id] = message
+            if state.is_scheduled():
+                await client.set_flow_run_state(run.id, Cancelled(message=message), force=True)
+                return await client.read_flow_run(run.id)
+            await client.set_flow_run_state(run.id, Cancelling(message=message), force=True)
+            self.cancel_asked[run.id] = time.monotonic()
+            return None
+        if now >= self.bound and run.id not in self.cancel_asked:
+            if self.deadline is not None:
+                minutes = (self.bound - self.deadline).total_seconds() / 60
+                past = f"{minutes:g} min past the night's deadline {self.deadline.isoformat(timespec='seconds')}"
+            else:
+                past = f"{UNBOUNDED_NIGHT_SECONDS / 3600:g} h after the night submitted it"
+            message = f"cancelled: still running {past}"
+            await client.set_flow_run_state(run.id, Cancelling(message=message), force=True)
+            self.cancel_asked[run.id], self.reasons[run.id] = time.monotonic(), message
+            return None
+        if run.id in self.cancel_asked and time.monotonic() - self.cancel_asked[run.id] > CANCEL_WAIT_SECONDS:
+            # its worker did not stop it (gone, or the process hangs): the run ends here, never left running
+            message = f"{state.message or 'cancelled'}; its worker did not stop it within {CANCEL_WAIT_SECONDS:.0f} s"
+            await client.set_flow_run_state(run.id, Cancelled(message=message), force=True)
+            return await client.read_flow_run(run.id)
+        return None
+
+
+async def wait_for_runs(
+    run_ids: list[UUID],
+    deadline: datetime | None,
+    after_deadline_s: float = AFTER_DEADLINE_SECONDS,
+    lost_after: float | None = None,
+) -> dict[UUID, FlowRun]:
+    """Every cell run as it ended, asking every `POLL_SECONDS`. At the night's `deadline` the runs no
+    worker has started are cancelled (the night starts nothing more); the runs still going
+    `after_deadline_s` later are asked to stop (their workers kill them) and waited for until they have,
+    at most `CANCEL_WAIT_SECONDS`, then marked Cancelled: no cell run is left running. A server that stops
+    answering (restarted, or its machine rebooting) is waited for up to `lost_after` seconds
+    (`--server-lost-timeout`'s default), then `ServerLost`: the cell runs keep their own state on the
+    server, and a night run again waits for them."""
     from prefect.client.orchestration import get_client
-    from prefect.states import Cancelling
 
     lost_after = server_lost_seconds() if lost_after is None else lost_after
+    watch = CellRunWatch(deadline, night_bound(deadline, after_deadline_s))
     finished: dict[UUID, FlowRun] = {}
     silent_since: float | None = None
     while True:
@@ -200,16 +293,10 @@ async def wait_for_runs(run_ids: list[UUID], bound: datetime, lost_after: float 
             async with get_client() as client:  # a new client each round: one that lost its server stays lost
                 for run_id in [r for r in run_ids if r not in finished]:
                     run = await client.read_flow_run(run_id)
-                    if run.state is not None and run.state.is_final():
-                        finished[run_id] = run
+                    ended = run if run.state is not None and run.state.is_final() else await watch.act(client, run)
+                    if ended is not None:
+                        finished[run_id] = watch.explained(ended)
                 if len(finished) == len(run_ids):
-                    return finished
-                if datetime.now(timezone.utc) >= bound:
-                    for run_id in [r for r in run_ids if r not in finished]:
-                        await client.set_flow_run_state(
-                            run_id, Cancelling(message="the night's bound passed"), force=True
-                        )
-                        finished[run_id] = await client.read_flow_run(run_id)
                     return finished
             silent_since = None
         except (OSError, httpx.HTTPError) as exc:
@@ -264,10 +351,14 @@ async def judge_cells_on_pool(
     entries: list[MatrixEntry],
     deadline: datetime | None,
     deployment: str = ADHOC_DEPLOYMENT,
+    night_budget: str | None = None,
+    after_deadline_s: float = AFTER_DEADLINE_SECONDS,
 ) -> list[tuple[FlowRun, dict[str, Any] | None]]:
-    """Every cell (with its share of the night's budget) as its own run of the ad-hoc deployment, all
-    submitted at once (the pool's workers decide how many run side by side); once every run has ended,
-    each run as it ended with the results its judging subflow wrote (None: none), in matrix order."""
+    """Every cell as its own run of the ad-hoc deployment, all submitted at once (the pool's workers
+    decide how many run side by side); once every run has ended, each run as it ended with the results
+    its judging subflow wrote (None: none), in matrix order. `night_budget`: the night whose budget in
+    the results database the cells reserve their worst cases from (`night_budget.NightBudget`). At the
+    `deadline`, cell runs not started are cancelled; those still running `after_deadline_s` later too."""
     from prefect import get_run_logger
     from prefect.deployments import arun_deployment
 
@@ -287,6 +378,7 @@ async def judge_cells_on_pool(
             name=entry.name,
             config=entry.config.model_dump(mode="json"),
             max_cost=entry.config.max_cost,
+            night_budget=night_budget,
             batch_deadline=entry.config.endpoint.batch_deadline if entry.config.endpoint.batch else None,
             limit=limit,
             rate_limit=rate_limit,
@@ -304,8 +396,9 @@ async def judge_cells_on_pool(
         )
         run_ids.append(run.id)
     started = time.monotonic()
-    logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, night_bound(deadline))
-    finished = await wait_for_runs(run_ids, night_bound(deadline))
+    bound = night_bound(deadline, after_deadline_s)
+    logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, bound)
+    finished = await wait_for_runs(run_ids, deadline, after_deadline_s)
     ended = [finished[run_id] for run_id in run_ids]
     logger.info("cells on the pool took %.1f s", time.monotonic() - started)
     return [(run, await _results_of_run(entry, run.id)) for entry, run in zip(entries, ended, strict=True)]

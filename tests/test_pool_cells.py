@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,10 +51,22 @@ def test_endpoint_limit_names_are_per_endpoint_without_model_or_secret():
     assert "secret" not in "".join(names) and names[1] == f"{names[0]}-rpm"
 
 
-def _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models: list[str], known: set[str], night=None):
+def _pool_night(
+    prefect_server,
+    judgebench_repo,
+    gpt4o_pairs,
+    tmp_path,
+    models: list[str],
+    known: set[str],
+    night=None,
+    worker_limit: int = 3,
+    latency: float = 0.2,
+    extra: dict | None = None,
+):
     """A `cells: pool` night of `models` on one endpoint (concurrency 2) that knows `known`, run with one
-    real worker that runs up to 3 flow runs at once: (night's state, endpoint's counters, worker's log).
-    `night`: a flow of the matrix path run instead of the nightly flow."""
+    real worker that runs up to `worker_limit` flow runs at once: (night's state, endpoint's counters,
+    worker's log). `night`: a flow of the matrix path run instead of the nightly flow; `extra`: more
+    matrix keys."""
     from judgebench_flows.deployments.deploy import deploy_all
     from judgebench_flows.flows.nightly import nightly_benchmarks
 
@@ -61,7 +74,7 @@ def _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models: 
     url, sha = judgebench_repo
     worker_log = tmp_path / "worker.log"
     with FakeOpenAIServer(
-        oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), api_key=CANARY_KEY, models=known, latency=0.2
+        oracle_responder(gpt4o_pairs, VERDICTS["arena_hard"]), api_key=CANARY_KEY, models=known, latency=latency
     ) as server:
         matrix = {
             "judge_types": ["arena_hard"],
@@ -77,11 +90,13 @@ def _pool_night(prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, models: 
             "cells": "pool",
             "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 200},
         }
+        for key, value in (extra or {}).items():
+            matrix[key] = {**matrix[key], **value} if key == "options" else value
         path = tmp_path / "matrix.yaml"
         path.write_text(yaml.safe_dump(matrix))
         worker = subprocess.Popen(  # one worker that runs up to 3 flow runs at once
             [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc"]
-            + ["--limit", "3"],
+            + ["--limit", str(worker_limit)],
             cwd=tmp_path,
             env={
                 **os.environ,
@@ -163,6 +178,38 @@ def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
     assert all(f"| {t} | completed | 100.00%" in summary for t in titles), summary
     parameters = json.dumps([r.parameters for r in runs])
     assert CANARY_KEY not in parameters and CANARY_KEY not in log
+    _assert_readable_run_names(state.state_details.flow_run_id, len(MODELS))
+    # the endpoint's busy time: the union of its cell runs' busy periods (never above the night's wall time)
+    endpoint = outcomes[0]["endpoint"]
+    assert re.search(rf"\| {re.escape(endpoint)} \| 2 \| 36 \| [\d.]+ s \| (\d|[1-9]\d|100)% \| [12] \|", summary), (
+        summary
+    )
+
+
+def _assert_readable_run_names(night_id, cells: int) -> None:
+    """Every flow run of the night (the night, its cell runs, their judging subflows) has a name that
+    says what it runs (run_names.run_name), never Prefect's random one, within MAX_RUN_NAME characters."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterParentFlowRunId
+
+    from judgebench_flows.core.run_names import MAX_RUN_NAME
+
+    with get_client(sync_client=True) as client:
+        night = client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[night_id])))
+        cell_runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[night_id]))
+        )
+        judging = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[r.id for r in cell_runs])
+            )
+        )
+    assert len(night) == 1 and len(cell_runs) == cells and len(judging) >= cells, (night, cell_runs, judging)
+    assert re.fullmatch(r"nightly \d{4}-\d{2}-\d{2}", night[0].name), night[0].name
+    for run in [*cell_runs, *judging]:
+        assert len(run.name) <= MAX_RUN_NAME and re.fullmatch(
+            r"\d{4}-\d{2}-\d{2} arena_hard · judge-[a-z]+ · gpt-4o", run.name
+        ), run.name
 
 
 @pytest.mark.slow
@@ -214,3 +261,85 @@ def test_a_night_run_again_reuses_its_cell_runs(prefect_server, judgebench_repo,
     assert [run_id for run_id, _ in again] == first and len(set(first)) == 2
     assert [accuracy for _, accuracy in again] == [1.0, 1.0]
     assert snapshot["distinct_answered"] == snapshot["requests"] == 2 * 12  # each cell judged once
+
+
+@pytest.mark.slow
+def test_a_pool_nights_budget_counts_what_its_cells_spent(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
+    """A pool night's `max_cost` holds across its cell runs through the results database they share:
+    each cell reserves its worst case before its first call and gives back what it did not spend. With a
+    budget of 1.5 worst cases, an up-front split runs one cell of three; here the cells, one after the
+    other on the worker, run on what the earlier ones left, and the night spends no more than its budget."""
+    from judgebench_flows.data.night_budget import NightBudget
+    from judgebench_flows.judging.estimate import estimate_run
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    url, sha = judgebench_repo
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n" + "".join(f"  {m}: {{input_per_mtok: 1.0, output_per_mtok: 4.0}}\n" for m in MODELS))
+    options = {"prices": str(prices)}
+    probe = {"judge_types": ["arena_hard"], "models": MODELS[:1], "data_files": [GPT4O_FILE], "repo_url": url}
+    probe |= {"ref": sha, "base_url": "http://127.0.0.1:9/v1", "max_samples": 6, "options": options}
+    probe |= {"db_url": f"sqlite:///{tmp_path}/empty.db"}
+    worst = estimate_run(parse_matrix(probe).entries()[0].config).worst_usd
+    assert worst is not None and worst > 0
+    budget = round(1.5 * worst, 6)
+    state, snapshot, log = _pool_night(
+        prefect_server,
+        judgebench_repo,
+        gpt4o_pairs,
+        tmp_path,
+        MODELS,
+        set(MODELS),
+        worker_limit=1,  # one cell run at a time: each starts once the one before it has settled
+        extra={"max_cost": budget, "options": options},
+    )
+    assert state.is_completed(), f"{state!r}\n{log[-5000:]}"
+    outcomes = asyncio.run(state.aresult())
+    spent = [o["cost_usd"] for o in outcomes]
+    assert all(o["status"] == "completed" for o in outcomes) and all(0 < s < worst / 4 for s in spent), outcomes
+    assert snapshot["distinct_answered"] == 3 * 12  # three cells judged: the budget of 1.5 worst cases used
+    totals = NightBudget(f"sqlite:///{tmp_path}/history.db", str(state.state_details.flow_run_id)).totals()
+    assert totals is not None and totals.held == 0 and totals.max_cost == budget
+    assert totals.spent == pytest.approx(sum(spent), abs=1e-6) and totals.spent <= budget
+
+
+@pytest.mark.slow
+def test_a_pool_night_ends_its_cell_runs_at_its_deadline(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
+    """At the night's deadline (`after_deadline_minutes: 0`) the cell runs no worker started are
+    cancelled and the running one is stopped by its worker: the night ends Failed naming each cell's
+    reason, and no cell run is left running."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    state, snapshot, log = _pool_night(
+        prefect_server,
+        judgebench_repo,
+        gpt4o_pairs,
+        tmp_path,
+        MODELS,
+        set(MODELS),
+        worker_limit=1,
+        latency=20.0,  # a cell takes minutes: none can finish by the deadline
+        extra={"deadline_minutes": 1.0, "after_deadline_minutes": 0},
+    )
+    assert state.is_failed() and "3 of 3 configurations need a look" in state.message, f"{state!r}\n{log[-3000:]}"
+    assert state.message.count("deadline") >= 3, state.message
+    summary = _night_summary(state)
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])
+            )
+        )
+    assert len(runs) == 3 and all(r.state.type == StateType.CANCELLED for r in runs), [(r.name, r.state) for r in runs]
+    unstarted = [r for r in runs if "not started by the night's deadline" in (r.state.message or "")]
+    assert unstarted, [(r.name, r.state.message) for r in runs]  # the worker ran one at a time: 2 or 3 waited
+    assert snapshot["answered"] < 12  # nothing finished: no cell got through its 12 calls
+    assert summary.count("**FAILED**") == 3, summary

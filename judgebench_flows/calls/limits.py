@@ -164,9 +164,16 @@ class CallLimits:
         return response
 
 
+# Busy periods a limit keeps (wall-clock [start, end] seconds, for a pool night's union across cell runs);
+# past this many, the two closest are joined (the gap between them then counts as busy: never less).
+MAX_BUSY_PERIODS = 2000
+
+
 class EndpointUsage:
     """What one limit's endpoint did in this process: attempts sent, the most in flight at once, and
-    its busy time (seconds with at least one attempt in flight), for the night's summary."""
+    its busy time (seconds with at least one attempt in flight), for the night's summary; with its busy
+    periods in wall-clock time, so a pool night can take the union of its cell runs' periods on one
+    endpoint (flows/pool_cells.py) instead of summing overlaps twice."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -174,11 +181,13 @@ class EndpointUsage:
         self.max_in_flight = 0
         self.busy_s = 0.0
         self._busy_since = 0.0
+        self._busy_since_wall = 0.0
+        self.periods: list[tuple[float, float]] = []
 
     async def timed(self, send: Callable[..., Awaitable[T]], *args: Any) -> T:
         self.calls += 1
         if not self.in_flight:
-            self._busy_since = time.monotonic()
+            self._busy_since, self._busy_since_wall = time.monotonic(), time.time()
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -187,10 +196,33 @@ class EndpointUsage:
             self.in_flight -= 1
             if not self.in_flight:
                 self.busy_s += time.monotonic() - self._busy_since
+                self._close_period(time.time())
+
+    def _close_period(self, end: float) -> None:
+        self.periods.append((self._busy_since_wall, max(end, self._busy_since_wall)))
+        if len(self.periods) > MAX_BUSY_PERIODS:
+            gaps = [b[0] - a[1] for a, b in zip(self.periods, self.periods[1:], strict=False)]
+            i = gaps.index(min(gaps))
+            self.periods[i : i + 2] = [(self.periods[i][0], self.periods[i + 1][1])]
 
     def seen(self) -> UsageSeen:
         busy = self.busy_s + (time.monotonic() - self._busy_since if self.in_flight else 0.0)
         return {"calls": self.calls, "busy_s": round(busy, 3), "max_in_flight": self.max_in_flight}
+
+    def busy_periods(self) -> list[tuple[float, float]]:
+        """The wall-clock periods with at least one attempt in flight, the current one up to now."""
+        return [*self.periods, (self._busy_since_wall, time.time())] if self.in_flight else list(self.periods)
+
+
+def union_seconds(periods: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of `periods` (overlaps counted once): an endpoint's busy time
+    over runs that overlapped."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(periods):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
 
 
 def endpoint_label(provider: str, base_url: str) -> str:

@@ -96,6 +96,15 @@ class CallState:
             known["max_in_flight"] = max(known["max_in_flight"], seen["max_in_flight"])
         return usage
 
+    def endpoint_periods(self) -> dict[str, list[tuple[float, float]]]:
+        """Each endpoint's busy periods in wall-clock time (`EndpointUsage.busy_periods`), over its limits."""
+        periods: dict[str, list[tuple[float, float]]] = {}
+        with self._lock:
+            limits = [(key, each) for per_loop in self.limits.values() for key, each in per_loop.items()]
+        for key, each in limits:
+            periods.setdefault(key[0], []).extend(each.usage.busy_periods())
+        return periods
+
     def entra_token(self) -> EntraToken:
         """The run's Microsoft Entra ID token for Azure OpenAI, shared by every call, shard and event loop."""
         from judgebench_flows.calls.azure_api import EntraToken

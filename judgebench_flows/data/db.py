@@ -196,6 +196,20 @@ class RunLockRow(SQLModel, table=True):
     expires: datetime
 
 
+class NightSpendRow(SQLModel, table=True):
+    """A pool night's budget across its cell runs on any worker (`data/night_budget`): the night's row
+    (`cell` empty: `held` is the night's max_cost) and one row per cell, with what the cell's running
+    attempt holds (its worst case, reserved before its first call) and what its finished attempts spent."""
+
+    __tablename__ = "night_spend"
+
+    night: str = Field(primary_key=True, max_length=64)
+    cell: str = Field(primary_key=True, max_length=255)
+    held: float = 0.0
+    spent: float = 0.0
+    updated: datetime = Field(default_factory=utcnow)
+
+
 class SchemaMeta(SQLModel, table=True):
     __tablename__ = "judgebench_schema"
 

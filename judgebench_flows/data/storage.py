@@ -15,6 +15,7 @@ newest run folder's name (`point_latest`, `resolve_latest`).
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import tempfile
@@ -120,6 +121,10 @@ def filesystem(url: str) -> tuple[Any, str]:
         register_secret(os.environ.get(variable))
     scheme = scheme_of(url)
     protocol = SCHEMES[scheme][0]
+    if protocol == "gcs" and logging.getLogger("gcsfs").level == logging.NOTSET:
+        # gcsfs logs each request it gives up on with its traceback, and each bucket whose type it cannot
+        # read, before raising: what we raise says it in one line naming the URL (a user's level stays)
+        logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
     fs = fsspec.filesystem(protocol, **_options(scheme))
     return fs, fs._strip_protocol(url)
 
@@ -281,9 +286,20 @@ def _reason(exc: BaseException) -> str:
         return "no such bucket or container"
     if "NoCredentials" in kind or "Unable to locate credentials" in text or "DefaultCredentialsError" in kind:
         return "no credentials found in the cloud's chain (environment, profile, role)"
-    if isinstance(exc, PermissionError) or any(
-        word in text for word in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden", "403")
-    ):
+    refused = (
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "Forbidden",
+        "403",
+        "AuthorizationFailure",  # Azure: a wrong account key or SAS
+        "AuthenticationFailed",
+        "failed to authenticate",
+        "invalid_grant",  # Google: the token endpoint refused the service account's key
+        "RefreshError",
+    )
+    status = getattr(exc, "code", None) or getattr(exc, "status_code", None)  # gcsfs's HttpError, Azure's
+    if isinstance(exc, PermissionError) or status in (401, 403) or any(word in text for word in refused):
         return "credentials refused (access denied or unknown key)"
     if "Could not connect" in text or "Connect timeout" in text or "EndpointConnectionError" in kind:
         return "the store does not answer"

@@ -181,6 +181,9 @@ class NightlyMatrix(BaseModel):
     # batches have not answered is cancelled and judged synchronously (calls.batch).
     finish_by: str | None = None
     deadline_minutes: float | None = Field(default=None, gt=0)
+    # A pool night (`cells: pool`) at its deadline cancels the cell runs no worker has started; those still
+    # running this many minutes after it are cancelled too (their workers stop them).
+    after_deadline_minutes: float = Field(default=60.0, ge=0, le=24 * 60)
     # Where cells run: `process`, side by side in the night's own process; `pool`, each as its own run
     # of the ad-hoc deployment, spread over the work pool's workers, every endpoint's limit held across
     # them by a Prefect global concurrency limit (flows/pool_cells.py).

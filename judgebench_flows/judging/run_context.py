@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from judgebench_flows.calls.caller import CallStats, ChatCaller
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.pricing import NightSpend
+from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.judges.procedure import Judge
 
 ProgressHook = Callable[[int, int, int], None]
@@ -64,6 +65,9 @@ class RunContext:
     link_hooks: list[LinkHook] = dataclasses.field(default_factory=list)
     # A night's budget (--max-cost of the matrix), which every cell's spend counts toward; None: no such.
     night_spend: NightSpend | None = None
+    # A pool night's budget in the results database (a cell run's): the run reserves its worst case there
+    # before its first call and counts its spend against that reservation (`night_spend`).
+    night_budget: NightBudget | None = None
     # Told when the run starts judging, its data read (`announce_total`): the nightly flow starts its
     # synchronous cells once its batch cells are that far, so their batches go out first.
     on_judging: Callable[[], None] | None = None

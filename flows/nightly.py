@@ -72,7 +72,7 @@ from judgebench_flows.flows.pool_cells import (
 )
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line, is_transient
 from judgebench_flows.flows.run_pages import adhoc_run_name, night_date, nightly_run_name, say_link
-from judgebench_flows.judging.matrix import MatrixEntry, cell_name, load_matrix
+from judgebench_flows.judging.matrix import MatrixEntry, NightlyMatrix, cell_name, load_matrix
 from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.scoring.formatting import percent as _pct
 
@@ -598,6 +598,33 @@ async def judge_cells(
     return outcomes
 
 
+async def judge_night_on_pool(
+    entries: list[MatrixEntry], matrix: NightlyMatrix
+) -> tuple[list[CellOutcome], dict[str, EndpointUse]]:
+    """The night's cells as runs of the ad-hoc deployment (flows/pool_cells.py): their outcomes in matrix
+    order, and what each endpoint saw, from the cell runs' artifacts. The budget: in the results database,
+    reserved and spent by the cells as they run (data/night_budget.py)."""
+    logger = get_run_logger()
+    budget = await open_night_budget(entries, matrix.max_cost)
+    budgeted = [_within_night_budget(e, matrix.max_cost) for e in entries]  # each reserves from the night's
+    ended = await judge_cells_on_pool(
+        budgeted,
+        matrix.deadline(night_start()),
+        night_budget=budget.night if budget else None,
+        after_deadline_s=matrix.after_deadline_minutes * 60,
+    )
+    outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
+    endpoints = await pool_endpoint_usage([run.id for run, _ in ended])
+    totals = await asyncio.to_thread(budget.totals) if budget is not None else None
+    if totals is not None:
+        spent, held = format_usd(totals.spent), format_usd(totals.held)
+        logger.info("night budget %s: %s spent by its cells, %s still held", format_usd(totals.max_cost), spent, held)
+    for outcome in outcomes:
+        log = logger.info if outcome.status == "completed" else logger.error
+        log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
+    return outcomes, endpoints
+
+
 @flow(name="nightly-benchmarks", log_prints=False, flow_run_name=nightly_run_name)
 async def nightly_benchmarks(
     matrix_path: str = "deployments/nightly.yaml",
@@ -635,29 +662,7 @@ async def nightly_benchmarks(
     entries = with_deadline(entries, matrix.deadline(night_start()))
     endpoints: dict[str, EndpointUse] = {}
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
-        deadline = matrix.deadline(night_start())
-        budget = await open_night_budget(entries, matrix.max_cost)
-        budgeted = [_within_night_budget(e, matrix.max_cost) for e in entries]  # each reserves from the night's
-        ended = await judge_cells_on_pool(
-            budgeted,
-            deadline,
-            night_budget=budget.night if budget else None,
-            after_deadline_s=matrix.after_deadline_minutes * 60,
-        )
-        outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
-        endpoints = await pool_endpoint_usage([run.id for run, _ in ended])
-        if budget is not None:
-            totals = await asyncio.to_thread(budget.totals)
-            if totals is not None:
-                logger.info(
-                    "night budget %s: %s spent by its cells, %s still held",
-                    format_usd(totals.max_cost),
-                    format_usd(totals.spent),
-                    format_usd(totals.held),
-                )
-        for outcome in outcomes:
-            log = logger.info if outcome.status == "completed" else logger.error
-            log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
+        outcomes, endpoints = await judge_night_on_pool(entries, matrix)
     else:
         # One run context for the night: its cells share each endpoint's limit, and with a night's
         # --max-cost every cell's calls count toward the night's budget as they run.

@@ -46,8 +46,11 @@ def imported_top_names() -> dict[str, set[str]]:
 
 
 def distribution_of(top: str) -> str:
-    installed = importlib.metadata.packages_distributions().get(top)
-    return normalized(installed[0] if installed else KNOWN_DISTRIBUTIONS.get(top, top))
+    """The distribution of an import name; for a namespace several install into (`google`, `azure`: the
+    storage extras' SDKs beside google-auth and azure-identity), the one pyproject.toml declares."""
+    installed = [normalized(name) for name in importlib.metadata.packages_distributions().get(top) or []]
+    ours = [name for name in installed if name in declared()]
+    return (ours or installed or [normalized(KNOWN_DISTRIBUTIONS.get(top, top))])[0]
 
 
 def declared() -> set[str]:

@@ -12,7 +12,13 @@ it as in a clone. The world the blocks expect is made real and local:
 
 A block that cannot run here (it installs packages, needs GitHub or a paid API, starts long-lived
 services) says so in the Markdown with `<!-- readme-test: skip (reason) -->` on the line before it; a
-block over a few seconds says `<!-- readme-test: slow -->`.
+block over a few seconds says `<!-- readme-test: slow -->`. A block marked `<!-- readme-test: continued -->`
+runs in the shell of the block before it (its variables and background processes still there), as a
+reader typing the document's commands would run it.
+
+A block that starts Prefect's server by hand (`prefect server start`) gets a PREFECT_HOME of its own and
+no PREFECT_API_URL, as on a fresh machine; its port 4300 becomes a free port, and the server is stopped
+afterwards (`prefect server stop`) even when the block failed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PREFECT_CLI = re.compile(r"^prefect ", re.MULTILINE)
 FENCE = re.compile(r"^```(bash|sh|shell|console)\s*$")
-MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|slow)\s*(?:\((.*)\))?\s*-->")
+MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|slow|continued)\s*(?:\((.*)\))?\s*-->")
+DOCUMENTED_PORTS = ("8000", "8001", "4300")  # the bundled servers' and a hand-started Prefect server's
 PROJECT_FOLDERS = ("judges", "deployments", "templates", "flows", "tasks", "benchmarks", "prefect.yaml")
 
 
@@ -44,7 +52,7 @@ class Block:
     document: Path
     line: int
     code: str
-    marker: str | None  # "skip" or "slow"
+    marker: str | None  # "skip", "slow" or "continued"
     reason: str | None
 
     @property
@@ -71,7 +79,18 @@ def shell_blocks(document: Path) -> list[Block]:
             )
             index = end
         index += 1
-    return blocks
+    return _joined(blocks)
+
+
+def _joined(blocks: list[Block]) -> list[Block]:
+    """Each `continued` block appended to the one before it: one shell runs them in order."""
+    joined: list[Block] = []
+    for block in blocks:
+        if block.marker == "continued" and joined:
+            first = joined.pop()
+            block = Block(first.document, first.line, first.code + block.code, first.marker, first.reason)
+        joined.append(block)
+    return joined
 
 
 def every_block() -> list:
@@ -89,6 +108,25 @@ def test_every_skip_says_why_and_every_block_is_found() -> None:
     blocks = [block for document in DOCUMENTS for block in shell_blocks(document)]
     assert len([b for b in blocks if b.document.name == "README.md" and b.marker != "skip"]) >= 6
     assert all(block.reason for block in blocks if block.marker == "skip")
+
+
+HAND_STARTED_SERVER = "prefect server start --background"
+
+
+def watched_nights(output: str) -> None:
+    """docs/prefect-server.md's two watched nights: what the docs say `--watch` prints, and its exit code."""
+    said = " ".join(output.split())  # Prefect wraps its lines at the terminal's width
+    passed, failed = said.split("the night failed: exit", 1)[0].rsplit("Created flow run", 1)
+    assert "Flow run finished successfully in 'Completed'." in passed, output
+    assert "arena_hard · gpt-4o-mini · gpt-4o: completed, accuracy" in passed, output  # the night's log lines
+    reason = r"Finished in state Failed\(\"Flow run encountered an exception: BenchmarkFailed: 4 of 4 configurations"
+    assert re.search(reason + r" need a look: .*vanilla · gpt-4o-mini · claude \(failed: run failed: ", failed), output
+    assert "Flow run finished in state 'Failed'." in failed, output
+    assert "the night failed: exit 1" in said, output
+    assert '"api_url":"http://127.0.0.1:' in said.replace(" ", ""), output  # the UI talks to its own API
+
+
+OUTPUT_CHECKS = {HAND_STARTED_SERVER: watched_nights}  # a block's own expectations beyond exit 0
 
 
 def free_port() -> int:
@@ -135,11 +173,9 @@ def workdirs(tmp_path_factory) -> dict[str, Path]:
 def as_here(code: str, home: Path, commit: str) -> str:
     """The block with this machine's copy of JudgeBench and free ports in place of GitHub's and 8000."""
     code = code.replace(DEFAULT_REF, commit).replace(DEFAULT_REPO_URL, f"file://{home / 'src' / 'JudgeBench'}")
-    for port in ("8000", "8001"):
-        code = code.replace(f"127.0.0.1:{port}", f"127.0.0.1:{{port{port}}}").replace(
-            f"--port {port}", f"--port {{port{port}}}"
-        )
-    ports = {f"port{port}": str(free_port()) for port in ("8000", "8001")}
+    for port in DOCUMENTED_PORTS:
+        code = re.sub(rf"(127\.0\.0\.1:|--port |_PORT=){port}\b", rf"\g<1>{{port{port}}}", code)
+    ports = {f"port{port}": str(free_port()) for port in DOCUMENTED_PORTS}
     for key, value in ports.items():
         code = code.replace("{" + key + "}", value)
     return code
@@ -147,7 +183,7 @@ def as_here(code: str, home: Path, commit: str) -> str:
 
 @requires_shared
 @pytest.mark.parametrize("block", every_block())
-def test_documented_block_runs(block: Block, judgebench_home, workdirs, request) -> None:
+def test_documented_block_runs(block: Block, judgebench_home, workdirs, request, tmp_path_factory) -> None:
     home, commit = judgebench_home
     env = {
         **os.environ,
@@ -156,7 +192,11 @@ def test_documented_block_runs(block: Block, judgebench_home, workdirs, request)
         "JUDGEBENCH_CACHE_DIR": str(home / "cache"),
         "COLUMNS": "80",
     }
-    if any(command in block.code for command in ("judgebench run", "--flow", "prefect deploy")):
+    starts_server = HAND_STARTED_SERVER in block.code
+    if starts_server:  # a fresh machine's Prefect: its own home, no server configured
+        env = {key: value for key, value in env.items() if key not in ("PREFECT_API_URL", "PREFECT_SERVER_API_PORT")}
+        env["PREFECT_HOME"] = str(tmp_path_factory.mktemp("hand-started-prefect-home"))
+    elif any(command in block.code for command in ("judgebench run", "--flow", "prefect deploy")):
         request.getfixturevalue("prefect_server")  # exports PREFECT_API_URL for the subprocess
         env = {**env, "PREFECT_API_URL": os.environ["PREFECT_API_URL"], "PREFECT_HOME": os.environ["PREFECT_HOME"]}
     # Its own process group: whatever the block leaves running (a server or worker started with `&` whose
@@ -171,8 +211,12 @@ def test_documented_block_runs(block: Block, judgebench_home, workdirs, request)
         start_new_session=True,
     )
     try:
-        stdout, stderr = process.communicate(timeout=600)
+        stdout, stderr = process.communicate(timeout=1200 if starts_server else 600)
     finally:
+        if starts_server:
+            subprocess.run(
+                [sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, timeout=120
+            )
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -181,6 +225,9 @@ def test_documented_block_runs(block: Block, judgebench_home, workdirs, request)
         f"{block.id} exited {result.returncode}\n{block.code}\n{result.stdout}\n{result.stderr}"
     )
     assert "Traceback" not in result.stderr, result.stderr
+    for command, check in OUTPUT_CHECKS.items():
+        if command in block.code:
+            check(result.stdout + result.stderr)
     if block.document.name != "README.md":
         return  # docs/ may show wider output (rescore's table); the README's commands fit 80 columns
     if PREFECT_CLI.search(block.code):

@@ -27,13 +27,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from judgebench_flows.cli.server_watch import alive, answers, seconds_from_env
-from judgebench_flows.core.text import wrapped
+from judgebench_flows.core.text import for_terminal, wrapped
 
 START_TIMEOUT_ENV = "JUDGEBENCH_SERVER_START_TIMEOUT"
 # A first boot with a fresh PREFECT_HOME (creating and migrating Prefect's database) on a loaded small
@@ -79,7 +80,7 @@ def use_prefect_server() -> PrefectServer:
             _check_ui(api_url, home)  # this home's server, running: the common case
         elif alive(_background_pid(home)):
             _wait_until_answering(api_url, home)  # booting (started by hand, or by a run killed while waiting)
-            if not serves_home(api_url, home):
+            if not _says_it_serves_home(api_url, home):
                 raise PrefectServerError(
                     f"port {port} answers for a Prefect server that is not this PREFECT_HOME's ({home}) while "
                     "this home's own server is starting: set PREFECT_API_URL to the server to use, or "
@@ -98,13 +99,30 @@ def use_prefect_server() -> PrefectServer:
 def serves_home(api_url: str, home: Path) -> bool:
     """Whether the Prefect server behind `api_url` is the one of `home`: it reports its settings through
     Prefect's public `GET /admin/settings`. Anything else (another home, another program) is not ours."""
+    return _home_answer(api_url, home) is True
+
+
+def _home_answer(api_url: str, home: Path) -> bool | None:
+    """True or False as the server behind `api_url` says its home; None when it gave no answer in time
+    (a server still booting on a busy machine answers /health before its settings)."""
     request = urllib.request.Request(f"{api_url.rstrip('/')}/admin/settings", headers=_auth_headers())
     try:
         with urllib.request.urlopen(request, timeout=5.0) as answer:
             theirs = json.loads(answer.read()).get("home")
+    except urllib.error.HTTPError as exc:
+        return None if exc.code >= 500 else False  # a 404 or 401: an answer, and not this home's settings
     except (OSError, ValueError, AttributeError):
-        return False
+        return None
     return isinstance(theirs, str) and _same_path(Path(theirs).expanduser(), home)
+
+
+def _says_it_serves_home(api_url: str, home: Path) -> bool:
+    """`serves_home` of a server this home is booting, asked again while it gives no answer in time (a
+    5 s timeout under load is not a stranger's server), up to the start timeout."""
+    ceiling = time.monotonic() + seconds_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT)
+    while (said := _home_answer(api_url, home)) is None and time.monotonic() < ceiling:
+        time.sleep(1.0)
+    return said is True
 
 
 def _auth_headers() -> dict[str, str]:
@@ -194,13 +212,18 @@ def server_env(host: str, port: int) -> dict[str, str]:
     URL (PREFECT_SERVER_UI_API_URL) naming this server unless the user set one, and Prefect's telemetry
     off unless the user set PREFECT_SERVER_ANALYTICS_ENABLED: on a machine that cannot resolve Prefect's
     telemetry host, Prefect 3.9.1's background server exits about 20 s after starting (seen on a machine
-    without DNS; runs then ended with exit 5)."""
+    without DNS; runs then ended with exit 5). Its log stream on (LOG_STREAM), unless the user set it:
+    without it, `prefect deployment run ... --watch` prints a run's events but none of its log lines."""
     env = {"PREFECT_SERVER_API_HOST": host, "PREFECT_SERVER_API_PORT": str(port)}
     if not any(os.environ.get(name) for name in UI_API_URL_VARIABLES):
         env["PREFECT_SERVER_UI_API_URL"] = _api_url(host, port)
-    if "PREFECT_SERVER_ANALYTICS_ENABLED" not in os.environ:
-        env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    defaults = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **dict.fromkeys(LOG_STREAM, "true")}
+    env.update({name: value for name, value in defaults.items() if name not in os.environ})
     return env
+
+
+# Prefect's server streams flow runs' logs to `--watch` (and other subscribers) only with both on.
+LOG_STREAM = ("PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED")
 
 
 # Prefect 3's setting for the API its UI talks to, and its older name (both read by Prefect's settings).
@@ -332,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(use_prefect_server().api_url)
     except PrefectServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(for_terminal(f"error: {exc}"), file=sys.stderr)
         return 5
     return 0
 

@@ -9,6 +9,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.text import for_terminal
 from judgebench_flows.judging.matrix import NightlyMatrix, load_matrix
 
 
@@ -47,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--start: give its UTC offset (+01:00, Z)")
         print("\n".join(describe(load_matrix(args.matrix), now)))
     except ValueError as exc:
-        print(f"error: --start: {exc}", file=sys.stderr)
+        print(for_terminal(f"error: --start: {exc}"), file=sys.stderr)
         return 2
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(for_terminal(f"error: {exc}"), file=sys.stderr)
         return 2
     return 0
 

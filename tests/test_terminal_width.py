@@ -4,6 +4,7 @@ database written by the project's own db module, the real CLI in a subprocess.""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -15,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import requires_shared
+from tests.test_leaderboard import published  # noqa: F401 - the published outputs fixture
+
+ROOT = Path(__file__).resolve().parents[1]
 LONG_DATA_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
 SOURCES = ["mmlu-pro-law", "livebench-reasoning", "livebench-math", "livecodebench"]
 
@@ -119,6 +124,9 @@ def test_compare_fits_80_columns_with_whole_run_ids(tmp_path: Path, two_runs) ->
     assert_fits(result.stdout)
     assert first in result.stdout and second in result.stdout
     assert "pairs changed verdict" in result.stdout
+    header = next(line.split() for line in result.stdout.splitlines() if line.split()[:1] == ["slice"])
+    assert "verdict" in header and "n" in header, result.stdout  # headers whole, not "verdic" / "t"
+    assert " verdict " in result.stdout.splitlines()[3] + " ", result.stdout  # the header whole, not "verdic"/"t"
     assert "00000002-28d5-5a3c-b1af-fedcf5543e72" in result.stdout  # a pair id on one line, whole
     for category in ("livebench-reasoning", "livecodebench", "livebench-math"):
         assert category in result.stdout, result.stdout  # category names never cut mid-word
@@ -158,3 +166,92 @@ def test_rescore_fits_80_columns_with_whole_pair_ids(tmp_path: Path) -> None:
     assert_fits(result.stdout)
     assert "8 decisions differ from the recorded ones, in 8 pairs" in result.stdout
     assert "00000007-28d5-5a3c-b1af-fedcf5543e72" in result.stdout
+
+
+def wide_lines(text: str, width: int = 80) -> list[str]:
+    return [line for line in text.splitlines() if len(line.rstrip()) > width]
+
+
+@requires_shared
+@pytest.mark.slow  # a dozen CLI processes and a repository
+def test_every_command_fits_80_columns(tmp_path: Path, two_runs, published) -> None:  # noqa: F811
+    """Each command a user types, at COLUMNS=80 against a small results database, published outputs, the
+    shipped matrix and a stored run's results: no line of stdout or stderr wider than 80 columns, nothing
+    cut with an ellipsis. Errors included: a long path or message is wrapped at words, never cut."""
+    url, first, second = two_runs
+    fixtures = Path(__file__).parent / "fixtures" / "results"
+    summary = (
+        "import sys; from judgebench_flows.views.summaries import print_results; "
+        "from judgebench_flows.scoring.run_results import RunResults; "
+        "print_results(RunResults.model_validate_json(open(sys.argv[1]).read()))"
+    )
+    repo = ["--repo-url", published["url"], "--ref", published["sha"], "--cache-dir", str(tmp_path / "cache")]
+    deep = "missing/dataset=judgebench,response_model=none.jsonl"  # wider than what is left of the line
+    commands = {
+        "history": ["history", "--db-url", url],
+        "compare": ["compare", first, second, "--db-url", url],
+        "report": ["report", second, "--db-url", url],
+        "retention": ["retention", "--keep-days", "90", "--dry-run", "--db-url", url],
+        "leaderboard": ["leaderboard", *repo, "--db-url", url, "--result-path", str(tmp_path / "lb.json")],
+        "estimate": ["estimate", "--model", "gpt-4o-mini", *repo, "--max-samples", "20"],
+        "--help": ["--help"],
+        "run --help": ["run", "--help"],
+        "error: a missing data file": ["run", "--model", "m", "--data-path", deep],
+        "error: a bad option value": ["history", "--db-url", url, "--limit", "many"],
+        "run's summary": ["-c", summary, str(fixtures / "first-run.json")],
+        "run's summary with a regression check": [
+            "-c",
+            summary,
+            str(fixtures / "second-run-with-regression-check.json"),
+        ],
+        "nightly matrix": ["-m", "judgebench_flows.deployments.matrix", str(ROOT / "deployments" / "nightly.yaml")],
+        "deploy --help": ["-m", "judgebench_flows.deployments.deploy", "--help"],
+    }
+    widths, problems = {}, []
+    for name, args in commands.items():
+        python = args[0] in ("-c", "-m")
+        if python:
+            result = python_at_80(tmp_path, *args)
+        else:
+            result = on_a_terminal(tmp_path, *args) if name.startswith("error") else cli(tmp_path, *args)
+        output = result.stdout + result.stderr
+        if "Traceback" in output or name.startswith("error") != (result.returncode == 2):
+            problems.append(f"{name}: exit {result.returncode}\n{output}")
+        if wide_lines(output) or "…" in output:
+            problems.append(
+                f"{name}: lines wider than 80 columns or cut:\n" + "\n".join(wide_lines(output) or [output])
+            )
+        widths[name] = max((len(line.rstrip()) for line in output.splitlines()), default=0)
+    assert not problems, "\n\n".join(problems)
+    assert all(0 < width <= 80 for width in widths.values()), widths
+
+
+def on_a_terminal(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`judgebench ARGS` with its stderr on a pseudo-terminal, as in a user's shell (stdout a pipe)."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "JUDGEBENCH_DB_URL"}
+    with os.fdopen(controller, "rb", buffering=0) as said:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "judgebench_flows.cli.main", *args],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            cwd=tmp_path,
+            env={**env, "COLUMNS": "80"},
+        )
+        os.close(terminal)
+        stdout = process.communicate(timeout=120)[0]
+        chunks = []
+        with contextlib.suppress(OSError):  # EIO once the process closed its end
+            while chunk := said.read(4096):
+                chunks.append(chunk)
+    stderr = b"".join(chunks).decode().replace("\r\n", "\n")
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout.decode(), stderr)
+
+
+def python_at_80(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "JUDGEBENCH_DB_URL"}
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**env, "COLUMNS": "80"}
+    )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import httpx
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.text import for_terminal
 
 EXIT_SERVER = 5  # as cli/main.py: the Prefect server could not be reached
 
@@ -65,7 +66,9 @@ def command_automations(args: argparse.Namespace) -> int:
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         from prefect.settings import PREFECT_API_URL
 
-        print(f"error: cannot reach the Prefect server at {PREFECT_API_URL.value()}: {exc}", file=sys.stderr)
+        print(
+            for_terminal(f"error: cannot reach the Prefect server at {PREFECT_API_URL.value()}: {exc}"), file=sys.stderr
+        )
         return EXIT_SERVER
 
 

@@ -41,6 +41,7 @@ from judgebench_flows.core.errors import (
     UserError,
 )
 from judgebench_flows.core.pricing import BudgetReached
+from judgebench_flows.core.text import for_terminal, wrapped
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
@@ -211,7 +212,8 @@ def command_estimate(args: argparse.Namespace) -> int:
 def _say_route(config: Any, to: Any = None) -> None:
     """One line naming the API the model's name chose (no --provider and no base URL given)."""
     if line := config.routed():
-        print(line, file=to or sys.stderr)
+        # estimate's output is wrapped at words; before a run's error it is one line but on a terminal
+        print(wrapped(line) if to is sys.stdout else for_terminal(line), file=to or sys.stderr)
 
 
 def _say_retirement(config: Any, to: Any = None) -> None:
@@ -220,7 +222,7 @@ def _say_retirement(config: Any, to: Any = None) -> None:
 
     notice = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
     if notice:
-        print(f"warning: {notice}", file=to or sys.stderr)
+        print(wrapped(f"warning: {notice}"), file=to or sys.stderr)
 
 
 def _run_external(args: argparse.Namespace) -> int:
@@ -353,54 +355,58 @@ def main(argv: list[str] | None = None) -> int:
     except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost
         from judgebench_flows.core.secrets import redact
 
-        print(f"stopped: {redact(str(exc))}", file=sys.stderr)
+        _error_line(f"stopped: {redact(str(exc))}")
         return EXIT_BUDGET
     except BatchRefused as exc:  # before UserError, its base
         from judgebench_flows.core.secrets import redact
 
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        _error_line(f"error: {redact(str(exc))}")
         return EXIT_USER_ERROR if exc.our_input else EXIT_BATCH_REFUSED
     except InfrastructureLost as exc:  # before UserError, its base: the results database was lost
         from judgebench_flows.core.secrets import redact
 
-        print(f"error: {redact(str(exc))}; run the same command again to resume", file=sys.stderr)
+        _error_line(f"error: {redact(str(exc))}; run the same command again to resume")
         return EXIT_SERVER
     except PathNotWritable as exc:  # before UserError, its base: a full disk or no permission mid-run
         from judgebench_flows.core.secrets import redact
 
-        print(
-            f"error: {redact(str(exc))}; answers received are kept: {exc.remedy} and run the same command again",
-            file=sys.stderr,
+        _error_line(
+            f"error: {redact(str(exc))}; answers received are kept: {exc.remedy} and run the same command again"
         )
         return EXIT_NOT_WRITABLE
     except EndpointUnreachable as exc:  # before UserError, its base
         from judgebench_flows.core.secrets import redact
 
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        _error_line(f"error: {redact(str(exc))}")
         return EXIT_ENDPOINT_UNREACHABLE
     except RunFailed as exc:  # before UserError, its base: the run measured too little
         from judgebench_flows.core.secrets import redact
 
-        print(f"run failed: {redact(str(exc))}", file=sys.stderr)
+        _error_line(f"run failed: {redact(str(exc))}")
         return EXIT_RUN_FAILED
     except UserError as exc:
         from judgebench_flows.core.secrets import redact
 
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        _error_line(f"error: {redact(str(exc))}")
         return EXIT_USER_ERROR
     except PrefectServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error_line(f"error: {exc}")
         return EXIT_SERVER
     except KeyboardInterrupt:
-        print(f"interrupted: {RESUME_LINE}", file=sys.stderr)
+        _error_line(f"interrupted: {RESUME_LINE}")
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line (exit 3); the traceback with --verbose, else in a log file
         return _unexpected(exc, getattr(args, "verbose", False), getattr(args, "cache_dir", None))
     except BaseException as exc:
         if not _stopped_by_sigterm(exc):
             raise
-        print(f"stopped by SIGTERM: {RESUME_LINE}", file=sys.stderr)
+        _error_line(f"stopped by SIGTERM: {RESUME_LINE}")
         return EXIT_TERMINATED
+
+
+def _error_line(line: str) -> None:
+    """The one line a failed command ends with, on stderr (wrapped at words on a terminal)."""
+    print(for_terminal(line), file=sys.stderr)
 
 
 def _unexpected(exc: Exception, verbose: bool, cache_dir: str | None = None) -> int:
@@ -427,7 +433,7 @@ def _unexpected(exc: Exception, verbose: bool, cache_dir: str | None = None) -> 
             where = " (--verbose shows the traceback)"
     line = redact(str(exc)).splitlines()[0] if str(exc).strip() else ""
     line = shorten(line, 300, "the traceback")
-    print(f"unexpected error: {type(exc).__name__}{': ' + line if line else ''}{where}", file=sys.stderr)
+    _error_line(f"unexpected error: {type(exc).__name__}{': ' + line if line else ''}{where}")
     return EXIT_BUG
 
 

@@ -35,11 +35,61 @@ class OneLineParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", FittingHelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"error: {self.prog.split()[-1]}: {message}\n")
+        from judgebench_flows.core.text import for_terminal
+
+        sys.stderr.write(for_terminal(f"error: {self.prog.split()[-1]}: {message}") + "\n")
         sys.exit(2)
+
+
+class FittingHelpFormatter(argparse.HelpFormatter):
+    """--help within the terminal: an option's spellings (`--max-samples`, `--max_samples`, ...) name its
+    value once, and are wrapped after a comma when they are wider than the terminal; help text is wrapped
+    at spaces only, so a file name (`gpt-4o-2024-05-13.jsonl`) is never cut at its hyphens."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 20, width: int | None = None):
+        # Help text from column 20, not argparse's 24: a data file's name (58 characters) fits 80 columns.
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        names = ", ".join(action.option_strings)
+        if action.nargs != 0:
+            names += " " + self._format_args(action, self._get_default_metavar_for_optional(action))
+        width = max(self._width - self._current_indent, 20)
+        if len(names) <= width:
+            return names
+        lines, line = [], ""
+        for part in names.split(", "):
+            candidate = f"{line}, {part}" if line else part
+            if line and len(candidate) + 1 > width:
+                lines.append(line + ",")
+                line = part
+            else:
+                line = candidate
+        indent = " " * (self._current_indent + 2)
+        return ("\n" + indent).join([*lines, line])
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:

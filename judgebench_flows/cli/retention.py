@@ -24,7 +24,9 @@ def command_retention(args: argparse.Namespace) -> int:
 
     settings = validated(RetentionSettings, given_options(args, RetentionSettings))
     pruned, before, after = apply(settings)
-    print(f"{pruned.line()}; database {size_text(before)} -> {size_text(after)}")
+    from judgebench_flows.core.text import wrapped
+
+    print(wrapped(f"{pruned.line()}; database {size_text(before)} -> {size_text(after)}"))
     return 0
 
 

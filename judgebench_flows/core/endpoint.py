@@ -35,7 +35,7 @@ class EndpointSettings(BaseModel):
     # Each field is a `judgebench run` option too (cli/options.py), its description the help text.
     provider: str | None = Field(
         default=None,
-        description=f"the API the endpoint speaks: {', '.join(providers.names())} (docs/providers.md: each one's "
+        description=f"the API the endpoint speaks: {', '.join(providers.names())} (docs/providers-and-batch.md: each one's "
         "URL and key variables). Default: openai when a base URL is given (--base-url, OPENAI_BASE_URL), else "
         "chosen by the model's name as JudgeBench's run_judge.py does (gpt/o1: OpenAI, claude: Anthropic, "
         "gemini: Vertex AI, Llama-3.1-405B: Together, any other: a vLLM server on localhost:8000)",

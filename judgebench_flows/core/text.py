@@ -27,6 +27,15 @@ def shorten(text: str, limit: int, whole_in: str | None = None) -> str:
     return cut.rstrip(" ,;:") + ELLIPSIS + (f" (whole text in {whole_in})" if whole_in else "")
 
 
+def for_terminal(line: str) -> str:
+    """A command's one-line message (an error, a notice) as a script or a log reads it: one line; on a
+    terminal (stderr a TTY), wrapped at whole words to its width, so the terminal never cuts a word (or a
+    path) in two."""
+    import sys
+
+    return wrapped(line) if sys.stderr.isatty() else line
+
+
 def wrapped(text: str, width: int | None = None) -> str:
     """`text` wrapped at whole words to the terminal's width (`COLUMNS`, else the terminal, else 80), so a
     long notice is never cut by the terminal nor wider than it; words longer than a line stay whole."""

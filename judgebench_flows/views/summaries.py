@@ -83,8 +83,20 @@ def print_results(results: RunResults) -> None:
         out.print(f"[{style}]{results.regression.message}[/]")
     from judgebench_flows.views.tables import short_path
 
-    for name, path in (results.outputs or {}).items():
-        out.print(f"{name}: {short_path(path)}")
+    shown = {name: short_path(path) for name, path in (results.outputs or {}).items()}
+    for name, path in shown.items():
+        out.print(f"{name}: {_fitting_path(name, path, shown.values())}", markup=False, soft_wrap=True)
+
+
+def _fitting_path(name: str, path: str, every: Iterable[str]) -> str:
+    """`path`, or when `name: path` is wider than the terminal, its folder and a pattern naming only it
+    (`results/<run id>/*.jsonl`): a data file's long name would be cut mid-word by the terminal."""
+    folder, _, file = path.rpartition("/")
+    suffix = "." + file.rpartition(".")[2] if "." in file else ""
+    alike = [other for other in every if other.startswith(folder + "/") and other.endswith(suffix)]
+    if len(name) + 2 + len(path) <= out.width or not folder or not suffix or len(alike) > 1:
+        return path
+    return f"{folder}/*{suffix}"
 
 
 def print_external_summary(summary: dict[str, Any]) -> None:
@@ -111,30 +123,37 @@ def print_comparison(comparison: Comparison) -> None:
     out.print(f"A: run {comparison.run_a}\nB: run {comparison.run_b}")
     narrow = out.width < 100  # no borders: the characters go to the columns
     table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
-    longest = max((len(row.name) for row in comparison.slices), default=5)
-    table.add_column("slice", no_wrap=True, min_width=longest)  # a category name whole, never cut mid-word
-    for column in ("A", "B", "delta", "95% CI", "p", "verdict", "pairs"):
-        table.add_column(column, justify="left" if column == "verdict" else "right", overflow="fold")
-    for row in comparison.slices:
-        ci = (
-            f"{100 * row.ci_low:+.1f} to {100 * row.ci_high:+.1f}"
-            if row.ci_low is not None and row.ci_high is not None
-            else ""
-        )
-        table.add_row(
+    rows = [
+        (
             row.name,
             _pct(row.a),
             _pct(row.b),
             "-" if row.delta is None else f"{100 * row.delta:+.2f}",
-            ci,
+            f"{100 * row.ci_low:+.1f} to {100 * row.ci_high:+.1f}"
+            if row.ci_low is not None and row.ci_high is not None
+            else "",
             _p_text(row.p_adjusted),
             row.verdict,
             str(row.n),
         )
+        for row in comparison.slices
+    ]
+    longest = max((len(row[0]) for row in rows), default=5)
+    table.add_column("slice", no_wrap=True, min_width=longest)  # a category name whole, never cut mid-word
+    for column in ("A", "B", "delta", "95% CI", "p", "verdict", "n"):
+        # "verdict" as wide as its header: a narrower column cut it ("verdic" / "t")
+        table.add_column(
+            column,
+            justify="left" if column == "verdict" else "right",
+            overflow="fold",
+            min_width=len(column) if column == "verdict" else None,
+        )
+    for cells in rows:
+        table.add_row(*cells)
     out.print(table)
     out.print(
         "[dim]delta and its 95% paired bootstrap interval in points; p: exact McNemar, "
-        "Holm-adjusted over the categories[/]"
+        "Holm-adjusted over the categories; n: pairs[/]"
     )
     test = comparison.bootstrap
     if test:

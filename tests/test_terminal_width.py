@@ -187,6 +187,15 @@ def test_every_command_fits_80_columns(tmp_path: Path, two_runs, published) -> N
     )
     repo = ["--repo-url", published["url"], "--ref", published["sha"], "--cache-dir", str(tmp_path / "cache")]
     deep = "missing/dataset=judgebench,response_model=none.jsonl"  # wider than what is left of the line
+    with_files = json.loads((fixtures / "first-run.json").read_text())
+    folder = "results/72bbb2cdaba144a189ba65cfcf909171/"
+    with_files["outputs"] = {
+        "results": folder + "results.json",
+        "judgments": folder + "dataset=judgebench,response_model=gpt-4o-2024-05-13,judge_name=arena_hard,"
+        "judge_model=stand-in.jsonl",
+        "report": folder + "report.html",
+    }
+    (tmp_path / "with-files.json").write_text(json.dumps(with_files))
     commands = {
         "history": ["history", "--db-url", url],
         "compare": ["compare", first, second, "--db-url", url],
@@ -204,6 +213,7 @@ def test_every_command_fits_80_columns(tmp_path: Path, two_runs, published) -> N
             summary,
             str(fixtures / "second-run-with-regression-check.json"),
         ],
+        "run's summary with its files": ["-c", summary, str(tmp_path / "with-files.json")],
         "nightly matrix": ["-m", "judgebench_flows.deployments.matrix", str(ROOT / "deployments" / "nightly.yaml")],
         "deploy --help": ["-m", "judgebench_flows.deployments.deploy", "--help"],
     }

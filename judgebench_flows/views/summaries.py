@@ -83,9 +83,9 @@ def print_results(results: RunResults) -> None:
         out.print(f"[{style}]{results.regression.message}[/]")
     from judgebench_flows.views.tables import short_path
 
-    shown = {name: short_path(path) for name, path in (results.outputs or {}).items()}
-    for name, path in shown.items():
-        out.print(f"{name}: {_fitting_path(name, path, shown.values())}", markup=False, soft_wrap=True)
+    paths = {name: short_path(path) for name, path in (results.outputs or {}).items()}
+    for name, path in paths.items():
+        out.print(f"{name}: {_fitting_path(name, path, paths.values())}", markup=False, soft_wrap=True)
 
 
 def _fitting_path(name: str, path: str, every: Iterable[str]) -> str:

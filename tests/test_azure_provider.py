@@ -74,15 +74,17 @@ def test_what_azure_refuses_the_server_refuses(deployment: str, version: str, ke
 
 
 def test_an_entra_token_is_taken_again_before_it_expires() -> None:
-    """Tokens living 2 s: the third call, 1.6 s after the first, is sent with a new token, never with the
-    expired one (the server counts an expired bearer as `expired`)."""
+    """Tokens living 4 s, taken again 1 s before they expire: the third call, at least 3.2 s after the first,
+    is sent with a new token, never with the expired one (the server counts an expired bearer as `expired`).
+    On a busy machine the calls take longer and a second call may already need a new token: so two or three
+    tokens, each taken by the run, never an expired one sent."""
     with FakeAzureServer("[[A>B]]", deployments={DEPLOYMENT: SERVED}) as server:
-        credential = server.credential(lifetime=2.0)
+        credential = server.credential(lifetime=4.0)
         token = EntraToken(credential)
         transport = AzureTransport(server.endpoint, DEPLOYMENT, "EMPTY", 10.0, 1, "2024-10-21", token=token)
-        assert answered(transport, times=3, pause=0.8) == ["[[A>B]]"] * 3
+        assert answered(transport, times=3, pause=1.6) == ["[[A>B]]"] * 3
         assert server.seen["expired"] == 0 and server.seen["bearer"] == 3 and server.seen["api-key"] == 0
-        assert credential.calls == 2 and token.refreshes == 2
+        assert credential.calls in (2, 3) and token.refreshes == credential.calls
 
 
 def test_a_refused_entra_token_is_replaced_once() -> None:

@@ -40,7 +40,7 @@ from judgebench_flows.scoring.published import (
     unread_note,
     why_unreadable,
 )
-from judgebench_flows.scoring.result_types import Consistency, Scored, Section, SliceAccuracy
+from judgebench_flows.scoring.result_types import Consistency, Section, SliceAccuracy
 from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.scoring.stats import mcnemar_exact
 

@@ -128,7 +128,8 @@ def test_any_other_model_goes_to_the_vllm_server_on_localhost_8000_with_the_offi
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.base_url.endswith(":8000/v1")
     assert set(seen) == {model} and len(seen) > 2 * len(pairs)  # both orders of each pair, and follow-ups
-    assert f"{model}: OpenAI's API at http://localhost:8000/v1" in " ".join(result.stderr.split())  # wrapped at words
+    said = " ".join(result.stderr.split())  # wrapped at words
+    assert f"{model}: a local vLLM server's OpenAI-compatible API at http://localhost:8000/v1" in said
     results = json.loads((checkout / "results" / "latest" / "results.json").read_text())
     assert round(100 * results["overall_accuracy"]["accuracy"], 2) == expected
 

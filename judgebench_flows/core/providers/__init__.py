@@ -53,11 +53,12 @@ class Route:
 
     provider: Provider
     base_url: str | None  # None: the provider's own endpoint (or its environment's)
+    title: str | None = None  # what the line calls the API, when not the provider's own (a local vLLM server)
 
     def line(self, model: str, url: str) -> str:
         return (
-            f"{model}: {self.provider.title} at {url} (chosen by the model's name, as JudgeBench's run_judge.py "
-            "does; --provider or --base-url choose another)"
+            f"{model}: {self.title or self.provider.title} at {url} (chosen by the model's name, as JudgeBench's "
+            "run_judge.py does; --provider or --base-url choose another)"
         )
 
 
@@ -65,7 +66,8 @@ def route(model: str) -> Route:
     for provider in PROVIDERS.values():
         if provider.claims_model(model):
             return Route(provider, None)
-    return Route(get(IMPLIED), LOCAL_VLLM_URL)
+    # spoken with OpenAI's wire, but not OpenAI's API: the line must not send a reader to OpenAI
+    return Route(get(IMPLIED), LOCAL_VLLM_URL, title="a local vLLM server's OpenAI-compatible API")
 
 
 def explicit_endpoint(base_url: str | None) -> bool:

@@ -400,7 +400,8 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         status = o.status if o.status == "completed" else f"**{o.status.upper()}**"
         judged = "-" if o.failed_judgments is None else f"{o.failed_judgments} / {o.invalid_judgments or 0}"
         judged += f" of {o.judgments}" if o.judgments is not None and o.failed_judgments is not None else ""
-        lines.append(f"| {o.title or o.name} | {status} | {_pct(o.accuracy)}{ci} | {judged} | {_cell_cost(o)} |")
+        accuracy = "n/a" if _measured_nothing(o) else f"{_pct(o.accuracy)}{ci}"
+        lines.append(f"| {o.title or o.name} | {status} | {accuracy} | {judged} | {_cell_cost(o)} |")
     noted = [o for o in outcomes if o.message]
     if noted:
         lines += ["", "Why:", ""]
@@ -410,6 +411,14 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         lines += ["", "Where each configuration's answers came from:", ""]
         lines += [f"- {o.title or o.name}: {o.from_cache}" for o in cached]
     return "\n".join(lines)
+
+
+def _measured_nothing(outcome: CellOutcome) -> bool:
+    """Every judgment failed or invalid: JudgeBench's metric scores that 0.00%, which reads as a measurement;
+    the table says n/a, as the run's own summary does."""
+    if outcome.status == "completed" or not outcome.judgments:
+        return False
+    return (outcome.failed_judgments or 0) + (outcome.invalid_judgments or 0) >= outcome.judgments
 
 
 def drift_lines(outcomes: list[CellOutcome]) -> list[str]:

@@ -117,3 +117,13 @@ def test_a_night_reports_its_cost_and_refuses_a_cell_above_what_is_left(
     summary2 = night_summary(state2)
     assert f"| {cheap} | completed" in summary2 and "| $0.00 |" in summary2, summary2
     assert "worst case is $" in summary2 and "Tonight's cost: $0.00\n" in summary2, summary2
+
+
+def test_a_cell_with_no_valid_verdict_reads_n_a_not_zero_percent() -> None:
+    nothing = _outcome("vanilla__m", accuracy=0.0, ci_low=0.0, ci_high=0.0, judgments=8, failed_judgments=0)
+    nothing.status, nothing.invalid_judgments = "failed", 8
+    some = _outcome("arena_hard__m", accuracy=0.25, ci_low=0.0, ci_high=0.5, judgments=8, failed_judgments=6)
+    some.status, some.invalid_judgments = "failed", 0
+    text = summary_markdown([nothing, some])
+    assert "| vanilla__m | **FAILED** | n/a | 0 / 8 of 8 |" in text, text
+    assert "| arena_hard__m | **FAILED** | 25.00% (0.00%–50.00%) | 6 / 0 of 8 |" in text, text

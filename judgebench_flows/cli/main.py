@@ -221,8 +221,9 @@ def _say_retirement(config: Any, to: Any = None) -> None:
     from judgebench_flows.core.pricing import retirement_notice
 
     notice = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
-    if notice:
-        print(wrapped(f"warning: {notice}"), file=to or sys.stderr)
+    if notice:  # as the route line: wrapped in estimate's output, one line on stderr but on a terminal
+        line = f"warning: {notice}"
+        print(wrapped(line) if to is sys.stdout else for_terminal(line), file=to or sys.stderr)
 
 
 def _run_external(args: argparse.Namespace) -> int:

@@ -52,6 +52,10 @@ UNBOUNDED_NIGHT_SECONDS = 24 * 3600.0
 # How long a cell run asked to stop may take to stop (its worker kills its process) before the night marks
 # it Cancelled itself.
 CANCEL_WAIT_SECONDS = 120.0
+# A cell run Crashed (its worker's machine died) is run again by the crash-recovery automation
+# (`judgebench automations install`) a few seconds later, under the same id: the night waits this long
+# for that before it takes the crash as the cell's end.
+CRASH_GRACE_SECONDS = 60.0
 
 
 class PoolCell(BaseModel):
@@ -287,12 +291,15 @@ async def wait_for_runs(
     lost_after = server_lost_seconds() if lost_after is None else lost_after
     watch = CellRunWatch(deadline, night_bound(deadline, after_deadline_s))
     finished: dict[UUID, FlowRun] = {}
+    crashed_since: dict[UUID, float] = {}
     silent_since: float | None = None
     while True:
         try:
             async with get_client() as client:  # a new client each round: one that lost its server stays lost
                 for run_id in [r for r in run_ids if r not in finished]:
                     run = await client.read_flow_run(run_id)
+                    if _may_be_run_again(run, crashed_since):
+                        continue
                     ended = run if run.state is not None and run.state.is_final() else await watch.act(client, run)
                     if ended is not None:
                         finished[run_id] = watch.explained(ended)
@@ -307,6 +314,16 @@ async def wait_for_runs(
                     f"cell runs ({type(exc).__name__}); they keep running: run the night again to wait for them"
                 ) from None
         await asyncio.sleep(POLL_SECONDS)
+
+
+def _may_be_run_again(run: FlowRun, crashed_since: dict[UUID, float]) -> bool:
+    """Whether a Crashed cell run is still within CRASH_GRACE_SECONDS of the night first seeing it so
+    (the automation may yet run it again); a run seen in any other state starts its grace afresh."""
+    if run.state is None or not run.state.is_crashed():
+        crashed_since.pop(run.id, None)
+        return False
+    first = crashed_since.setdefault(run.id, time.monotonic())
+    return time.monotonic() - first < CRASH_GRACE_SECONDS
 
 
 def server_lost_seconds() -> float:

@@ -278,3 +278,20 @@ def run_events(
         if done(events) or time.monotonic() > deadline:
             return events
         time.sleep(0.5)
+
+
+def batch_requests(n: int) -> list[list[dict[str, str]]]:
+    """`n` distinct judge requests, as the batch tests send them."""
+    return [[{"role": "system", "content": "Judge."}, {"role": "user", "content": f"pair {i}"}] for i in range(n)]
+
+
+def judge_each(caller: ChatCaller, requests: list[list[dict[str, str]]], sampling: dict) -> list:
+    """Every request through `caller` at once (answers or the exceptions raised), then the caller closed."""
+
+    async def go() -> list:
+        try:
+            return await asyncio.gather(*(caller.complete(m, sampling) for m in requests), return_exceptions=True)
+        finally:
+            await caller.aclose()
+
+    return asyncio.run(go())

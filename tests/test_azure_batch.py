@@ -6,7 +6,6 @@ o1-mini's official 65.71 with no synchronous call (mirroring tests/test_batch.py
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 from pathlib import Path
@@ -20,7 +19,13 @@ from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_azure import FakeAzureBatchServer
-from tests._helpers import cancel_after_first_batch, chat_caller, kill_after_first_batch_and_rerun, run_command
+from tests._helpers import (
+    cancel_after_first_batch,
+    chat_caller,
+    judge_each,
+    kill_after_first_batch_and_rerun,
+    run_command,
+)
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY
 from tests.test_batch import accuracy, requests
@@ -65,13 +70,7 @@ def azure_caller(
 
 
 def judge_all(caller: ChatCaller, n: int) -> list:
-    async def go():
-        try:
-            return await asyncio.gather(*(caller.complete(m, SAMPLING) for m in requests(n)), return_exceptions=True)
-        finally:
-            await caller.aclose()
-
-    return asyncio.run(go())
+    return judge_each(caller, requests(n), SAMPLING)
 
 
 def test_one_azure_batch_holds_the_requests_named_by_the_deployment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,6 @@ and whole runs reproducing o1-mini's official 65.71 with no synchronous call."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3
@@ -20,17 +19,20 @@ from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.core.errors import BatchRefused
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_batches import FakeAnthropicBatchServer, FakeBatchServer
-from tests._helpers import cancel_after_first_batch, chat_caller, kill_after_first_batch_and_rerun, run_command
+from tests._helpers import batch_requests as requests
+from tests._helpers import (
+    cancel_after_first_batch,
+    chat_caller,
+    judge_each,
+    kill_after_first_batch_and_rerun,
+    run_command,
+)
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY, CLAUDE_FILE, SHARED, load_jsonl
 
 O1_MINI = "o1-mini-2024-09-12"
 HAIKU = "claude-3-haiku-20240307"
 SAMPLING = {"temperature": 0.0, "max_tokens": 4096}
-
-
-def requests(n: int) -> list[list[dict[str, str]]]:
-    return [[{"role": "system", "content": "Judge."}, {"role": "user", "content": f"pair {i}"}] for i in range(n)]
 
 
 def batch_caller(
@@ -50,13 +52,7 @@ def batch_caller(
 
 
 def judge_all(caller: ChatCaller, n: int) -> list:
-    async def go():
-        try:
-            return await asyncio.gather(*(caller.complete(m, SAMPLING) for m in requests(n)), return_exceptions=True)
-        finally:
-            await caller.aclose()
-
-    return asyncio.run(go())
+    return judge_each(caller, requests(n), SAMPLING)
 
 
 def test_one_batch_holds_a_rounds_requests_shaped_by_the_models_rules() -> None:

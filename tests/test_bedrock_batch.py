@@ -7,7 +7,6 @@ second job, and claude-3-haiku's official 32.22 through it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -23,7 +22,14 @@ from judgebench_flows.core.config import build_config
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_bedrock import FakeBedrockBatchServer
-from tests._helpers import cancel_after_first_batch, chat_caller, kill_after_first_batch_and_rerun, run_command
+from tests._helpers import batch_requests as requests
+from tests._helpers import (
+    cancel_after_first_batch,
+    chat_caller,
+    judge_each,
+    kill_after_first_batch_and_rerun,
+    run_command,
+)
 from tests._replay import judgment_set, official_score, replay_responder
 from tests._s3 import S3Server
 from tests.conftest import CLAUDE_FILE, SHARED, load_jsonl
@@ -84,18 +90,8 @@ def batch_caller(
     )
 
 
-def requests(n: int) -> list[list[dict[str, str]]]:
-    return [[{"role": "system", "content": "Judge."}, {"role": "user", "content": f"pair {i}"}] for i in range(n)]
-
-
 def judge_all(caller: ChatCaller, n: int) -> list:
-    async def go():
-        try:
-            return await asyncio.gather(*(caller.complete(m, SAMPLING) for m in requests(n)), return_exceptions=True)
-        finally:
-            await caller.aclose()
-
-    return asyncio.run(go())
+    return judge_each(caller, requests(n), SAMPLING)
 
 
 def test_batch_options_are_checked_before_any_call() -> None:

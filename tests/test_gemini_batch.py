@@ -19,16 +19,19 @@ from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.completion import CallFailed
 from judgebench_flows.data import db
 from judgebench_flows.testing.fake_google import FakeGeminiBatchServer
-from tests._helpers import cancel_after_first_batch, chat_caller, kill_after_first_batch_and_rerun, run_command
+from tests._helpers import batch_requests as requests
+from tests._helpers import (
+    cancel_after_first_batch,
+    chat_caller,
+    judge_each,
+    kill_after_first_batch_and_rerun,
+    run_command,
+)
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CANARY_KEY
 
 FLASH = "gemini-2.5-flash"
 SAMPLING = {"temperature": 0.0, "max_tokens": 4096}
-
-
-def requests(n: int) -> list[list[dict[str, str]]]:
-    return [[{"role": "system", "content": "Judge."}, {"role": "user", "content": f"pair {i}"}] for i in range(n)]
 
 
 def batch_caller(server: FakeGeminiBatchServer, engine=None, model: str = FLASH) -> ChatCaller:
@@ -46,13 +49,7 @@ def batch_caller(server: FakeGeminiBatchServer, engine=None, model: str = FLASH)
 
 
 def judge_all(caller: ChatCaller, n: int) -> list:
-    async def go():
-        try:
-            return await asyncio.gather(*(caller.complete(m, SAMPLING) for m in requests(n)), return_exceptions=True)
-        finally:
-            await caller.aclose()
-
-    return asyncio.run(go())
+    return judge_each(caller, requests(n), SAMPLING)
 
 
 def test_one_batch_holds_a_rounds_requests_as_native_gemini_requests() -> None:

@@ -12,6 +12,11 @@ default. Scenarios (`--scenario`):
   `--pairs 48`);
 - `small`: the same 4 endpoints with 12 models each, 48 cells of `--pairs 16` (a smoke matrix).
 
+The Prefect server and the results database are SQLite files by default (one person's machine); with
+`--postgres postgresql://USER@HOST:PORT` both are databases of their own on that PostgreSQL server, created
+for the run and dropped after it: a team's setup (docs/operations-deployments.md runs its Prefect server on
+PostgreSQL in production).
+
 The bound is what no schedule can beat: max(busiest endpoint's calls x latency / concurrency, slowest
 batch turnaround). Printed: the night's flow run (start to end, as the Prefect server recorded it), the
 process from its spawn to the night's summary (the flow run's end) and to its exit, each against the
@@ -20,7 +25,7 @@ asserts is never above `--concurrency`; the batch cells' batches and synchronous
 
     python benchmarks/bench_nightly.py [--scenario issue31 --latency 0.5 --turnaround 25 --pairs 64 --concurrency 8]
     python benchmarks/bench_nightly.py --scenario team --pairs 48
-    python benchmarks/bench_nightly.py --scenario small --pairs 16
+    python benchmarks/bench_nightly.py --scenario small --pairs 16 [--postgres postgresql://postgres@127.0.0.1:5432]
 
 Run by hand; this is a measurement, not a test. Figures: docs/performance.md.
 """
@@ -28,12 +33,14 @@ Run by hand; this is a measurement, not a test. Figures: docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -53,7 +60,9 @@ print(json.dumps({"flow_run_id": str(state.state_details.flow_run_id), "complete
 """
 
 
-def matrix(urls: list[str], batch_url: str, work: Path, repo: tuple[str, str], args: argparse.Namespace) -> dict:
+def matrix(
+    urls: list[str], batch_url: str, work: Path, repo: tuple[str, str], args: argparse.Namespace, db_url: str
+) -> dict:
     _, per_endpoint, batch_cells = SCENARIOS[args.scenario]
     # endpoint by endpoint, as a team lists its models
     sync = [{"model": f"judge-{e}-{m}", "base_url": url} for e, url in enumerate(urls) for m in range(per_endpoint)]
@@ -65,7 +74,7 @@ def matrix(urls: list[str], batch_url: str, work: Path, repo: tuple[str, str], a
         "repo_url": repo[0],
         "ref": repo[1],
         "concurrency": args.concurrency,
-        "db_url": f"sqlite:///{work}/night.db",
+        "db_url": db_url,
         "output_root": str(work / "nightly"),
         "max_samples": args.pairs,
         "options": {"cache_dir": str(work / "cache"), "bootstrap_resamples": 100, "batch_poll_seconds": 1.0},
@@ -94,6 +103,30 @@ def flow_run_times(flow_run_id: str) -> tuple[datetime, datetime]:
     return run.start_time, run.end_time
 
 
+@contextlib.contextmanager
+def databases(server: str | None, work: Path) -> Iterator[tuple[str | None, str]]:
+    """(the Prefect server's database URL or None for its SQLite default, the results database's URL):
+    with `server`, two PostgreSQL databases created for this run and dropped after it."""
+    if server is None:
+        yield None, f"sqlite:///{work}/night.db"
+        return
+    import sqlalchemy as sa
+
+    base = server.split("://", 1)[1].rstrip("/")
+    admin = sa.create_engine(f"postgresql+psycopg://{base}/postgres", isolation_level="AUTOCOMMIT")
+    names = [f"bench_nightly_{os.getpid()}_{part}" for part in ("prefect", "results")]
+    with admin.connect() as connection:
+        for name in names:
+            connection.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql+asyncpg://{base}/{names[0]}", f"postgresql+psycopg://{base}/{names[1]}"
+    finally:
+        with admin.connect() as connection:
+            for name in names:
+                connection.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
 def run_night(path: Path, env: dict[str, str], profile: str | None) -> tuple[dict, float, float]:
     """The night in a process of its own: what it printed, its spawn time (epoch) and its exit time.
     `profile`: py-spy samples the process (CPU only, every thread) into that file, as collapsed stacks."""
@@ -117,12 +150,23 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--profile", metavar="FILE", help="sample the night's process with py-spy into FILE")
+    parser.add_argument(
+        "--postgres", metavar="URL", help="the Prefect server's and the results' databases on this PostgreSQL server"
+    )
     add_data_option(parser)
     args = parser.parse_args()
     data = benchmark_data(args.data)  # before anything starts: no data, one line and exit 2
 
     work = Path(tempfile.mkdtemp(prefix="bench-nightly-"))
+    with databases(args.postgres, work) as (prefect_db, results_db):
+        measure(args, data, work, prefect_db, results_db)
+
+
+def measure(args: argparse.Namespace, data: Path, work: Path, prefect_db: str | None, results_db: str) -> None:
+    """Start the Prefect server and the endpoints, run the night, print its figures."""
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if prefect_db:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = prefect_db
     prefect, api_url = start_prefect_server(env)
     env.update(
         PREFECT_API_URL=api_url,
@@ -144,7 +188,9 @@ def main() -> None:
         for server in [*servers, batches]:
             server.start()
         path = work / "night.yaml"
-        path.write_text(yaml.safe_dump(matrix([s.base_url for s in servers], batches.base_url, work, repo, args)))
+        path.write_text(
+            yaml.safe_dump(matrix([s.base_url for s in servers], batches.base_url, work, repo, args, results_db))
+        )
         night, spawned, exited = run_night(path, env, args.profile)
         if not night["completed"]:
             raise SystemExit(f"the night did not complete: {night['message']}")
@@ -152,7 +198,11 @@ def main() -> None:
         bound = max(busiest * args.latency / args.concurrency, args.turnaround if batch_cells else 0.0)
         start, end = flow_run_times(night["flow_run_id"])
         flow_s, to_summary, to_exit = (end - start).total_seconds(), end.timestamp() - spawned, exited - spawned
-        print(f"scenario {args.scenario}: {len(servers)} endpoints, load average {os.getloadavg()[0]:.1f} now")
+        where = "PostgreSQL" if prefect_db else "SQLite"
+        print(
+            f"scenario {args.scenario}: {len(servers)} endpoints, Prefect server and results on {where},"
+            f" load average {os.getloadavg()[0]:.1f} now"
+        )
         print(f"night: {flow_s:.1f} s wall time (the flow run); bound {bound:.1f} s; {flow_s / bound:.2f}x")
         print(f"process spawn to the night's summary: {to_summary:.1f} s; {to_summary / bound:.2f}x")
         print(f"process spawn to its exit: {to_exit:.1f} s; {to_exit / bound:.2f}x")

@@ -8,7 +8,7 @@ judgment row (350 pairs, both orders) and call-cache answer, on SQLite and on Po
 `judgebench retention --keep-days 7 --vacuum` and the same commands again.
 
     python benchmarks/bench_history.py                 # a few minutes on a busy 2-core machine
-    python benchmarks/bench_history.py --full-year     # 30 nights of judgments: about 2 GB on SQLite
+    python benchmarks/bench_history.py --full-year     # 30 nights of judgments: about 3.4 GB on SQLite
 
 The commands run in this process, as `judgebench.cli.main.main([...])` (their output discarded), so the
 times are the commands' own work without the interpreter's start; each is the median of `--repeat`.

@@ -206,6 +206,7 @@ def test_upgrade_adds_missing_columns_and_keeps_rows(db_url):
         c["name"] for c in sa.inspect(engine).get_columns("judgments")
     }
     assert "ix_runs_config_key" in {i["name"] for i in sa.inspect(engine).get_indexes("runs")}
+    assert "ix_judgments_verdicts" in {i["name"] for i in sa.inspect(engine).get_indexes("judgments")}  # 0008
 
     old_run = db.get_run(engine, "oldrun")
     assert old_run is not None and old_run.model == "gpt-4" and old_run.status == "completed"
@@ -364,6 +365,38 @@ def test_migrations_build_the_models_schema(db_url):
         if name.startswith(("runs", "judg", "metrics", "call_c", "provider_b"))
     ]
     assert len(tables) >= 5 and not missing, missing
+
+
+def _plan(engine: sa.Engine, query: sa.Select) -> str:
+    """The plan the database picks for `query` (PostgreSQL: after VACUUM, which marks the pages all-visible
+    as autovacuum would, and with the scans that read every row turned off, as on a table of a year)."""
+    sql = str(query.compile(engine, compile_kwargs={"literal_binds": True}))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        if engine.dialect.name == "sqlite":
+            return " ".join(str(row[-1]) for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
+        connection.exec_driver_sql("VACUUM ANALYZE judgments")
+        connection.exec_driver_sql("SET enable_seqscan = off")
+        connection.exec_driver_sql("SET enable_bitmapscan = off")
+        return " ".join(row[0] for row in connection.exec_driver_sql(f"EXPLAIN {sql}"))
+
+
+def test_verdicts_are_read_from_the_index_alone(db_url):
+    """The leaderboard and the regression check read runs' verdicts by run id: every column they
+    read is in `ix_judgments_verdicts` (migration 0008), so the read never loads the rows, each carrying
+    the judge's whole answer. A verdict column added to the read but not to the index fails here."""
+    engine = db.open_database(db_url)
+    for run_id in ("run-a", "run-b", "run-c"):
+        db.save_judgments(engine, _judgments(run_id, 40))
+    plan = _plan(engine, db.verdicts_query(["run-a", "run-c"]))
+    covering = (
+        "COVERING INDEX ix_judgments_verdicts"
+        if engine.dialect.name == "sqlite"
+        else "Index Only Scan using ix_judgments_verdicts"
+    )
+    assert covering in plan, plan
+    found = db.runs_verdicts(engine, ["run-a", "run-c"])
+    assert [len(found[run_id]) for run_id in ("run-a", "run-c")] == [40, 40]
+    assert sorted(found["run-a"]) == sorted(tuple(row) for row in db.run_verdicts(engine, "run-a"))
 
 
 def test_concurrent_first_opens_migrate_once(db_url):

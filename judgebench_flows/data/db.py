@@ -115,7 +115,21 @@ class RunRow(SQLModel, table=True):
 
 class JudgmentRow(SQLModel, table=True):
     __tablename__ = "judgments"
-    __table_args__ = (UniqueConstraint("run_id", "pair_id", "order_index", name="uq_judgment"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "pair_id", "order_index", name="uq_judgment"),
+        # Every column `run_verdicts` reads: its read is index-only, never the rows' answers (migration 0008).
+        sa.Index(
+            "ix_judgments_verdicts",
+            "run_id",
+            "pair_id",
+            "order_index",
+            "source",
+            "category",
+            "label",
+            "status",
+            "decision_for_pair",
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True)
@@ -789,6 +803,12 @@ _VERDICT_COLUMNS = (
 )
 
 
+def verdicts_query(run_ids: list[str]) -> sa.Select[Any]:
+    """The runs' verdicts, each led by its run id. Every column it (and `run_verdicts`) reads is in the
+    index `ix_judgments_verdicts` (migration 0008): the read is index-only, never the rows' answers."""
+    return sa.select(JudgmentRow.run_id, *_VERDICT_COLUMNS).where(col(JudgmentRow.run_id).in_(run_ids))  # type: ignore[call-overload]
+
+
 def run_verdicts(engine: Engine, run_id: str) -> list[Any]:
     """A run's verdicts without their answers: what the metric reads (`metrics.Verdict`), a few dozen
     bytes per judgment where whole rows would carry every raw answer."""
@@ -804,9 +824,7 @@ def runs_verdicts(engine: Engine, run_ids: Iterable[str]) -> dict[str, list[tupl
     found: dict[str, list[tuple[Any, ...]]] = {run_id: [] for run_id in wanted}
     with engine.connect() as connection:
         for start in range(0, len(wanted), 500):
-            batch = col(JudgmentRow.run_id).in_(wanted[start : start + 500])
-            query = sa.select(JudgmentRow.run_id, *_VERDICT_COLUMNS).where(batch)  # type: ignore[call-overload]
-            for run_id, *verdict in connection.execute(query).tuples().all():
+            for run_id, *verdict in connection.execute(verdicts_query(wanted[start : start + 500])).tuples().all():
                 found[run_id].append(tuple(verdict))
     return found
 

@@ -15,6 +15,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -62,11 +64,13 @@ def _pool_night(
     worker_limit: int = 3,
     latency: float = 0.2,
     extra: dict | None = None,
+    meanwhile=None,
 ):
     """A `cells: pool` night of `models` on one endpoint (concurrency 2) that knows `known`, run with one
     real worker that runs up to `worker_limit` flow runs at once: (night's state, endpoint's counters,
     worker's log). `night`: a flow of the matrix path run instead of the nightly flow; `extra`: more
-    matrix keys."""
+    matrix keys; `meanwhile`: called with the worker's process and the endpoint in a thread of its own
+    while the night runs."""
     from judgebench_flows.deployments.deploy import deploy_all
     from judgebench_flows.flows.nightly import nightly_benchmarks
 
@@ -108,10 +112,13 @@ def _pool_night(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if meanwhile is not None:
+            threading.Thread(target=meanwhile, args=(worker, server), daemon=True).start()
         try:
             night = night or (lambda path: nightly_benchmarks(path, retry_delay_seconds=0, return_state=True))
             state = asyncio.run(night(str(path)))
         finally:
+            os.killpg(worker.pid, signal.SIGCONT)  # a worker stopped by the test, to be ended
             os.killpg(worker.pid, signal.SIGTERM)
             try:
                 worker.wait(30)
@@ -343,3 +350,73 @@ def test_a_pool_night_ends_its_cell_runs_at_its_deadline(
     assert unstarted, [(r.name, r.state.message) for r in runs]  # the worker ran one at a time: 2 or 3 waited
     assert snapshot["answered"] < 12  # nothing finished: no cell got through its 12 calls
     assert summary.count("**FAILED**") == 3, summary
+
+
+@pytest.mark.slow
+def test_a_cell_run_whose_worker_ignores_the_cancel_is_ended_by_the_night(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
+    """The forced-cancel path: past the night's deadline (`after_deadline_minutes: 0`) the running cell
+    run is asked to stop, but its worker's machine hangs (SIGSTOP to the worker and the cell's process as
+    soon as the cell run is Running), so nothing stops it. The night waits CANCEL_WAIT_SECONDS for
+    it, marks it Cancelled itself, and ends Failed naming the cell and why: nothing waits for the frozen
+    machine longer than that."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+
+    from judgebench_flows.flows import pool_cells
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    monkeypatch.setattr(pool_cells, "CANCEL_WAIT_SECONDS", 15.0)
+    frozen: list[int] = []
+
+    def hang_the_machine(worker: subprocess.Popen, endpoint: FakeOpenAIServer) -> None:
+        """Once the cell run is Running, its worker and the cell's process stop (SIGSTOP: a machine
+        that hangs, where no signal is acted on), until the test ends them."""
+        from prefect.client.orchestration import get_client
+
+        until = time.monotonic() + 600
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < until and worker.poll() is None:
+                runs = [r for r in client.read_flow_runs() if (r.parameters or {}).get("cell")]
+                if runs and runs[0].state is not None and runs[0].state.is_running():
+                    os.killpg(worker.pid, signal.SIGSTOP)
+                    frozen.append(worker.pid)
+                    return
+                time.sleep(0.5)
+
+    started = time.monotonic()
+    state, snapshot, log = _pool_night(
+        prefect_server,
+        judgebench_repo,
+        gpt4o_pairs,
+        tmp_path,
+        MODELS[:1],
+        set(MODELS),
+        worker_limit=1,
+        latency=30.0,  # 12 calls, 2 at a time: the cell would judge for 3 minutes
+        extra={"deadline_minutes": 2.0, "after_deadline_minutes": 0},
+        meanwhile=hang_the_machine,
+    )
+    took = time.monotonic() - started
+    assert frozen, f"the cell run never ran\n{log[-3000:]}"
+    title = run_name("arena_hard", MODELS[0], GPT4O_FILE)
+    assert (
+        state.is_failed()
+        and f"1 of 1 configurations need a look: {title} (failed: cancelled: still running 0 min past the night's deadline"
+        in state.message
+    ), f"{state!r}\n{log[-3000:]}"
+    assert "its worker did not stop it within 15 s" in state.message, state.message
+    assert took < 480, took  # the deadline (120 s), the wait for the cancel (15 s) and the night's own start
+    with get_client(sync_client=True) as client:
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])
+            )
+        )
+    assert [r.state.type for r in runs] == [StateType.CANCELLED], [(r.name, r.state) for r in runs]
+    assert snapshot["answered"] < 12, snapshot  # the frozen cell never finished its calls
+    summary = _night_summary(state)
+    assert f"| {title} | **FAILED** |" in summary and "did not stop it within 15 s" in summary, summary

@@ -11,7 +11,9 @@ workers), and the bundled OpenAI-compatible endpoint answering the labelled verd
 The night itself is a run of the nightly deployment, on the first worker. Then one worker is killed
 mid-night (its process group, as a machine going away): the night still completes, the killed cell
 run is marked Crashed by the server's automations and run again on the other worker, and no answered
-call is paid twice beyond those in flight when the machine died.
+call is paid twice beyond those in flight when the machine died. A night with a `max_cost` that holds
+only some cells' worst cases: the cell runs on both machines reserve from the one budget in the
+results database, the cells past it are refused, and the night never spends more than its budget.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,8 +33,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from judgebench_flows.core.pricing import format_usd
+from judgebench_flows.judges.builtin import ARENA_HARD_FOLLOW_UP
 from judgebench_flows.judging.matrix import cell_name
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from judgebench_flows.testing.oracle import shown_pair
 from tests._s3 import SECRET_KEY, S3Server, free_port
 from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS, make_repo, oracle_responder, requires_shared
 from tests.test_server_restart import PrefectServer
@@ -39,7 +45,8 @@ from tests.test_server_restart import PrefectServer
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, requires_shared]
 
 PG_ADMIN_URL = os.environ.get("JUDGEBENCH_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-POOL = "team-pool"
+POOL = "judgebench-pool"  # the documented setup's (docs/operations-deployments.md)
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations-deployments.md"
 BUCKET = "team-judgebench"
 MODELS = ["judge-a", "judge-b", "judge-c", "judge-d"]
 PAIRS = 6  # 12 calls a cell
@@ -208,24 +215,50 @@ def team(tmp_path, databases, git_daemon, gpt4o_pairs):
     env = {**s3.env, "PREFECT_API_URL": server.url, "OPENAI_API_KEY": CANARY_KEY}
     machines: list[Machine] = []
     try:
-        for step in (
-            ["-m", "judgebench_flows.deployments.deploy", "--installed", "--work-pool", POOL]
-            + ["--matrix-path", f"s3://{BUCKET}/nightly.yaml"],
-            ["-m", "judgebench_flows.cli.main", "automations", "install", "--webhook-url", "http://127.0.0.1:9/alerts"],
-        ):
+        for step in _documented_steps():  # as docs/operations-deployments.md gives them
             done = _prefect(server.url, *step, env=env)
             assert done.returncode == 0, done.stdout + done.stderr
         machines = [
             Machine(tmp_path, "machine-a", env, "--limit", "3").start(),  # the night and cells
             Machine(tmp_path, "machine-b", env, "--work-queue", "adhoc", "--limit", "2").start(),
         ]
-        yield {"server": server, "s3": s3, "endpoint": endpoint, "machines": machines, "env": env, "tmp": tmp_path}
+        yield {
+            "server": server,
+            "s3": s3,
+            "endpoint": endpoint,
+            "machines": machines,
+            "env": env,
+            "tmp": tmp_path,
+            "matrix": matrix,
+            "results_db": databases["results"],
+        }
     finally:
         for machine in machines:
             machine.stop()
         endpoint.__exit__(None, None, None)
         s3.__exit__(None, None, None)
         server.kill()
+
+
+def _documented(command: str) -> list[str]:
+    """The command of the team setup's block in docs/operations-deployments.md that starts with
+    `command`, split as the shell does (its comment dropped, its continued lines joined)."""
+    text = DOCS.read_text()
+    block = text[text.index("tests/test_pool_team.py runs this block's") :].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [" ".join(line.split()) for line in block.replace("\\\n", " ").splitlines()]
+    found = [line for line in lines if line.startswith(command)]
+    assert len(found) == 1, f"{DOCS.name}: the team setup has no single `{command}`: {found}"
+    return shlex.split(found[0], comments=True)
+
+
+def _documented_steps() -> list[list[str]]:
+    """The documented one-time steps (deployments from the installed package, the automations) as this
+    file runs them: `python -m` and `judgebench` as this interpreter, the alert webhook on a closed port."""
+    deploy = _documented("python -m judgebench_flows.deployments.deploy --installed")
+    assert deploy[deploy.index("--work-pool") + 1] == POOL and f"s3://{BUCKET}/nightly.yaml" in deploy, deploy
+    automations = _documented("judgebench automations install")
+    automations[automations.index("--webhook-url") + 1] = "http://127.0.0.1:9/alerts"
+    return [deploy[1:], ["-m", "judgebench_flows.cli.main", *automations[1:]]]
 
 
 def _run_night(team) -> str:
@@ -366,3 +399,89 @@ def test_the_prefect_server_killed_and_restarted_mid_night_no_cell_runs_twice(te
     ]
     snapshot = endpoint.snapshot()
     assert snapshot["distinct_answered"] == snapshot["answered"] == len(MODELS) * 2 * PAIRS, snapshot
+
+
+OUTPUT_PER_MTOK = 10.0  # the price file's output price; prompts are free, so a cell's spend is its answers' length
+
+
+def _answers_at_their_cap(pairs: list[dict]):
+    """Arena-Hard's judge answering at its output cap: a first answer with no verdict label (so the
+    judge asks its follow-up) and the labelled verdict after it, each 8 tokens short of `max_tokens`.
+    A cell then spends nearly its worst case (both turns of every judgment at their caps)."""
+    verdict = VERDICTS["arena_hard"]
+
+    def respond(body: dict) -> dict:
+        cap = int(body.get("max_completion_tokens") or body["max_tokens"])
+        shown = shown_pair(body, pairs)
+        follow_up = body["messages"][-1]["content"] == ARENA_HARD_FOLLOW_UP
+        text = verdict(shown[1]) if follow_up and shown else "Let me weigh both answers."
+        return {"content": text, "reasoning_tokens": cap - len(text.split()) - 8}
+
+    return respond
+
+
+def test_a_pool_nights_budget_holds_across_both_machines(team, gpt4o_pairs) -> None:
+    """`max_cost` of 2.5 cells' worst cases, each cell spending nearly its worst case: whichever machine
+    runs which cell and whenever they start, two cells reserve and run, the other two are refused before
+    any call with the night's budget's one line; what the night_spend table holds and counts as spent
+    never passes the budget while the night runs, and the summary gives the night's cost."""
+    from judgebench_flows.data.night_budget import NightBudget
+
+    for machine in team["machines"]:  # each machine keeps its own copy of the team's price file
+        prices = "".join(f"  {m}: {{input_per_mtok: 0.0, output_per_mtok: {OUTPUT_PER_MTOK}}}\n" for m in MODELS)
+        (machine.home / "prices.yaml").write_text(f"models:\n{prices}")
+    worst = PAIRS * 2 * 2 * 4096 * OUTPUT_PER_MTOK / 1e6  # judgments x turns x the judge's max_tokens
+    budget = round(2.5 * worst, 6)
+    options = {**team["matrix"]["options"], "prices": "~/prices.yaml"}
+    matrix = {**team["matrix"], "max_cost": budget, "options": options}
+    team["s3"].filesystem().pipe_file(f"{BUCKET}/nightly.yaml", yaml.safe_dump(matrix).encode())
+    endpoint = team["endpoint"]
+    endpoint.set_responder(_answers_at_their_cap(gpt4o_pairs))
+
+    night_id = _run_night(team)
+    ledger = NightBudget(team["results_db"], night_id)
+    seen: list[tuple[float, float]] = []
+    deadline = time.monotonic() + NIGHT_SECONDS
+    while True:  # the budget as every cell run sees it, while the night runs
+        totals = ledger.totals()
+        if totals is not None:
+            seen.append((totals.spent, totals.held))
+            assert totals.max_cost == budget and totals.spent + totals.held <= budget + 1e-9, seen
+        night = next(r for r in _flow_runs(team["server"].url) if str(r.id) == night_id)
+        if night.state is not None and night.state.is_final():
+            break
+        assert time.monotonic() < deadline, "\n".join(m.output()[-4000:] for m in team["machines"])
+        time.sleep(1)
+    log = "\n".join(m.output()[-4000:] for m in team["machines"])
+    assert any(held > 0 for _, held in seen), seen  # a sample caught cells holding their reservations
+
+    cells = [r for r in _flow_runs(team["server"].url) if r.parameters.get("cell")]
+    assert len(cells) == len(MODELS), cells
+    judged = [r for r in cells if r.state.is_completed()]
+    refused = [r for r in cells if r.state.is_failed()]
+    assert len(judged) == 2 and len(refused) == 2, [(r.name, r.state) for r in cells]
+    for run in refused:  # the night's budget's one line: what is left, spent and held, and the worst case
+        assert re.fullmatch(
+            r"error: the night's budget: \$[\d.]+ left of max_cost "
+            + re.escape(format_usd(budget))
+            + r" \(\$[\d.]+ spent, \$[\d.]+ held by cells running\), below this configuration's worst case "
+            + re.escape(format_usd(worst)),
+            run.state.message,
+        ), run.state.message
+    assert all("submitting flow run" in machine.output() for machine in team["machines"]), "a machine ran no cell"
+    for run in cells:  # the price file's path travels as written, resolved on each machine
+        assert str(team["tmp"]) not in json.dumps(run.parameters)
+
+    totals = ledger.totals()
+    assert totals is not None and totals.held == 0, totals
+    assert 2 * 0.99 * worst < totals.spent <= budget, (totals, worst)  # two cells, nearly their worst cases
+    most = max(spent + held for spent, held in seen)
+    print(f"budget {budget}: spent {totals.spent:.4f}; most spent and held at once {most:.4f} ({len(seen)} looks)")
+    snapshot = endpoint.snapshot()
+    assert snapshot["distinct_answered"] == snapshot["answered"] == 2 * PAIRS * 2 * 2, snapshot  # refused: no call
+    assert night.state.is_failed() and "2 of 4 configurations need a look" in night.state.message, (
+        f"{night.state!r}\n{log}"
+    )
+    summary = _night_summary(team, night_id)
+    assert f"Tonight's cost: {format_usd(totals.spent)}" in summary, summary
+    assert summary.count("the night's budget: $") == 2 and summary.count("| completed | 100.00%") == 2, summary

@@ -234,3 +234,16 @@ def test_documented_block_runs(block: Block, judgebench_home, workdirs, request,
         return  # Prefect's own commands (`prefect deploy`, `--watch`) print links and events wider than 80
     wide = [line for line in (result.stdout + result.stderr).splitlines() if len(line.rstrip()) > 80]
     assert not wide, f"{block.id}: lines over 80 columns at COLUMNS=80:\n" + "\n".join(wide)
+
+
+def test_the_documented_team_setup_is_the_one_tested_here() -> None:
+    """The team setup's block of docs/operations-deployments.md is skipped here (it needs several
+    machines); tests/test_pool_team.py's `team` fixture runs its one-time steps as read from it, so the
+    block and the tested setup cannot drift apart."""
+    from tests.test_pool_team import DOCS, POOL, _documented_steps
+
+    deploy, automations = _documented_steps()
+    assert deploy[:3] == ["-m", "judgebench_flows.deployments.deploy", "--installed"], deploy
+    assert automations[-2:] == ["--webhook-url", "http://127.0.0.1:9/alerts"], automations
+    workers = [line for line in DOCS.read_text().splitlines() if line.startswith("prefect worker start")]
+    assert workers and all(f"--pool {POOL} " in line for line in workers), workers

@@ -776,7 +776,7 @@ async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -
     log = logger.info if outcome.status == "completed" else logger.error
     log(
         "%s: %s, accuracy %s (95%% CI %s - %s), %s pairs, failed judgments %s, invalid judgments %s%s",
-        entry.name,
+        entry.title,  # as the night's lines and the run's name read, not the results folder's long key
         outcome.status,
         _pct(outcome.accuracy),
         _pct(outcome.ci_low),
@@ -791,7 +791,7 @@ async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -
     await acreate_markdown_artifact(
         adhoc_markdown(outcome, results, subflow_id),
         key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), config.data_path or config.data_file)}",
-        description=f"JudgeBench ad-hoc run: {entry.name}",
+        description=f"JudgeBench ad-hoc run: {entry.title}",
     )
     if outcome.status != "completed":  # Failed with the subflow's reason, as one line (`--watch`, the UI)
         line = " ".join((outcome.message or outcome.status).split())

@@ -468,7 +468,7 @@ def test_compare_warns_when_runs_differ() -> None:
         config_json='{"single_game": true}',
     )
     (warning,) = comparison_warnings(a, b)
-    assert "differ in model, protocol:" in warning
+    assert "differ in model, protocol: a difference in accuracy may come from any of them" in warning
     assert comparison_warnings(a, a) == []
 
 

@@ -444,7 +444,10 @@ def test_bad_inputs_exit_2_with_one_line(published, tmp_path) -> None:
         },
     )
     cases = [
-        (["leaderboard", "--repo-url", f"file://{bare}", "--ref", sha], "no outputs/ directory"),
+        (
+            ["leaderboard", "--repo-url", f"file://{bare}", "--ref", sha],
+            f"file://{bare} at --ref {sha} has no outputs/",
+        ),
         (["leaderboard", "--repo-url", f"file://{bad}", "--ref", bad_sha], "judge_model=x.jsonl line 1: missing field"),
         (["rescore", str(tmp_path / "missing.jsonl"), "--judge-type", "arena_hard"], "file not found"),
         (["rescore", str(tmp_path / "x.jsonl"), "--judge-type", "nonsense"], "unknown judge type 'nonsense'"),

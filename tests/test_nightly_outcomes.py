@@ -325,7 +325,8 @@ def test_adhoc_run_shows_results_and_links_on_its_own_page(
     assert {a.key for a in sub} >= {f"judgebench-summary-{slug}", f"judgebench-accuracy-{slug}"}
     messages = "\n".join(log.message for log in logs)
     assert (
-        "completed, accuracy 100.00%" in messages and "failed judgments 0 / 6, invalid judgments 0 / 6" in messages
+        "vanilla · judge-x · gpt-4o: completed, accuracy 100.00%" in messages
+        and "failed judgments 0 / 6, invalid judgments 0 / 6" in messages
     ), messages
     assert CANARY_KEY not in messages + page.data
     assert (

@@ -110,7 +110,8 @@ def comparison_warnings(a: db.RunRow, b: db.RunRow) -> list[str]:
     }
     different = [name for name, (left, right) in aspects.items() if left != right]
     if different:
-        warnings.append(f"the runs differ in {', '.join(different)}: differences in accuracy are not the judge's alone")
+        source = "it" if len(different) == 1 else "any of them"
+        warnings.append(f"the runs differ in {', '.join(different)}: a difference in accuracy may come from {source}")
     return warnings
 
 

@@ -487,11 +487,23 @@ class LeaderboardSettings(BaseModel):
     )
 
 
+def no_published_outputs(repo_url: str, ref: str | None) -> str:
+    """The error of a checkout without outputs/, naming the user's --repo-url and --ref, not the clone in the
+    cache: a copy of JudgeBench's data/ alone (a shared folder) is what a newcomer often has."""
+    return (
+        f"--repo-url {repo_url} at --ref {ref or 'its default branch'} has no outputs/ folder: the leaderboard "
+        f"scores the judges JudgeBench publishes there (a clone of {DEFAULT_REPO_URL} has it, a copy of data/ "
+        "alone does not); `judgebench history` lists your own runs"
+    )
+
+
 def build_leaderboard(settings: LeaderboardSettings) -> Leaderboard:
     """Fetch the checkout, score its outputs/ files and our runs; the leaderboard JSON document."""
     from judgebench_flows.data.dataset import fetch_repository
 
     checkout = fetch_repository(settings.repo_url, settings.ref, settings.cache_dir)
+    if settings.require_published and not (checkout.path / "outputs").is_dir():
+        raise UserError(no_published_outputs(settings.repo_url, settings.ref))
     unread: list[tuple[str, str]] = []
     entries = published_entries(
         checkout.path,

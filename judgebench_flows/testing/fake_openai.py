@@ -1307,7 +1307,8 @@ def oracle_pairs(paths: list[str]) -> list[dict]:
             raise SystemExit(f"error: --oracle {given}: no such data file (or folder of .jsonl files)")
         files += found
     pairs = [pair for file in files for pair in load_pairs(file)]
-    print(f"oracle: {len(pairs)} pairs of {len(files)} data files", file=sys.stderr, flush=True)
+    noun = "data file" if len(files) == 1 else "data files"
+    print(f"oracle: {len(pairs)} pairs of {len(files)} {noun}", file=sys.stderr, flush=True)
     return pairs
 
 

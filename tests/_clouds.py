@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests._s3 import free_port
+from tests._s3 import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURITE_VERSION = "3.37.0"
@@ -75,12 +75,7 @@ class _Emulator:
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+            stop(self.process)
 
     def objects(self, bucket: str) -> dict[str, bytes]:
         """Every object in the bucket: key -> content."""

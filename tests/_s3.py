@@ -25,8 +25,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """A server process ended: SIGTERM, then SIGKILL if it has not exited within 10 s."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 class S3Server:
     """`with S3Server() as s3:` moto's S3 on 127.0.0.1; `s3.env` is what a process needs to use it."""
+
+    scheme = "s3"
 
     def __init__(self, log: Path | None = None, authenticated: bool = False) -> None:
         self.port = free_port()
@@ -67,12 +79,7 @@ class S3Server:
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+            stop(self.process)
 
     def filesystem(self):
         """An s3fs filesystem on this server (the tests' own view of the bucket)."""

@@ -11,18 +11,16 @@ server, moto's S3 server in its own process.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._buckets import JUDGMENTS, bucket_places, judgebench, night_to_bucket, run_args, two_runs_to_bucket
 from tests._s3 import ACCESS_KEY_ID, SECRET_KEY, S3Server
-from tests.conftest import CANARY_KEY, make_repo
-from tests.test_bad_input import assert_one_error, pair, write_jsonl
+from tests.conftest import CANARY_KEY
+from tests.test_bad_input import assert_one_error
 
 BUCKET = "judgebench"
 
@@ -40,19 +38,6 @@ def endpoint() -> Iterator[FakeOpenAIServer]:
         yield fake
 
 
-def judgebench(cwd: Path, s3: S3Server, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`judgebench ...` as a user runs it, in `cwd`, with AWS's chain pointed at moto's server."""
-    env = {**os.environ, **s3.env, "OPENAI_API_KEY": CANARY_KEY}
-    return subprocess.run(
-        [sys.executable, "-m", "judgebench_flows.cli.main", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def assert_no_secret(*texts: str | bytes) -> None:
     for text in texts:
         data = text.encode() if isinstance(text, str) else text
@@ -61,58 +46,17 @@ def assert_no_secret(*texts: str | bytes) -> None:
 
 @pytest.fixture()
 def places(tmp_path: Path) -> dict[str, Path]:
-    """An empty working directory, and everything else the run needs somewhere else."""
-    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
-    work.mkdir()
-    elsewhere.mkdir()
-    data = write_jsonl(elsewhere / "pairs.jsonl", [pair(i) for i in range(4)])
-    return {"work": work, "elsewhere": elsewhere, "data": data, "db": elsewhere / "results.db"}
-
-
-def run_args(endpoint: FakeOpenAIServer, places: dict[str, Path], *extra: str) -> list[str]:
-    return [
-        "run",
-        "--model",
-        "judge-model",
-        "--base-url",
-        endpoint.base_url,
-        "--data-path",
-        str(places["data"]),
-        "--db-url",
-        f"sqlite:///{places['db']}",
-        "--no-progress",
-        "--bootstrap-resamples",
-        "50",
-        *extra,
-    ]
+    return bucket_places(tmp_path)
 
 
 def test_a_run_writes_its_folder_and_latest_to_s3_and_nothing_locally(
     s3, endpoint, places, prefect_server, monkeypatch
 ) -> None:
-    layout = f"s3://{BUCKET}/runs/{{run_id}}"
-    args = run_args(endpoint, places, "--output-dir", layout, "--result-path", f"{layout}/results.json")
-    env_home = places["elsewhere"] / "cache"
-    monkeypatch.setenv("JUDGEBENCH_CACHE_DIR", str(env_home))
-    first = judgebench(places["work"], s3, *args)
-    assert first.returncode == 0, first.stderr
-    second = judgebench(places["work"], s3, *args)
-    assert second.returncode == 0, second.stderr
-    assert list(places["work"].iterdir()) == [], "the working directory got files"
-
+    first, second, run_ids, _ = two_runs_to_bucket(s3, BUCKET, endpoint, places, monkeypatch)
     objects = s3.objects(BUCKET)
-    run_ids = sorted({key.split("/")[1] for key in objects if key.startswith("runs/") and key != "runs/latest"})
-    assert len(run_ids) == 2
-    for run_id in run_ids:  # each run its folder: results, judgments, report; nothing else (no parts)
-        folder = {key.split("/", 2)[2] for key in objects if key.startswith(f"runs/{run_id}/")}
-        assert folder == {"results.json", "report.html", "pairs,judge_name=arena_hard,judge_model=judge-model.jsonl"}
+    for run_id in run_ids:
         results = json.loads(objects[f"runs/{run_id}/results.json"])
         assert results["run"]["run_id"] == run_id and results["overall_accuracy"]["total_samples"] == 4
-    newest = json.loads(objects[f"runs/{objects['runs/latest'].decode().strip()}/results.json"])
-    assert newest["run"]["started"] == max(
-        json.loads(objects[f"runs/{r}/results.json"])["run"]["started"] for r in run_ids
-    ), "latest names the newest run"
-    assert f"s3://{BUCKET}/runs/" in first.stdout  # the summary says where the results are
 
     # the report of a past run, and a rescore of a run's judgments, read from and written to the bucket
     run_id = run_ids[0]
@@ -127,7 +71,7 @@ def test_a_run_writes_its_folder_and_latest_to_s3_and_nothing_locally(
         f"s3://{BUCKET}/reports/{run_id}.html",
     )
     assert report.returncode == 0, report.stderr
-    judged = f"s3://{BUCKET}/runs/{run_id}/pairs,judge_name=arena_hard,judge_model=judge-model.jsonl"
+    judged = f"s3://{BUCKET}/runs/{run_id}/{JUDGMENTS}"
     rescore = judgebench(
         places["work"], s3, "rescore", judged, "--judge-type", "arena_hard",
         "--output", f"s3://{BUCKET}/rescored/judgments.jsonl", "--result-path", f"s3://{BUCKET}/rescored/rescore.json",
@@ -158,51 +102,10 @@ def _prefect_records(flow_run_id: str) -> str:
     return json.dumps(run.parameters, default=str) + "\n".join(log.message for log in logs)
 
 
-def test_a_night_and_its_leaderboard_go_to_s3(s3, endpoint, places, prefect_server, monkeypatch, tmp_path) -> None:
+def test_a_night_and_its_leaderboard_go_to_s3(s3, endpoint, places, prefect_server, monkeypatch) -> None:
     """A night whose `output_root` is a bucket: every cell's folder, its `latest` and the night's
     leaderboard there; the summary reads each cell's results back from the bucket."""
-    import asyncio
-
-    import yaml
-
-    from judgebench_flows.flows.nightly import nightly_benchmarks
-
-    for name, value in s3.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
-    repo = places["elsewhere"] / "JudgeBench"
-    sha = make_repo(repo, {"data/pairs.jsonl": places["data"].read_text()}, copy_shared=False)
-    matrix = {
-        "judge_types": ["arena_hard"],
-        "models": ["judge-a", "judge-b"],
-        "data_files": ["pairs.jsonl"],
-        "base_url": endpoint.base_url,
-        "db_url": f"sqlite:///{places['db']}",
-        "output_root": f"s3://{BUCKET}/nightly",
-        "repo_url": f"file://{repo}",
-        "ref": sha,
-        "options": {"cache_dir": str(places["elsewhere"] / "cache"), "bootstrap_resamples": 50},
-    }
-    path = places["elsewhere"] / "matrix.yaml"
-    path.write_text(yaml.safe_dump(matrix))
-    monkeypatch.chdir(places["work"])
-    state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
-    assert state.is_completed(), state.message
-    outcomes = asyncio.run(state.aresult())
-    assert [o["status"] for o in outcomes] == ["completed", "completed"]
-    objects = s3.objects(BUCKET)
-    for outcome in outcomes:
-        assert outcome["result_path"].startswith(f"s3://{BUCKET}/nightly/{outcome['name']}/")
-        pointer = objects[f"nightly/{outcome['name']}/latest"].decode().strip()
-        assert (
-            json.loads(objects[f"nightly/{outcome['name']}/{pointer}/results.json"])["run"]["run_id"]
-            == outcome["run_id"]
-        )
-    board = json.loads(objects["nightly/leaderboard.json"])
-    assert {e["judge_model"] for e in board["entries"] if e["origin"] == "run"} >= {"judge-a", "judge-b"}
-    assert "nightly/leaderboard.html" in objects
-    assert list(places["work"].iterdir()) == []
-    assert_no_secret(*objects.values())
+    assert_no_secret(*night_to_bucket(s3, BUCKET, endpoint, places, monkeypatch).values())
 
 
 @pytest.mark.parametrize(

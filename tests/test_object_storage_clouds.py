@@ -10,15 +10,13 @@ exit 2, before any call, no secret shown.
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._buckets import bucket_places, judgebench, night_to_bucket, run_args, two_runs_to_bucket
 from tests._clouds import (
     AZURITE_KEY,
     GCS_PRIVATE_KEY_CANARY,
@@ -27,9 +25,8 @@ from tests._clouds import (
     GcsServer,
     RefusingTokenEndpoint,
 )
-from tests.conftest import CANARY_KEY, make_repo
-from tests.test_bad_input import assert_one_error, pair, write_jsonl
-from tests.test_object_storage import judgebench, run_args
+from tests.conftest import CANARY_KEY
+from tests.test_bad_input import assert_one_error
 
 BUCKET = "judgebench"
 CLOUDS = {"gs": GcsServer, "az": AzuriteServer}
@@ -48,12 +45,7 @@ def cloud(request, tmp_path_factory) -> Iterator[GcsServer | AzuriteServer]:
 
 @pytest.fixture()
 def places(tmp_path: Path) -> dict[str, Path]:
-    """An empty working directory, and everything else the run needs somewhere else."""
-    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
-    work.mkdir()
-    elsewhere.mkdir()
-    data = write_jsonl(elsewhere / "pairs.jsonl", [pair(i) for i in range(4)])
-    return {"work": work, "elsewhere": elsewhere, "data": data, "db": elsewhere / "results.db"}
+    return bucket_places(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -71,76 +63,24 @@ def assert_no_secret(*texts: str | bytes) -> None:
 
 @pytest.mark.slow
 def test_a_run_writes_its_folder_latest_and_report_to_the_bucket(cloud, endpoint, places, prefect_server, monkeypatch):
-    layout = f"{cloud.scheme}://{BUCKET}/runs/{{run_id}}"
-    args = run_args(endpoint, places, "--output-dir", layout, "--result-path", f"{layout}/results.json")
-    monkeypatch.setenv("JUDGEBENCH_CACHE_DIR", str(places["elsewhere"] / "cache"))
-    first = judgebench(places["work"], cloud, *args)
-    assert first.returncode == 0, first.stderr
-    second = judgebench(places["work"], cloud, *args)
-    assert second.returncode == 0, second.stderr
-    assert list(places["work"].iterdir()) == [], "the working directory got files"
-
-    objects = {k: v for k, v in cloud.objects(BUCKET).items() if k.startswith("runs/")}
-    run_ids = sorted({key.split("/")[1] for key in objects if key != "runs/latest"})
-    assert len(run_ids) == 2, sorted(objects)
-    for run_id in run_ids:
-        folder = {key.split("/", 2)[2] for key in objects if key.startswith(f"runs/{run_id}/")}
-        assert folder == {"results.json", "report.html", "pairs,judge_name=arena_hard,judge_model=judge-model.jsonl"}
-    newest = max(run_ids, key=lambda r: json.loads(objects[f"runs/{r}/results.json"])["run"]["started"])
-    assert objects["runs/latest"].decode().strip() == newest  # `latest`: a pointer object to the newest run
-    assert f"{cloud.scheme}://{BUCKET}/runs/" in first.stdout
-
+    first, second, _, newest = two_runs_to_bucket(cloud, BUCKET, endpoint, places, monkeypatch)
     report = judgebench(
         places["work"], cloud, "report", newest, "--db-url", f"sqlite:///{places['db']}",
         "--output", f"{cloud.scheme}://{BUCKET}/reports/{newest}.html",
     )  # fmt: skip
     assert report.returncode == 0, report.stderr
-    assert b"<html" in cloud.objects(BUCKET)[f"reports/{newest}.html"].lower()
+    objects = cloud.objects(BUCKET)
+    assert b"<html" in objects[f"reports/{newest}.html"].lower()
     assert list(places["work"].iterdir()) == []
-    assert_no_secret(*objects.values(), first.stdout, first.stderr, second.stderr, places["db"].read_bytes())
+    runs = [v for k, v in objects.items() if k.startswith("runs/")]
+    assert_no_secret(*runs, first.stdout, first.stderr, second.stderr, places["db"].read_bytes())
 
 
 @pytest.mark.slow
 def test_a_night_and_its_leaderboard_go_to_the_bucket(cloud, endpoint, places, prefect_server, monkeypatch):
     """Every cell's folder, its `latest` and the night's leaderboard in the bucket; the night's summary
     reads each cell's results back from it."""
-    from judgebench_flows.flows.nightly import nightly_benchmarks
-
-    for name, value in cloud.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
-    repo = places["elsewhere"] / "JudgeBench"
-    sha = make_repo(repo, {"data/pairs.jsonl": places["data"].read_text()}, copy_shared=False)
-    root = f"{cloud.scheme}://{BUCKET}/nightly"
-    matrix = {
-        "judge_types": ["arena_hard"],
-        "models": ["judge-a", "judge-b"],
-        "data_files": ["pairs.jsonl"],
-        "base_url": endpoint.base_url,
-        "db_url": f"sqlite:///{places['db']}",
-        "output_root": root,
-        "repo_url": f"file://{repo}",
-        "ref": sha,
-        "options": {"cache_dir": str(places["elsewhere"] / "cache"), "bootstrap_resamples": 50},
-    }
-    path = places["elsewhere"] / "matrix.yaml"
-    path.write_text(yaml.safe_dump(matrix))
-    monkeypatch.chdir(places["work"])
-    state = asyncio.run(nightly_benchmarks(str(path), retry_delay_seconds=0, return_state=True))
-    assert state.is_completed(), state.message
-    outcomes = asyncio.run(state.aresult())
-    assert [(o["status"], o["accuracy"] is not None) for o in outcomes] == [("completed", True)] * 2
-    objects = cloud.objects(BUCKET)
-    for outcome in outcomes:
-        assert outcome["result_path"].startswith(f"{root}/{outcome['name']}/")
-        pointer = objects[f"nightly/{outcome['name']}/latest"].decode().strip()
-        results = json.loads(objects[f"nightly/{outcome['name']}/{pointer}/results.json"])
-        assert results["run"]["run_id"] == outcome["run_id"]
-    board = json.loads(objects["nightly/leaderboard.json"])
-    assert {e["judge_model"] for e in board["entries"] if e["origin"] == "run"} >= {"judge-a", "judge-b"}
-    assert "nightly/leaderboard.html" in objects
-    assert list(places["work"].iterdir()) == []
-    assert_no_secret(*objects.values())
+    assert_no_secret(*night_to_bucket(cloud, BUCKET, endpoint, places, monkeypatch).values())
 
 
 def test_a_missing_bucket_is_one_line_and_exit_2_before_any_call(cloud, endpoint, places):

@@ -61,6 +61,19 @@ def provider_caller(server: Any, provider: str, model: str, api_key: str, **fiel
     )
 
 
+def only_these_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key_id: str, secret: str) -> None:
+    """AWS's chain reads only what a test gives it (this key, us-east-1): no user's files or profile, no
+    instance metadata probe, no endpoint override left by another test."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+
 def complete_once(caller: ChatCaller, messages: list[dict], sampling: dict) -> Completion:
     """One call's completion, the caller closed after it."""
 

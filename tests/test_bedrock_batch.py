@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from judgebench_flows.calls.caller import ChatCaller
-from judgebench_flows.calls.providers import provider_rule
 from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.core.config import build_config
 from judgebench_flows.core.errors import UserError
@@ -25,9 +24,10 @@ from judgebench_flows.testing.fake_bedrock import FakeBedrockBatchServer
 from tests._helpers import batch_requests as requests
 from tests._helpers import (
     cancel_after_first_batch,
-    chat_caller,
     judge_each,
     kill_after_first_batch_and_rerun,
+    only_these_aws_credentials,
+    provider_caller,
     run_command,
 )
 from tests._replay import judgment_set, official_score, replay_responder
@@ -56,15 +56,7 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """AWS's chain reads only what a test gives it: no user's files, no instance metadata probe."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    only_these_aws_credentials(monkeypatch, tmp_path, KEY_ID, SECRET)
 
 
 def bedrock_server(s3: S3Server, answer: Any = "[[A>B]]", **options: Any) -> FakeBedrockBatchServer:
@@ -76,15 +68,14 @@ def batch_caller(
 ) -> ChatCaller:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.url)
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK", server.base_url)
-    return chat_caller(
-        base_url=server.base_url,
-        model=HAIKU,
-        api_key="EMPTY",
-        provider="bedrock",
+    return provider_caller(
+        server,
+        "bedrock",
+        HAIKU,
+        "EMPTY",
         batch=True,
         batch_poll_seconds=0.1,
         engine=engine,
-        request_rule=provider_rule("bedrock", HAIKU, "auto", ()),
         retry=RetryPolicy(max_retries=6, initial_wait=0.05, max_wait=0.2),
         **BATCH_OPTIONS,
     )

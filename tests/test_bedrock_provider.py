@@ -20,7 +20,7 @@ from judgebench_flows.calls.caller import ChatCaller
 from judgebench_flows.calls.errors import CallError
 from judgebench_flows.core.errors import FatalEndpointError, UserError
 from judgebench_flows.testing.fake_bedrock import FakeBedrockServer, SigV4Check
-from tests._helpers import complete_once, provider_caller, run_command
+from tests._helpers import complete_once, only_these_aws_credentials, provider_caller, run_command
 from tests._replay import judgment_set, official_score, replay_responder
 from tests.conftest import CLAUDE_FILE, SHARED, load_jsonl
 
@@ -34,15 +34,7 @@ USER = {"role": "user", "content": "Which answer is better?"}
 
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """AWS's chain reads only what a test gives it: no user's files, no instance metadata probe."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    only_these_aws_credentials(monkeypatch, tmp_path, KEY_ID, SECRET)
 
 
 @pytest.fixture()

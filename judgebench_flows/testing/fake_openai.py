@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -439,28 +439,20 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length > 0 else b""
 
     def send_json(self, status: int, payload: dict, extra_headers: dict[str, str] | None = None) -> bool:
-        """Send one JSON response; return False when the client had already gone away."""
-        data = json.dumps(payload).encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("x-request-id", f"req_{uuid.uuid4().hex}")
-            for name, value in (extra_headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-            return True
-        except (ConnectionError, TimeoutError, OSError):
-            self.close_connection = True
-            return False
+        """Send one JSON response, with a request id as OpenAI's API sends; return False when the client had
+        already gone away."""
+        headers = [("x-request-id", f"req_{uuid.uuid4().hex}"), *(extra_headers or {}).items()]
+        return self.send_raw(status, json.dumps(payload).encode("utf-8"), "application/json", headers)
 
-    def send_raw(self, status: int, data: bytes, content_type: str) -> bool:
-        """Send a body that is not JSON (what a misconfigured proxy answers)."""
+    def send_raw(self, status: int, data: bytes, content_type: str, headers: Sequence[tuple[str, str]] = ()) -> bool:
+        """Send a body as it is (a file's content, or what a misconfigured proxy answers); return False when
+        the client had already gone away."""
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            for name, value in headers:
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
             return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from judgebench_flows.core.version import VERSION as __version__
 
 if TYPE_CHECKING:
     from judgebench_flows.api import Evaluation, evaluate, evaluate_async

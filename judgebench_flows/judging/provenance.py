@@ -10,7 +10,6 @@ the endpoint (never a credential). `scoring.provenance` compares two runs' prove
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.metadata
 from functools import cache
 from urllib.parse import urlsplit, urlunsplit
@@ -22,6 +21,7 @@ from judgebench_flows.calls.providers import wire_params
 from judgebench_flows.calls.request_rules import shape
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.secrets import redact
+from judgebench_flows.core.version import VERSION
 from judgebench_flows.judges.procedure import Judge
 from judgebench_flows.judging.run_context import RunContext
 from judgebench_flows.judging.shards import JudgeSpec, learned_of
@@ -33,7 +33,7 @@ def package_version() -> str:
     try:
         return importlib.metadata.version("judgebench-flows")
     except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return str(importlib.import_module("judgebench_flows").__version__)
+        return VERSION
 
 
 def public_endpoint(url: str) -> str:

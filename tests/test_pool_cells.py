@@ -357,10 +357,11 @@ def test_a_cell_run_whose_worker_ignores_the_cancel_is_ended_by_the_night(
     prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
 ):
     """The forced-cancel path: past the night's deadline (`after_deadline_minutes: 0`) the running cell
-    run is asked to stop, but its worker's machine hangs (SIGSTOP to the worker and the cell's process as
-    soon as the cell run is Running), so nothing stops it. The night waits CANCEL_WAIT_SECONDS for
-    it, marks it Cancelled itself, and ends Failed naming the cell and why: nothing waits for the frozen
-    machine longer than that."""
+    run is asked to stop, but its worker hangs (SIGSTOP to the worker's process group once the cell run is
+    Running) while the cell's process, which Prefect starts in a session of its own, goes on judging and
+    does not react to the cancel: nothing stops the run. The night waits CANCEL_WAIT_SECONDS for it,
+    marks it Cancelled itself, and ends Failed naming the cell and why: nothing waits for the hung
+    worker longer than that."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import StateType
 
@@ -370,9 +371,9 @@ def test_a_cell_run_whose_worker_ignores_the_cancel_is_ended_by_the_night(
     monkeypatch.setattr(pool_cells, "CANCEL_WAIT_SECONDS", 15.0)
     frozen: list[int] = []
 
-    def hang_the_machine(worker: subprocess.Popen, endpoint: FakeOpenAIServer) -> None:
-        """Once the cell run is Running, its worker and the cell's process stop (SIGSTOP: a machine
-        that hangs, where no signal is acted on), until the test ends them."""
+    def hang_the_worker(worker: subprocess.Popen, endpoint: FakeOpenAIServer) -> None:
+        """Once the cell run is Running, its worker stops (SIGSTOP: it acts on nothing, the cancel
+        included) until the test ends it."""
         from prefect.client.orchestration import get_client
 
         until = time.monotonic() + 600
@@ -396,7 +397,7 @@ def test_a_cell_run_whose_worker_ignores_the_cancel_is_ended_by_the_night(
         worker_limit=1,
         latency=30.0,  # 12 calls, 2 at a time: the cell would judge for 3 minutes
         extra={"deadline_minutes": 2.0, "after_deadline_minutes": 0},
-        meanwhile=hang_the_machine,
+        meanwhile=hang_the_worker,
     )
     took = time.monotonic() - started
     assert frozen, f"the cell run never ran\n{log[-3000:]}"
@@ -417,6 +418,6 @@ def test_a_cell_run_whose_worker_ignores_the_cancel_is_ended_by_the_night(
             )
         )
     assert [r.state.type for r in runs] == [StateType.CANCELLED], [(r.name, r.state) for r in runs]
-    assert snapshot["answered"] < 12, snapshot  # the frozen cell never finished its calls
+    assert 1 <= snapshot["requests"] and snapshot["answered"] < 12, snapshot  # it judged on, never finished
     summary = _night_summary(state)
     assert f"| {title} | **FAILED** |" in summary and "did not stop it within 15 s" in summary, summary

@@ -207,37 +207,32 @@ def changed_endpoint(results: dict[str, Any]) -> str | None:
 def pool_outcome(entry: MatrixEntry, run: FlowRun, results: dict[str, Any] | None) -> CellOutcome:
     """A cell run of the pool (flows/pool_cells.py) as it ended, with the results its judging subflow
     wrote, as the same outcome an in-process cell gives."""
-    state, name, result_path = run.state, entry.name, entry.config.result_path
+    state = run.state
     if state is not None and state.is_completed() and results is not None:
         outcome = completed_outcome(entry, results, str(run.id))
-    elif state is not None and state.is_completed():
-        message = f"completed, but its results are not readable here ({entry.config.result_path})"
-        outcome = CellOutcome(
-            name=name,
-            title=entry.title,
-            result_path=result_path,
-            flow_run_id=str(run.id),
-            status="failed",
-            message=message,
-        )
     else:
-        ended = (state.message or state.name or state.type.value) if state is not None else "no state"
-        message = " ".join(ended.split())
-        counts = _counts(results) if results else CellCounts()
         outcome = CellOutcome(
-            name=name,
+            name=entry.name,
             title=entry.title,
-            result_path=result_path,
+            result_path=entry.config.result_path,
             flow_run_id=str(run.id),
             status="failed",
-            message=message[:500],
-            **counts,
+            message=_pool_failure(state, entry.config.result_path),
+            **(_counts(results) if results else CellCounts()),
         )
     outcome.endpoint = entry.endpoint
     if run.start_time is not None:
         outcome.wait_s = round(max(0.0, (run.start_time - run.created).total_seconds()), 3) if run.created else None
         outcome.duration_s = round(run.total_run_time.total_seconds(), 3)
     return outcome
+
+
+def _pool_failure(state: State | None, result_path: str) -> str:
+    """Why a cell run of the pool counts as failed, in one line."""
+    if state is not None and state.is_completed():
+        return f"completed, but its results are not readable here ({result_path})"
+    ended = (state.message or state.name or state.type.value) if state is not None else "no state"
+    return " ".join(ended.split())[:500]
 
 
 def _of(count: int | None, total: int | None) -> str:

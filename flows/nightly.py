@@ -685,13 +685,18 @@ async def nightly_benchmarks(
     emit_night_event(matrix_path, outcomes, attempt, wall_s=wall_s, endpoints=endpoints)
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
-        raise BenchmarkFailed(
-            f"{len(bad)} of {len(outcomes)} configurations need a look: "
-            + "; ".join(
-                f"{o.title or o.name} ({o.status}{': ' + shorten(o.message, 200) if o.message else ''})" for o in bad
-            )
-        )
+        return night_failed(bad, len(outcomes))  # type: ignore[return-value]
     return [o.model_dump() for o in outcomes]
+
+
+def night_failed(bad: list[CellOutcome], total: int) -> State:
+    """A night whose cells need a look ends Failed with a message naming each and why. Returned, not
+    raised: the reason reads the same in `--watch`, the worker's log and the UI, without a traceback of
+    this flow's frames (a raised exception is logged with one)."""
+    line = f"{len(bad)} of {total} configurations need a look: " + "; ".join(
+        f"{o.title or o.name} ({o.status}{': ' + shorten(o.message, 200) if o.message else ''})" for o in bad
+    )
+    return Failed(message=line, data=BenchmarkFailed(line))
 
 
 @flow(name="judgebench-adhoc", log_prints=False, flow_run_name=adhoc_run_name)

@@ -89,11 +89,13 @@ def processes_with(prefect_home: Path) -> list[int]:
 
 
 def server_processes(prefect_home: Path) -> list[int]:
-    """The Prefect API servers (uvicorn) among `processes_with(prefect_home)`."""
+    """The Prefect API servers among `processes_with(prefect_home)`: uvicorn (`--background`'s) or the
+    `prefect server start` a run starts."""
     found = []
     for pid in processes_with(prefect_home):
         try:
-            if b"uvicorn" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"uvicorn" in args or (b"server" in args and b"start" in args):
                 found.append(pid)
         except OSError:
             continue

@@ -1,12 +1,13 @@
 """The Prefect server a run reports to: the one configured, else Prefect's own background server.
 
 With PREFECT_API_URL (or a profile naming a server) that server is used as it is. Without one, a run
-uses the background server of its PREFECT_HOME: the one `prefect server start --background` starts,
-answering on PREFECT_SERVER_API_HOST:PREFECT_SERVER_API_PORT (127.0.0.1:4200 by default). When none
-answers there, the run starts it with exactly that command and waits for it; it then stays up for the
-next runs (a second run does not boot a second server) until `prefect server stop`. Prefect owns its
-lifecycle: its pid file, its command, its settings. A lock file in PREFECT_HOME keeps two runs starting
-at once from starting two servers.
+uses the background server of its PREFECT_HOME: the one in Prefect's pid file there (`prefect server
+stop` stops it), answering on PREFECT_SERVER_API_HOST:PREFECT_SERVER_API_PORT (127.0.0.1:4200 by
+default). When none answers there, the run starts Prefect's `prefect server start` detached, its output
+in a log file (not `--background`: see _start_background_server), records it in that pid file and waits
+for it; it then stays up for the next runs (a second run does not boot a second server) until
+`prefect server stop`. A lock file in PREFECT_HOME keeps two runs starting at once from starting two
+servers.
 
 Prefect's ephemeral server (a temporary one per process) was measured too: it boots again on every run,
 which on a busy 2-core machine is most of a small run's time (docs/performance.md).
@@ -41,7 +42,7 @@ START_TIMEOUT_ENV = "JUDGEBENCH_SERVER_START_TIMEOUT"
 # machine takes tens of seconds: the ceiling is minutes, and a server process that exits fails at once.
 DEFAULT_START_TIMEOUT = 600.0
 SERVER_LOG = "prefect-server.log"  # the background server's output in PREFECT_HOME (its log lines, errors)
-PID_FILE = "server.pid"  # where `prefect server start --background` records its server (`prefect server stop` reads it)
+PID_FILE = "server.pid"  # Prefect's pid file of its background server (`prefect server stop` reads it)
 LOCK_FILE = "judgebench-server.lock"
 # The port this home's server moved to when the configured one was held by another server:
 # "CONFIGURED CHOSEN", so a run with another configured port (PREFECT_SERVER_API_PORT) is not redirected.
@@ -211,9 +212,9 @@ def server_env(host: str, port: int) -> dict[str, str]:
     4200, and Prefect's UI then talks to whatever answers on 4200: another home's server), the UI's API
     URL (PREFECT_SERVER_UI_API_URL) naming this server unless the user set one, and Prefect's telemetry
     off unless the user set PREFECT_SERVER_ANALYTICS_ENABLED: on a machine that cannot resolve Prefect's
-    telemetry host, Prefect 3.9.1's background server exits about 20 s after starting (seen on a machine
-    without DNS; runs then ended with exit 5). Its log stream on (LOG_STREAM), unless the user set it:
-    without it, `prefect deployment run ... --watch` prints a run's events but none of its log lines."""
+    telemetry host, its failure is logged about 20 s after starting (seen on a machine without DNS), and
+    a server whose output has nowhere to go dies of it (`--background`). Its log stream on (LOG_STREAM),
+    unless the user set it: without it, `prefect deployment run ... --watch` prints a run's events but none of its log lines."""
     env = {"PREFECT_SERVER_API_HOST": host, "PREFECT_SERVER_API_PORT": str(port)}
     if not any(os.environ.get(name) for name in UI_API_URL_VARIABLES):
         env["PREFECT_SERVER_UI_API_URL"] = _api_url(host, port)
@@ -253,45 +254,49 @@ def _check_ui(api_url: str, home: Path) -> None:
         )
 
 
-def _prefect(
-    *args: str, log: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Prefect's own CLI, with this interpreter and environment. With `log`, its output goes to that file,
-    not a pipe: a background server inherits the descriptors and outlives this process. `env`: settings
-    beside the user's environment (`server_env`)."""
-    environment = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false", **(env or {})}
+def _prefect(*args: str) -> subprocess.CompletedProcess[str]:
+    """Prefect's own CLI, with this interpreter and environment."""
+    environment = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false"}
     command = [sys.executable, "-m", "prefect", *args]
-    if log is None:
-        return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=environment)
-    with open(log, "a", encoding="utf-8") as out:
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=environment)
-    said = log.read_text(encoding="utf-8", errors="replace")[-2000:]
-    return subprocess.CompletedProcess(done.args, done.returncode, said, "")
+    return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=environment)
 
 
 def _start_background_server(home: Path, host: str, port: int) -> None:
-    """`prefect server start --background`; a pid file left by a server that died is cleared first with
-    `prefect server stop` (Prefect refuses to start while it exists)."""
+    """Prefect's `prefect server start`, detached, its output in SERVER_LOG, its pid in Prefect's pid file
+    (so `prefect server stop` stops it); a pid file left by a server that died is cleared first with
+    `prefect server stop`. Not `--background`: Prefect 3.9.1 gives that server pipes to the CLI process,
+    which exits at once, and the first warning the server logs after (a malformed request, a slow loop on
+    a busy machine, telemetry failing offline) meets the closed pipe: rich's console then raises
+    SystemExit and the server is gone (tests/test_server_start.py shows it)."""
     if (home / PID_FILE).exists():
         _prefect("server", "stop")
     _say(
         f"starting Prefect's server for {home} on {host}:{port} (once: a first boot creates its database, "
         "tens of seconds; it stays up for the next runs until `prefect server stop`)",
     )
-    done = _prefect(
-        "server",
-        "start",
-        "--background",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        log=home / SERVER_LOG,
-        env=server_env(host, port),
+    command = [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)]
+    environment = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false"}
+    # A launcher that exits once the server runs: the server is no child of this run (never its zombie).
+    launched = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(home / SERVER_LOG), *command],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**environment, **server_env(host, port)},
     )
-    if done.returncode != 0:
-        said = " ".join((done.stdout + done.stderr).split())[-300:]
-        raise PrefectServerError(f"`prefect server start --background` failed: {said}; {ADVICE}")
+    if launched.returncode != 0 or not launched.stdout.strip().isdigit():
+        said = " ".join((launched.stdout + launched.stderr).split())[-300:]
+        raise PrefectServerError(f"`prefect server start` could not be started: {said}; {ADVICE}")
+    (home / PID_FILE).write_text(launched.stdout.strip())
+
+
+# Starts argv[2:] in a session of its own, its output appended to the file argv[1]; prints its pid.
+LAUNCHER = (
+    "import subprocess, sys\n"
+    "with open(sys.argv[1], 'ab') as log:\n"
+    "    print(subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log, stderr=log,"
+    " start_new_session=True).pid)"
+)
 
 
 def _wait_until_answering(api_url: str, home: Path, say_alive: bool = False) -> None:

@@ -125,6 +125,9 @@ def watched_nights(output: str) -> None:
     assert "Flow run finished in state 'Failed'." in failed, output
     assert "the night failed: exit 1" in said, output
     assert '"api_url":"http://127.0.0.1:' in said.replace(" ", ""), output  # the UI talks to its own API
+    watched = output[output.index("Created flow run") :].splitlines()
+    wide = [line for line in watched if len(line.rstrip()) > 80 and " " in line.strip() and "└── " not in line]
+    assert not wide, "the nights' lines wider than 80 columns (COLUMNS=80):\n" + "\n".join(wide)
 
 
 OUTPUT_CHECKS = {HAND_STARTED_SERVER: watched_nights}  # a block's own expectations beyond exit 0

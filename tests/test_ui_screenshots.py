@@ -1,7 +1,7 @@
 """What the team sees in Prefect's UI the morning after: a night's artifact at 1400 px and a run's page,
 rendered by a real Chromium from the user's own Prefect server (started as a run starts it).
 
-Real parts: `prefect server start --background` through `python -m judgebench_flows.cli.prefect_server`,
+Real parts: `prefect server start` (detached, as a run starts it) through `python -m judgebench_flows.cli.prefect_server`,
 a night of 4 cells (one failing) against the bundled stand-in, headless Chromium loading the UI. The
 screenshots are kept in the test's folder (JUDGEBENCH_SCREENSHOTS=dir keeps a copy) for a person to look at.
 """

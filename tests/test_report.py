@@ -176,6 +176,32 @@ def test_trend_adds_this_run_and_copes_with_no_history() -> None:
     assert "Only one run so far" in render_report(make_results(), make_judgments())
 
 
+def test_runs_of_one_day_are_told_apart_under_the_trend() -> None:
+    """Two runs the same day were both labelled `2026-11-27` (a new user's first run and its re-run):
+    where dates repeat, the labels give month, day and time (to the second, when minutes repeat too);
+    across days they stay dates."""
+    same_day = [
+        {**HISTORY[0], "started": "2025-03-03T10:00:20+00:00"},
+        {**HISTORY[2], "started": "2025-03-03T10:00:40+00:00"},
+    ]
+    labels = re.findall(
+        r'class="tick"[^>]*text-anchor="middle">([^<]*)</text>',
+        svg(render_report(make_results(), make_judgments(), same_day), "trend-chart"),
+    )
+    assert labels == ["03-03 10:00:20", "03-03 10:00:40"], labels
+    same_day[0]["started"] = "2025-03-03T08:05:00+00:00"
+    labels = re.findall(
+        r'class="tick"[^>]*text-anchor="middle">([^<]*)</text>',
+        svg(render_report(make_results(), make_judgments(), same_day), "trend-chart"),
+    )
+    assert labels == ["03-03 08:05", "03-03 10:00"], labels
+    labels = re.findall(
+        r'class="tick"[^>]*text-anchor="middle">([^<]*)</text>',
+        svg(render_report(make_results(), make_judgments(), HISTORY), "trend-chart"),
+    )
+    assert labels == ["2025-03-01", "2025-03-02", "2025-03-03"], labels
+
+
 def test_older_results_without_optional_parts_still_render() -> None:
     results = make_results()
     for key in ("regression", "consistency", "usage", "source_accuracy", "invalid"):

@@ -226,6 +226,24 @@ def _trend_points(results: RunResults, history: Sequence[HistoryPoint]) -> list[
     return [p for p in points if _num(p.accuracy) is not None]
 
 
+_TREND_LABEL_FORMATS = ("%Y-%m-%d", "%m-%d %H:%M", "%m-%d %H:%M:%S")
+
+
+def _trend_label_format(started: Sequence[str | None]) -> str:
+    """The shortest of dates, minutes and seconds under which no two labels read alike: a new user's
+    first run and its re-run, a minute apart, were both labelled `2026-11-27`."""
+    times = [parsed for parsed in map(_parse_time, started) if parsed is not None]
+    return next(
+        (f for f in _TREND_LABEL_FORMATS if len({t.strftime(f) for t in times}) == len(times)),
+        _TREND_LABEL_FORMATS[-1],
+    )
+
+
+def _trend_x_label(started: str | None, label_format: str) -> str:
+    parsed = _parse_time(started)
+    return parsed.strftime(label_format) if parsed is not None else _fmt_time(started)[:10]
+
+
 def _trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
     """Geometry for the accuracy-over-runs line chart with its interval band; None with no points."""
     if not points:
@@ -264,10 +282,12 @@ def _trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
         y_ticks.append({"y": f"{y(v):.1f}", "label": f"{v * 100:.0f}%"})
         k += 1
     stride = max(1, math.ceil(n / 8))
+    # Every stride-th date plus the last, dropping one that would crowd the last label.
+    labelled = {i for i in range(n) if i == n - 1 or (i % stride == 0 and n - 1 - i >= stride)}
+    label_format = _trend_label_format([points[i].started for i in sorted(labelled)])
     out_points = []
     for i, (p, (acc, low, high)) in enumerate(zip(points, values, strict=False)):
-        # Every stride-th date plus the last, dropping one that would crowd the last label.
-        label_x = i == n - 1 or (i % stride == 0 and n - 1 - i >= stride)
+        label_x = i in labelled
         out_points.append(
             {
                 "x": f"{x(i):.1f}",
@@ -277,7 +297,7 @@ def _trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
                 "current": p.current,
                 "value": _pct(acc),
                 "show_value": n <= 12 or i == n - 1,
-                "x_label": _fmt_time(p.started)[:10] if label_x else None,
+                "x_label": _trend_x_label(p.started, label_format) if label_x else None,
                 "title": f"run {p.run_id or '?'} · {_fmt_time(p.started)} · {_pct(acc)}"
                 + (f" [{_pct(low)}–{_pct(high)}]" if (low, high) != (acc, acc) else ""),
             }

@@ -9,7 +9,7 @@ installed package (`python -m judgebench_flows.deployments.deploy --installed`: 
 workers), and the bundled OpenAI-compatible endpoint answering the labelled verdict with a latency.
 
 The night itself is a run of the nightly deployment, on the first worker. Then one worker is killed
-mid-night (its process group, as a machine going away): the night still completes, the killed cell
+mid-night (it and every process it started, as a machine going away): the night still completes, the killed cell
 run is marked Crashed by the server's automations and run again on the other worker, and no answered
 call is paid twice beyond those in flight when the machine died. A night with a `max_cost` that holds
 only some cells' worst cases: the cell runs on both machines reserve from the one budget in the
@@ -118,6 +118,48 @@ def git_daemon(tmp_path) -> Iterator[tuple[str, str]]:
         daemon.wait(10)
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _session(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[3]) if fields else None
+
+
+def _alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below `root` in the process tree, followed by parent pid (not by group or
+    session, which a child may leave)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found and _alive(child):
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal(pid: int, signum: signal.Signals) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
 class Machine:
     """A worker on a machine of its own: its own working directory, HOME and PREFECT_HOME."""
 
@@ -146,14 +188,44 @@ class Machine:
             env=self.env,
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its flow runs are its children: killing the group is the machine going away
+            start_new_session=True,  # its own group; its flow runs start sessions of their own (see kill)
         )
         return self
 
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(30)
+    def flow_run_processes(self) -> set[int]:
+        """The processes the worker started in sessions of their own (Prefect's process worker starts
+        each flow run so): out of reach of a kill of the worker's process group."""
+        if self.process is None or self.process.poll() is not None:
+            return set()
+        session = os.getsid(self.process.pid)
+        return {pid for pid in _descendants(self.process.pid) if _session(pid) not in (session, None)}
+
+    def kill(self) -> str:
+        """SIGKILL the worker and every process it started, whatever their session, as a machine going
+        away. All are frozen first (SIGSTOP) so that none starts another between being found and being
+        killed. Returns `ps` lines of what was killed."""
+        if self.process is None or self.process.poll() is not None:
+            return ""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        doomed: set[int] = set()
+        while found := _descendants(self.process.pid) - doomed:
+            for pid in found:
+                _signal(pid, signal.SIGSTOP)
+            doomed |= found
+        listing = subprocess.run(
+            ["ps", "-o", "pid,pgid,sid,cmd", "-p", ",".join(map(str, {self.process.pid, *doomed}))],
+            capture_output=True,
+            text=True,
+        ).stdout
+        os.killpg(self.process.pid, signal.SIGKILL)
+        for pid in doomed:
+            _signal(pid, signal.SIGKILL)
+        self.process.wait(30)
+        deadline = time.monotonic() + 30
+        while alive := {pid for pid in doomed if _alive(pid)}:
+            assert time.monotonic() < deadline, f"still running after SIGKILL: {alive}"
+            time.sleep(0.2)
+        return listing
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -356,11 +428,14 @@ def test_a_worker_killed_mid_night_the_night_still_completes_paying_nothing_twic
     night_id = _run_night(team)
     endpoint, (_, doomed) = team["endpoint"], team["machines"]
     deadline = time.monotonic() + NIGHT_SECONDS
-    while "submitting flow run" not in doomed.output() or not 8 <= endpoint.snapshot()["answered"]:
+    while not doomed.flow_run_processes() or not 8 <= endpoint.snapshot()["answered"]:
         assert time.monotonic() < deadline, doomed.output()[-3000:]  # until the machine judges a cell
         time.sleep(0.5)
-    doomed.kill()
+    killed = doomed.kill()  # the worker and every process it started: a killpg alone would leave the cell judging
     killed_at = endpoint.snapshot()["answered"]
+    sessions = {line.split()[2] for line in killed.splitlines()[1:]}  # pid pgid sid cmd
+    assert len(sessions) >= 2, killed  # the worker's and a flow run's of its own, out of the worker group's reach
+    print(killed)
     night = _wait_final(team, night_id)
     assert night.state.is_completed(), "\n".join(m.output()[-4000:] for m in team["machines"])
     _assert_night_outputs(team)

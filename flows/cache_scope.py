@@ -9,9 +9,11 @@ otherwise, and `--cache-max-age` bounds the age of what is reused either way.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 from sqlalchemy.engine import Engine
 
@@ -36,12 +38,18 @@ class ReuseScope:
     newer_than: datetime | None
 
 
+# A flow run's outermost flow run and its flow's name, by the flow run's id: fixed once the run exists, so a
+# night's cells (each a subflow of the same night) read the night's only once. The newest runs are kept.
+_KNOWN_ROOTS: OrderedDict[UUID, tuple[FlowRun, str | None]] = OrderedDict()
+KNOWN_ROOTS_KEPT = 64
+
+
 async def outermost(flow_run: FlowRun) -> tuple[FlowRun, str | None]:
     """The outermost flow run above `flow_run` (through subflows and deployment runs started from a flow)
     and its flow's name."""
     from prefect.client.orchestration import get_client
 
-    run = flow_run
+    run, above = flow_run, list[UUID]()
     async with get_client() as client:
         for _ in range(MAX_DEPTH):
             if run.parent_task_run_id is None:
@@ -49,9 +57,22 @@ async def outermost(flow_run: FlowRun) -> tuple[FlowRun, str | None]:
             parent = await client.read_task_run(run.parent_task_run_id)
             if parent.flow_run_id is None:
                 break
+            if parent.flow_run_id in _KNOWN_ROOTS:
+                return _remember(above, _KNOWN_ROOTS[parent.flow_run_id])
             run = await client.read_flow_run(parent.flow_run_id)
+            above.append(run.id)
         flow = await client.read_flow(run.flow_id)
-    return run, flow.name
+    return _remember(above, (run, flow.name))
+
+
+def _remember(run_ids: list[UUID], root: tuple[FlowRun, str | None]) -> tuple[FlowRun, str | None]:
+    """`root` as the outermost flow run of each of `run_ids` (flow runs above the one asked about)."""
+    for run_id in run_ids:
+        _KNOWN_ROOTS[run_id] = root
+        _KNOWN_ROOTS.move_to_end(run_id)
+    while len(_KNOWN_ROOTS) > KNOWN_ROOTS_KEPT:
+        _KNOWN_ROOTS.popitem(last=False)
+    return root
 
 
 async def reuse_scope(endpoint: EndpointSettings, flow_run: FlowRun, started: datetime) -> ReuseScope:

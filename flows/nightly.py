@@ -57,7 +57,7 @@ from judgebench_flows.core.pricing import BudgetReached, NightSpend, format_usd,
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
-from judgebench_flows.data.night_budget import NightBudget
+from judgebench_flows.data.night_budget import NightBudget, NightTotals
 from judgebench_flows.data.outputs import LATEST, RUN_ID_FIELD, for_run, results_of_flow_run
 from judgebench_flows.flows.cell_schedule import CellSchedule, Places, PlannedCell, planned_judgments
 from judgebench_flows.flows.events import NightRefused, emit_night_event
@@ -257,6 +257,15 @@ def _night_cost(outcomes: list[CellOutcome]) -> str:
     )
 
 
+def _night_budget(budget: NightSpend | NightTotals | None) -> list[str]:
+    """The night's budget beside its cost: `max_cost`, what its calls spent and, on a pool night, what
+    cell runs still hold (a cell that died holding its reservation shows here); nothing without a budget."""
+    if budget is None:
+        return []
+    held = f"; still held {format_usd(budget.held)}" if isinstance(budget, NightTotals) else ""
+    return [f"Night budget (max_cost): {format_usd(budget.max_cost)}; spent {format_usd(budget.spent)}{held}", ""]
+
+
 def _within_night_budget(entry: MatrixEntry, left: float | None) -> MatrixEntry:
     """The cell with its budget capped at what the night has left (its own run then refuses a worst case
     above it before any call, so the night never passes its budget by more than a run's calls in flight)."""
@@ -374,7 +383,7 @@ def night_markdown(wall_s: float, endpoints: dict[str, EndpointUse], outcomes: l
     return "\n".join(lines)
 
 
-def summary_markdown(outcomes: list[CellOutcome]) -> str:
+def summary_markdown(outcomes: list[CellOutcome], budget: NightSpend | NightTotals | None = None) -> str:
     bad = [o for o in outcomes if o.status != "completed"]
     lines = [
         "# JudgeBench nightly",
@@ -384,6 +393,7 @@ def summary_markdown(outcomes: list[CellOutcome]) -> str:
         "",
         _night_cost(outcomes),
         "",
+        *_night_budget(budget),
         *drift_lines(outcomes),
         # Fits a 1400 px page beside Prefect's side panels: short names, the interval with the accuracy,
         # failed and invalid judgments in one column; each failure's reason below the table, whole.
@@ -433,6 +443,7 @@ async def night_artifact(
     wall_s: float,
     endpoints: dict[str, EndpointUse],
     retiring: list[str],
+    budget: NightSpend | NightTotals | None = None,
 ) -> None:
     """The night's page: each cell's outcome, the night's timing, retirements and the leaderboard."""
     from judgebench_flows.flows.leaderboard_flow import (
@@ -441,7 +452,7 @@ async def night_artifact(
 
     leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
-        summary_markdown(outcomes)
+        summary_markdown(outcomes, budget)
         + "\n"
         + night_markdown(wall_s, endpoints, outcomes)
         + "".join(f"\n\nWarning: {notice}" for notice in retiring)
@@ -604,7 +615,7 @@ async def judge_cells(
 
 async def judge_night_on_pool(
     entries: list[MatrixEntry], matrix: NightlyMatrix
-) -> tuple[list[CellOutcome], dict[str, EndpointUse]]:
+) -> tuple[list[CellOutcome], dict[str, EndpointUse], NightTotals | None]:
     """The night's cells as runs of the ad-hoc deployment (flows/pool_cells.py): their outcomes in matrix
     order, and what each endpoint saw, from the cell runs' artifacts. The budget: in the results database,
     reserved and spent by the cells as they run (data/night_budget.py)."""
@@ -626,7 +637,7 @@ async def judge_night_on_pool(
     for outcome in outcomes:
         log = logger.info if outcome.status == "completed" else logger.error
         log("%s: %s%s", outcome.name, outcome.status, f" ({outcome.message})" if outcome.message else "")
-    return outcomes, endpoints
+    return outcomes, endpoints, totals
 
 
 @flow(name="nightly-benchmarks", log_prints=False, flow_run_name=nightly_run_name)
@@ -665,8 +676,9 @@ async def nightly_benchmarks(
         logger.warning(notice)
     entries = with_deadline(entries, matrix.deadline(night_start()))
     endpoints: dict[str, EndpointUse] = {}
+    budget: NightSpend | NightTotals | None
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
-        outcomes, endpoints = await judge_night_on_pool(entries, matrix)
+        outcomes, endpoints, budget = await judge_night_on_pool(entries, matrix)
     else:
         # One run context for the night: its cells share each endpoint's limit, and with a night's
         # --max-cost every cell's calls count toward the night's budget as they run.
@@ -676,11 +688,11 @@ async def nightly_benchmarks(
             outcomes = await judge_cells(
                 entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night, night_date()
             )
-        endpoints = night.calls.endpoint_usage()
+        endpoints, budget = night.calls.endpoint_usage(), night.night_spend
     wall_s = round(time.monotonic() - started, 3)
     endpoints = with_busy_share(endpoints, wall_s)
 
-    await night_artifact(entries, outcomes, wall_s, endpoints, retiring)
+    await night_artifact(entries, outcomes, wall_s, endpoints, retiring, budget)
     attempt = flow_run.run_count
     emit_night_event(matrix_path, outcomes, attempt, wall_s=wall_s, endpoints=endpoints)
     bad = [o for o in outcomes if o.status != "completed"]

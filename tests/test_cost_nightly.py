@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.pricing import NightSpend, format_usd
 from judgebench_flows.core.run_names import run_name
+from judgebench_flows.data.night_budget import NightTotals
 from judgebench_flows.flows.nightly import CellOutcome, _within_night_budget, summary_markdown
 from judgebench_flows.judging.estimate import estimate_run
 from judgebench_flows.judging.matrix import parse_matrix
@@ -39,6 +41,16 @@ def test_summary_shows_each_cells_dollars_and_the_nights_total() -> None:
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "| $1.25 |" in rows["a"] and "| $0.00 |" in rows["b"] and "| unpriced |" in rows["c"]
     assert "| - |" in rows["d"]
+    assert "Night budget" not in text  # no max_cost: no budget line
+
+
+def test_summary_shows_the_nights_budget_beside_its_cost() -> None:
+    cells = [_outcome("a", cost_usd=1.25)]
+    in_process = summary_markdown(cells, NightSpend(max_cost=5.0, spent=1.25))
+    assert "Tonight's cost: $1.25\n\nNight budget (max_cost): $5.00; spent $1.25\n" in in_process, in_process
+    assert "still held" not in in_process  # in process: nothing outlives the night's cells
+    pool = summary_markdown(cells, NightTotals(max_cost=5.0, spent=1.25, held=0.4))
+    assert "Night budget (max_cost): $5.00; spent $1.25; still held $0.4000\n" in pool, pool
 
 
 def test_matrix_budgets_per_model_and_perrun_night() -> None:
@@ -95,6 +107,7 @@ def test_a_night_reports_its_cost_and_refuses_a_cell_above_what_is_left(
         summary = night_summary(state)
         assert re.search(r"Tonight's cost: \$0\.\d*[1-9]\d* plus 1 unpriced configuration\n", summary), summary
         assert f"| {free} | completed" in summary and "| unpriced |" in summary, summary
+        assert "Night budget" not in summary, summary
         assert server.answered == 16
 
         # night 2: the night's budget covers the cheap cell's worst case, not the dear one's
@@ -117,6 +130,8 @@ def test_a_night_reports_its_cost_and_refuses_a_cell_above_what_is_left(
     summary2 = night_summary(state2)
     assert f"| {cheap} | completed" in summary2 and "| $0.00 |" in summary2, summary2
     assert "worst case is $" in summary2 and "Tonight's cost: $0.00\n" in summary2, summary2
+    budget_line = f"Night budget (max_cost): {format_usd(round(worst_cheap * 2, 6))}; spent $0.00\n"
+    assert budget_line in summary2, summary2
 
 
 def test_a_cell_with_no_valid_verdict_reads_n_a_not_zero_percent() -> None:

@@ -183,6 +183,7 @@ def test_pool_cells_each_run_on_the_worker_under_one_endpoint_limit(
     summary = _night_summary(state)
     titles = [run_name("arena_hard", model, GPT4O_FILE) for model in MODELS]  # the cells as the night shows them
     assert all(f"| {t} | completed | 100.00%" in summary for t in titles), summary
+    assert "Night budget" not in summary, summary  # no max_cost: no budget line
     parameters = json.dumps([r.parameters for r in runs])
     assert CANARY_KEY not in parameters and CANARY_KEY not in log
     _assert_readable_run_names(state.state_details.flow_run_id, len(MODELS))
@@ -278,6 +279,7 @@ def test_a_pool_nights_budget_counts_what_its_cells_spent(
     each cell reserves its worst case before its first call and gives back what it did not spend. With a
     budget of 1.5 worst cases, an up-front split runs one cell of three; here the cells, one after the
     other on the worker, run on what the earlier ones left, and the night spends no more than its budget."""
+    from judgebench_flows.core.pricing import format_usd
     from judgebench_flows.data.night_budget import NightBudget
     from judgebench_flows.judging.estimate import estimate_run
 
@@ -310,6 +312,8 @@ def test_a_pool_nights_budget_counts_what_its_cells_spent(
     totals = NightBudget(f"sqlite:///{tmp_path}/history.db", str(state.state_details.flow_run_id)).totals()
     assert totals is not None and totals.held == 0 and totals.max_cost == budget
     assert totals.spent == pytest.approx(sum(spent), abs=1e-6) and totals.spent <= budget
+    line = f"Night budget (max_cost): {format_usd(budget)}; spent {format_usd(totals.spent)}; still held $0.00\n"
+    assert line in _night_summary(state), _night_summary(state)
 
 
 @pytest.mark.slow

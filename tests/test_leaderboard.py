@@ -904,3 +904,29 @@ def test_the_html_shows_every_column_of_a_table_on_a_wide_screen(published, tmp_
     for table in widths.group(1).split():
         needed, shown = map(int, table.split("/"))
         assert needed <= shown, widths.group(1)
+
+
+def test_a_copy_of_data_alone_lists_our_runs_with_one_line_on_the_missing_judges(published, tmp_path) -> None:
+    """A newcomer's copy has data/ but no outputs/: the README's run still shows up in the leaderboard,
+    under one line saying the published judges are not in the checkout and where they are (exit 0)."""
+    from judgebench_flows.data import db
+
+    data_only = tmp_path / "data-only"
+    sha = make_repo(data_only, {f"data/{GPT4O_FILE}": jsonl(published["gpt4o"])})
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    engine = db.open_database(url)
+    run_id = "d" * 32
+    save_run(engine, run_id, "cfg-d", GPT4O_FILE, published["gpt4o"], datetime(2026, 11, 20, tzinfo=timezone.utc))
+    engine.dispose()
+    copy = {"url": f"file://{data_only}", "sha": sha}
+    result = leaderboard_cli(copy, tmp_path, url, columns=200)
+    assert result.returncode == 0, result.stderr
+    assert run_id in result.stdout and "o1-mini" not in result.stdout
+    said = " ".join(result.stdout.split())  # the note as one line, however the terminal wraps it
+    assert said.count("published judges not shown") == 1, result.stdout
+    assert (
+        f"at --ref {sha} has no outputs/ folder" in said
+        and "a clone of https://github.com/ScalerLab/JudgeBench" in said
+    )
+    board = json.loads((tmp_path / "lb.json").read_text())
+    assert [e["origin"] for e in board["entries"]] == ["run"] and board["entries"][0]["rank"] == 1

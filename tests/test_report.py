@@ -261,7 +261,13 @@ def test_the_report_shows_what_was_sent_what_the_endpoint_said_and_a_changed_fin
 
 
 def test_regression_banner_wording_follows_verdict() -> None:
-    assert "Regression against run run-2: -5.0 pp [-8.0 pp, -2.0 pp]" in render_report(make_results(), [])
+    html = render_report(make_results(), [])
+    banner = html[html.index('id="regression"') : html.index("</div>", html.index('id="regression"'))]
+    # the check's message gives the change in points: the banner says it once, never also in "pp"
+    assert "Regression against run run-2</strong>" in banner and "Accuracy dropped 5.0 points" in banner
+    assert " pp" not in banner and banner.count("5.0") == 1
+    silent = make_results(regression={**make_results()["regression"], "message": ""})
+    assert "Regression against run run-2: -5.0 points (95% CI -8.0 to -2.0 points)" in render_report(silent, [])
     calm = make_results(
         regression={
             "baseline_run_id": "run-2",
@@ -381,3 +387,18 @@ def test_the_report_a_run_writes_charts_its_own_position_bias(tmp_path: Path) ->
     assert bias.count('class="point current"') == 2, bias  # this run: consistency and first-position rate
     assert "order consistency 50.0%" in bias and "first-position rate 75.0%" in bias
     assert bias.count('class="point"') == 2  # run-2's
+
+
+def test_request_rule_is_said_in_words() -> None:
+    """The report said "Request rule standard.", which meant nothing to a newcomer: the report says what the rule does."""
+    rules = {"rule": "standard", "fold_system": False, "keep_only": None, "drop": [], "rename": {}, "adjustments": []}
+    run = {**make_results()["run"], "requests": rules}
+    html = render_report(make_results(run=run), [])
+    line = re.search(r'<p id="request-rule">(.*?)</p>', html, re.S).group(1)
+    assert "ordinary chat requests" in line and "sampling parameters unchanged" in line
+    assert "<code>standard</code>" in line and "--request-style" in line
+    o1 = {**rules, "rule": "o1", "fold_system": True, "keep_only": ["reasoning_effort"]}
+    line = re.search(
+        r'<p id="request-rule">(.*?)</p>', render_report(make_results(run={**run, "requests": o1}), []), re.S
+    )
+    assert "as JudgeBench sends o1 models" in line.group(1) and "folded into the first user turn" in line.group(1)

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -130,6 +131,10 @@ def test_compare_fits_80_columns_with_whole_run_ids(tmp_path: Path, two_runs) ->
     assert "00000002-28d5-5a3c-b1af-fedcf5543e72" in result.stdout  # a pair id on one line, whole
     for category in ("livebench-reasoning", "livecodebench", "livebench-math"):
         assert category in result.stdout, result.stdout  # category names never cut mid-word
+    # each slice's 95% CI whole on its row ("+0.0..+0.0"), never wrapped as "+0.0 to" over "+0.0"
+    intervals = re.findall(r"(?<!\S)[+-]\d+\.\d\.\.[+-]\d+\.\d(?!\S)", result.stdout)
+    assert len(intervals) == 5, result.stdout  # overall and the four categories
+    assert not re.search(r"\d to\s*$", result.stdout, re.M), result.stdout
 
 
 def test_a_long_list_of_unreadable_files_is_one_line_naming_where_the_list_is() -> None:

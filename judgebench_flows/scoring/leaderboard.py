@@ -479,7 +479,9 @@ class LeaderboardSettings(BaseModel):
     db_url: str = Field(default=DEFAULT_DB_URL, description="results database to read our runs from (read only)")
     seed: int = Field(default=42, ge=0, description="bootstrap seed")
     bootstrap_resamples: int = Field(default=2000, ge=0, description="bootstrap resamples of the confidence intervals")
-    require_published: bool = Field(default=True, description="fail when the checkout has no published outputs/")
+    require_published: bool = Field(
+        default=True, description="fail when the checkout has no published outputs/ and there is no run to list"
+    )
     prices: str | None = Field(
         default=None,
         description="YAML or JSON price file over the bundled table: its shutdown_date entries add or correct "
@@ -497,23 +499,31 @@ def no_published_outputs(repo_url: str, ref: str | None) -> str:
     )
 
 
+def published_missing_note(repo_url: str, ref: str | None) -> str:
+    """The one line above a leaderboard of our runs alone: why the published judges are absent, and the fix."""
+    from judgebench_flows.data.dataset import public_url
+
+    return (
+        f"published judges not shown: --repo-url {public_url(repo_url)} at --ref {ref or 'its default branch'} has no "
+        f"outputs/ folder (a copy of data/ alone); a clone of {DEFAULT_REPO_URL} has them"
+    )
+
+
 def build_leaderboard(settings: LeaderboardSettings) -> Leaderboard:
     """Fetch the checkout, score its outputs/ files and our runs; the leaderboard JSON document."""
     from judgebench_flows.data.dataset import fetch_repository
 
     checkout = fetch_repository(settings.repo_url, settings.ref, settings.cache_dir)
-    if settings.require_published and not (checkout.path / "outputs").is_dir():
-        raise UserError(no_published_outputs(settings.repo_url, settings.ref))
+    published = (checkout.path / "outputs").is_dir()
     unread: list[tuple[str, str]] = []
     entries = published_entries(
-        checkout.path,
-        seed=settings.seed,
-        resamples=settings.bootstrap_resamples,
-        required=settings.require_published,
-        unread=unread,
+        checkout.path, seed=settings.seed, resamples=settings.bootstrap_resamples, required=published, unread=unread
     )
     ours, note = read_runs(settings.db_url, seed=settings.seed, resamples=settings.bootstrap_resamples)
-    notes = ([unread_note(len(entries), unread)] if unread else []) + ([note] if note else [])
+    if not published and not ours and settings.require_published:  # nothing at all to rank
+        raise UserError(no_published_outputs(settings.repo_url, settings.ref))
+    missing = [] if published else [published_missing_note(settings.repo_url, settings.ref)]
+    notes = missing + ([unread_note(len(entries), unread)] if unread else []) + ([note] if note else [])
     sizes = benchmark_sizes(checkout.path)
     from sqlalchemy.engine import make_url
 

@@ -72,9 +72,9 @@ def _count(value: Any) -> str:
 
 
 def _signed_points(value: Any) -> str:
-    """A difference of accuracies in percentage points, always with its sign."""
+    """A difference of accuracies in percentage points, always with its sign (the unit said once, after)."""
     number = _num(value)
-    return "–" if number is None else f"{number * 100:+.1f} pp"
+    return "–" if number is None else f"{number * 100:+.1f}"
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -412,24 +412,33 @@ def _judgment_rows(judgments: Sequence[JudgmentRecord]) -> list[JudgmentView]:
     return rows
 
 
+# What each request rule (calls/request_rules.py) means, for a reader who has never seen the rule names.
+REQUEST_RULE_WORDS = {
+    "standard": "as ordinary chat requests: the judge's messages and sampling parameters unchanged",
+    "o1": "as JudgeBench sends o1 models, with no sampling parameters",
+    "reasoning": "as reasoning models (o3, o4, gpt-5) accept them: default sampling only",
+}
+
+
 class RegressionView(BaseModel):
     regressed: bool
     baseline_run_id: str
-    delta: str
-    interval: str
+    figures: str
     message: str
 
 
 def _regression_view(regression: Regression) -> RegressionView:
+    """The check's message already gives the change in points: the figures are shown only without one,
+    so the banner says it once."""
+    interval = (
+        f" (95% CI {_signed_points(regression.ci_low)} to {_signed_points(regression.ci_high)} points)"
+        if _num(regression.ci_low) is not None and _num(regression.ci_high) is not None
+        else ""
+    )
     return RegressionView(
         regressed=regression.regressed,
         baseline_run_id=regression.baseline_run_id or "?",
-        delta=_signed_points(regression.delta),
-        interval=(
-            f"[{_signed_points(regression.ci_low)}, {_signed_points(regression.ci_high)}]"
-            if _num(regression.ci_low) is not None and _num(regression.ci_high) is not None
-            else ""
-        ),
+        figures="" if regression.message else f"{_signed_points(regression.delta)} points{interval}",
         message=regression.message,
     )
 
@@ -609,6 +618,9 @@ def build_context(
         "run_failure": run.failure,
         "problem_reasons": list(invalid.reasons.items())[:5],
         "requests": run.requests.model_dump() if run.requests else None,
+        "request_words": REQUEST_RULE_WORDS.get((run.requests.model_extra or {}).get("rule", ""), "")
+        if run.requests
+        else "",
         "regression": _regression_view(results.regression) if results.regression else None,
         "provenance": _provenance_view(results),
         "run": {

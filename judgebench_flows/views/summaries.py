@@ -122,14 +122,14 @@ def print_comparison(comparison: Comparison) -> None:
     """Whole run ids (the title stacks them when the terminal is narrow); pair ids fold, never cut."""
     out.print(f"A: run {comparison.run_a}\nB: run {comparison.run_b}")
     narrow = out.width < 100  # no borders: the characters go to the columns
-    table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+    table = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow, collapse_padding=narrow)
     rows = [
         (
             row.name,
-            _pct(row.a),
-            _pct(row.b),
+            _pct(row.a, digits=1, sign=""),  # in % (the note below): 80 columns hold the interval whole
+            _pct(row.b, digits=1, sign=""),
             "-" if row.delta is None else f"{100 * row.delta:+.2f}",
-            f"{100 * row.ci_low:+.1f} to {100 * row.ci_high:+.1f}"
+            f"{100 * row.ci_low:+.1f}..{100 * row.ci_high:+.1f}"  # one unbreakable token: "to" wrapped at 80
             if row.ci_low is not None and row.ci_high is not None
             else "",
             _p_text(row.p_adjusted),
@@ -147,12 +147,13 @@ def print_comparison(comparison: Comparison) -> None:
             justify="left" if column == "verdict" else "right",
             overflow="fold",
             min_width=len(column) if column == "verdict" else None,
+            no_wrap=column != "verdict",  # a figure whole on its line ("100.00" over "%" misread)
         )
     for cells in rows:
         table.add_row(*cells)
     out.print(table)
     out.print(
-        "[dim]delta and its 95% paired bootstrap interval in points; p: exact McNemar, "
+        "[dim]A, B: accuracy in %; delta and its 95% paired bootstrap interval in points; p: exact McNemar, "
         "Holm-adjusted over the categories; n: pairs[/]"
     )
     test = comparison.bootstrap

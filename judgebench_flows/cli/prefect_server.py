@@ -254,10 +254,15 @@ def _check_ui(api_url: str, home: Path) -> None:
         )
 
 
-def _prefect(*args: str) -> subprocess.CompletedProcess[str]:
-    """Prefect's own CLI, with this interpreter and environment."""
+def _prefect_command(*args: str) -> tuple[list[str], dict[str, str]]:
+    """Prefect's own CLI with this interpreter, and the environment it runs in (plain, unwrapped output)."""
     environment = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false"}
-    command = [sys.executable, "-m", "prefect", *args]
+    return [sys.executable, "-m", "prefect", *args], environment
+
+
+def _prefect(*args: str) -> subprocess.CompletedProcess[str]:
+    """Prefect's own CLI, run to its end."""
+    command, environment = _prefect_command(*args)
     return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=environment)
 
 
@@ -274,8 +279,7 @@ def _start_background_server(home: Path, host: str, port: int) -> None:
         f"starting Prefect's server for {home} on {host}:{port} (once: a first boot creates its database, "
         "tens of seconds; it stays up for the next runs until `prefect server stop`)",
     )
-    command = [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)]
-    environment = {**os.environ, "PREFECT_CLI_COLORS": "false", "PREFECT_CLI_WRAP_LINES": "false"}
+    command, environment = _prefect_command("server", "start", "--host", host, "--port", str(port))
     # A launcher that exits once the server runs: the server is no child of this run (never its zombie).
     launched = subprocess.run(
         [sys.executable, "-c", LAUNCHER, str(home / SERVER_LOG), *command],

@@ -21,6 +21,9 @@ does not depend on the pair).
 Or as a judge that is right on 75% of the pairs of a data file (a first run with a real number):
 
     python -m judgebench_flows.testing.fake_openai --port 8000 --oracle DATA.jsonl --oracle-accuracy 0.75
+
+`--noise 0.3 --noise-seed 1` re-draws each call's verdict at random with probability 0.3 (seeded, per prompt),
+so repeated calls of one prompt can disagree, as a model sampled at temperature > 0 does.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder
+from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_responder, unit_share
 
 Responder = Callable[[dict], "str | dict"]
 """Gets the parsed request JSON body, returns the assistant message content, or a dict with `content` and
@@ -1213,6 +1216,38 @@ def _add_oracle_args(parser: argparse.ArgumentParser) -> None:
         default=0.75,
         help="share of pairs the oracle gets right, in both orders (default 0.75; seeded by --seed)",
     )
+    # Read as text and checked in `oracle_settings`: a bad value is one line, not argparse's usage block.
+    parser.add_argument(
+        "--noise",
+        metavar="Q",
+        default="0",
+        help="with --oracle: re-draw each call's verdict at random with probability Q, so repeated calls of "
+        "one prompt can disagree as at temperature > 0 (0 to 1, default 0)",
+    )
+    parser.add_argument(
+        "--noise-seed", metavar="N", default="0", help="seed of --noise's draws (per prompt and asking; default 0)"
+    )
+
+
+def oracle_settings(args: argparse.Namespace) -> str | None:
+    """Check --oracle-accuracy, --noise and --noise-seed (turning them into numbers on `args`); the one
+    line to print, exit 2, when one is wrong, before the server starts."""
+    for option, name in (("--oracle-accuracy", "oracle_accuracy"), ("--noise", "noise")):
+        value = getattr(args, name)
+        try:
+            share = float(value)
+        except ValueError:
+            share = math.nan
+        if not unit_share(share):
+            return f"error: {option} {value}: give a number from 0 to 1"
+        setattr(args, name, share)
+    try:
+        args.noise_seed = int(args.noise_seed)
+    except ValueError:
+        return f"error: --noise-seed {args.noise_seed}: give a whole number"
+    if args.noise and not args.oracle:
+        return f"error: --noise {args.noise}: only the --oracle judge has noise (add --oracle DATA)"
+    return None
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -1308,16 +1343,19 @@ def _verdict_in(shown_first: str, shown_second: str) -> Callable[[bool], str]:
     return lambda better_first: shown_first if better_first else shown_second
 
 
-def auto_oracle(pairs: list[dict], accuracy: float, seed: int) -> Responder:
+def auto_oracle(pairs: list[dict], accuracy: float, seed: int, noise: float = 0.0, noise_seed: int = 0) -> Responder:
     """The oracle in the verdict format of the request's own judge prompt; a pair it does not know is
-    answered "I cannot tell." and said once on stderr (the run then counts it invalid, with the reason)."""
+    answered "I cannot tell." and said once on stderr (the run then counts it invalid, with the reason).
+    One oracle per format, made up front: each keeps its `noise` count of how often a prompt was asked."""
     told: set[str] = set()
+    settings: dict[str, Any] = {"accuracy": accuracy, "seed": seed, "noise": noise, "noise_seed": noise_seed}
+    fallback = oracle_responder(pairs, VERDICTS["arena_hard"], **settings)
+    by_marker = {marker: oracle_responder(pairs, _verdict_in(f, s), **settings) for marker, f, s in JUDGE_VERDICTS}
 
     def respond(body: dict) -> str:
         text = "\n".join(_message_texts(body))
-        found = next(((f, s) for marker, f, s in JUDGE_VERDICTS if marker in text), None)
-        verdict = VERDICTS["arena_hard"] if found is None else _verdict_in(*found)
-        answer = oracle_responder(pairs, verdict, accuracy=accuracy, seed=seed)(body)
+        oracle = next((by_marker[marker] for marker, _, _ in JUDGE_VERDICTS if marker in text), fallback)
+        answer = oracle(body)
         if answer == "I cannot tell." and "unknown" not in told:
             told.add("unknown")
             print(
@@ -1334,16 +1372,27 @@ def auto_oracle(pairs: list[dict], accuracy: float, seed: int) -> Responder:
 def main(argv: list[str] | None = None) -> int:
     """Serve until Ctrl-C or SIGTERM, then print the counters to stderr."""
     args = _parse_args(argv)
+    wrong = oracle_settings(args)
+    if wrong is not None:
+        print(wrong, file=sys.stderr, flush=True)
+        return 2
     answer: Responder | str = (
         args.answer if args.answer is not None else judge_format_responder(args.verdict == "first")
     )
     if args.oracle:
         pairs = oracle_pairs(args.oracle)
         if args.oracle_judge == "auto":
-            answer = auto_oracle(pairs, accuracy=args.oracle_accuracy, seed=args.seed)
+            answer = auto_oracle(pairs, args.oracle_accuracy, args.seed, noise=args.noise, noise_seed=args.noise_seed)
         else:
             verdict = VERDICTS[args.oracle_judge]
-            answer = oracle_responder(pairs, verdict, accuracy=args.oracle_accuracy, seed=args.seed)
+            answer = oracle_responder(
+                pairs,
+                verdict,
+                accuracy=args.oracle_accuracy,
+                seed=args.seed,
+                noise=args.noise,
+                noise_seed=args.noise_seed,
+            )
     server = FakeOpenAIServer(
         answer,
         latency=args.latency,

@@ -237,7 +237,9 @@ def test_yaml_problems(tmp_path):
     missing = str(tmp_path / "none.yaml")
     assert user_error(external_config_from_options, missing, {}) == f"Config file not found: {missing}"
     broken = write_yaml(tmp_path, "a: [1\n")
-    assert user_error(external_config_from_options, broken, {}).startswith(f"Invalid YAML in {broken}: ")
+    assert user_error(external_config_from_options, broken, {}).startswith(
+        f"{broken}, line 2, column 1: not valid YAML: "
+    )
     listing = write_yaml(tmp_path, "- 1\n- 2\n")
     assert (
         user_error(external_config_from_options, listing, {})

@@ -20,15 +20,15 @@ import math
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.yaml_lines import syntax_error, with_line
+from judgebench_flows.core.safe_yaml import NotReadable, read_limited
+from judgebench_flows.core.safe_yaml import load as load_yaml
+from judgebench_flows.core.yaml_lines import with_line
 
 BUNDLED = "bundled"
 DEFAULT_BATCH_DISCOUNT = 0.5
@@ -134,14 +134,12 @@ def load_price_file(path: str) -> dict[str, ModelPrice]:
     """A user's price file (YAML or JSON: JSON is YAML too)."""
     where = f"--prices {path}"
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        text = read_limited(path)  # a regular file of bounded size
+    except NotReadable as exc:
+        raise UserError(f"{where}: cannot read it: {exc}") from None
     try:
-        document = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise syntax_error(where, exc) from None
-    except ValueError as exc:
+        document = json.loads(text) if path.endswith(".json") else load_yaml(text, where)
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
         reason = str(exc).strip().splitlines()[0]
         raise UserError(f"{where}: not valid JSON: {reason}") from None
     try:
@@ -153,7 +151,7 @@ def load_price_file(path: str) -> dict[str, ModelPrice]:
 @functools.cache
 def bundled_prices() -> dict[str, ModelPrice]:
     text = resources.files("judgebench_flows.core").joinpath("prices.yaml").read_text(encoding="utf-8")
-    return parse_prices(yaml.safe_load(text), "the bundled price table")
+    return parse_prices(load_yaml(text, "the bundled price table"), "the bundled price table")
 
 
 def providers_own_endpoint(base_url: str | None) -> bool:

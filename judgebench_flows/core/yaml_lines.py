@@ -26,10 +26,9 @@ def syntax_error(where: str, exc: yaml.YAMLError, kind: str = "YAML") -> UserErr
 
 def key_line(text: str, dotted: str) -> int | None:
     """The 1-based line of the key path `a.b.0.c` in the YAML `text` (the deepest part found)."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
+    from judgebench_flows.core.safe_yaml import compose
+
+    node = compose(text)  # within the loader's limits: the text was read with them
     line = None
     for part in dotted.split("."):
         if isinstance(node, yaml.MappingNode):

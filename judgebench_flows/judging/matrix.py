@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from judgebench_flows.core import providers
@@ -25,7 +24,9 @@ from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, Run
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.run_names import judge_label, run_name
-from judgebench_flows.core.yaml_lines import syntax_error, with_line
+from judgebench_flows.core.safe_yaml import NotReadable, read_limited
+from judgebench_flows.core.safe_yaml import load as load_yaml
+from judgebench_flows.core.yaml_lines import with_line
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import RUN_ID_FIELD
@@ -441,15 +442,14 @@ def load_matrix(path: str | Path) -> NightlyMatrix:
     if storage.is_url(path):
         storage.check_url("matrix", path)
     try:
-        text = storage.read_text(path)
+        text = storage.read_text(path) if storage.is_url(path) else read_limited(path)
+    except NotReadable as exc:  # a FIFO, a device, too large, not UTF-8
+        raise UserError(f"cannot read the matrix file {storage.shown(path)}: {exc}") from None
     except OSError as exc:
         raise UserError(f"cannot read the matrix file {storage.shown(path)}: {exc.strerror or exc}") from None
     except Exception as exc:  # a store's own errors (credentials refused, no such bucket)
         raise UserError(f"cannot read the matrix file {storage.shown(path)}: {type(exc).__name__}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise syntax_error(storage.shown(path), exc) from None
+    data = load_yaml(text, storage.shown(path))  # bounded: aliases, depth, size, duplicate keys
     try:
         return parse_matrix(data, storage.shown(path))
     except UserError as exc:  # `path: key: ...` -> `path, line N: key: ...`

@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.safe_yaml import NotReadable, read_limited
+from judgebench_flows.core.safe_yaml import load as load_yaml
 
 # The option names that say which column holds what; the judge's config gets them too (see judge_config).
 COLUMN_OPTIONS: tuple[str, ...] = ("model_input_column", "model_output_column", "reference_column", "qid_column")
@@ -96,14 +97,13 @@ def parse_judge_config_json(text: str, source: str = "--external-judge-config") 
 
 def _read_yaml(config_path: str) -> UserMapping:
     path = Path(config_path)
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"Config file not found: {config_path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise UserError(f"Invalid YAML in {config_path}: {' '.join(str(exc).split())}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_limited(path)  # a regular file of bounded size: not a FIFO, a device, a huge file
+    except NotReadable as exc:
         raise UserError(f"Cannot read config file {config_path}: {exc}") from None
+    data = load_yaml(text, config_path)  # `path, line L: ...`; aliases, depth, duplicate keys bounded
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -132,6 +132,7 @@ def test_a_disk_full_mid_run_ends_it_with_exit_8_naming_the_path_and_the_rerun_p
         assert again.answered + len(first) - len(paid_again) == 2 * PAIRS
 
 
+@requires_shared
 @pytest.mark.parametrize("option", ["--output-dir", "--cache-dir", "--db-url"])
 def test_a_full_disk_is_found_before_the_first_call_with_exit_8(tmp_path, small_disk, option):
     fill(small_disk)

@@ -262,7 +262,8 @@ def test_judge_lm_with_a_hugging_face_tokenizer_on_disk(tiny_tokenizer_dir: Path
 @needs_transformers
 def test_an_unloadable_tokenizer_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot load the tokenizer") as err:
-        get_judge("judge_lm", TEMPLATES, model=str(tmp_path / "no-such-model"))
+        # no templates: loading the tokenizer fails before any is read
+        get_judge("judge_lm", None, model=str(tmp_path / "no-such-model"))
     assert "\n" not in str(err.value)
 
 

@@ -17,9 +17,19 @@ from judgebench_flows.api.evaluation import Evaluation
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED, load_jsonl, oracle_responder, requires_shared
+from tests.conftest import (
+    CANARY_KEY,
+    GPT4O_FILE,
+    NO_DATA_REASON,
+    SHARED,
+    load_jsonl,
+    oracle_responder,
+    requires_shared,
+    shared_data_available,
+)
 
 DATA = SHARED / "data" / GPT4O_FILE
+PAIRS = Path("pairs.jsonl")  # a data path the settings only hold: nothing reads it
 SAMPLES = 40
 
 # A custom judge as a user writes it (docs/judges.md): the oracle answers `[[A]]` / `[[B]]`.
@@ -57,10 +67,10 @@ def test_a_judge_class_is_named_by_its_module() -> None:
 
 def test_options_are_the_commands() -> None:
     config = run_config(
-        model="m", judge=NotTopLevel, provider=None, base_url="http://x/v1", data_path=DATA, options={"concurrency": 3}
+        model="m", judge=NotTopLevel, provider=None, base_url="http://x/v1", data_path=PAIRS, options={"concurrency": 3}
     )
     assert (config.judge_type, config.judge_template) == ("custom", f"{__name__}:NotTopLevel")
-    assert config.endpoint.concurrency == 3 and config.data_path == str(DATA)
+    assert config.endpoint.concurrency == 3 and config.data_path == str(PAIRS)
     with pytest.raises(UserError, match="unknown option 'concurency'"):
         run_config(model="m", judge="vanilla", provider=None, base_url=None, data_path=None, options={"concurency": 3})
     with pytest.raises(UserError, match="judge once"):
@@ -104,8 +114,8 @@ def test_frames_show_the_typed_results() -> None:
 @pytest.fixture(scope="module")
 def oracle() -> Iterator[FakeOpenAIServer]:
     """Answers with the labelled verdict for 80% of the pairs (seeded), in the custom judge's format."""
-    if not DATA.is_file():
-        pytest.skip("no JudgeBench data")
+    if not shared_data_available():
+        pytest.skip(NO_DATA_REASON)
     answer = oracle_responder(load_jsonl(DATA), lambda first: "[[A]]" if first else "[[B]]", accuracy=0.8, seed=3)
     with FakeOpenAIServer(answer, api_key=CANARY_KEY) as server:
         yield server

@@ -20,7 +20,17 @@ from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION
 from judgebench_flows.testing.fake_anthropic import FakeAnthropicServer
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._replay import judgment_set, official_score, replay_responder
-from tests.conftest import CANARY_KEY, CLAUDE_FILE, GPT4O_FILE, SHARED, load_jsonl, make_repo, requires_shared
+from tests.conftest import (
+    CANARY_KEY,
+    CLAUDE_FILE,
+    GPT4O_FILE,
+    NO_DATA_REASON,
+    SHARED,
+    load_jsonl,
+    make_repo,
+    requires_shared,
+    shared_data_available,
+)
 
 ROUTING_VARIABLES = ("OPENAI_BASE_URL", "BASE_URL", "ANTHROPIC_BASE_URL", "TOGETHER_BASE_URL")
 CLAUDE = "claude-3-haiku-20240307"
@@ -32,8 +42,8 @@ Runner = Callable[..., subprocess.CompletedProcess[str]]
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A JudgeBench checkout, as a user's working directory."""
-    if not (SHARED / "data" / GPT4O_FILE).is_file():
-        pytest.skip("JudgeBench data not found")
+    if not shared_data_available():
+        pytest.skip(NO_DATA_REASON)
     path = tmp_path_factory.mktemp("user") / "JudgeBench"
     make_repo(path)
     return path

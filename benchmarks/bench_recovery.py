@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from judgebench_flows.cli.server_watch import answers
+from judgebench_flows.runtime.server_watch import answers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_judging import add_data_option, benchmark_data  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from judgebench_flows.cli.prefect_server import PID_FILE
+from judgebench_flows.runtime.prefect_server import PID_FILE
 from tests.conftest import CANARY_KEY, GPT4O_FILE, SHARED
 
 GPT4O_PATH = SHARED / "data" / GPT4O_FILE

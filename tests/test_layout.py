@@ -1,7 +1,8 @@
 """The package's shape: one import name, and layers that only point down.
 
 core types -> data and storage -> model calls | scoring -> judges -> judging -> views (what a person
-reads) | tasks -> flows -> deployments -> CLI -> the Python entry point (api). A module may import its own
+reads) | tasks -> flows -> deployments | runtime (the run path both doors share) -> CLI -> the Python
+entry point (api). A module may import its own
 layer and the layers below it, never one above nor a sibling on its rung: that is what lets a judge be
 tested without Prefect and a model client without judges. The stand-ins (`testing/`) sit outside: nothing
 in the package imports them.
@@ -29,7 +30,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("judging",),
     ("views", "tasks"),
     ("flows",),
-    ("deployments",),
+    # deployments: schedules and automations; runtime: the run path under the command and evaluate() (the
+    # Prefect server, its watch, a quiet Prefect), so the library never imports the command line
+    ("deployments", "runtime"),
     ("cli",),
     ("api",),  # the Python entry point (`judgebench_flows.evaluate`): what `judgebench run` does, as a function
 )
@@ -171,6 +174,7 @@ def test_the_layers_import_in_one_direction_only() -> None:
     for package, imports in graph.items():
         assert imports <= BELOW[package], f"{package} imports {sorted(imports - BELOW[package])} from above"
     assert graph["flows"] >= {"judging", "tasks"} and graph["deployments"] >= {"flows"}  # the test bites
+    assert "cli" not in graph["api"], "api/ imports cli/: move what both need into runtime/"
 
 
 def test_a_layer_pointing_up_is_caught() -> None:

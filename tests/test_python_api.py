@@ -3,17 +3,21 @@ event loop (as in Jupyter), with a custom judge class; its numbers are the CLI's
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
 import textwrap
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from judgebench_flows.api.evaluate import class_spec, run_config
+from judgebench_flows.api import signature
+from judgebench_flows.api.evaluate import class_spec, evaluate, evaluate_async, run_config
 from judgebench_flows.api.evaluation import Evaluation
+from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
@@ -67,20 +71,54 @@ def test_a_judge_class_is_named_by_its_module() -> None:
 
 def test_options_are_the_commands() -> None:
     config = run_config(
-        model="m", judge=NotTopLevel, provider=None, base_url="http://x/v1", data_path=PAIRS, options={"concurrency": 3}
+        model="m", judge=NotTopLevel, data_path=PAIRS, options={"concurrency": 3, "base_url": "http://x/v1"}
     )
     assert (config.judge_type, config.judge_template) == ("custom", f"{__name__}:NotTopLevel")
     assert config.endpoint.concurrency == 3 and config.data_path == str(PAIRS)
+    assert config.endpoint.base_url == "http://x/v1"
+    assert run_config(model="m", judge=None, data_path=None, options={}).judge_type == "arena_hard"  # the default
+    assert run_config(model="m", judge=None, data_path=None, options={"judge_type": "auto_j"}).judge_type == "auto_j"
     with pytest.raises(UserError, match="unknown option 'concurency'"):
-        run_config(model="m", judge="vanilla", provider=None, base_url=None, data_path=None, options={"concurency": 3})
-    with pytest.raises(UserError, match="judge once"):
-        run_config(
-            model="m", judge="vanilla", provider=None, base_url=None, data_path=None, options={"judge_type": "auto_j"}
-        )
+        run_config(model="m", judge="vanilla", data_path=None, options={"concurency": 3})
     with pytest.raises(UserError, match="--concurrency"):
-        run_config(model="m", judge="vanilla", provider=None, base_url=None, data_path=None, options={"concurrency": 0})
+        run_config(model="m", judge="vanilla", data_path=None, options={"concurrency": 0})
     with pytest.raises(UserError, match="model= is required"):
-        run_config(model=None, judge="vanilla", provider=None, base_url=None, data_path=None, options={})
+        run_config(model=None, judge="vanilla", data_path=None, options={})
+
+
+def test_a_judge_named_twice_is_refused_naming_both() -> None:
+    """`judge="arena_hard"` (the default judge, spelt out) with `judge_type="vanilla"` used to judge with
+    vanilla silently; any two spellings of the judge are now one error naming both, before any work."""
+    with pytest.raises(UserError) as refused:
+        evaluate(model="m", judge="arena_hard", judge_type="vanilla")
+    message = str(refused.value)
+    assert "judge='arena_hard'" in message and "judge_type='vanilla'" in message, message
+    assert len(message.splitlines()) == 1
+    with pytest.raises(UserError, match=r"judge=NotTopLevel and judge_template='x.py:J'"):
+        evaluate(model="m", judge=NotTopLevel, judge_template="x.py:J")
+
+
+def test_every_option_is_a_keyword_of_evaluate_written_from_the_settings() -> None:
+    """One source: the generated signature is what api/signature.py writes from the settings models now
+    (a field added, removed or retyped fails here until `python -m judgebench_flows.api.signature`)."""
+    assert signature.current() == signature.render(), (
+        "evaluate()'s keywords differ from RunConfig/EndpointSettings: run python -m judgebench_flows.api.signature"
+    )
+    parameters = inspect.signature(evaluate).parameters
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+    assert set(parameters) == RunConfig.option_names() | {"judge", "progress", "verbose"}
+    hints = typing.get_type_hints(evaluate)
+    assert hints["concurrency"] == int | None and hints["cache"] == typing.Literal["use", "off", "refresh"] | None
+    assert inspect.signature(evaluate_async).parameters == parameters  # the same keywords, awaited
+    with pytest.raises(TypeError, match="concurency"):
+        evaluate(model="m", concurency=3)  # type: ignore[call-arg]  # what a type checker also says
+
+
+def test_the_generator_writes_each_field_type() -> None:
+    assert signature.source_of(typing.Literal["a", "b"] | None) == 'Literal["a", "b"] | None'
+    assert signature.source_of(dict[str, typing.Any]) == "dict[str, Any]"
+    with pytest.raises(TypeError, match="teach source_of"):
+        signature.source_of(Path)
 
 
 def test_frames_show_the_typed_results() -> None:

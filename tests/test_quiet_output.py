@@ -2,7 +2,7 @@
 
 A real Prefect log worker sends a real batch to an API address where nothing listens (a server that went
 away): Prefect alone prints `--- Error logging to API ---`; with the CLI's logging settings (public:
-PREFECT_LOGGING_SETTINGS_PATH, cli/logging.yml) the terminal stays clean and the runs' warnings and the
+PREFECT_LOGGING_SETTINGS_PATH, runtime/logging.yml) the terminal stays clean and the runs' warnings and the
 workers' messages are in `judgebench-background.log`.
 """
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow  # runs a real Prefect log worker against a dead A
 SCRIPT = textwrap.dedent("""
     import logging, sys
     if sys.argv[1] == "routed":
-        from judgebench_flows.cli.quiet import quiet_prefect
+        from judgebench_flows.runtime.quiet import quiet_prefect
         quiet_prefect(verbose=False)  # before Prefect is imported, as the CLI does
     from prefect.logging.configuration import ensure_logging_setup
     from prefect.logging.handlers import APILogWorker
@@ -75,7 +75,7 @@ def test_tracebacks_of_an_unreachable_prefect_api_stay_off_the_console_other_err
     import httpx
     import openai
 
-    from judgebench_flows.cli.quiet import HideRunErrorsReportedElsewhere
+    from judgebench_flows.runtime.quiet import HideRunErrorsReportedElsewhere
 
     def record(exc: BaseException, logger: str = "prefect.task_runs") -> logging.LogRecord:
         return logging.LogRecord(logger, logging.ERROR, __file__, 1, "Task run failed", None, (type(exc), exc, None))

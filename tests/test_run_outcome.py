@@ -9,11 +9,11 @@ import pytest
 
 from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.cli import main as cli
-from judgebench_flows.cli.console import JudgmentCounter
 from judgebench_flows.core.records import Pair
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judging.run_context import RunContext, Runtime
 from judgebench_flows.judging.shards import judge_pairs
+from judgebench_flows.runtime.progress import JudgmentCounter
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import chat_caller
 

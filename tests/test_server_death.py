@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.cli.server_watch import alive, answers
+from judgebench_flows.runtime.server_watch import alive, answers
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import GatedAnswers
 from tests._runs import (

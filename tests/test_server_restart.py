@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from judgebench_flows.calls.global_limits import limit_names
-from judgebench_flows.cli.server_watch import answers
+from judgebench_flows.runtime.server_watch import answers
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import GatedAnswers
 from tests._runs import GPT4O_PATH, free_port, run_argv

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from judgebench_flows.cli.prefect_server import PORT_FILE, SERVER_LOG
-from judgebench_flows.cli.server_watch import alive
+from judgebench_flows.runtime.prefect_server import PORT_FILE, SERVER_LOG
+from judgebench_flows.runtime.server_watch import alive
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._runs import background_pid, local_server_env, run_argv, server_processes, stop_background_server
 from tests.conftest import requires_shared
@@ -216,7 +216,7 @@ def test_a_foreign_server_on_the_default_port_gets_nothing(tmp_path):
         assert own_port != port
         own_url = f"http://127.0.0.1:{own_port}/api"
         assert flow_runs_on(own_url) >= 2, "the runs are not on this home's own server"
-        from judgebench_flows.cli.prefect_server import ui_api_url
+        from judgebench_flows.runtime.prefect_server import ui_api_url
 
         assert ui_api_url(own_url) == own_url, "the UI of the user's own server talks to another API"
         for done in (first, second):

@@ -26,7 +26,7 @@ GRACE = 1.0
 CHILD = textwrap.dedent(
     """
     import signal, subprocess, sys, time
-    from judgebench_flows.cli import server_watch
+    from judgebench_flows.runtime import server_watch
     from judgebench_flows.data import db
 
     server_watch.CANCEL_GRACE_SECONDS = {grace}

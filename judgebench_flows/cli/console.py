@@ -1,33 +1,30 @@
-"""A run under a progress bar on stderr, then its results (views/summaries.py)."""
+"""The command's view of a run: a line naming it and a progress bar on stderr while it judges (its results
+are views/summaries.py's)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.core.text import wrapped
-from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.judging.run_context import RunContext
+from judgebench_flows.runtime.progress import count_judgments
 from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.views.summaries import err, print_results
 
 
-def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunContext | None = None) -> int:
-    """The JudgeBench flow under a progress bar, then its results as tables; 1 when it found a regression.
-    `run`: the run's context (a new one without it), which the flow uses and the bar's hooks are added to."""
-    from judgebench_flows.flows.judgebench_flow import judgebench_flow
-
-    run = run or RunContext()
-
-    say(
-        f"judgebench {config.judge_template or config.judge_type} / {config.model}; "
-        f"dataset {config.data_path or config.repo_url} @ {config.ref or 'default branch'}"
-    )
+@contextlib.contextmanager
+def progress_shown(config: RunConfig, run: RunContext, show_progress: bool = True) -> Iterator[None]:
+    """The command's view of a run while its flow runs inside the block (runtime/run.py runs it): a line
+    naming it, then a progress bar on stderr; a run that measured too little (RunFailed) shows what it
+    published before `main` says its error line."""
+    # a local file is judged as it is: no commit of JudgeBench's is named (results.json records none)
+    source = config.data_path or f"{config.repo_url} @ {config.ref or 'default branch'}"
+    say(f"judgebench {config.judge_template or config.judge_type} / {config.model}; dataset {source}")
     progress = Progress(
         TextColumn("judging"),
         BarColumn(),
@@ -41,21 +38,15 @@ def run_with_progress(config: RunConfig, show_progress: bool = True, run: RunCon
     # line with nothing drawn before it.
     with contextlib.closing(_LazyBar(progress)) as lazy:
         bar = progress.add_task("judging", total=None)
-        counter = JudgmentCounter(lambda done: progress.update(bar, completed=done))
-        run.add_total_hook(lambda n: lazy.start(total=n))
+        count_judgments(run, lambda done: progress.update(bar, completed=done), lambda n: lazy.start(total=n))
         run.add_link_hook(say)
-        run.add_progress_hook(counter.advance, counter.settle)
         try:
-            with running(run):
-                results = asyncio.run(judgebench_flow(config))
+            yield
         except RunFailed as exc:  # published but not a measurement: show what there is, then exit 4
             if exc.results:
                 progress.stop()
                 print_results(RunResults.model_validate(exc.results))
             raise
-    print_results(RunResults.model_validate(results))
-    regression = results.get("regression") or {}
-    return 1 if regression.get("regressed") else 0
 
 
 class _LazyBar:
@@ -82,36 +73,4 @@ def say(line: str) -> None:
     err.print(wrapped(line), markup=False, highlight=False, soft_wrap=True)
 
 
-class JudgmentCounter:
-    """Judgments done out of judgments planned, each counted once: a retried shard does not count its
-    judgments again, and a shard served whole from Prefect's cache (no judgment ticked) counts when the
-    flow settles it. Memory: one number per shard."""
-
-    def __init__(self, show: Callable[[int], None]):
-        self._show = show
-        self._per_shard: dict[int, int] = {}
-        self._settled: set[int] = set()
-        self.done = 0
-        self._lock = threading.Lock()  # ticks come from the event loop, settles from a worker thread
-
-    def advance(self, shard: int, judgments: int, planned: int) -> None:
-        with self._lock:
-            if shard in self._settled:
-                return
-            before = self._per_shard.get(shard, 0)
-            after = min(planned, before + judgments)
-            self._per_shard[shard] = after
-            self.done += after - before
-            done = self.done
-        self._show(done)
-
-    def settle(self, shard: int, judgments: int) -> None:
-        with self._lock:
-            self._settled.add(shard)
-            self.done += judgments - self._per_shard.get(shard, 0)
-            self._per_shard[shard] = judgments
-            done = self.done
-        self._show(done)
-
-
-__all__ = ["JudgmentCounter", "run_with_progress"]
+__all__ = ["progress_shown", "say"]

@@ -105,8 +105,8 @@ def check_outputs(result_path: str, output_dir: str) -> None:
 def _as_flow(settings: LeaderboardSettings, args: argparse.Namespace) -> Leaderboard:
     import asyncio
 
-    from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.data.dataset import check_repo_url, public_url
+    from judgebench_flows.runtime.prefect_server import pointed_at, use_prefect_server
 
     check_repo_url(settings.repo_url)  # bad input is reported before a server boots
     if public_url(settings.repo_url) != settings.repo_url:  # flow parameters are stored by Prefect

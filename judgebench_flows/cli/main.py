@@ -30,8 +30,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.cli.prefect_server import PrefectServerError
-from judgebench_flows.cli.quiet import quiet_prefect
 from judgebench_flows.core.errors import (
     BatchRefused,
     EndpointUnreachable,
@@ -42,6 +40,9 @@ from judgebench_flows.core.errors import (
 )
 from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.core.text import for_terminal, wrapped
+from judgebench_flows.runtime.prefect_server import PrefectServerError
+from judgebench_flows.runtime.quiet import quiet_prefect
+from judgebench_flows.runtime.run import RunHost
 
 EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
 EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
@@ -151,36 +152,37 @@ def command_run(args: argparse.Namespace) -> int:
     from judgebench_flows.core.secrets import install_log_redaction
 
     install_log_redaction()
-    from judgebench_flows.judging.preflight import holds_judgebench_pairs, preflight
+    from judgebench_flows.judging.preflight import holds_judgebench_pairs
 
     if args.judge_type == "external" and not holds_judgebench_pairs(args.data_path):
         return _run_external(args)
-    config = _run_config(args)
-    _say_route(config)
-    preflight(config)
-    _say_retirement(config)
-    from judgebench_flows.cli import console
-    from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
-    from judgebench_flows.cli.server_watch import RESUME, ServerWatch, mark_run_failed
-    from judgebench_flows.judging.run_context import RunContext
+    # The run path (checks, server, its watch: a lost server is exit 5, the flow) is runtime/run.py's,
+    # shared with evaluate(); this door says its lines, draws its bar and prints the results.
+    from judgebench_flows.runtime.run import judge_run
+    from judgebench_flows.views.summaries import print_results
 
-    server = use_prefect_server()
-    run = RunContext()  # the run's state, which the progress bar watches
-    # A Prefect server lost mid-run ends it with exit 5, not a hang: the watch cancels the run (SIGTERM to
-    # this thread), the run's own shutdown writes its cached answers, and this thread reports it below.
-    watch = ServerWatch(server.api_url, server.pid, config.db_url, config.server_lost_seconds()).start()
-    try:
-        with pointed_at(server):
-            return console.run_with_progress(config, show_progress=args.progress, run=run)
-    except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
-        lost = watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
-        if lost is None:
-            raise
-        watch.disarm()
-        mark_run_failed(config.db_url, lost)
-        raise PrefectServerError(f"{lost}; {RESUME}") from None
-    finally:
-        watch.disarm()
+    results = judge_run(_run_config(args), _CommandHost(args.progress))
+    print_results(results)
+    return 1 if results.regressed else 0
+
+
+class _CommandHost(RunHost):
+    """The command's side of a run (runtime/run.py): its lines on stderr and its progress bar; the flow in
+    the main thread, where Ctrl-C and SIGTERM reach it and the server watch's SIGTERM cancels it."""
+
+    def __init__(self, progress: bool) -> None:
+        self.progress = progress
+
+    def say_route(self, config: Any) -> None:
+        _say_route(config)
+
+    def say_retirement(self, config: Any) -> None:
+        _say_retirement(config)
+
+    def showing(self, config: Any, run: Any) -> Any:
+        from judgebench_flows.cli import console
+
+        return console.progress_shown(config, run, show_progress=self.progress)
 
 
 def _run_config(args: argparse.Namespace):
@@ -250,8 +252,8 @@ def _run_external(args: argparse.Namespace) -> int:
     if args.shard_size is not None:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
-    from judgebench_flows.cli.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.flows.external_flow import run_external
+    from judgebench_flows.runtime.prefect_server import pointed_at, use_prefect_server
     from judgebench_flows.views.summaries import print_external_summary
 
     with pointed_at(use_prefect_server()):

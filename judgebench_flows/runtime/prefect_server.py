@@ -1,5 +1,8 @@
 """The Prefect server a run reports to: the one configured, else Prefect's own background server.
 
+Below both doors of a run (the `judgebench` command and `evaluate()`); `python -m
+judgebench_flows.cli.prefect_server` prints its address from the command line.
+
 With PREFECT_API_URL (or a profile naming a server) that server is used as it is. Without one, a run
 uses the background server of its PREFECT_HOME: the one in Prefect's pid file there (`prefect server
 stop` stops it), answering on PREFECT_SERVER_API_HOST:PREFECT_SERVER_API_PORT (127.0.0.1:4200 by
@@ -34,8 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from judgebench_flows.cli.server_watch import alive, answers, seconds_from_env
-from judgebench_flows.core.text import for_terminal, wrapped
+from judgebench_flows.core.text import wrapped
+from judgebench_flows.runtime.server_watch import alive, answers, seconds_from_env
 
 START_TIMEOUT_ENV = "JUDGEBENCH_SERVER_START_TIMEOUT"
 # A first boot with a fresh PREFECT_HOME (creating and migrating Prefect's database) on a loaded small
@@ -190,7 +193,7 @@ def _move_to_free_port(home: Path, host: str, configured: int, taken: int) -> in
 @contextlib.contextmanager
 def pointed_at(server: PrefectServer) -> Iterator[None]:
     """This process's Prefect talks to `server` inside the block (Prefect's settings are fixed at import),
-    its logging set up as its settings say (cli/quiet.py points them at cli/logging.yml)."""
+    its logging set up as its settings say (runtime/quiet.py points them at runtime/logging.yml)."""
     from prefect.logging.configuration import ensure_logging_setup
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -349,28 +352,4 @@ ADVICE = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m judgebench_flows.cli.prefect_server`: print the API URL runs report to (starting this
-    PREFECT_HOME's background server if none answers), for `export PREFECT_API_URL=$(...)` before
-    Prefect's own commands (`prefect deploy`, a worker) in the same shell."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m judgebench_flows.cli.prefect_server",
-        description="Print the Prefect API URL that `judgebench run` reports to: PREFECT_API_URL if set, else "
-        "this PREFECT_HOME's background server (started now if none answers, as a run would).",
-    )
-    parser.parse_args(argv)
-    try:
-        print(use_prefect_server().api_url)
-    except PrefectServerError as exc:
-        print(for_terminal(f"error: {exc}"), file=sys.stderr)
-        return 5
-    return 0
-
-
-__all__ = ["PrefectServer", "PrefectServerError", "pointed_at", "main", "serves_home", "use_prefect_server"]
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["PrefectServer", "PrefectServerError", "pointed_at", "serves_home", "use_prefect_server"]

@@ -1,7 +1,7 @@
 """A quiet terminal through Prefect's public logging settings: after a run a user sees our summary (or
 our one error line) and nothing else.
 
-`quiet_prefect` points PREFECT_LOGGING_SETTINGS_PATH at cli/logging.yml (Prefect's default configuration
+`quiet_prefect` points PREFECT_LOGGING_SETTINGS_PATH at runtime/logging.yml (Prefect's default configuration
 plus the changes listed at its top) before Prefect is imported, and sets Prefect's level to WARNING.
 Prefect's background workers write to `judgebench-background.log` in PREFECT_HOME, where the runs'
 warnings and errors are kept too. `--verbose` (or the user's own logging settings) leaves Prefect alone.
@@ -23,7 +23,7 @@ API_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError",
 
 
 def quiet_prefect(verbose: bool) -> None:
-    """Prefect logs warnings and errors only, through cli/logging.yml, unless --verbose (or the user set
+    """Prefect logs warnings and errors only, through runtime/logging.yml, unless --verbose (or the user set
     Prefect's logging variables). Call before Prefect is imported."""
     if verbose:
         return
@@ -62,7 +62,7 @@ class HideRunErrorsReportedElsewhere(logging.Filter):
     input that is noise which buries the line that tells the user what to fix; for a Prefect server that
     stopped (its API unreachable), pages of tracebacks above the line that says how to resume; for Ctrl-C
     or SIGTERM, Prefect's "Crash detected" records above the line that says the run was stopped. The filter
-    sits on the console handler only (cli/logging.yml), so the records still reach the Prefect API and
+    sits on the console handler only (runtime/logging.yml), so the records still reach the Prefect API and
     the background log file; `--verbose` keeps them.
     """
 

@@ -7,7 +7,7 @@ and a server that hangs instead of refusing holds each call for minutes. Measure
 judging on to the end (README, Exit codes).
 
 A thread watches the server for as long as the run judges: the process of Prefect's background server
-(cli/prefect_server) and, for any server, whether it answers. A background server whose process ended
+(runtime/prefect_server) and, for any server, whether it answers. A background server whose process ended
 is lost at once; a server that has not answered for `--server-lost-timeout` seconds (default
 $JUDGEBENCH_SERVER_LOST_TIMEOUT, else 120: a loaded machine's server may be slow, or restarting) is lost
 too, and one that answers again within that time lets the run go on (its slots of a global limit are
@@ -16,11 +16,14 @@ healed, `global_limits`).
 The watch only decides; the main thread ends the run. When the server is lost the thread cancels the run
 as a stop request does: SIGTERM to the main thread, which wakes it from any blocking call. The run's own
 shutdown path then writes the answers its callers hold to the call cache (the shards' clients are closed
-on the way out) and records the run stopped; `command_run` marks it `failed` with the reason and exits 5
-with one line. A re-run of the same command pays only for the calls never answered. The main thread's
-wait for that is bounded too: a run still going `CANCEL_GRACE_SECONDS` later (stuck in a call to the
-lost server) is woken once more, by SIGALRM, whose handler (in the main thread, installed by `start`)
-records the run failed, says the line and ends the process with exit 5.
+on the way out) and records the run stopped; the run path (runtime/run.py) marks it `failed` with the
+reason and the command exits 5 with one line. A re-run of the same command pays only for the calls never
+answered. The main thread's wait for that is bounded too: a run still going `CANCEL_GRACE_SECONDS` later
+(stuck in a call to the lost server) is woken once more, by SIGALRM, whose handler (in the main thread,
+installed by `start`) records the run failed, says the line and ends the process with exit 5.
+
+`evaluate()` runs its flow in a worker thread and must never end the process (a notebook's kernel): its
+watch is given `cancel`, which cancels the flow's task in that thread; its wait is bounded by the caller.
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 LOST_TIMEOUT_ENV = "JUDGEBENCH_SERVER_LOST_TIMEOUT"
 DEFAULT_LOST_TIMEOUT = 120.0
-EXIT_SERVER = 5  # as cli/main.py: the Prefect server could not start or stopped
+EXIT_SERVER = 5  # as the command's (cli/main.py): the Prefect server could not start or stopped
 POLL_SECONDS = 0.5  # how often the server's process is checked (a /proc read)
 HEALTH_EVERY_SECONDS = 5.0  # how often the server is asked whether it answers
 HEALTH_TIMEOUT_SECONDS = 10.0
@@ -97,12 +101,23 @@ def _where(api_url: str) -> str:
 class ServerWatch:
     """The thread described in the module docstring, and the main thread's alarm that bounds the cancellation."""
 
-    def __init__(self, api_url: str, server_pid: int | None, db_url: str | None, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        server_pid: int | None,
+        db_url: str | None,
+        timeout: float | None = None,
+        cancel: Callable[[], None] | None = None,
+    ) -> None:
+        """`cancel`: how the run is cancelled when its server is lost, for a run whose flow is not in the main
+        thread (`evaluate()`, runtime/run.py's `FlowThread`, which bounds its own wait); without it SIGTERM
+        to the main thread, and SIGALRM's last bound (the command's)."""
         self.api_url = api_url
+        self.cancel = cancel
         self.server_pid = server_pid
         self.db_url = db_url
         self.timeout = lost_timeout() if timeout is None else timeout
-        self.lost: str | None = None  # why the run was cancelled (the server is gone), for `command_run`
+        self.lost: str | None = None  # why the run was cancelled (the server is gone), for runtime/run.py
         self._disarmed = threading.Event()
         self._lock = threading.Lock()  # a cancellation is sent only while the run is still watched
         self._alarm_taken = False
@@ -112,7 +127,7 @@ class ServerWatch:
     def start(self) -> ServerWatch:
         """Start watching; called from the main thread, which alone can take SIGALRM's handler (elsewhere the
         cancellation has no last bound)."""
-        if threading.current_thread() is threading.main_thread():
+        if self.cancel is None and threading.current_thread() is threading.main_thread():
             self._previous_alarm = signal.signal(signal.SIGALRM, self._overdue)
             self._alarm_taken = True
         self._thread.start()
@@ -161,7 +176,7 @@ class ServerWatch:
         """Cancel the run; wake the main thread's alarm if it has not ended `CANCEL_GRACE_SECONDS` later."""
         if not self._signal_main(signal.SIGTERM, what):  # the run ended meanwhile: its own outcome stands
             return
-        if not self._disarmed.wait(CANCEL_GRACE_SECONDS):
+        if self.cancel is None and not self._disarmed.wait(CANCEL_GRACE_SECONDS):
             self._signal_main(signal.SIGALRM, what)
 
     def _signal_main(self, signum: int, what: str) -> bool:
@@ -169,12 +184,15 @@ class ServerWatch:
             if self._disarmed.is_set():
                 return False
             self.lost = what
-            signal.pthread_kill(threading.main_thread().ident or 0, signum)
+            if self.cancel is not None:
+                self.cancel()
+            else:
+                signal.pthread_kill(threading.main_thread().ident or 0, signum)
             return True
 
     def _overdue(self, signum: int, frame: object) -> None:
         """SIGALRM's handler, in the main thread: the cancelled run is stuck in a call to the lost server, so
-        the main thread ends the process here, as `command_run` would have: the run failed, one line, exit 5."""
+        the main thread ends the process here, as the run path would have: the run failed, one line, exit 5."""
         what = self.lost
         if what is None or self._disarmed.is_set():  # not ours, or the run ended meanwhile
             return

@@ -1,0 +1,206 @@
+"""One run path under both doors of a run, written once: settings -> checks -> server -> flow -> `RunResults`.
+
+The `judgebench run` command (cli/main.py) and `evaluate()` (api/evaluate.py) each hand `judge_run` the
+run's settings and a `RunHost`: what the door says (the route line, a retirement notice), what it shows
+while the flow runs (the command's progress bar and results, a notebook's bar or nothing) and how its flow
+runs (the command's in the main thread, `evaluate()`'s in a `FlowThread`). Everything else is here once:
+the checks before the first call (`preflight`), the Prefect server (`use_prefect_server`), the watch that
+ends a run whose server is lost (`ServerWatch`, exit 5 for the command), the run's context, the flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.runtime.server_watch import CANCEL_GRACE_SECONDS, RESUME
+
+if TYPE_CHECKING:  # imported where a run starts: the command's `--help` and its bad-option lines stay fast
+    from judgebench_flows.core.config import RunConfig
+    from judgebench_flows.judging.run_context import RunContext
+    from judgebench_flows.scoring.run_results import RunResults
+
+T = TypeVar("T")
+
+# After Ctrl-C (or a notebook's stop button) the run's in-flight calls are cancelled and its shutdown
+# records it and writes the answers its callers hold: measured at about 1 s; the wait for it is bounded.
+INTERRUPT_GRACE_SECONDS = 8.0
+POLL_SECONDS = 0.2  # how often a waiting caller looks at a stop request from elsewhere (`stop_requested`)
+
+stop_requested: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "judgebench_stop_requested", default=None
+)
+"""Set (to an event) by a caller that waits for a run from another thread or coroutine (`evaluate_async`):
+setting the event stops the run as Ctrl-C would."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (or a notebook's stop button) in `evaluate()`: a KeyboardInterrupt still,
+    whose message says the calls answered are kept and how to resume."""
+
+
+class RunHost:
+    """A door's side of a run. These defaults say nothing, show nothing and run the flow in this thread
+    (`asyncio.run`): Ctrl-C and SIGTERM reach it as they reach the command, and a lost server is
+    cancelled with SIGTERM to the main thread (`cancel_run` None)."""
+
+    resume = RESUME  # how the run resumes, said when its server was lost
+    cancel_run: Callable[[], None] | None = None
+
+    def say_route(self, config: RunConfig) -> None:
+        """The line naming the API the model's name chose (`config.routed()`), before the checks."""
+
+    def say_retirement(self, config: RunConfig) -> None:
+        """A notice when the judge model is near or past its shutdown date (`retirement`), after the checks."""
+
+    def showing(self, config: RunConfig, run: RunContext) -> AbstractContextManager[object]:
+        """What the door shows while the flow runs inside the block (progress hooks on `run`)."""
+        return contextlib.nullcontext()
+
+    def run_flow(self, flow: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        return asyncio.run(flow())
+
+
+def retirement(config: RunConfig) -> str | None:
+    """The judge model's retirement notice (its provider's shutdown date past or within 30 days), if any."""
+    from judgebench_flows.core.pricing import retirement_notice
+
+    return retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
+
+
+def judge_run(config: RunConfig, host: RunHost) -> RunResults:
+    """The JudgeBench flow with these settings, checked before the first call, on the run's Prefect server,
+    watched; its results. A server lost during the run is `PrefectServerError` (the run marked failed)."""
+    from judgebench_flows.core.secrets import install_log_redaction
+    from judgebench_flows.flows.judgebench_flow import judgebench_flow
+    from judgebench_flows.judging.preflight import preflight
+    from judgebench_flows.judging.run_context import RunContext, running
+    from judgebench_flows.runtime.prefect_server import PrefectServerError, pointed_at, use_prefect_server
+    from judgebench_flows.runtime.server_watch import ServerWatch, mark_run_failed
+    from judgebench_flows.scoring.run_results import RunResults
+
+    install_log_redaction()
+    host.say_route(config)
+    preflight(config)
+    host.say_retirement(config)
+    server = use_prefect_server()
+    run = RunContext()  # the run's state, which the door's progress display watches
+    # A Prefect server lost mid-run ends it, not a hang: the watch cancels the run (SIGTERM to the main
+    # thread, or the host's `cancel_run`), the run's own shutdown writes its cached answers, and this
+    # thread reports it below.
+    watch = ServerWatch(
+        server.api_url, server.pid, config.db_url, config.server_lost_seconds(), cancel=host.cancel_run
+    ).start()
+    try:
+        with pointed_at(server), host.showing(config, run), running(run):
+            final = host.run_flow(lambda: judgebench_flow(config))
+    except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
+        lost = watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
+        if lost is None:
+            raise
+        watch.disarm()
+        mark_run_failed(config.db_url, lost)
+        raise PrefectServerError(f"{lost}; {host.resume}") from None
+    finally:
+        watch.disarm()
+    return RunResults.model_validate(final)
+
+
+class FlowThread:
+    """The flow in a worker thread with its own event loop while the calling thread waits, and stops.
+
+    A notebook runs its cells inside its own event loop, where the flow cannot start another; a script's
+    caller waits the same way, so both stop alike. Ctrl-C in a script and a notebook's stop button both
+    raise KeyboardInterrupt in the waiting (main) thread: the flow's task is then cancelled in its loop,
+    which cancels the calls in flight at once; the run's shutdown records it `interrupted` and writes the
+    answers received to the call cache, and the caller gets `RunInterrupted` with `interrupted` as its
+    message once the run has stopped, or after `grace` seconds (a second Ctrl-C: at once). A cancel from
+    another thread (`cancel`: the server watch) is waited for `CANCEL_GRACE_SECONDS` at most.
+    """
+
+    def __init__(self, interrupted: str, grace: float = INTERRUPT_GRACE_SECONDS) -> None:
+        self.interrupted, self.grace = interrupted, grace
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled_at: float | None = None
+
+    def cancel(self) -> None:
+        """Cancel the flow's task (from any thread); a flow not started yet will not start."""
+        with self._lock:
+            if self._cancelled_at is None:
+                self._cancelled_at = time.monotonic()
+            loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has closed: the flow is over
+                loop.call_soon_threadsafe(task.cancel)
+
+    def __call__(self, flow: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        outcome: list[tuple[bool, Any]] = []
+        done = threading.Event()
+
+        async def main() -> T:
+            with self._lock:
+                self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+                if self._cancelled_at is not None:
+                    raise asyncio.CancelledError()
+            return await flow()
+
+        def work() -> None:
+            try:
+                outcome.append((True, asyncio.run(main())))
+            except BaseException as exc:  # handed to the waiting thread, which raises it
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        # The caller's context (the run's settings, credentials, Prefect server) goes with the flow.
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(work,), name="judgebench-run", daemon=True).start()
+        try:
+            self._wait(done)
+        except KeyboardInterrupt:
+            self.cancel()
+            stopped = self._wait_interrupted(done)
+            raise RunInterrupted(
+                self.interrupted if stopped else f"{self.interrupted} (the run is still stopping in the background)"
+            ) from None
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def _wait(self, done: threading.Event) -> None:
+        """Until the flow ends; KeyboardInterrupt (or a stop request, `stop_requested`) ends the wait."""
+        stop = stop_requested.get()
+        while not done.wait(POLL_SECONDS):
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
+            with self._lock:
+                since = self._cancelled_at
+            if since is not None and time.monotonic() - since > CANCEL_GRACE_SECONDS:
+                raise TimeoutError(f"the run did not stop within {CANCEL_GRACE_SECONDS:g} s of its cancellation")
+
+    def _wait_interrupted(self, done: threading.Event) -> bool:
+        """Whether the cancelled flow stopped within the grace; a second Ctrl-C stops waiting."""
+        try:
+            return done.wait(self.grace)
+        except KeyboardInterrupt:
+            return done.is_set()
+
+
+__all__ = [
+    "FlowThread",
+    "RunHost",
+    "RunInterrupted",
+    "judge_run",
+    "retirement",
+    "stop_requested",
+]

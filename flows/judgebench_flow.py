@@ -298,7 +298,7 @@ def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec
     """The run's row when it ends without results: `interrupted` on request, else `failed` (with the
     database itself gone or its disk full, the next run's `mark_crashed` marks it). Its JSONL parts go:
     the next run writes its own (a full disk is not kept full by them)."""
-    shutil.rmtree(parts_dir, ignore_errors=True)
+    remove_parts(parts_dir)
     stop = stop_request(exc)
     with contextlib.suppress(InfrastructureLost, PathNotWritable):
         if stop:
@@ -490,6 +490,14 @@ def parts_folder(output_dir: str, run_id: str) -> Path:
     if storage.is_url(output_dir):
         return Path(tempfile.gettempdir()) / "judgebench-parts" / run_id
     return Path(output_dir) / ".parts" / run_id
+
+
+def remove_parts(parts_dir: Path) -> None:
+    """The run's parts, and their `.parts` folder when no other run's parts are left in it: a finished
+    run's folder holds its outputs only."""
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another run of the same output folder still writing its parts
+        parts_dir.parent.rmdir()
 
 
 def settle_folder(layout: str, folder: str, run_id: str, too_little: str | None) -> None:
@@ -711,7 +719,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         await prefect_api_answering(config.server_lost_seconds())
         results.outputs = await publish(run_id, results, sink, config, source, header, spec)
         await asyncio.to_thread(settle_folder, layout, config.output_dir, run_id, too_little)
-        await asyncio.to_thread(shutil.rmtree, sink.parts_dir, ignore_errors=True)
+        await asyncio.to_thread(remove_parts, sink.parts_dir)
         results.run.timings.publish_s = clock.lap()
         final = results.as_json()
         await asyncio.to_thread(record_finish, engine, run_id, results, final, too_little, finished, spec)

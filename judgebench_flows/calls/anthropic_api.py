@@ -22,12 +22,10 @@ import anthropic
 from judgebench_flows.calls.anthropic_rules import ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, SAMPLING_PARAMS
 from judgebench_flows.calls.errors import CallError, error_object, http_error
 from judgebench_flows.calls.transport import BadAnswerBody, JsonBody, clients_for, json_messages, served_by
-from judgebench_flows.core.completion import Completion, Sampling
+from judgebench_flows.core.completion import Completion, Sampling, finish_reason
 from judgebench_flows.core.secrets import redact
 
 MESSAGES_PATH = "/v1/messages"
-# Anthropic's stop reasons, as the judging code reads finish reasons ("length": out of tokens).
-FINISH_REASONS = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
 
 
 def messages_body(model: str, messages: list[dict[str, str]], params: Sampling) -> JsonBody:
@@ -56,7 +54,7 @@ def completion_of(response: Any) -> Completion:
         redact(text),  # an API key echoed back must not reach the cache, the database or a report
         int(usage.get("input_tokens") or 0),
         int(usage.get("output_tokens") or 0),
-        finish_reason=FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
+        finish_reason=finish_reason(stop),
     )
 
 

@@ -9,65 +9,36 @@ a 401. The request body is OpenAI's, so request rules, retries and the answer ar
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from typing import Any
 
 import openai
 
 from judgebench_flows.calls.errors import CallError
+from judgebench_flows.calls.tokens import RefreshedToken
 from judgebench_flows.calls.transport import Transport, tls_context
 from judgebench_flows.core.completion import Sampling
 from judgebench_flows.core.providers.azure import ENTRA_SCOPE as SCOPE
-from judgebench_flows.core.secrets import redact, register_secret
-
-REFRESH_BEFORE_SECONDS = 300.0  # azure-identity's own margin; a token living less is taken at a quarter left
+from judgebench_flows.core.secrets import redact
 
 
-class EntraToken:
+class EntraToken(RefreshedToken):
     """A Microsoft Entra ID access token for Azure OpenAI from a `TokenCredential` (azure-identity's
-    DefaultAzureCredential unless one is given), taken again before it expires; thread-safe, one round
-    trip for all the calls waiting on it."""
+    DefaultAzureCredential unless one is given), shared by the run's calls and taken again before it
+    expires (`tokens.RefreshedToken`)."""
 
     def __init__(self, credential: Any = None):
+        super().__init__()
         self._credential = credential
-        self._lock = threading.Lock()
-        self._token: str | None = None
-        self._refresh_at = 0.0  # time.time() after which the token is taken again
-        self.refreshes = 0
 
-    def _fresh(self) -> str | None:
-        return self._token if self._token is not None and time.time() < self._refresh_at else None
-
-    async def bearer(self) -> str:
-        """The current token (the SDK's `azure_ad_token_provider`, called per request)."""
-        token = self._fresh()
-        return token if token is not None else await asyncio.to_thread(self.refresh)
-
-    def expire(self, stale: str | None) -> None:
-        """The endpoint refused `stale` (401): the next call takes a new one."""
-        with self._lock:
-            if self._token == stale:
-                self._refresh_at = 0.0
-
-    def refresh(self) -> str:
-        with self._lock:
-            token = self._fresh()
-            if token is not None:
-                return token
-            try:
-                credential = self._credential or _default_credential()
-                self._credential = credential
-                access = credential.get_token(SCOPE)
-            except Exception as exc:  # noqa: BLE001 - azure-identity's errors, read as the rest of calls/ reads errors
-                raise token_error(exc) from None
-            register_secret(access.token)
-            lifetime = max(0.0, float(access.expires_on) - time.time())
-            self._token = access.token
-            self._refresh_at = time.time() + lifetime - min(REFRESH_BEFORE_SECONDS, lifetime / 4)
-            self.refreshes += 1
-            return access.token
+    def _take(self) -> tuple[str, float]:
+        try:
+            credential = self._credential or _default_credential()
+            self._credential = credential
+            access = credential.get_token(SCOPE)
+        except Exception as exc:  # noqa: BLE001 - azure-identity's errors, read as the rest of calls/ reads errors
+            raise token_error(exc) from None
+        return access.token, float(access.expires_on) - time.time()  # its expiry is a wall-clock time
 
 
 def _default_credential() -> Any:
@@ -115,7 +86,7 @@ class AzureTransport(Transport):
 
     async def post(self, messages: list[dict[str, str]], sampling: Sampling) -> Any:
         for attempt in range(2 if self.token else 1):
-            sent = self.token._token if self.token else None
+            sent = self.token.current if self.token else None
             try:
                 return await super().post(messages, sampling)
             except CallError as exc:

@@ -26,11 +26,9 @@ from judgebench_flows.calls.bedrock_rules import INFERENCE_CONFIG, Family, famil
 from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.transport import BadAnswerBody, JsonBody
 from judgebench_flows.core import aws_credentials
-from judgebench_flows.core.completion import Completion, Sampling
+from judgebench_flows.core.completion import Completion, Sampling, finish_reason
 from judgebench_flows.core.secrets import redact, register_secret
 
-# Converse's stop reasons, as the judging code reads finish reasons ("length": out of tokens).
-FINISH_REASONS = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
 # A Converse field a 400 names -> the judge's parameter behind it.
 FIELD_PARAMS = {field: param for param, field in INFERENCE_CONFIG.items()} | {"top_k": "top_k"}
 REFUSAL = re.compile(r"not support|doesn't support|does not support|cannot both be specified|not permitted", re.I)
@@ -75,7 +73,7 @@ def completion_of(response: Any) -> Completion:
         redact(text),
         int(usage.get("inputTokens") or 0),
         int(usage.get("outputTokens") or 0),
-        finish_reason=FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
+        finish_reason=finish_reason(stop),
     )
 
 

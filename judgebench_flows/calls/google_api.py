@@ -23,11 +23,8 @@ registered for redaction the moment it is read, and only google-auth reads the c
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -36,6 +33,7 @@ from typing import Any
 import openai
 
 from judgebench_flows.calls.errors import CallError, http_error
+from judgebench_flows.calls.tokens import RefreshedToken
 from judgebench_flows.calls.transport import (
     BadAnswerBody,
     JsonBody,
@@ -46,10 +44,8 @@ from judgebench_flows.calls.transport import (
 )
 from judgebench_flows.core.completion import Completion, Sampling
 from judgebench_flows.core.google_adc import default_credentials
-from judgebench_flows.core.secrets import redact, register_secret
+from judgebench_flows.core.secrets import redact
 
-# A token is refreshed when less than this much of its life is left (or a quarter of it, for short ones).
-REFRESH_BEFORE_SECONDS = 300.0
 CHAT_PATH = "/chat/completions"
 # How a 400 refuses a parameter in Google's words (not a value out of range: that is our input's error).
 REFUSED = re.compile(r"unknown name|cannot find field|not supported|unsupported|invalid json payload", re.IGNORECASE)
@@ -129,53 +125,25 @@ def google_error(exc: openai.APIStatusError, sent: JsonBody) -> CallError:
     return http_error(status, {"error": error}, exc.response.headers, param=param)
 
 
-class VertexToken:
-    """One OAuth access token from Application Default Credentials, for every call of a run.
-
-    `bearer()` hands out the current token while more than `REFRESH_BEFORE_SECONDS` (or a quarter of
-    its lifetime) is left; else one caller refreshes it (google-auth, in a thread: it blocks) while the
-    others wait for the same refresh. `bearer(stale=token)` after a 401 refreshes unless another call
-    already did. google-auth's own `expired` would refresh 3 min 45 s early, which is a whole token's
-    life in the tests (tokens living seconds); the deadline here is the token's own.
-    """
+class VertexToken(RefreshedToken):
+    """One OAuth access token from Application Default Credentials (or the credentials given), shared by
+    every call of a run and refreshed before it expires (`tokens.RefreshedToken`). google-auth's own
+    `expired` would refresh 3 min 45 s early; the deadline is the token's own."""
 
     def __init__(self, credentials: Any = None):
+        super().__init__()
         self._credentials = credentials
-        self._lock = threading.Lock()
-        self._token: str | None = None
-        self._refresh_at = 0.0  # time.monotonic() after which the token is refreshed
-        self.refreshes = 0
 
-    def _fresh(self) -> str | None:
-        return self._token if self._token is not None and time.monotonic() < self._refresh_at else None
+    def _take(self) -> tuple[str, float]:
+        import google.auth.transport.requests
 
-    async def bearer(self, stale: str | None = None) -> str:
-        token = self._fresh()
-        if token is not None and token != stale:
-            return token
-        return await asyncio.to_thread(self.refresh, stale)
-
-    def refresh(self, stale: str | None = None) -> str:
-        """A token that is fresh and not `stale` (blocking: the token endpoint's round trip)."""
-        with self._lock:
-            token = self._fresh()
-            if token is not None and token != stale:
-                return token
-            import google.auth.transport.requests
-
-            credentials = self._credentials or default_credentials()[0]
-            self._credentials = credentials
-            try:
-                credentials.refresh(google.auth.transport.requests.Request())
-            except Exception as exc:  # noqa: BLE001 - google-auth's errors, as the rest of calls/ reads errors
-                raise token_error(exc) from None
-            token = str(credentials.token)
-            register_secret(token)
-            lifetime = seconds_left(credentials.expiry)
-            self._token = token
-            self._refresh_at = time.monotonic() + lifetime - min(REFRESH_BEFORE_SECONDS, lifetime / 4)
-            self.refreshes += 1
-            return token
+        credentials = self._credentials or default_credentials()[0]
+        self._credentials = credentials
+        try:
+            credentials.refresh(google.auth.transport.requests.Request())
+        except Exception as exc:  # noqa: BLE001 - google-auth's errors, as the rest of calls/ reads errors
+            raise token_error(exc) from None
+        return str(credentials.token), seconds_left(credentials.expiry)
 
 
 def seconds_left(expiry: datetime | None) -> float:

@@ -35,6 +35,17 @@ class Completion:
     system_fingerprint: str | None = None
 
 
+# Claude's stop reasons (Anthropic's Messages API and Bedrock's Converse API name them alike) as the
+# judging code reads finish reasons, OpenAI's words ("length": out of tokens).
+STOP_REASONS = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
+
+
+def finish_reason(stop: object) -> str | None:
+    """An answer's stop reason as a `Completion.finish_reason`: Claude's in OpenAI's words, another kept as
+    it is, none when the answer gave none."""
+    return STOP_REASONS.get(stop, stop) if isinstance(stop, str) else None
+
+
 class CallFailed(Exception):
     """A call that produced no answer after its retries, or one the endpoint rejected for this request."""
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from judgebench_flows.judging.matrix import parse_matrix
+import pytest
+
+from judgebench_flows.core.endpoint import EndpointSettings
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.judging.matrix import ModelSpec, parse_matrix
 from tests.conftest import GPT4O_FILE
 
 
@@ -95,3 +99,29 @@ def test_a_matrix_model_can_be_a_bedrock_or_azure_batch_judge(monkeypatch, tmp_p
     assert shared.config.endpoint.bedrock_batch_output == "s3://judging/out/"
     with pytest.raises((UserError, ValueError), match="bedrock-batch-input"):
         list(parse_matrix({**matrix, "models": [bedrock]}).entries())
+
+
+def test_a_models_endpoint_keys_are_declared_once_in_the_endpoint_settings() -> None:
+    """A model's endpoint keys are `EndpointSettings`' options (their bounds and description), each
+    optional: None leaves the matrix's value. The keys a model takes, in the order the error lists them,
+    are those it always took."""
+    own = {"model", "label", "max_cost"}
+    for name in set(ModelSpec.model_fields) - own:
+        spec, endpoint = ModelSpec.model_fields[name], EndpointSettings.model_fields[name]
+        assert spec.annotation == endpoint.annotation | None and spec.default is None, name
+        assert (spec.metadata, spec.description) == (endpoint.metadata, endpoint.description), name
+
+    def refused(model: dict) -> str:
+        with pytest.raises(UserError) as caught:
+            parse_matrix({"judge_types": ["arena_hard"], "models": [model], "data_files": [GPT4O_FILE]})
+        return str(caught.value)
+
+    assert refused({"model": "m", "request_timeout": 5}) == (
+        "matrix: models.0.request_timeout: unknown key (valid: model, base_url, api_key_env, api_key_secret, label, "
+        "max_cost, provider, batch, concurrency, rpm, vertex_project, vertex_location, priced_model, "
+        "bedrock_batch_input, bedrock_batch_output, bedrock_role_arn)"
+    )
+    assert refused({"model": "m", "concurrency": 0}) == (
+        "matrix: models.0.concurrency: Input should be greater than or equal to 1"
+    )
+    assert refused({"model": "m", "rpm": 0}) == "matrix: models.0.rpm: Input should be greater than 0"

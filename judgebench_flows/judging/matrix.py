@@ -17,11 +17,12 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from judgebench_flows.core import providers
 from judgebench_flows.core.api_keys import check_block_name, check_env_name
 from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
-from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
+from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY, EndpointSettings
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.run_names import judge_label, run_name
 from judgebench_flows.core.safe_yaml import NotReadable, read_limited
@@ -55,6 +56,12 @@ CELL_ENDPOINT = {
 }
 
 
+def _endpoint_option(name: str) -> Any:
+    """`EndpointSettings`' option `name` as one model's own: its bounds and description as declared there,
+    its default None (the matrix's value)."""
+    return FieldInfo.merge_field_infos(EndpointSettings.model_fields[name], default=None)
+
+
 class ModelSpec(BaseModel):
     """A model of the matrix with its own endpoint and key source (a name, never the key itself).
 
@@ -70,26 +77,29 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # Besides `model`, `label` and `max_cost`, a model's keys are options of its endpoint, each declared
+    # once, in `EndpointSettings` (bounds, description): here only its type, optional (None: the matrix's
+    # value, else the run's default). The order is the one "unknown key (valid: ...)" lists.
     model: str = Field(min_length=1)
-    base_url: str | None = None
-    api_key_env: str | None = None
-    api_key_secret: str | None = None
+    base_url: str | None = _endpoint_option("base_url")
+    api_key_env: str | None = _endpoint_option("api_key_env")
+    api_key_secret: str | None = _endpoint_option("api_key_secret")
     label: str | None = None
     max_cost: float | None = Field(default=None, gt=0, description="budget in USD of each run of this model")
     # Its API (None: the matrix's `options`, else openai) and whether it is judged by batch (half price).
-    provider: str | None = None
-    batch: bool | None = None
+    provider: str | None = _endpoint_option("provider")
+    batch: bool | None = _endpoint_option("batch")
     # The limit of the model's endpoint, shared by every cell calling it (None: the matrix's). Models
     # that share an endpoint and give different values share the smallest.
-    concurrency: int | None = Field(default=None, ge=1, le=4096, description="calls in flight to its endpoint")
-    rpm: float | None = Field(default=None, gt=0, description="requests per minute to its endpoint")
-    vertex_project: str | None = None
-    vertex_location: str | None = None
-    priced_model: str | None = None  # the model an Azure deployment serves (its price and request rules)
+    concurrency: int | None = _endpoint_option("concurrency")
+    rpm: float | None = _endpoint_option("rpm")
+    vertex_project: str | None = _endpoint_option("vertex_project")
+    vertex_location: str | None = _endpoint_option("vertex_location")
+    priced_model: str | None = _endpoint_option("priced_model")  # the model an Azure deployment serves
     # with provider bedrock and batch: its jobs' S3 locations and role (else the matrix's `options`)
-    bedrock_batch_input: str | None = None
-    bedrock_batch_output: str | None = None
-    bedrock_role_arn: str | None = None
+    bedrock_batch_input: str | None = _endpoint_option("bedrock_batch_input")
+    bedrock_batch_output: str | None = _endpoint_option("bedrock_batch_output")
+    bedrock_role_arn: str | None = _endpoint_option("bedrock_role_arn")
 
     @property
     def name(self) -> str:

@@ -9,7 +9,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.text import for_terminal
+from judgebench_flows.core.text import for_terminal, printable
 from judgebench_flows.judging.matrix import NightlyMatrix, load_matrix
 
 
@@ -23,9 +23,10 @@ def describe(matrix: NightlyMatrix, now: datetime) -> list[str]:
         cells = [e for e in entries if e.endpoint == endpoint]
         settings = cells[0].config.endpoint
         rpm = f", rpm {settings.rpm:g}" if settings.rpm else ""
-        lines.append(f"{endpoint}: concurrency {settings.concurrency}{rpm} shared by {_cells(len(cells))}")
+        shown = printable(endpoint)  # names and URLs come from the file: never a terminal's escape sequence
+        lines.append(f"{shown}: concurrency {settings.concurrency}{rpm} shared by {_cells(len(cells))}")
         models = Counter(f"{e.config.model}{' (batch)' if e.config.endpoint.batch else ''}" for e in cells)
-        lines += [f"  {model}: {_cells(count)}" for model, count in models.items()]
+        lines += [f"  {printable(model)}: {_cells(count)}" for model, count in models.items()]
     deadline = matrix.deadline(now)
     if deadline is not None:
         lines.append(f"deadline: {deadline.isoformat()} for a night starting {now.isoformat(timespec='minutes')}")

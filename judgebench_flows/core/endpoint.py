@@ -212,6 +212,21 @@ class EndpointSettings(BaseModel):
 
         return check_block_name(value)
 
+    @field_validator("priced_model")
+    @classmethod
+    def _model_id(cls, value: str | None) -> str | None:
+        """A model id the price table and request rules look up: no control character, no path (`../../x`)."""
+        from judgebench_flows.core.names import checked_model_id
+
+        return checked_model_id(value)
+
+    @field_validator("bedrock_batch_input", "bedrock_batch_output", "bedrock_role_arn")
+    @classmethod
+    def _no_control(cls, value: str | None) -> str | None:
+        from judgebench_flows.core.names import checked_name
+
+        return checked_name(value)
+
     @field_validator("vertex_project", "vertex_location")
     @classmethod
     def _google_name(cls, value: str | None) -> str | None:

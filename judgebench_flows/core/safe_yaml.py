@@ -57,6 +57,18 @@ def read_limited(path: str | Path) -> str:
         raise NotReadable(f"not UTF-8 text (byte {exc.start})") from None
 
 
+def regular_file_problem(path: str | Path) -> str | None:
+    """Why `path` is not a file to read (`file not found`, `not a regular file (a FIFO)`: a FIFO would
+    block, /dev/zero never end), or None."""
+    try:
+        mode = Path(path).expanduser().stat().st_mode
+    except FileNotFoundError:
+        return "file not found"
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else f"not a regular file ({file_kind(mode)})"
+
+
 def file_kind(mode: int) -> str:
     """What a path that is not a regular file is, in words: `a directory`, `a FIFO`, `a character device`."""
     kinds = (
@@ -164,11 +176,17 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def syntax_error(where: str, exc: yaml.YAMLError, kind: str = "YAML") -> UserError:
+    """`where, line L, column C: not valid YAML: <what PyYAML says>`."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+    at = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return UserError(f"{where}{at}: not valid {kind}: {problem}")
+
+
 def load(text: str, where: str, kind: str = "YAML") -> Any:
     """`text` parsed as YAML within the limits above; anything wrong is one UserError line,
     `where, line L[, column C]: ...`."""
-    from judgebench_flows.core.yaml_lines import syntax_error
-
     size = len(text.encode("utf-8", errors="surrogatepass"))
     if size > MAX_BYTES:
         raise UserError(f"{where}: {size:,} bytes, more than the {MAX_BYTES:,} a {kind} file here may have")
@@ -199,4 +217,15 @@ def compose(text: str) -> yaml.Node | None:
         loader.dispose()
 
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "NotReadable", "compose", "file_kind", "load", "read_limited"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_VALUES",
+    "NotReadable",
+    "compose",
+    "file_kind",
+    "load",
+    "read_limited",
+    "regular_file_problem",
+    "syntax_error",
+]

@@ -12,22 +12,13 @@ import re
 import yaml
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.safe_yaml import compose, syntax_error
 
 _KEY_PATH = re.compile(r"([A-Za-z0-9_.\-]+): ")
 
 
-def syntax_error(where: str, exc: yaml.YAMLError, kind: str = "YAML") -> UserError:
-    """`where, line L, column C: not valid YAML: <what PyYAML says>`."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
-    at = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return UserError(f"{where}{at}: not valid {kind}: {problem}")
-
-
 def key_line(text: str, dotted: str) -> int | None:
     """The 1-based line of the key path `a.b.0.c` in the YAML `text` (the deepest part found)."""
-    from judgebench_flows.core.safe_yaml import compose
-
     node = compose(text)  # within the loader's limits: the text was read with them
     line = None
     for part in dotted.split("."):

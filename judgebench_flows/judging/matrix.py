@@ -24,13 +24,15 @@ from judgebench_flows.core.api_keys import check_block_name, check_env_name
 from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY, EndpointSettings
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.names import MAX_NAME_CHARS, checked_name
 from judgebench_flows.core.run_names import judge_label, run_name
 from judgebench_flows.core.safe_yaml import NotReadable, read_limited
 from judgebench_flows.core.safe_yaml import load as load_yaml
+from judgebench_flows.core.text import shorten
 from judgebench_flows.core.yaml_lines import with_line
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
-from judgebench_flows.data.outputs import RUN_ID_FIELD
+from judgebench_flows.data.outputs import RUN_ID_FIELD, short_name
 
 # Set per configuration by the matrix itself; everything else in RunConfig may go under `options`.
 MATRIX_FIELDS = frozenset(
@@ -111,6 +113,12 @@ class ModelSpec(BaseModel):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/") if value else value
+
+    @field_validator("model", "label")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        """Its cells' folder names, flow run names and database rows: no control character, no document."""
+        return checked_name(value, MAX_NAME_CHARS)
 
     @field_validator("api_key_env")
     @classmethod
@@ -245,6 +253,8 @@ class NightlyMatrix(BaseModel):
     def _distinct_names(cls, values: list[str]) -> list[str]:
         if any(not str(v).strip() for v in values):
             raise ValueError("entries must be non-empty")
+        for value in values:
+            checked_name(value, MAX_NAME_CHARS)  # part of every cell's folder name
         if len(set(values)) != len(values):
             raise ValueError("entries must be distinct")
         return values
@@ -299,6 +309,8 @@ class NightlyMatrix(BaseModel):
         `base_url` and `max_samples` override the file (the flow's parameters, for a quick manual run).
         """
         entries, specs = [], []
+        # The night's false-alarm rate is split over its cells (`scoring.alerts`), unless the matrix says.
+        cells = self.options.get("alert_cells") or len(self.judge_types) * len(self.models) * len(self.data_files)
         for judge_type in self.judge_types:
             for spec in self.models:
                 for data_file in self.data_files:
@@ -319,6 +331,7 @@ class NightlyMatrix(BaseModel):
                             "concurrency": self.concurrency,
                             "db_url": self.db_url,
                             "max_samples": max_samples or self.max_samples,
+                            "alert_cells": cells,
                             **({"max_cost": spec.max_cost} if spec.max_cost is not None else {}),
                             # each night's run of the cell in its own folder, `latest` the newest
                             "result_path": storage.join(folder, RUN_ID_FIELD, "results.json"),
@@ -387,13 +400,16 @@ def _run_config(options: RunOptions) -> RunConfig:
         key = {"judge_type": "judge_types", "model": "models", "data_file": "data_files"}.get(field, field)
         if key not in NightlyMatrix.model_fields:
             key = f"options.{field}"
-        got = "" if field in SECRET_NAME_FIELDS else f" (got {error.get('input')!r})"
+        got = "" if field in SECRET_NAME_FIELDS else f" (got {shorten(repr(error.get('input')), 120)})"
         raise UserError(f"{key}: {error['msg'].removeprefix('Value error, ')}{got}") from None
 
 
 def cell_name(judge_type: str, model: str, data_file: str) -> str:
-    """judge__model__data-file-stem: a configuration's subflow run name and output folder name."""
-    return "__".join(_slug(part) for part in (judge_type, model, Path(data_file).name.removesuffix(".jsonl")))
+    """judge__model__data-file-stem: a configuration's subflow run name and output folder name; too long
+    for a file name (a 300-character model), shortened with a hash of the whole as the single run's output
+    files are (`outputs.short_name`), so it fails before no call and two long names never share a folder."""
+    parts = (judge_type, model, Path(data_file).name.removesuffix(".jsonl"))
+    return short_name("__".join(_slug(part) for part in parts))
 
 
 def _slug(text: str) -> str:

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 from judgebench_flows.core import providers
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.safe_yaml import regular_file_problem
 
 
 def check_endpoint_reachable(base_url: str, timeout: float = 5.0) -> None:
@@ -54,8 +55,8 @@ def preflight(config: RunConfig) -> None:
         )
     elif config.data_path or config.templates_dir:
         get_judge(config.judge_type, config.templates_dir, model=config.model)
-    if config.data_path and not Path(config.data_path).is_file():
-        raise UserError(f"--data-path: file not found: {config.data_path}")
+    if config.data_path and (problem := regular_file_problem(config.data_path)):
+        raise UserError(f"--data-path: {problem}: {config.data_path}")  # a FIFO or /dev/zero is no data file
     from judgebench_flows.data.outputs import check_directory, check_file
 
     check_directory("--output-dir", config.output_dir)  # results are written after every call is paid for
@@ -133,8 +134,8 @@ def check_night(configs: Sequence[RunConfig]) -> None:
     checkouts: dict[tuple[str, str | None, str | None], Checkout] = {}
     for config in configs:
         if config.data_path:
-            if not Path(config.data_path).is_file():
-                raise UserError(f"data_path: file not found: {config.data_path}")
+            if problem := regular_file_problem(config.data_path):
+                raise UserError(f"data_path: {problem}: {config.data_path}")
             continue
         key = (config.repo_url, config.ref, str(config.cache_dir) if config.cache_dir else None)
         if key not in checkouts:

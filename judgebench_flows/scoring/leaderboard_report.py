@@ -21,6 +21,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
 from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.core.text import page_text
 from judgebench_flows.data import storage
 from judgebench_flows.scoring.leaderboard import HTML_NAME, Entry, Leaderboard, groups_of, model_label, who
 from judgebench_flows.scoring.result_types import SliceAccuracy
@@ -32,7 +33,9 @@ _WHISKER_W, _WHISKER_H = 120, 14
 @lru_cache(maxsize=1)
 def _template() -> Template:
     source = files("judgebench_flows.templates").joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
-    return SandboxedEnvironment(autoescape=True, trim_blocks=True, lstrip_blocks=True).from_string(source)
+    return SandboxedEnvironment(autoescape=True, trim_blocks=True, lstrip_blocks=True, finalize=page_text).from_string(
+        source
+    )
 
 
 def _num(value: Any) -> float | None:

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.core.records import CATEGORIES, JudgmentRecord, category_of, flip
+from judgebench_flows.core.text import page_text
 from judgebench_flows.scoring.formatting import finite, percent
 from judgebench_flows.scoring.result_types import Regression, SliceAccuracy, Usage
 from judgebench_flows.scoring.run_results import DatasetInfo, RunResults
@@ -56,7 +57,7 @@ _STATUS_RANK = {"failed": 0, "invalid": 1, "ok": 2}
 def _template() -> Template:
     """Compile the packaged template once per process (it is shipped as package data of `templates`)."""
     source = files("judgebench_flows.templates").joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
-    env = SandboxedEnvironment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env = SandboxedEnvironment(autoescape=True, trim_blocks=True, lstrip_blocks=True, finalize=page_text)
     return env.from_string(source)
 
 

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from judgebench_flows.core.pricing import format_usd
+from judgebench_flows.core.text import printable
 from judgebench_flows.scoring.compare import verdict_in_words
 from judgebench_flows.scoring.formatting import percent as _pct
 from judgebench_flows.scoring.result_types import Comparison, Consistency, FlippedPair, SliceAccuracy, Usage
@@ -38,7 +39,8 @@ def _problems(results: RunResults) -> str | None:
 
 
 def print_results(results: RunResults) -> None:
-    table = Table(title=f"JudgeBench: {results.judge_type} / {results.model}")
+    # names from the command line or a stored run: their control characters escaped, never markup
+    table = Table(title=f"JudgeBench: {escape(printable(results.judge_type))} / {escape(printable(results.model))}")
     for column in ("slice", "accuracy", "95% CI", "correct", "valid", "total"):
         table.add_column(column, justify="left" if column == "slice" else "right")
     rows = [("overall", results.overall_accuracy), *results.category_accuracy.items()]
@@ -51,21 +53,26 @@ def print_results(results: RunResults) -> None:
     out.print(table)
     problems = _problems(results)
     if problems:
-        out.print(f"[bold yellow]{escape(problems)}[/]")
+        out.print(f"[bold yellow]{escape(printable(problems))}[/]")  # reasons quote the endpoint's words
     run = results.run
     if run.failure:
-        out.print(f"[bold red]run failed: {escape(run.failure)}[/]")
+        out.print(f"[bold red]run failed: {escape(printable(run.failure))}[/]")
     for change in run.requests.adjustments() if run.requests else []:
         # whole, wrapped at words by the console; the server's words are not markup
         out.print(
-            f"request adjusted for {results.model}: {change.param} {change.action} "
-            f"(the endpoint said: {change.endpoint_said})",
+            printable(
+                f"request adjusted for {results.model}: {change.param} {change.action} "
+                f"(the endpoint said: {change.endpoint_said})"
+            ),
             markup=False,
         )
     dataset, invalid, usage = results.dataset, results.invalid, results.usage or Usage()
     consistency = results.consistency or Consistency()
     where = f"commit {str(dataset.commit)[:12]}" if dataset.commit else "local file"
-    out.print(f"dataset {dataset.data_file} ({where}): {dataset.n_pairs} pairs, {dataset.skipped_rows} rows skipped")
+    out.print(
+        f"dataset {escape(printable(dataset.data_file))} ({where}): {dataset.n_pairs} pairs, "
+        f"{dataset.skipped_rows} rows skipped"
+    )
     attempts = usage.extra("attempts")
     out.print(
         f"consistency {_pct(consistency.consistency)}, "
@@ -85,7 +92,7 @@ def print_results(results: RunResults) -> None:
 
     paths = {name: short_path(path) for name, path in (results.outputs or {}).items()}
     for name, path in paths.items():
-        out.print(f"{name}: {_fitting_path(name, path, paths.values())}", markup=False, soft_wrap=True)
+        out.print(printable(f"{name}: {_fitting_path(name, path, paths.values())}"), markup=False, soft_wrap=True)
 
 
 def _fitting_path(name: str, path: str, every: Iterable[str]) -> str:
@@ -222,7 +229,7 @@ def cost_text(usage: Usage) -> str:
 
 def print_estimate(estimate: Estimate) -> None:
     """`judgebench estimate`: the worst case, and the expected cost when an earlier run gives one."""
-    out.print(f"{estimate.model}: {estimate.describe()}")
+    out.print(printable(f"{estimate.model}: {estimate.describe()}"), markup=False)
     price = estimate.price
     if price is None:
         out.print("cost: unpriced (no price for this model: give one with --prices FILE)")
@@ -240,6 +247,33 @@ def print_estimate(estimate: Estimate) -> None:
         out.print("expected: no finished run of this configuration yet")
 
 
+def print_plan(estimate: Estimate) -> None:
+    """What the regression check of such a run can see, and the epochs a wanted drop needs."""
+    plan = estimate.plan
+    if plan is None:
+        return
+    noise = (
+        f"the judge's noise as {plan.noise_from} measured it"
+        if plan.noise_from != "assumed"
+        else "an assumed judge noise (within-pair variance 0.10; a finished run measures it)"
+    )
+    out.print(
+        printable(
+            f"detectable: with {estimate.epochs} epoch{'s' * (estimate.epochs > 1)} on {estimate.pairs} pairs, a drop of "
+            f"{plan.detectable * 100:.1f} points is caught 80% of the time against {plan.baseline_runs} recent runs "
+            f"at a false-alarm rate of {plan.alpha:.2g} per run ({noise})"
+        ),
+        markup=False,
+    )
+    if plan.detect is not None:
+        needed = (
+            f"--epochs {plan.epochs_needed}"
+            if plan.epochs_needed is not None
+            else "more than 100 epochs (use more pairs)"
+        )
+        out.print(f"to detect {plan.detect:g} points: {needed}")
+
+
 def _pair_table(
     columns: list[str], rows: Iterable[tuple[str, str, list[str]]], narrow: bool, title: str | None = None
 ) -> Table:
@@ -248,9 +282,14 @@ def _pair_table(
     table = Table(title=title, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for column in (*(["pair / source"] if narrow else ["pair_id", "source"]), *columns):
         table.add_column(column, overflow="fold", min_width=36 if column == "pair / source" else None)
-    for pair_id, source, cells in rows:
+    for pair_id, source, cells in rows:  # read from a file: control characters escaped, never markup
+        pair_id, source, cells = _cell(pair_id), _cell(source), [_cell(c) for c in cells]
         table.add_row(*([f"{pair_id}\n{source}"] if narrow else [pair_id, source]), *cells)
     return table
+
+
+def _cell(text: object) -> str:
+    return escape(printable(text))
 
 
 def _flipped_table(flipped: list[FlippedPair], narrow: bool) -> Table:
@@ -268,12 +307,12 @@ def print_rescore(result: Rescore, limit: int = 50) -> None:
 
     console = stdout_console()
     console.print(
-        f"{short_path(result.file)}: {result.pairs} pairs, {result.judgments} judgments; re-parsed "
+        f"{_cell(short_path(result.file))}: {result.pairs} pairs, {result.judgments} judgments; re-parsed "
         f"{result.reparsed} with our {result.judge_type} parser ({result.failed} failed calls kept, "
         f"{result.no_text} without text)"
     )
     if result.judge_name_in_file and result.judge_type not in result.judge_name_in_file:
-        console.print(f"[yellow]note: the file was judged by {', '.join(result.judge_name_in_file)}[/]")
+        console.print(f"[yellow]note: the file was judged by {_cell(', '.join(result.judge_name_in_file))}[/]")
     console.print(
         f"[bold]{result.changed} decisions differ from the recorded ones, in {len(result.changed_pairs)} pairs[/]"
     )
@@ -295,7 +334,7 @@ def print_rescore(result: Rescore, limit: int = 50) -> None:
     if result.changes:
         console.print(_changes_table(result.changes, limit, narrow=console.width < 110))
     if result.output:
-        console.print(f"re-parsed file: {short_path(result.output)}")
+        console.print(f"re-parsed file: {_cell(short_path(result.output))}")
 
 
 def _changes_table(changes: list[DecisionChange], limit: int, narrow: bool) -> Table:
@@ -318,6 +357,7 @@ __all__ = [
     "print_comparison",
     "print_external_summary",
     "print_estimate",
+    "print_plan",
     "out",
     "err",
 ]

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES
+from judgebench_flows.core.text import printable
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.leaderboard import Entry, Leaderboard, groups_of, model_label, who
 from judgebench_flows.scoring.published import data_file_parts
@@ -64,12 +66,12 @@ def print_leaderboard(board: Leaderboard, console: Console | None = None) -> Non
     """One table per response-model dataset (runs on a subset in tables of their own, unranked)."""
     console = console or stdout_console()
     console.print(
-        f"JudgeBench {_short_source(board.dataset.repo_url)} @ {board.dataset.commit[:12]}: "
+        f"JudgeBench {_shown(_short_source(board.dataset.repo_url))} @ {board.dataset.commit[:12]}: "
         "accuracy in % (JudgeBench's metric), 95% bootstrap interval; tier: not significantly worse than "
         "the tier's best row (exact McNemar test on the same pairs, Bonferroni-corrected)"
     )
     for note in board.notes:
-        console.print(f"[dim]{note}[/]")
+        console.print(f"[dim]{_shown(note)}[/]")  # a note may quote a file of the cloned repository
     wide = console.width >= WIDE_LEADERBOARD
     for group, members in groups_of(board.entries).items():
         full = board.benchmark_pairs.get(group)
@@ -100,13 +102,20 @@ def _leaderboard_table(title: str, members: Sequence[Entry], wide: bool, width: 
             scores += [_pct(_accuracy_in(e, c)) for c in CATEGORIES]
         rank = str(e.rank) if e.rank else "-"
         tier = str(e.tier) if e.tier else "-"
+        judge, model, origin = _shown(e.judge_name), _shown(model_label(e)), _shown(who(e))
         names = (
-            [e.judge_name, model_label(e), who(e), str(e.pairs)]
+            [judge, model, origin, str(e.pairs)]
             if wide
-            else [f"{e.judge_name} / {model_label(e)}" + ("" if who(e) == "published" else f"\n{who(e)}")]
+            else [f"{judge} / {model}" + ("" if who(e) == "published" else f"\n{origin}")]
         )
         table.add_row(rank, tier, *names, *scores, style="bold" if e.origin == "run" else None)
     return table
+
+
+def _shown(text: object) -> str:
+    """A name from a file or a database (a cloned repository's judge names, a run's model) as a table cell:
+    control characters escaped (`printable`), and never read as Rich markup."""
+    return escape(printable(text))
 
 
 def _short_source(url: str) -> str:
@@ -183,8 +192,13 @@ def to_csv(fields: Sequence[str], rows: Iterable[Mapping[str, Cell]]) -> str:
     writer = csv.DictWriter(out, fieldnames=list(fields), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in fields})
+        writer.writerow({k: "" if row.get(k) is None else _csv_cell(row.get(k)) for k in fields})
     return out.getvalue()
+
+
+def _csv_cell(value: Cell) -> Cell:
+    """A text cell with its control characters escaped: a CSV is read on terminals too (numbers as they are)."""
+    return printable(value) if isinstance(value, str) else value
 
 
 def to_json(value: object) -> str:
@@ -242,7 +256,7 @@ def _served(run: RunRow) -> str:
     """What the endpoint said about the model that answered, and, when that changed against the run's
     baseline, what changed ("" for runs without it)."""
     served, drift = getattr(run, "served_as", None) or "", getattr(run, "drift", None)
-    return served + (f"\nCHANGED: {drift}" if drift else "")
+    return _shown(served) + (f"\nCHANGED: {_shown(drift)}" if drift else "")
 
 
 def print_history(runs: Sequence[RunRow], console: Console | None = None) -> None:
@@ -271,10 +285,10 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
             table.add_row(
                 run.run_id,
                 started,
-                run.judge_type,
-                run.model,
-                _data_label(run.data_file),
-                (run.commit or "")[:8],
+                _shown(run.judge_type),
+                _shown(run.model),
+                _shown(_data_label(run.data_file)),
+                _shown((run.commit or "")[:8]),
                 run.status,
                 _pct(run.overall_accuracy),
                 ci,
@@ -289,10 +303,10 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
             cost = run_cost_text(run.cost_usd, run.priced_as)
             served = _served(run)
             table.add_row(
-                f"{run.run_id}\n{run.judge_type} / {run.model}\n{_data_label(run.data_file)}"
+                f"{run.run_id}\n{_shown(run.judge_type)} / {_shown(run.model)}\n{_shown(_data_label(run.data_file))}"
                 + (f"\nendpoint said: {served}" if served else ""),
                 started,
-                run.status + (f"\ncommit\n{run.commit[:8]}" if run.commit else ""),
+                run.status + (f"\ncommit\n{_shown(run.commit[:8])}" if run.commit else ""),
                 "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost, _bias(run)) if part),
             )
     console.print(table)

@@ -203,6 +203,30 @@ class RunConfig(BaseModel):
 
         return stash(value.strip())
 
+    @field_validator(
+        "model",
+        "judge_type",
+        "judge_template",
+        "ref",
+        "data_file",
+        "data_path",
+        "templates_dir",
+        "result_path",
+        "output_dir",
+        "cache_dir",
+        "external_judge_path",
+        "external_judge_function",
+        "prices",
+        "dask_address",
+    )
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        """They become file names, database values and printed lines: a control character is refused here,
+        before any call (a NUL fails only once calls are paid; an ESC is a terminal escape; core/names)."""
+        from judgebench_flows.core.names import checked_name
+
+        return checked_name(value)
+
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         if self.task_runner == "dask" and not self.dask_address:

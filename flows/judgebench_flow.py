@@ -45,7 +45,7 @@ from judgebench_flows.data import db, storage
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
-from judgebench_flows.data.outage import OUTAGE
+from judgebench_flows.data.outage import run_wait
 from judgebench_flows.data.outputs import RUN_ID_FIELD, for_run, mark_failed, point_latest
 from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.cache_scope import ReuseScope, cache_use, reuse_scope
@@ -67,7 +67,7 @@ from judgebench_flows.judging.shards import (
 )
 from judgebench_flows.scoring.metrics import Tally
 from judgebench_flows.scoring.provenance import drift_against_baseline, served_text
-from judgebench_flows.scoring.regression import regression_against_baseline
+from judgebench_flows.scoring.regression import recent_runs, regression_against_baseline, run_noise
 from judgebench_flows.scoring.result_types import Provenance, Usage
 from judgebench_flows.scoring.results import jsonl_rows, write_jsonl
 from judgebench_flows.scoring.run_results import (
@@ -310,10 +310,9 @@ def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec
 
 
 async def open_results_database(config: RunConfig) -> Engine:
-    """The results database, waited for within --db-lost-timeout when it goes away (`data.outage`), with
-    the answers earlier runs kept in their journals while it was away written into its call cache first."""
-    if config.db_lost_timeout is not None:
-        OUTAGE.timeout = config.db_lost_timeout
+    """The results database, waited for within the run's --db-lost-timeout when it goes away
+    (`data.outage.run_wait`, set by the flow), with the answers earlier runs kept in their journals while it
+    was away written into its call cache first."""
     engine = db.open_database(config.db_url)
     if config.endpoint.cache != "off":
         replayed = await asyncio.to_thread(db.cache_replay, engine, journal_dir(config.cache_dir, config.db_url))
@@ -545,7 +544,8 @@ async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False)
     trace = RunTrace()
     flow_run_id = str(flow_run.id)
     try:
-        with running() as run:  # the CLI's or the night's run context, else the run's own
+        # the CLI's or the night's run context, else the run's own; the database waits by this run's bound
+        with running() as run, run_wait(config.db_lost_timeout):
             say_link(run)
             results = await evaluate(config, trace, run)
     except BaseException as exc:
@@ -618,7 +618,8 @@ def warn_if_retiring(config: RunConfig) -> None:
 
 
 def orders_of(config: RunConfig) -> str:
-    return "single game" if config.single_game else "both orders"
+    orders = "single game" if config.single_game else "both orders"
+    return orders if config.epochs == 1 else f"{orders}, {config.epochs} epochs"
 
 
 async def judge_all(
@@ -668,7 +669,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
     spec, reuse = await run_spec(config, source, run_id, clock.started, run)
     fetch_s = clock.lap()
     index = await pairs_of(source, config, run)
-    run.announce_total(len(index.offsets) * len(spec.orders))
+    run.announce_total(len(index.offsets) * len(spec.orders) * spec.epochs)
     header = run_header(config, source, index)
     await asyncio.to_thread(check_worst_case, config, spec, index, engine, run)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
@@ -698,15 +699,15 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3),
         )
         finished = datetime.now(timezone.utc)
+        baselines = await asyncio.to_thread(recent_runs, engine, config_key, run_id, config.baseline_runs)
         results = RunResults.aggregate(
             sink.tally,
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
             usage=Usage.model_validate(usage),
-            regression=await asyncio.to_thread(
-                regression_against_baseline, engine, config, config_key, run_id, sink.tally
-            ),
+            regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally, baselines),
+            noise=run_noise(sink.tally.scores, baselines),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
         heard = heard_by(spec, config, run, sent)

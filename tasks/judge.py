@@ -93,7 +93,7 @@ async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[Adjustment] | N
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
     with hearing() as heard:  # what the endpoint says to this shard's calls, who paid its cached answers
-        judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index, run.progress_hooks)
+        judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index, run.progress_hooks, spec.epochs)
     records = ShardRecords(
         (r.model_copy(update={"prompt": ""}) for r in judged),
         adjustments_of(spec, run),

@@ -167,4 +167,4 @@ def test_history_compare_report_and_regression_alerts(run_cli, prefect_server, t
             return artifact.data
 
         assert "**Regression check:**" in summary(results_d) and regression["message"] in summary(results_d)
-        assert "within sampling noise" in summary(results_c)
+        assert "within the judge's noise" in summary(results_c)

@@ -87,25 +87,35 @@ def test_first_position_rate_and_consistency_count_as_defined() -> None:
     assert (figures["first_position_verdicts"], figures["sided_verdicts"]) == (1, 2)  # ties, failures left out
 
 
+def _bias(baseline, candidate):
+    from judgebench_flows.scoring.alerts import AlertPlan
+    from judgebench_flows.scoring.regression import compare_with_recent
+
+    return compare_with_recent(candidate, [("b" * 32, baseline)], AlertPlan()).position_bias
+
+
 def test_order_bias_on_half_the_pairs_is_reported_and_a_rerun_is_not() -> None:
     from judgebench_flows.scoring.metrics import pair_scores
-    from judgebench_flows.scoring.regression import position_bias_change
 
     baseline = pair_scores(verdicts(60, wrong=set(range(10))))
-    same = position_bias_change(
-        baseline, pair_scores(verdicts(60, wrong=set(range(10)))), baseline_run_id="b" * 32
-    ).model_dump()
+    same = _bias(baseline, pair_scores(verdicts(60, wrong=set(range(10))))).model_dump()
     assert same["changed"] is False
     assert same["consistency_test"]["p_value"] == 1.0 and same["first_position_test"]["p_value"] == 1.0
     biased = pair_scores(verdicts(60, wrong=set(range(10)), biased=set(range(30, 60))))
-    change = position_bias_change(baseline, biased, baseline_run_id="b" * 32).model_dump()
-    assert change["changed"] is True and change["message"].startswith("position bias changed")
+    change = _bias(baseline, biased).model_dump()
+    assert change["changed"] is True and change["message"].startswith("position bias got worse")
     assert change["order_consistency"] == {"baseline": 1.0, "candidate": 0.5}
     assert change["first_position_rate"] == {"baseline": 0.5, "candidate": 0.75}
-    assert change["consistency_test"] == {"p_value": 2 / 2**30, "became_inconsistent": 30, "became_consistent": 0}
+    assert change["consistency_test"]["p_value"] < change["alpha"]
+    assert (change["consistency_test"]["became_inconsistent"], change["consistency_test"]["became_consistent"]) == (
+        30,
+        0,
+    )
     # a couple of biased pairs is within noise
     slight = pair_scores(verdicts(60, wrong=set(range(10)), biased={40, 41}))
-    assert position_bias_change(baseline, slight, baseline_run_id="b" * 32).changed is False
+    assert _bias(baseline, slight).changed is False
+    # a bias that got better is never a regression: the biased run as the baseline, the fair one after it
+    assert _bias(biased, baseline).changed is False
 
 
 def _store(engine, run_id: str, records: list[V], started: datetime) -> None:
@@ -172,7 +182,7 @@ def test_the_check_is_an_option_on_by_default(tmp_path) -> None:
     check = checked.model_dump()
     assert check["accuracy_regressed"] is False and check["delta"] == 0
     assert check["regressed"] is True and check["position_bias"]["changed"] is True
-    assert "position bias changed" in check["message"]
+    assert "position bias got worse" in check["message"]
     off = config.model_copy(update={"position_bias_check": False})
     unchecked = regression_against_baseline(engine, off, "cfg", "c" * 32, tally)
     assert unchecked is not None
@@ -308,7 +318,7 @@ def test_a_judge_turned_order_biased_is_reported_and_a_rerun_is_not(run_cli, pre
     assert check["regressed"] is True and check["position_bias"]["changed"] is True
     assert check["position_bias"]["order_consistency"] == {"baseline": 1.0, "candidate": 0.5}
     assert check["position_bias"]["first_position_rate"] == {"baseline": 0.5, "candidate": 0.75}
-    assert "position bias changed" in " ".join(biased.stdout.split())  # wrapped at the terminal width
+    assert "position bias got worse" in " ".join(biased.stdout.split())  # wrapped at the terminal width
 
     history = run_cli("history", "--db-url", db_url, "--format", "json")
     assert history.returncode == 0, history.stderr
@@ -329,7 +339,7 @@ def test_a_judge_turned_order_biased_is_reported_and_a_rerun_is_not(run_cli, pre
     assert events[ids[0]]["event"] == "judgebench.run.completed"
     assert events[ids[1]]["event"] == "judgebench.run.regressed"
     assert events[ids[1]]["payload"]["change"]["position_bias"]["changed"] is True
-    assert "position bias changed" in events[ids[1]]["payload"]["message"]
+    assert "position bias got worse" in events[ids[1]]["payload"]["message"]
 
 
 def test_the_report_charts_position_bias_beside_accuracy() -> None:

@@ -14,9 +14,11 @@ and number are hashed with the payload, so its keys never meet the old ones.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pydantic import JsonValue
@@ -40,6 +42,29 @@ CONFIGURATION = Scheme("configuration", 1, length=16)
 BATCH_LINE = Scheme("batch-line", 1)
 # The API a request key names when the endpoint's URL does not: OpenAI's chat API was the first keyed.
 FIRST_API = (IMPLIED, CHAT)
+
+
+# The epoch a request belongs to (`--epochs`): the K-th sample of one prompt is another call, never the
+# first one's answer replayed from the cache or a batch. A context variable, set around one epoch of a
+# pair by the judging code (`epoch_of`), so every layer between the judge and the wire keys alike without
+# each passing it on; 0 outside any, which is what every key stored before epochs existed implied.
+EPOCH: ContextVar[int] = ContextVar("judgebench_epoch", default=0)
+
+
+@contextlib.contextmanager
+def epoch_of(epoch: int) -> Iterator[None]:
+    """Requests made inside are keyed as the `epoch`-th sample of their prompt (0: as before epochs)."""
+    token = EPOCH.set(epoch)
+    try:
+        yield
+    finally:
+        EPOCH.reset(token)
+
+
+def _with_epoch(payload: dict[str, object]) -> dict[str, object]:
+    """The payload keyed with its epoch when it is not the first: epoch 0's keys are the old ones."""
+    epoch = EPOCH.get()
+    return {**payload, "epoch": epoch} if epoch else payload
 
 
 def identity(scheme: Scheme, payload: str) -> str:
@@ -68,13 +93,14 @@ def call_endpoint(base_url: str, provider: str, api: str) -> str:
 def request_key(endpoint: str, model: str, messages: Sequence[dict[str, str]], sampling: dict[str, JsonValue]) -> str:
     """The call cache's key: everything that determines an answer (endpoint, model, messages, sampling)."""
     payload = {"endpoint": endpoint.rstrip("/"), "model": model, "messages": list(messages), "sampling": sampling}
-    return identity(REQUEST, json.dumps(payload, sort_keys=True, ensure_ascii=False))
+    return identity(REQUEST, json.dumps(_with_epoch(payload), sort_keys=True, ensure_ascii=False))
 
 
 def batch_line_id(body: dict[str, JsonValue]) -> str:
     """A batch line's custom id: its request body's key, so the same request posted after a restart finds
-    the batch that holds it."""
-    return identity(BATCH_LINE, json.dumps(body, sort_keys=True, ensure_ascii=False))
+    the batch that holds it; a later epoch's line is another line (a batch refuses two lines of one id)."""
+    keyed = {"body": body, "epoch": EPOCH.get()} if EPOCH.get() else body
+    return identity(BATCH_LINE, json.dumps(keyed, sort_keys=True, ensure_ascii=False))
 
 
 @dataclass(frozen=True)
@@ -90,6 +116,7 @@ class ShardIdentity:
     request_style: str = "auto"
     drop_params: Sequence[str] = ()
     provider: str = IMPLIED
+    epochs: int = 1
 
 
 def shard_identity(shard: ShardIdentity) -> str:
@@ -103,6 +130,7 @@ def shard_identity(shard: ShardIdentity) -> str:
         repr(shard.orders),
         *added(repr((shard.request_style, sorted(shard.drop_params))), repr(("auto", []))),
         *added(cache_name(shard.provider), IMPLIED),
+        *added(f"epochs={shard.epochs}", "epochs=1"),
     ]
     return identity(SHARD, "\0".join(parts))
 

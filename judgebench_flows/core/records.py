@@ -71,6 +71,8 @@ class JudgmentRecord(BaseModel):
 
     pair_id: str
     order: Literal[0, 1]
+    # Which sample of the pair (`--epochs K`: every pair judged K times in each order); 0 for one epoch.
+    epoch: int = Field(default=0, ge=0)
     source: str
     category: str
     label: Label
@@ -99,5 +101,8 @@ class Accuracy(BaseModel):
     correct_count: int
     valid_samples: int
     total_samples: int
+    # With `--epochs K` each pair counts K times: `accuracy` is correct_count / (total_samples * epochs),
+    # the mean of the K epochs' official accuracies (`total_samples` stays the pairs).
+    epochs: int = 1
     ci_low: float | None = None
     ci_high: float | None = None

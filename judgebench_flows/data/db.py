@@ -134,6 +134,9 @@ class JudgmentRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True)
     pair_id: str
+    # The order shown (0: A first, 1: B first) plus twice the epoch (`--epochs`): epoch e's orders are 2e
+    # and 2e + 1, so one epoch's rows are what they always were and the unique key and the verdict index
+    # hold every epoch without a schema change. `_ORDER` / `_EPOCH` read it back.
     order_index: int
     source: str
     category: str
@@ -611,15 +614,25 @@ def _stored_fields() -> tuple[tuple[str, str], ...]:
 
 
 def judgment_rows(run_id: str, records: Iterable[JudgmentRecord]) -> list[dict[str, Any]]:
-    """The rows `save_judgments` writes for these records."""
+    """The rows `save_judgments` writes for these records (the epoch in `order_index`)."""
     fields = _stored_fields()
-    return [{"run_id": run_id, **{column: getattr(record, name) for name, column in fields}} for record in records]
+    rows = []
+    for record in records:
+        row = {"run_id": run_id, **{column: getattr(record, name) for name, column in fields}}
+        row["order_index"] = record.order + 2 * record.epoch
+        rows.append(row)
+    return rows
 
 
 def judgment_records(rows: Iterable[JudgmentRow]) -> list[JudgmentRecord]:
     """Records read back from rows (what the database keeps of them: no prompt, scores or judge model)."""
     fields = _stored_fields()
-    return [JudgmentRecord(judge_model="", **{name: getattr(row, column) for name, column in fields}) for row in rows]
+    records = []
+    for row in rows:
+        stored = {name: getattr(row, column) for name, column in fields}
+        stored["order"], stored["epoch"] = divmod(row.order_index, 2)[::-1]
+        records.append(JudgmentRecord(judge_model="", **stored))
+    return records
 
 
 def save_metrics(engine: Engine, rows: Iterable[MetricRow]) -> None:
@@ -792,14 +805,16 @@ def run_judgments(engine: Engine, run_id: str) -> list[JudgmentRow]:
         return list(session.exec(select(JudgmentRow).where(JudgmentRow.run_id == run_id)))
 
 
+_ORDER_INDEX: Any = JudgmentRow.order_index  # a column at runtime, typed as int
 _VERDICT_COLUMNS = (
     JudgmentRow.pair_id,
-    JudgmentRow.order_index.label("order"),  # type: ignore[attr-defined]  # a column at runtime, typed as int
+    (_ORDER_INDEX % 2).label("order"),
     JudgmentRow.source,
     JudgmentRow.category,
     JudgmentRow.label,
     JudgmentRow.status,
     JudgmentRow.decision_for_pair,
+    (_ORDER_INDEX // 2).label("epoch"),
 )
 
 

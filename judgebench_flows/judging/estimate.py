@@ -24,15 +24,31 @@ from judgebench_flows.calls.providers import wire_params
 from judgebench_flows.calls.request_rules import shape
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.identity import call_endpoint
+from judgebench_flows.core.identity import call_endpoint, epoch_of
 from judgebench_flows.core.pricing import MESSAGE_OVERHEAD_TOKENS, PricedAs, estimate_tokens, format_usd
 from judgebench_flows.core.records import FINISHED, Pair
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import read_pairs_at
 from judgebench_flows.judges.procedure import Judge, Messages, Prompted
 from judgebench_flows.judging.shards import JudgeSpec, build_judge, request_rule_of
+from judgebench_flows.scoring.alerts import DEFAULT_WITHIN_VARIANCE, AlertPlan, detectable_drop, epochs_to_detect
 
 CHUNK = 500  # pairs read at a time: memory holds a chunk, not the data file
+
+
+@dataclass
+class Planning:
+    """What the regression check of a run like this one can see: the accuracy drop it detects 80% of the
+    time (`scoring.alerts.detectable_drop`), from the judge's noise as measured or as assumed, and the
+    epochs a wanted drop (`--detect`) needs."""
+
+    within_variance: float
+    noise_from: str  # "run <id>" whose noise was measured, or "assumed"
+    alpha: float
+    baseline_runs: int
+    detectable: float
+    detect: float | None = None
+    epochs_needed: int | None = None
 
 
 @dataclass
@@ -46,6 +62,9 @@ class Estimate:
     expected_usd: float | None = None
     expected_from: str | None = None  # the earlier run the expectation scales
     cached: int = 0  # judgments the call cache answers whole: not in the counts above
+    epochs: int = 1
+    pairs: int = 0
+    plan: Planning | None = None  # what a run of this many epochs can detect (`plan_detection`)
 
     @property
     def worst_usd(self) -> float | None:
@@ -169,17 +188,44 @@ def worst_case(spec: JudgeSpec, path: str, offsets: list[int], engine: Engine | 
         if engine is not None and spec.endpoint.cache == "use" and judge.first_turn is not None
         else None
     )
-    estimate = Estimate(spec.model, 0, 0, 0, 0, spec.price)
+    estimate = Estimate(spec.model, 0, 0, 0, 0, spec.price, epochs=spec.epochs, pairs=len(offsets))
     for chunk in _chunks(path, offsets):
         judgments = [(pair, _first_turn(judge, pair, order)) for pair in chunk for order in spec.orders]
         firsts = [messages for _, messages in judgments if messages is not None]  # all of them with a cache
-        answered = cache.answered(firsts) if cache is not None else set()
-        estimate.judgments += len(judgments)
-        estimate.cached += len(answered)
-        for i, (pair, messages) in enumerate(judgments):
-            if i not in answered:
-                _add_judgment(estimate, spec, judge, pair, messages)
+        for epoch in range(spec.epochs):  # each epoch's calls are keyed, cached and paid apart
+            with epoch_of(epoch):
+                answered = cache.answered(firsts) if cache is not None else set()
+            estimate.judgments += len(judgments)
+            estimate.cached += len(answered)
+            for i, (pair, messages) in enumerate(judgments):
+                if i not in answered:
+                    _add_judgment(estimate, spec, judge, pair, messages)
     return estimate
+
+
+def measured_noise(engine: Engine | None, config_key: str) -> tuple[float, str] | None:
+    """The judge's within-pair variance as the configuration's latest run that measured it says."""
+    if engine is None:
+        return None
+    for run in db.list_runs(engine, limit=5, config_key=config_key, statuses=FINISHED):
+        noise = json.loads(run.results_json or "{}").get("noise") or {}
+        if isinstance(noise.get("within_variance"), (int, float)):
+            return float(noise["within_variance"]), f"run {run.run_id[:8]}"
+    return None
+
+
+def plan_detection(
+    config: RunConfig, estimate: Estimate, noise: tuple[float, str] | None, detect: float | None
+) -> Planning:
+    """What the run's regression check can detect with its epochs, and the epochs `detect` (points) needs."""
+    within, source = noise or (DEFAULT_WITHIN_VARIANCE, "assumed")
+    alpha = AlertPlan(config.alert_false_alarm_rate, config.alert_cells, config.position_bias_check).accuracy_alpha
+    pairs, runs = estimate.pairs, config.baseline_runs
+    plan = Planning(within, source, alpha, runs, detectable_drop(within, pairs, estimate.epochs, runs, alpha))
+    if detect is not None:
+        plan.detect = detect
+        plan.epochs_needed = epochs_to_detect(detect / 100, within, pairs, runs, alpha)
+    return plan
 
 
 def expected_cost(engine: Engine | None, config_key: str, estimate: Estimate) -> None:
@@ -225,7 +271,7 @@ def check_budget(estimate: Estimate, max_cost: float | None, prices_file: str | 
         )
 
 
-def estimate_run(config: RunConfig) -> Estimate:
+def estimate_run(config: RunConfig, detect: float | None = None) -> Estimate:
     """`judgebench estimate`: the worst case of a run with this configuration and, when the results
     database holds a finished run of the same configuration, the expected cost. Clones the dataset like
     a run does (the commit is part of the configuration); calls no model."""
@@ -247,5 +293,7 @@ def estimate_run(config: RunConfig) -> Estimate:
     except UserError:  # no database yet: no earlier run to expect from, nothing cached
         engine = None
     estimate = worst_case(spec, index.path, index.offsets, engine)
-    expected_cost(engine, config.config_key(commit, spec.judge_fingerprint), estimate)
+    config_key = config.config_key(commit, spec.judge_fingerprint)
+    expected_cost(engine, config_key, estimate)
+    estimate.plan = plan_detection(config, estimate, measured_noise(engine, config_key), detect)
     return estimate

@@ -27,7 +27,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import resolve as resolve_credentials
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.core.identity import ShardIdentity, shard_identity
+from judgebench_flows.core.identity import ShardIdentity, epoch_of, shard_identity
 from judgebench_flows.core.pricing import PricedAs, Spend, batch_of, price_for
 from judgebench_flows.core.records import JudgmentRecord, Pair, flip
 from judgebench_flows.data import db
@@ -48,6 +48,8 @@ class JudgeSpec(BaseModel):
     endpoint: EndpointSettings
     sampling_overrides: dict[str, Any] = {}
     orders: tuple[int, ...] = (0, 1)
+    # Every pair judged this many times in each order (`--epochs`); each epoch's calls are keyed apart.
+    epochs: int = 1
     db_url: str | None = None
     # The run judging (part of no cache key): noted with each answer it pays for (`db.paid_by_run`); runs
     # side by side in one process (the nightly matrix's cells) each get their own caller, counted and
@@ -94,6 +96,7 @@ class JudgeSpec(BaseModel):
                 endpoint.request_style,
                 endpoint.drop_params,
                 endpoint.provider_name,
+                self.epochs,
             )
         )
 
@@ -268,10 +271,11 @@ async def close_runtimes(run: RunContext, spec: JudgeSpec | None = None) -> Call
     return await run.close_runtimes(spec.model_dump_json() if spec is not None else None)
 
 
-def _record(pair: Pair, order: int, outcome: Outcome, model: str) -> JudgmentRecord:
+def _record(pair: Pair, order: int, outcome: Outcome, model: str, epoch: int = 0) -> JudgmentRecord:
     return JudgmentRecord(
         pair_id=pair.pair_id,
         order=order,  # type: ignore[arg-type]
+        epoch=epoch,
         source=pair.source,
         category=pair.category,
         label=pair.label,
@@ -297,14 +301,31 @@ def _no_progress(judgments: int) -> None:
 
 
 async def judge_pair(
-    pair: Pair, runtime: Runtime, orders: tuple[int, ...] = (0, 1), tick: Callable[[int], None] = _no_progress
+    pair: Pair,
+    runtime: Runtime,
+    orders: tuple[int, ...] = (0, 1),
+    tick: Callable[[int], None] = _no_progress,
+    epochs: int = 1,
 ) -> list[JudgmentRecord]:
-    """The judge decides the pair's orders (concurrently, or from shared calls) and caches what it may;
-    the records count its calls."""
+    """The judge decides the pair's orders (concurrently, or from shared calls) once per epoch, all epochs
+    at once, and caches what it may; the records count its calls. Each epoch's requests are keyed as that
+    epoch's (`identity.epoch_of`), so epoch 1 is asked again, never answered with epoch 0's reply."""
+    if epochs == 1:  # the common case, without a task per epoch
+        return await _judge_epoch(pair, runtime, orders, tick, 0)
+    per_epoch = await asyncio.gather(*(_judge_epoch(pair, runtime, orders, tick, epoch) for epoch in range(epochs)))
+    return [record for records in per_epoch for record in records]
+
+
+async def _judge_epoch(
+    pair: Pair, runtime: Runtime, orders: tuple[int, ...], tick: Callable[[int], None], epoch: int
+) -> list[JudgmentRecord]:
     caller = runtime.caller
-    outcomes = await runtime.judge.judge(pair, orders, caller)
+    with epoch_of(epoch):  # the judge's calls, and the tasks they start, inherit the epoch
+        outcomes = await runtime.judge.judge(pair, orders, caller)
     tick(len(outcomes))
-    return [_record(pair, order, outcome, caller.model) for order, outcome in zip(orders, outcomes, strict=False)]
+    return [
+        _record(pair, order, outcome, caller.model, epoch) for order, outcome in zip(orders, outcomes, strict=False)
+    ]
 
 
 def with_prompts(pairs: list[Pair], records: list[JudgmentRecord], judge: Judge) -> list[JudgmentRecord]:
@@ -337,11 +358,15 @@ def first_turns(pairs: Iterable[Pair], judge: Judge, orders: tuple[int, ...]) ->
             yield first_turn(pair.question, a, b)
 
 
-def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...]) -> Iterator[str]:
-    """The cache keys of every first-turn request in these pairs, for one prefetch query (computed only as
-    the prefetch reads them: not at all when the cache is not read)."""
+def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...], epochs: int = 1) -> Iterator[str]:
+    """The cache keys of every first-turn request in these pairs and epochs, for one prefetch query
+    (computed only as the prefetch reads them: not at all when the cache is not read)."""
     key, sampling = runtime.caller.key, runtime.judge.sampling
-    return (key(messages, sampling) for messages in first_turns(pairs, runtime.judge, orders))
+    for epoch in range(epochs):
+        for messages in first_turns(pairs, runtime.judge, orders):
+            with epoch_of(epoch):
+                keyed = key(messages, sampling)
+            yield keyed
 
 
 async def judge_pairs(
@@ -350,12 +375,14 @@ async def judge_pairs(
     orders: tuple[int, ...] = (0, 1),
     shard_index: int | None = None,
     progress: Sequence[ProgressHook] = (),
+    epochs: int = 1,
 ) -> list[JudgmentRecord]:
-    """The records of these pairs; `progress`: the run's hooks, told of each judgment of shard `shard_index`."""
-    await runtime.caller.prefetch(request_keys(pairs, runtime, orders))
+    """The records of these pairs, every epoch of a pair together (the metric scores a pair whole);
+    `progress`: the run's hooks, told of each judgment of shard `shard_index`."""
+    await runtime.caller.prefetch(request_keys(pairs, runtime, orders, epochs))
     tick = _no_progress
     if shard_index is not None and progress:
-        planned = len(pairs) * len(orders)
+        planned = len(pairs) * len(orders) * epochs
 
         def tick(judgments: int) -> None:
             for hook in progress:
@@ -364,7 +391,7 @@ async def judge_pairs(
     # Every pair ends before an error ends the shard: the answers of calls in flight when the run stops
     # (its budget spent, its first calls all rejected) are paid for, so they reach the call cache too.
     per_pair = await asyncio.gather(
-        *(judge_pair(pair, runtime, orders, tick) for pair in pairs), return_exceptions=True
+        *(judge_pair(pair, runtime, orders, tick, epochs) for pair in pairs), return_exceptions=True
     )
     await runtime.caller.flush()  # a shard counts as done only once its answers are in the cache
     for outcome in per_pair:
@@ -399,6 +426,7 @@ def judge_spec(config: RunConfig, templates_dir: str | None, run: RunContext | N
         endpoint=config.endpoint.model_copy(update={"base_url": _endpoint_url(config)}),
         sampling_overrides=config.sampling_overrides(),
         orders=(0,) if config.single_game else (0, 1),
+        epochs=config.epochs,
         db_url=config.db_url,
         external_judge_path=config.external_judge_path,
         external_judge_function=config.external_judge_function,

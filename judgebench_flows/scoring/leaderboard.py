@@ -244,8 +244,8 @@ def _latest_runs(engine: Engine, *, seed: int, resamples: int) -> list[Entry]:
     entries = []
     for row in latest:
         verdicts = [  # the columns in FileVerdict's order (`db.runs_verdicts`)
-            FileVerdict(pair_id, order, source, category, label, status, decision or "")
-            for pair_id, order, source, category, label, status, decision in verdicts_of.get(row.run_id, ())
+            FileVerdict(pair_id, order, source, category, label, status, decision or "", epoch)
+            for pair_id, order, source, category, label, status, decision, epoch in verdicts_of.get(row.run_id, ())
         ]
         if not verdicts:
             continue  # e.g. a CLEAR-style external run: no JudgeBench pairs to place in this table

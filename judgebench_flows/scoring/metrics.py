@@ -59,21 +59,54 @@ class Verdict(Protocol):
     def decision_for_pair(self) -> str: ...
 
 
+def epoch_of(verdict: Verdict) -> int:
+    """The verdict's epoch (`--epochs`): records and stored rows carry one, a published file's lines not."""
+    return getattr(verdict, "epoch", 0)
+
+
 @dataclass(frozen=True, slots=True)
 class PairScore:
+    """A pair's judgments scored: JudgeBench's score per epoch, and what position bias and the judge's noise
+    read. With one epoch (`epochs` 1) every count is that epoch's, as it always was."""
+
     source: str
     category: str
-    score: int
+    score: int  # summed over epochs
     valid: bool
-    orders: int
-    consistent: bool
+    orders: int  # per epoch
+    consistent: bool  # in every epoch
     # Position bias: of its verdicts that chose a side, how many chose the response shown first.
     first_position: int = 0
     sided: int = 0
+    epochs: int = 1
+    # Each epoch's correctness (JudgeBench's `score > 0`, epoch by epoch) and order consistency.
+    correct_by_epoch: tuple[bool, ...] = ()
+    consistent_by_epoch: tuple[bool, ...] = ()
+    # Each epoch's lean to the response shown first: 2 x (verdicts for it) - (verdicts that chose a side).
+    first_lean_by_epoch: tuple[int, ...] = ()
+    # Per order, its decisions over the epochs (self-agreement: do two samples of one prompt agree?).
+    decisions: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def correct_count(self) -> int:
+        """In how many epochs the pair was judged correctly (JudgeBench's rule, each epoch apart)."""
+        return sum(self.correct_by_epoch) if self.correct_by_epoch else int(self.score > 0)
+
+    @property
+    def correctness(self) -> float:
+        """The share of epochs that judged the pair correctly: 1.0 or 0.0 with one epoch."""
+        return self.correct_count / self.epochs
+
+    @property
+    def consistency_share(self) -> float:
+        """The share of epochs whose two verdicts agree."""
+        count = sum(self.consistent_by_epoch) if self.consistent_by_epoch else int(self.consistent)
+        return count / self.epochs
 
     @property
     def correct(self) -> bool:
-        return self.score > 0
+        """Judged correctly: in more than half of its epochs (with one, JudgeBench's `score > 0`)."""
+        return 2 * self.correct_count > self.epochs
 
 
 def shown_first(verdict: Verdict) -> bool | None:
@@ -85,45 +118,93 @@ def shown_first(verdict: Verdict) -> bool | None:
     return (verdict.decision_for_pair == "A>B") == (verdict.order == 0)
 
 
+def _epoch_score(records: list[Verdict]) -> int:
+    """JudgeBench's score of one epoch's verdicts: +1 each for the label, -1 each for its opposite."""
+    label = records[0].label
+    return sum((r.decision_for_pair == label) - (r.decision_for_pair == flip(label)) for r in records)
+
+
+def _epoch_consistent(records: list[Verdict]) -> bool:
+    return (
+        len(records) == 2
+        and all(r.status == "ok" for r in records)
+        and records[0].decision_for_pair == records[1].decision_for_pair
+    )
+
+
+def _first_lean(records: list[Verdict]) -> int:
+    sides = [shown_first(r) for r in records]
+    return 2 * sum(1 for side in sides if side) - sum(1 for side in sides if side is not None)
+
+
 def pair_scores(judgments: Iterable[Verdict]) -> dict[str, PairScore]:
-    """Per pair: its source, category, score sum, validity and whether its verdicts agree."""
+    """Per pair: its source, category, score (each epoch's, summed), validity, whether its verdicts agree,
+    and with several epochs how many were correct and consistent and each order's decisions."""
     by_pair: dict[str, list[Verdict]] = defaultdict(list)
     for judgment in judgments:
         by_pair[judgment.pair_id].append(judgment)
-    scores: dict[str, PairScore] = {}
-    for pair_id, records in by_pair.items():
-        records.sort(key=lambda r: r.order)
-        label = records[0].label
-        total = 0
-        for record in records:
-            if record.decision_for_pair == label:
-                total += 1
-            elif record.decision_for_pair == flip(label):
-                total -= 1
-        valid = all(r.status == "ok" for r in records)
-        sides = [shown_first(r) for r in records]
-        scores[pair_id] = PairScore(
-            source=sys.intern(records[0].source),
-            category=sys.intern(records[0].category),
-            score=total,
-            valid=valid,
-            orders=len(records),
-            consistent=valid and len(records) == 2 and records[0].decision_for_pair == records[1].decision_for_pair,
-            first_position=sum(1 for side in sides if side),
-            sided=sum(1 for side in sides if side is not None),
+    return {pair_id: _pair_score(records) for pair_id, records in by_pair.items()}
+
+
+def _pair_score(records: list[Verdict]) -> PairScore:
+    records.sort(key=lambda r: (epoch_of(r), r.order))
+    by_epoch: dict[int, list[Verdict]] = defaultdict(list)
+    for record in records:
+        by_epoch[epoch_of(record)].append(record)
+    epochs = [by_epoch[e] for e in sorted(by_epoch)]
+    scores = [_epoch_score(epoch) for epoch in epochs]
+    consistent = [_epoch_consistent(epoch) for epoch in epochs]
+    sides = [shown_first(r) for r in records]
+    return PairScore(
+        source=sys.intern(records[0].source),
+        category=sys.intern(records[0].category),
+        score=sum(scores),
+        valid=all(r.status == "ok" for r in records),
+        orders=max(len(epoch) for epoch in epochs),
+        consistent=all(consistent),
+        first_position=sum(1 for side in sides if side),
+        sided=sum(1 for side in sides if side is not None),
+        epochs=len(epochs),
+        correct_by_epoch=tuple(score > 0 for score in scores),
+        consistent_by_epoch=tuple(consistent),
+        first_lean_by_epoch=tuple(_first_lean(epoch) for epoch in epochs),
+        decisions=_decisions_by_order(epochs),
+    )
+
+
+def _decisions_by_order(epochs: list[list[Verdict]]) -> tuple[tuple[str, ...], ...]:
+    """Each order's decisions over the epochs ("" where it gave none): what self-agreement compares."""
+    orders = sorted({r.order for epoch in epochs for r in epoch})
+    return tuple(
+        tuple(
+            next((r.decision_for_pair for r in epoch if r.order == order and r.status == "ok"), "") for epoch in epochs
         )
-    return scores
+        for order in orders
+    )
 
 
 def accuracy_of(rows: list[PairScore]) -> Accuracy:
+    """The official accuracy, and with K epochs the mean of the K epochs' (each pair counts K times)."""
     total = len(rows)
-    correct = sum(1 for r in rows if r.correct)
+    epochs = max((r.epochs for r in rows), default=1)
+    correct = sum(r.correct_count for r in rows)
     return Accuracy(
-        accuracy=round(correct / total, 6) if total else None,
+        accuracy=round(correct / (total * epochs), 6) if total else None,
         correct_count=correct,
         valid_samples=sum(1 for r in rows if r.valid),
         total_samples=total,
+        epochs=epochs,
     )
+
+
+def epoch_accuracies(rows: list[PairScore]) -> list[float]:
+    """Each epoch's official accuracy over these pairs, in epoch order (one figure with one epoch)."""
+    if not rows:
+        return []
+    epochs = max(r.epochs for r in rows)
+    return [
+        round(sum(1 for r in rows if r.correct_by_epoch[e : e + 1] == (True,)) / len(rows), 6) for e in range(epochs)
+    ]
 
 
 def slices(scores: dict[str, PairScore]) -> dict[str, dict[str, list[PairScore]]]:
@@ -150,7 +231,7 @@ def consistency(scores: dict[str, PairScore]) -> Consistency:
     that chose the response shown first. An unbiased judge is near 50%; one that favours whatever it
     reads first is above (JudgeBench computes the first and discards it; we keep both, run after run)."""
     both = [r for r in scores.values() if r.orders == 2 and r.valid]
-    agreeing = sum(1 for r in both if r.consistent)
+    agreeing = sum(1 for r in both if r.consistent)  # consistent in every epoch
     first = sum(r.first_position for r in scores.values())
     sided = sum(r.sided for r in scores.values())
     return Consistency(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class FileVerdict:
     label: str
     status: str
     decision_for_pair: str
+    epoch: int = 0
 
 
 @dataclass
@@ -168,6 +169,12 @@ def _recorded_judge_model(row: dict[str, Any]) -> str | None:
     return None
 
 
+def _epoch_of(row: dict[str, Any]) -> int:
+    """The line's `epoch` (written by runs with `--epochs`), 0 when it has none or not a count."""
+    epoch = row.get("epoch")
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else 0
+
+
 def read_outputs_file(path: str | Path) -> OutputsFile:
     """Every line of an outputs file as verdicts, with the judge and response model it records."""
     path = Path(path)
@@ -181,10 +188,13 @@ def read_outputs_file(path: str | Path) -> OutputsFile:
     for number, row in iter_rows(path):
         try:
             pair_id = str(row["pair_id"])
-            count = seen.get(pair_id, 0)
-            seen[pair_id] = count + 1
+            epoch = _epoch_of(row)  # our --epochs files: a line per epoch of a pair, not a duplicate
+            count = seen.get(f"{pair_id}\0{epoch}", 0)
+            seen[f"{pair_id}\0{epoch}"] = count + 1
             duplicates += count > 0
             line_verdicts = verdicts_of_line(row, pair_id if count == 0 else f"{pair_id}#{count + 1}")
+            if epoch:
+                line_verdicts = [replace(verdict, epoch=epoch) for verdict in line_verdicts]
         except KeyError as exc:
             raise UserError(f"{path.name} line {number}: missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:

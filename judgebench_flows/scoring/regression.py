@@ -1,93 +1,156 @@
-"""A run against the latest finished run of its configuration: the regression check the JudgeBench flow
-reports (results.json's `regression`, exit 1 on a regression)."""
+"""A run against its configuration's recent finished runs: the regression check the JudgeBench flow reports
+(results.json's `regression`, exit 1 on a regression), and the judge's noise measured across those runs
+when the run has one epoch. The tests themselves are `scoring.alerts`; this module reads the baselines."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.records import FINISHED
 from judgebench_flows.data import db
+from judgebench_flows.scoring.alerts import AlertPlan, RunAlerts, ShiftTest, run_alerts
 from judgebench_flows.scoring.metrics import PairScore, Tally, consistency, pair_scores
+from judgebench_flows.scoring.noise import JudgeNoise, as_epochs, measure_noise
+from judgebench_flows.scoring.published import FileVerdict
 from judgebench_flows.scoring.result_types import PositionBiasChange, Regression
-from judgebench_flows.scoring.results import correctness_of, regression_check
-from judgebench_flows.scoring.stats import exact_binomial_two_sided
+from judgebench_flows.scoring.stats import DeltaResult
 
-POSITION_ALPHA = 0.05  # for the two position-bias tests together (Bonferroni: each at 0.025)
+Z95 = 1.959963984540054
+Baseline = tuple[str, dict[str, PairScore]]  # a finished run's id and its pairs scored
 
 
 def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def position_bias_change(
-    baseline: dict[str, PairScore], candidate: dict[str, PairScore], *, baseline_run_id: str
-) -> PositionBiasChange:
-    """Did the judge's position bias change between two runs of a configuration, beyond noise?
+def recent_runs(engine: Engine, config_key: str, run_id: str, limit: int) -> list[Baseline]:
+    """The configuration's `limit` newest finished runs before this one, newest first, each scored."""
+    rows = [
+        r for r in db.list_runs(engine, limit=limit + 1, config_key=config_key, statuses=FINISHED) if r.run_id != run_id
+    ]
+    rows = rows[:limit]
+    verdicts = db.runs_verdicts(engine, [r.run_id for r in rows])
+    found = []
+    for row in rows:
+        scores = pair_scores(FileVerdict(*v[:6], v[6] or "", v[7]) for v in verdicts.get(row.run_id, ()))
+        if scores:
+            found.append((row.run_id, scores))
+    return found
 
-    Two paired exact tests over the pairs both runs judged, each a two-sided sign test (the exact McNemar
-    test when outcomes are yes/no): order consistency on the pairs with two valid verdicts in both runs
-    (pairs that became inconsistent against pairs that became consistent), and the first-position rate
-    by pair (pairs with more verdicts for the response shown first against pairs with fewer). A change
-    is reported when either p-value is below 0.05 / 2. The same judgments judged again give no changed
-    pair, p = 1: a re-run never reports anything.
-    """
-    shared = sorted(set(baseline) & set(candidate))
-    both = [p for p in shared if all(s[p].orders == 2 and s[p].valid for s in (baseline, candidate))]
-    lost = sum(1 for p in both if baseline[p].consistent and not candidate[p].consistent)
-    gained = sum(1 for p in both if candidate[p].consistent and not baseline[p].consistent)
-    more = sum(1 for p in shared if candidate[p].first_position > baseline[p].first_position)
-    fewer = sum(1 for p in shared if candidate[p].first_position < baseline[p].first_position)
-    p_consistency = exact_binomial_two_sided(lost, lost + gained)
-    p_first = exact_binomial_two_sided(more, more + fewer)
-    before = consistency({p: baseline[p] for p in shared})
-    after = consistency({p: candidate[p] for p in shared})
-    changed = min(p_consistency, p_first) * 2 < POSITION_ALPHA
+
+def _mean_rate(runs: Sequence[dict[str, PairScore]], shared: list[str], which: str) -> float | None:
+    rates = [getattr(consistency({p: run[p] for p in shared}), which) for run in runs]
+    known = [r for r in rates if r is not None]
+    return round(sum(known) / len(known), 6) if known else None
+
+
+def _against(runs: int) -> str:
+    return "the previous run" if runs == 1 else f"the mean of {runs} recent runs"
+
+
+def position_bias_change(
+    candidate: dict[str, PairScore], baselines: Sequence[Baseline], alerts: RunAlerts, plan: AlertPlan
+) -> PositionBiasChange:
+    """Whether the judge's position bias got worse than its recent runs' beyond its noise: order
+    consistency lower, or the lean to one shown position stronger (`scoring.alerts`). A bias that got
+    better is reported as it is, never as a regression."""
+    runs = [scores for _, scores in baselines]
+    shared = sorted(set(candidate).intersection(*(set(r) for r in runs)))
+    cons, first = alerts.consistency, alerts.first_position
+    p_cons = cons.p_value if cons else 1.0
+    p_first = first.p_value if first else 1.0
+    before_c, after_c = _mean_rate(runs, shared, "consistency"), _mean_rate([candidate], shared, "consistency")
+    before_f = _mean_rate(runs, shared, "first_position_rate")
+    after_f = _mean_rate([candidate], shared, "first_position_rate")
+    lost = sum(1 for p in shared if candidate[p].consistency_share < _mean_share(runs, p))
+    gained = sum(1 for p in shared if candidate[p].consistency_share > _mean_share(runs, p))
+    more = sum(1 for p in shared if _lean_of(candidate[p]) > _mean_lean(runs, p))
+    fewer = sum(1 for p in shared if _lean_of(candidate[p]) < _mean_lean(runs, p))
+    changed = alerts.position_alerted
     figures = (
-        f"order consistency {_rate(before.consistency)} -> {_rate(after.consistency)} (p {p_consistency:.2g}), "
-        f"first-position rate {_rate(before.first_position_rate)} -> {_rate(after.first_position_rate)} "
-        f"(p {p_first:.2g}) against run {baseline_run_id[:8]} over {len(shared)} pairs"
+        f"order consistency {_rate(before_c)} -> {_rate(after_c)} (p {p_cons:.2g}), "
+        f"first-position rate {_rate(before_f)} -> {_rate(after_f)} (p {p_first:.2g}) against "
+        f"{_against(len(runs))} over {len(shared)} pairs, each test at {plan.position_alpha:.2g}"
     )
     return PositionBiasChange.model_validate(
         {
             "changed": changed,
-            "baseline_run_id": baseline_run_id,
+            "baseline_run_id": baselines[0][0],
             "n_pairs": len(shared),
-            "order_consistency": {"baseline": before.consistency, "candidate": after.consistency},
-            "first_position_rate": {"baseline": before.first_position_rate, "candidate": after.first_position_rate},
-            "consistency_test": {"p_value": p_consistency, "became_inconsistent": lost, "became_consistent": gained},
+            "order_consistency": {"baseline": before_c, "candidate": after_c},
+            "first_position_rate": {"baseline": before_f, "candidate": after_f},
+            "consistency_test": {"p_value": p_cons, "became_inconsistent": lost, "became_consistent": gained},
             "first_position_test": {"p_value": p_first, "more_first": more, "fewer_first": fewer},
-            "alpha": POSITION_ALPHA,
-            "message": ("position bias changed: " if changed else "position bias within sampling noise: ") + figures,
+            "alpha": plan.position_alpha,
+            "message": ("position bias got worse: " if changed else "position bias not worse beyond noise: ") + figures,
         }
     )
 
 
-def regression_against_baseline(
-    engine: Engine, config: RunConfig, config_key: str, run_id: str, tally: Tally
-) -> Regression | None:
-    """This run against the latest finished run of the same configuration (None without one): accuracy,
-    and position bias unless `position_bias_check` is off. `regressed` is True when either changed for the
-    worse beyond noise (`accuracy_regressed` says whether accuracy did)."""
-    previous = [
-        r for r in db.list_runs(engine, limit=2, config_key=config_key, statuses=FINISHED) if r.run_id != run_id
-    ]
-    if not previous or not config.bootstrap_resamples:
-        return None
-    baseline = pair_scores(db.run_verdicts(engine, previous[0].run_id))
-    if not baseline:
-        return None
-    check = regression_check(
-        correctness_of(baseline),
-        correctness_of(tally.scores),
-        baseline_run_id=previous[0].run_id,
-        seed=config.seed,
-        resamples=config.bootstrap_resamples,
-        min_drop=config.regression_min_drop,
+def _mean_share(runs: Sequence[dict[str, PairScore]], pair_id: str) -> float:
+    return sum(run[pair_id].consistency_share for run in runs) / len(runs)
+
+
+def _lean_of(score: PairScore) -> float:
+    """The pair's lean to the first shown, per epoch, in the direction it leans."""
+    return abs(sum(score.first_lean_by_epoch) / score.epochs)
+
+
+def _mean_lean(runs: Sequence[dict[str, PairScore]], pair_id: str) -> float:
+    return sum(_lean_of(run[pair_id]) for run in runs) / len(runs)
+
+
+def _accuracy_regression(test: ShiftTest, baselines: Sequence[Baseline], min_drop: float) -> Regression:
+    regressed = test.alerted and test.delta < -min_drop
+    ci_low, ci_high = test.delta - Z95 * test.se, test.delta + Z95 * test.se
+    against = f"{_against(len(baselines))} (newest {baselines[0][0][:8]})"
+    seen = f"a drop of {test.detectable * 100:.1f} points is detected 80% of the time"
+    if regressed:
+        message = (
+            f"accuracy dropped by {-test.delta * 100:.1f} points against {against} (95% CI of the change "
+            f"{ci_low * 100:+.1f} to {ci_high * 100:+.1f} points over {test.n_pairs} pairs, p {test.p_value:.2g} "
+            f"< {test.alpha:.2g}, the judge's noise included): regression"
+        )
+    else:
+        message = (
+            f"change {test.delta * 100:+.1f} points against {against} is within the judge's noise "
+            f"(p {test.p_value:.2g}, alert below {test.alpha:.2g}); {seen}"
+        )
+    result = DeltaResult(
+        delta=test.delta,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        n_pairs=test.n_pairs,
+        p_drop=test.p_value,
+        regressed=regressed,
+        baseline_accuracy=test.baseline,
+        candidate_accuracy=test.candidate,
+        confidence=0.95,
+        min_drop=min_drop,
     )
+    check = Regression.of(result, baseline_run_id=baselines[0][0], message=message)
+    check.baseline_run_ids = [run_id for run_id, _ in baselines]
+    check.alpha = test.alpha
+    check.se = test.se
+    check.detectable_drop = round(test.detectable, 6)
+    return check
+
+
+def compare_with_recent(
+    candidate: dict[str, PairScore], baselines: Sequence[Baseline], plan: AlertPlan, min_drop: float = 0.0
+) -> Regression:
+    """The run against its baselines (newest first): accuracy and, with `plan.position_bias`, position bias;
+    `regressed` when either got worse beyond the judge's noise (`accuracy_regressed`: accuracy did)."""
+    alerts = run_alerts(candidate, [scores for _, scores in baselines], plan)
+    check = _accuracy_regression(alerts.accuracy, baselines, min_drop)
     check.accuracy_regressed = check.regressed
-    if config.position_bias_check:
-        bias = position_bias_change(baseline, tally.scores, baseline_run_id=previous[0].run_id)
+    check.false_alarm_rate = plan.false_alarm_rate
+    check.cells = plan.cells
+    if plan.position_bias:
+        bias = position_bias_change(candidate, baselines, alerts, plan)
         check.position_bias = bias
         if bias.changed:  # reported as a regression is: the run's status, exit 1, the event and its alert
             check.regressed = True
@@ -95,4 +158,43 @@ def regression_against_baseline(
     return check
 
 
-__all__ = ["position_bias_change", "regression_against_baseline"]
+def plan_of(config: RunConfig) -> AlertPlan:
+    return AlertPlan(config.alert_false_alarm_rate, config.alert_cells, config.position_bias_check)
+
+
+def regression_against_baseline(
+    engine: Engine,
+    config: RunConfig,
+    config_key: str,
+    run_id: str,
+    tally: Tally,
+    baselines: Sequence[Baseline] | None = None,
+) -> Regression | None:
+    """This run against its configuration's recent finished runs (None without one, or without resamples)."""
+    if baselines is None:
+        baselines = recent_runs(engine, config_key, run_id, config.baseline_runs)
+    if not baselines or not config.bootstrap_resamples:
+        return None
+    return compare_with_recent(tally.scores, baselines, plan_of(config), config.regression_min_drop)
+
+
+def run_noise(scores: dict[str, PairScore], baselines: Sequence[Baseline]) -> JudgeNoise | None:
+    """The judge's noise: over the run's own epochs when it has several, else across it and its recent
+    runs (None with neither)."""
+    own = measure_noise(list(scores.values()))
+    if own is not None:
+        return own
+    if not baselines:
+        return None
+    return measure_noise(as_epochs([scores, *(s for _, s in baselines)]), source="runs")
+
+
+__all__ = [
+    "Baseline",
+    "compare_with_recent",
+    "plan_of",
+    "position_bias_change",
+    "recent_runs",
+    "regression_against_baseline",
+    "run_noise",
+]

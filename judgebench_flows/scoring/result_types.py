@@ -11,7 +11,7 @@ section here:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_serializer
 
@@ -43,12 +43,16 @@ class SliceAccuracy(Section):
     """One slice's accuracy (correct_count / total_samples, JudgeBench's denominator; None for a slice
     with no pairs) with its seeded 95% bootstrap interval (None without resamples)."""
 
+    _optional = frozenset({"epochs"})
+
     accuracy: float | None = None
     correct_count: int = 0
     valid_samples: int = 0
     total_samples: int = 0
     ci_low: float | None = None
     ci_high: float | None = None
+    # With --epochs K > 1: each pair counts K times (accuracy = correct_count / (total_samples * K)).
+    epochs: int | None = None
 
 
 class Consistency(Section):
@@ -148,10 +152,23 @@ class PositionBiasChange(Section):
 
 
 class Regression(Section):
-    """This run against the latest finished run of its configuration: the paired bootstrap's figures
-    (`stats.DeltaResult`), the baseline, the verdict in words and, when checked, the position bias."""
+    """This run against its configuration's recent finished runs (`scoring.alerts`): the change, its 95%
+    interval and one-sided p-value (`p_drop`) with the judge's noise in them, the baselines, the verdict in
+    words, what the test could see (`detectable_drop`: detected 80% of the time at `alpha`, which is the
+    night's `false_alarm_rate` split over its `cells`) and, when checked, the position bias."""
 
-    _optional = frozenset({"accuracy_regressed", "position_bias"})
+    _optional = frozenset(
+        {
+            "accuracy_regressed",
+            "position_bias",
+            "baseline_run_ids",
+            "alpha",
+            "se",
+            "detectable_drop",
+            "false_alarm_rate",
+            "cells",
+        }
+    )
 
     delta: float | None = None
     ci_low: float | None = None
@@ -167,6 +184,12 @@ class Regression(Section):
     message: str = ""
     accuracy_regressed: bool | None = None
     position_bias: PositionBiasChange | None = None
+    baseline_run_ids: list[str] | None = None
+    alpha: float | None = None
+    se: float | None = None
+    detectable_drop: float | None = None
+    false_alarm_rate: float | None = None
+    cells: int | None = None
 
     @classmethod
     def of(cls, result: DeltaResult, *, baseline_run_id: str, message: str) -> Regression:
@@ -229,6 +252,24 @@ class Drift(Section):
     message: str = ""
 
 
+class JudgeNoise(Section):
+    """results.json's `noise`: the judge's own noise, measured over `epochs` samples of each pair."""
+
+    source: Literal["epochs", "runs"] = "epochs"
+    epochs: int = 1
+    pairs: int = 0
+    self_agreement: float | None = None
+    varying_pairs: float | None = None
+    within_variance: float = 0.0
+    between_variance: float = 0.0
+    noise_share: float | None = None
+    clustered_se: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    run_to_run_sd: float = 0.0
+    message: str = ""
+
+
 class Measured(BaseModel):
     """The metric over a run's (or a file's) verdicts: what results.json and the leaderboard share."""
 
@@ -238,6 +279,10 @@ class Measured(BaseModel):
     consistency: Consistency
     invalid: Invalid
     usage: Usage
+    epochs: int = 1
+    # With several epochs: each epoch's official accuracy (their mean is `overall_accuracy`).
+    epoch_accuracy: list[float] | None = None
+    noise: JudgeNoise | None = None
 
 
 class Scored(BaseModel):
@@ -315,6 +360,7 @@ __all__ = [
     "Drift",
     "FieldChange",
     "Invalid",
+    "JudgeNoise",
     "Measured",
     "PositionBiasChange",
     "Prices",

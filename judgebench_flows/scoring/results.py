@@ -1,7 +1,6 @@
 """Assemble results.json (the published contract) and the JudgeBench-shaped JSONL from judgment records.
 
-Also the regression check: a run is compared with the previous successful run of the same configuration
-by a seeded paired bootstrap over the pairs both judged.
+The regression check is `scoring.regression` (against the configuration's recent runs, `scoring.alerts`).
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from judgebench_flows.core.errors import PathNotWritable
 from judgebench_flows.core.records import JudgmentRecord, Pair
 from judgebench_flows.data import storage
 from judgebench_flows.scoring import metrics, stats
-from judgebench_flows.scoring.result_types import Measured, Regression, SliceAccuracy
+from judgebench_flows.scoring.noise import measure_noise
+from judgebench_flows.scoring.result_types import Measured, SliceAccuracy
 
 
 def slice_accuracy(
@@ -32,10 +32,12 @@ def slice_accuracy(
     checks that): when its counts are these, its interval is this one, read instead of drawn again (the
     leaderboard of 50 configurations spent seconds re-drawing what each run's results already hold)."""
     data = SliceAccuracy.model_validate(metrics.accuracy_of(members).model_dump())
+    if data.epochs == 1:
+        data.epochs = None  # written only with several epochs: a one-epoch slice is what it always was
     if known is not None and known.ci_low is not None and known.ci_high is not None and _same_counts(data, known):
         data.ci_low, data.ci_high = known.ci_low, known.ci_high
         return data
-    correct = [1.0 if s.correct else 0.0 for s in members]
+    correct = [s.correctness for s in members]  # a pair's epochs one cluster: resampled together
     if resamples and correct:
         low, high = stats.bootstrap_accuracy_ci(correct, seed=seed, n_resamples=resamples)
         data.ci_low, data.ci_high = round(float(low), 6), round(float(high), 6)
@@ -43,11 +45,12 @@ def slice_accuracy(
 
 
 def _same_counts(a: SliceAccuracy, b: SliceAccuracy) -> bool:
-    return (a.accuracy, a.correct_count, a.valid_samples, a.total_samples) == (
+    return (a.accuracy, a.correct_count, a.valid_samples, a.total_samples, a.epochs) == (
         b.accuracy,
         b.correct_count,
         b.valid_samples,
         b.total_samples,
+        b.epochs,
     )
 
 
@@ -55,6 +58,8 @@ def build_results(tally: metrics.Tally, *, seed: int, bootstrap_resamples: int, 
     """results.json's measurement: accuracy (with 95% bootstrap intervals) and diagnostics."""
     parts = metrics.slices(tally.scores)
     sliced = partial(slice_accuracy, seed=seed, resamples=bootstrap_resamples)
+    everyone = parts["overall"]["overall"]
+    epochs = max((score.epochs for score in everyone), default=1)
     return Measured(
         overall_accuracy=sliced(parts["overall"]["overall"]),
         category_accuracy={name: sliced(members) for name, members in parts["category"].items()},
@@ -62,61 +67,57 @@ def build_results(tally: metrics.Tally, *, seed: int, bootstrap_resamples: int, 
         consistency=metrics.consistency(tally.scores),
         invalid=tally.invalid_counts(skipped_rows),
         usage=tally.usage_totals(),
+        epochs=epochs,
+        epoch_accuracy=metrics.epoch_accuracies(everyone) if epochs > 1 else None,
+        noise=measure_noise(everyone),
     )
 
 
 def correctness_of(scores: dict[str, metrics.PairScore]) -> dict[str, float]:
-    """pair_id -> 1.0 if the pair was judged correctly, else 0.0 (what the regression bootstrap compares)."""
-    return {pair_id: 1.0 if s.correct else 0.0 for pair_id, s in scores.items()}
-
-
-def regression_check(
-    baseline: dict[str, float],
-    candidate: dict[str, float],
-    *,
-    baseline_run_id: str,
-    seed: int,
-    resamples: int,
-    min_drop: float,
-) -> Regression:
-    result = stats.paired_bootstrap_delta(
-        baseline, candidate, seed=seed, n_resamples=max(resamples, 200), min_drop=min_drop
-    )
-    if result.regressed:
-        message = (
-            f"accuracy dropped by {-result.delta * 100:.1f} points against run {baseline_run_id[:8]} "
-            f"(95% CI of the change {result.ci_low * 100:+.1f} to {result.ci_high * 100:+.1f} points"
-            f" over {result.n_pairs} pairs): regression"
-        )
-    else:
-        message = f"change {result.delta * 100:+.1f} points against run {baseline_run_id[:8]} is within sampling noise"
-    return Regression.of(result, baseline_run_id=baseline_run_id, message=message)
+    """pair_id -> the share of its epochs that judged the pair correctly (1.0 or 0.0 with one epoch): what
+    the paired comparisons resample, each pair with all its epochs as one cluster."""
+    return {pair_id: s.correctness for pair_id, s in scores.items()}
 
 
 def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: str) -> Iterable[dict[str, Any]]:
-    """JudgeBench's outputs/ record shape: the pair plus `judgments`, so its own scripts read our files."""
-    by_pair: dict[str, list[JudgmentRecord]] = {}
+    """JudgeBench's outputs/ record shape: the pair plus `judgments`, so its own scripts read our files.
+
+    With `--epochs K` a pair has one line per epoch, each with its `epoch` (0..K-1) beside `pair_id`:
+    JudgeBench's scorer, which scores each line, then gives the mean of the K epochs' accuracies, as we
+    do. One epoch writes what it always wrote (no `epoch` key)."""
+    by_pair: dict[tuple[str, int], list[JudgmentRecord]] = {}
     for judgment in judgments:
-        by_pair.setdefault(judgment.pair_id, []).append(judgment)
+        by_pair.setdefault((judgment.pair_id, judgment.epoch), []).append(judgment)
+    epochs = 1 + max((epoch for _, epoch in by_pair), default=0)
     for pair in pairs:
-        records = sorted(by_pair.get(pair.pair_id, []), key=lambda r: r.order)
-        if not records:
-            continue
-        row = pair.model_dump(exclude={"swapped"} if not pair.swapped else set())
-        row["judge_name"] = judge_name
-        row["judgments"] = [
-            {
-                "judgment": {"judge_model": r.judge_model, "prompt": r.prompt, "response": r.response}
-                if r.scores is None
-                else {"judge_model": r.judge_model, "scores": r.scores},
-                "decision": r.decision or None,
-                "status": r.status,
-                "error": r.error,
-                "order": r.order,
-            }
-            for r in records
-        ]
-        yield row
+        for epoch in range(epochs):
+            row = _jsonl_row(pair, by_pair.get((pair.pair_id, epoch), []), judge_name, epoch if epochs > 1 else None)
+            if row is not None:
+                yield row
+
+
+def _jsonl_row(pair: Pair, judged: list[JudgmentRecord], judge_name: str, epoch: int | None) -> dict[str, Any] | None:
+    """One line: the pair and its judgments of one epoch in order (None when it has none)."""
+    records = sorted(judged, key=lambda r: r.order)
+    if not records:
+        return None
+    row = pair.model_dump(exclude={"swapped"} if not pair.swapped else set())
+    if epoch is not None:
+        row["epoch"] = epoch
+    row["judge_name"] = judge_name
+    row["judgments"] = [
+        {
+            "judgment": {"judge_model": r.judge_model, "prompt": r.prompt, "response": r.response}
+            if r.scores is None
+            else {"judge_model": r.judge_model, "scores": r.scores},
+            "decision": r.decision or None,
+            "status": r.status,
+            "error": r.error,
+            "order": r.order,
+        }
+        for r in records
+    ]
+    return row
 
 
 def write_atomic(path: str | Path, text: str, option: str = "--output-dir") -> Path:

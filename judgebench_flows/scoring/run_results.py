@@ -20,6 +20,7 @@ from judgebench_flows.scoring.result_types import (
     Consistency,
     Drift,
     Invalid,
+    JudgeNoise,
     Provenance,
     Regression,
     Section,
@@ -137,12 +138,17 @@ class RunHeader(Section):
 
 
 class RunResults(RunHeader):
-    _optional = frozenset({"outputs", "provenance", "drift"})
+    _optional = frozenset({"outputs", "provenance", "drift", "epoch_accuracy", "noise"})
 
     overall_accuracy: SliceAccuracy = Field(default_factory=SliceAccuracy)
     category_accuracy: dict[str, SliceAccuracy] = {}
     source_accuracy: dict[str, SliceAccuracy] = {}
     consistency: Consistency | None = None
+    # --epochs: how many times each pair was judged in each order; with several, each epoch's accuracy.
+    epochs: int = 1
+    epoch_accuracy: list[float] | None = None
+    # The judge's own noise (`scoring.noise`): over its epochs, or across its recent runs with one epoch.
+    noise: JudgeNoise | None = None
     invalid: Invalid = Field(default_factory=Invalid)
     usage: Usage | None = None
     regression: Regression | None = None
@@ -164,6 +170,7 @@ class RunResults(RunHeader):
         bootstrap_resamples: int,
         regression: Regression | None,
         usage: Usage,
+        noise: JudgeNoise | None = None,
     ) -> RunResults:
         """The metric over the run's tally (overall, per category and source, with intervals), then the
         regression check and the run's own record."""
@@ -171,6 +178,8 @@ class RunResults(RunHeader):
             tally, seed=seed, bootstrap_resamples=bootstrap_resamples, skipped_rows=header.dataset.skipped_rows
         )
         totals = measured.usage.model_dump() | usage.model_dump(exclude_unset=True)
+        if measured.noise is None:  # one epoch: what its recent runs tell, when the caller measured it
+            measured.noise = noise
         return cls(
             **header.model_dump(),
             **measured.model_dump(exclude={"usage"}),

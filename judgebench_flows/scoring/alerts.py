@@ -1,0 +1,219 @@
+"""Alerts that know the judge's noise: did this run's judge get worse than its recent runs, pair by pair?
+
+The question a nightly run answers is whether the judge changed, not whether tonight's draw of a noisy
+judge fell low. Three one-sided tests compare the run with the mean of its configuration's recent
+finished runs (`baseline_runs`), on the pairs they all judged:
+
+- accuracy: the share of epochs each pair was judged correctly;
+- order consistency: the share of epochs whose two verdicts agree (worse: lower);
+- first-position lean: 2 x votes for the response shown first - sided votes, per epoch (worse: further
+  from no lean, in the direction the run leans).
+
+Each test is a paired z-test over pairs. The run's samples of a pair (its K epochs) and the baseline's
+(every epoch of every baseline run) are two samples of one distribution when the judge did not change,
+so the variance of their difference is estimated from both pooled, per pair: v_i (1/K + 1/K_B). A pair a
+deterministic judge always judges alike adds nothing; a pair it wobbles on adds what it wobbles. This
+is the judge's own noise in the test (Miller, "Adding Error Bars to Evals": cluster on the pair, use
+the within-pair variance, plan for power).
+
+The false-alarm rate is a night's, not a cell's: `alert_false_alarm_rate` (default 2%) is split evenly
+over the `alert_cells` runs tested together (Bonferroni), accuracy taking half of a cell's share and
+each position test a quarter. Bonferroni because each cell decides alone, when it finishes, on whatever
+worker ran it, without waiting for the night's other cells, and it holds whatever the dependence between
+cells (they share endpoints and often a judge). Each result says the smallest drop it detects 80% of
+the time. benchmarks/bench_alerts.py measures both rates through this code (docs/alerts.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from judgebench_flows.scoring.metrics import PairScore
+
+POWER = 0.8  # the detectable drop is the one detected this often
+_NORMAL = NormalDist()
+
+
+@dataclass(frozen=True)
+class AlertPlan:
+    """How much false-alarm rate each test of one run may spend."""
+
+    false_alarm_rate: float = 0.02
+    cells: int = 1
+    position_bias: bool = True
+
+    @property
+    def cell_alpha(self) -> float:
+        return self.false_alarm_rate / self.cells
+
+    @property
+    def accuracy_alpha(self) -> float:
+        return self.cell_alpha / 2 if self.position_bias else self.cell_alpha
+
+    @property
+    def position_alpha(self) -> float:
+        """Each of the two position tests' share."""
+        return self.cell_alpha / 4
+
+
+@dataclass(frozen=True)
+class ShiftTest:
+    """One paired, one-sided test: the run's mean minus the baseline's, its standard error under "no
+    change" (the judge's noise pooled), the p-value of a shift the worse way, and what it could see."""
+
+    n_pairs: int
+    candidate: float
+    baseline: float
+    delta: float
+    se: float
+    p_value: float
+    alpha: float
+    detectable: float
+
+    @property
+    def alerted(self) -> bool:
+        return self.p_value < self.alpha
+
+
+def _samples(
+    run: PairScore, field: Callable[[PairScore], tuple[float, ...] | tuple[int, ...] | tuple[bool, ...]]
+) -> tuple[float, ...]:
+    return tuple(float(x) for x in field(run))
+
+
+def shift_test(
+    candidate: Sequence[Sequence[float]],
+    baseline: Sequence[Sequence[float]],
+    *,
+    alpha: float,
+    worse: int = -1,
+) -> ShiftTest:
+    """Per pair, the run's samples and the baseline's; `worse` -1 tests for a drop, +1 for a rise.
+
+    Pairs with no sample on either side are left out. With no pair left, or no variation anywhere (a
+    deterministic judge judging as before), the p-value is 1: nothing changed that could be seen."""
+    kept = [(c, b) for c, b in zip(candidate, baseline, strict=True) if len(c) and len(b)]
+    n = len(kept)
+    z_alpha = _NORMAL.inv_cdf(1 - alpha)
+    if not n:
+        return ShiftTest(0, math.nan, math.nan, math.nan, math.nan, 1.0, alpha, math.nan)
+    cand_means = np.array([np.mean(c) for c, _ in kept])
+    base_means = np.array([np.mean(b) for _, b in kept])
+    variance = 0.0
+    samples = 0
+    for c, b in kept:
+        pooled = np.concatenate([np.asarray(c, dtype=float), np.asarray(b, dtype=float)])
+        samples += len(pooled)
+        if len(pooled) > 1:
+            variance += float(np.var(pooled, ddof=1)) * (1 / len(c) + 1 / len(b))
+    delta = float(np.mean(cand_means - base_means))
+    se = math.sqrt(variance) / n
+    if se == 0.0:
+        p_value = 1.0 if delta * worse <= 0 else 0.0
+    else:
+        p_value = 1 - _NORMAL.cdf(worse * delta / se)
+    # The smallest shift seen with POWER at this noise; with none measured, the fewest pairs whose every
+    # sample turns that would be seen (each such pair alone gives z = sqrt(samples per pair)).
+    per_pair = samples / n
+    floor = math.ceil(z_alpha**2 / per_pair) / n
+    detectable = max((z_alpha + _NORMAL.inv_cdf(POWER)) * se, floor)
+    return ShiftTest(n, float(cand_means.mean()), float(base_means.mean()), delta, se, p_value, alpha, detectable)
+
+
+def _pooled(runs: Sequence[dict[str, PairScore]], pair_id: str, field: Callable[[PairScore], tuple]) -> list[float]:
+    return [float(x) for run in runs for x in field(run[pair_id])]
+
+
+def _correct(score: PairScore) -> tuple[bool, ...]:
+    return score.correct_by_epoch or (score.score > 0,)
+
+
+def _consistent(score: PairScore) -> tuple[bool, ...]:
+    if score.orders != 2:
+        return ()
+    return score.consistent_by_epoch or (score.consistent,)
+
+
+def _lean(score: PairScore) -> tuple[int, ...]:
+    return score.first_lean_by_epoch or (2 * score.first_position - score.sided,)
+
+
+@dataclass(frozen=True)
+class RunAlerts:
+    """The three tests of a run against its baseline runs."""
+
+    accuracy: ShiftTest
+    consistency: ShiftTest | None
+    first_position: ShiftTest | None
+    lean_direction: int  # +1: the run leans to the first shown, -1: to the second, 0: no lean
+
+    @property
+    def position_alerted(self) -> bool:
+        return any(t is not None and t.alerted for t in (self.consistency, self.first_position))
+
+
+def run_alerts(
+    candidate: dict[str, PairScore], baselines: Sequence[dict[str, PairScore]], plan: AlertPlan
+) -> RunAlerts:
+    """The run against the mean of `baselines`, on the pairs the run and every baseline judged."""
+    shared = sorted(set(candidate).intersection(*(set(b) for b in baselines))) if baselines else []
+
+    def test(field: Callable[[PairScore], tuple], alpha: float, worse: int) -> ShiftTest:
+        return shift_test(
+            [[float(x) for x in field(candidate[p])] for p in shared],
+            [_pooled(baselines, p, field) for p in shared],
+            alpha=alpha,
+            worse=worse,
+        )
+
+    accuracy = test(_correct, plan.accuracy_alpha, -1)
+    if not plan.position_bias:
+        return RunAlerts(accuracy, None, None, 0)
+    leaning = sum(sum(_lean(candidate[p])) for p in shared)
+    direction = (leaning > 0) - (leaning < 0)
+    consistency = test(_consistent, plan.position_alpha, -1)
+    first = test(_lean, plan.position_alpha, direction) if direction else None
+    return RunAlerts(accuracy, consistency, first, direction)
+
+
+# What an unmeasured judge is assumed to wobble: the mean within-pair variance of a pair's correctness
+# from one sample to the next, about what 15% of verdicts re-drawn per call gives (docs/alerts.md).
+DEFAULT_WITHIN_VARIANCE = 0.1
+
+
+def detectable_drop(within: float, pairs: int, epochs: int, baseline_runs: int, alpha: float) -> float:
+    """The accuracy drop a run of `epochs` epochs on `pairs` pairs detects 80% of the time against
+    `baseline_runs` runs alike, when the judge's within-pair variance is `within` (a fraction)."""
+    if pairs <= 0:
+        return math.nan
+    se = math.sqrt(within * (1 / epochs + 1 / (baseline_runs * epochs)) / pairs)
+    z_alpha = _NORMAL.inv_cdf(1 - alpha)
+    floor = math.ceil(z_alpha**2 / (epochs * (1 + baseline_runs))) / pairs
+    return max((z_alpha + _NORMAL.inv_cdf(POWER)) * se, floor)
+
+
+def epochs_to_detect(
+    drop: float, within: float, pairs: int, baseline_runs: int, alpha: float, most: int = 100
+) -> int | None:
+    """The fewest epochs whose detectable drop is at most `drop` (None: not within `most`)."""
+    for epochs in range(1, most + 1):
+        if detectable_drop(within, pairs, epochs, baseline_runs, alpha) <= drop:
+            return epochs
+    return None
+
+
+__all__ = [
+    "DEFAULT_WITHIN_VARIANCE",
+    "AlertPlan",
+    "RunAlerts",
+    "ShiftTest",
+    "detectable_drop",
+    "epochs_to_detect",
+    "run_alerts",
+    "shift_test",
+]

@@ -9,8 +9,10 @@ a real SQLite database for the answers once the database is "back", real files f
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from judgebench_flows.calls.cache import CallCache
 from judgebench_flows.core.completion import Completion
 from judgebench_flows.data import db
 from judgebench_flows.data.journal import AnswerJournal, journal_dir
-from judgebench_flows.data.outage import OUTAGE, DatabaseLost, connection_lost, patiently
+from judgebench_flows.data.outage import LOST_TIMEOUT_ENV, OUTAGE, DatabaseLost, connection_lost, patiently, run_wait
 
 
 def refused_engine() -> sa.Engine:
@@ -109,16 +111,41 @@ def test_journals_are_kept_per_database_under_the_cache_dir(tmp_path):
 
 def test_a_database_away_is_waited_for_then_given_up_with_database_lost(capsys):
     engine = refused_engine()
-    OUTAGE.timeout, OUTAGE.since = 1.0, None
+    OUTAGE.since = None
     try:
-        with pytest.raises(DatabaseLost, match="did not answer for 1 s"):
+        with run_wait(1.0), pytest.raises(DatabaseLost, match="did not answer for 1 s"):
             patiently(lambda: engine.connect().close(), "the results database")
         err = capsys.readouterr().err
         assert err.count("waiting:") == 1 and "--db-lost-timeout" in err
         OUTAGE.over()
         assert "is back" in capsys.readouterr().err
     finally:
-        OUTAGE.timeout, OUTAGE.since = None, None
+        OUTAGE.since = None
+
+
+def test_the_database_wait_is_the_runs_own_and_ends_with_it(monkeypatch):
+    """No run sets the wait for the next (issue 51): a run's --db-lost-timeout holds within it (its
+    threads too) and is gone after it; two runs side by side in one process each wait by their own."""
+    monkeypatch.setenv(LOST_TIMEOUT_ENV, "42")
+    with run_wait(7.0):
+        assert OUTAGE.seconds() == 7.0
+        with ThreadPoolExecutor(1) as pool:  # a thread the run starts with its context, as asyncio.to_thread
+            assert pool.submit(contextvars.copy_context().run, OUTAGE.seconds).result() == 7.0
+    assert OUTAGE.seconds() == 42.0  # the next run, given none, waits by the environment's
+    with run_wait(None):
+        assert OUTAGE.seconds() == 42.0
+
+    async def run(seconds: float, started: asyncio.Event, other: asyncio.Event) -> float:
+        with run_wait(seconds):
+            started.set()
+            await other.wait()  # the other run has set its own meanwhile
+            return await asyncio.to_thread(OUTAGE.seconds)
+
+    async def side_by_side() -> list[float]:
+        one, two = asyncio.Event(), asyncio.Event()
+        return list(await asyncio.gather(run(1.0, one, two), run(2.0, two, one)))
+
+    assert asyncio.run(side_by_side()) == [1.0, 2.0]
 
 
 def test_only_a_lost_connection_counts_as_the_database_away(tmp_path):

@@ -3,8 +3,11 @@ Prefect server (cli/server_watch).
 
 A read or write that finds the database gone waits and tries again; the first one says so in one line on
 stderr, and the first one that gets through after says the database is back. The bound is one for the
-whole outage, counted from its first failure: `--db-lost-timeout` (default $JUDGEBENCH_DB_LOST_TIMEOUT,
-else 300 s). Past it every read or write raises `DatabaseLost` at once: the run ends with one line and
+whole outage, counted from its first failure: the run's `--db-lost-timeout` (default
+$JUDGEBENCH_DB_LOST_TIMEOUT, else 300 s). The bound belongs to the run that waits, not to the process:
+`run_wait` sets it for the run's context (its tasks and the threads they start with `asyncio.to_thread`)
+and resets it when the run ends, so the next run in the process (another `evaluate()`, a night's next
+cell) waits by its own setting. Past it every read or write raises `DatabaseLost` at once: the run ends with one line and
 exit 5, the answers it received kept in the call cache's journal (`data.journal`), and the same command
 resumes it.
 
@@ -15,11 +18,13 @@ SQLite's "database is locked" (its busy timeout), nor a full disk (`PathNotWrita
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -34,6 +39,9 @@ ROLLBACKS = ("TransactionRollback", "DeadlockDetected", "SerializationFailure")
 
 T = TypeVar("T")
 
+# The running run's --db-lost-timeout (None: none given, the environment's bound); see `run_wait`.
+_RUN_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("db_lost_timeout", default=None)
+
 
 class DatabaseLost(InfrastructureLost):
     """The results database did not answer within `--db-lost-timeout`: exit 5, the same command resumes."""
@@ -44,6 +52,17 @@ def lost_timeout() -> float:
         return max(0.0, float(os.environ.get(LOST_TIMEOUT_ENV, DEFAULT_LOST_TIMEOUT)))
     except ValueError:
         return DEFAULT_LOST_TIMEOUT
+
+
+@contextlib.contextmanager
+def run_wait(seconds: float | None) -> Iterator[None]:
+    """The bound of a database outage for the run within this block (`--db-lost-timeout`; None: the
+    environment's), reset as the block ends: no run sets it for the next."""
+    token = _RUN_TIMEOUT.set(seconds)
+    try:
+        yield
+    finally:
+        _RUN_TIMEOUT.reset(token)
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -62,16 +81,19 @@ def connection_lost(exc: BaseException) -> bool:
 
 
 class Outage:
-    """One process's view of the database being away (`wait` while it is, `over` once it answers)."""
+    """One process's view of the database being away (`wait` while it is, `over` once it answers); how
+    long to wait is the waiting run's (`run_wait`)."""
 
     def __init__(self) -> None:
-        self.timeout: float | None = None  # set by the run (`--db-lost-timeout`); None: the environment's
         self.since: float | None = None
         self.where = "the results database"
         self._lock = threading.Lock()
 
-    def seconds(self) -> float:
-        return self.timeout if self.timeout is not None else lost_timeout()
+    @staticmethod
+    def seconds() -> float:
+        """The bound of the run that waits: its --db-lost-timeout, else the environment's."""
+        timeout = _RUN_TIMEOUT.get()
+        return timeout if timeout is not None else lost_timeout()
 
     def note(self, exc: BaseException, where: str) -> float:
         """A failure: the outage starts (one line) or goes on; returns its age in seconds."""
@@ -130,4 +152,4 @@ def patiently(operation: Callable[[], T], where: str) -> T:
         return result
 
 
-__all__ = ["OUTAGE", "DatabaseLost", "Outage", "connection_lost", "lost_timeout", "patiently"]
+__all__ = ["OUTAGE", "DatabaseLost", "Outage", "connection_lost", "lost_timeout", "patiently", "run_wait"]

@@ -139,7 +139,9 @@ evaluate_async = _in_a_thread(evaluate)
 def run_config(
     *, model: str | None, judge: str | type | None, data_path: str | os.PathLike[str] | None, options: dict[str, Any]
 ) -> RunConfig:
-    """The run's settings from `evaluate`'s arguments, validated as the command's options are."""
+    """The run's settings from `evaluate`'s arguments, validated as the command's options are (None: not
+    given, as an option left off the command line)."""
+    options = {name: value for name, value in options.items() if value is not None}
     unknown = sorted(set(options) - RunConfig.option_names())
     if unknown:
         raise UserError(

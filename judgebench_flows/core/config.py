@@ -133,8 +133,35 @@ class RunConfig(BaseModel):
     )
     position_bias_check: bool = Field(
         default=True,
-        description="report a significant change of order consistency or first-position rate against the "
-        "previous run of the configuration as a regression (exit 1, judgebench.run.regressed)",
+        description="report order consistency or first-position rate significantly worse than the "
+        "configuration's recent runs as a regression (exit 1, judgebench.run.regressed)",
+    )
+    epochs: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="judge every pair K times in each order: accuracy is the mean of the K epochs, the judge's "
+        "own noise is measured, and each epoch is cached apart (K+1 after K pays only the new one)",
+    )
+    baseline_runs: int = Field(
+        default=5,
+        ge=1,
+        le=50,
+        description="the regression check compares a run with the mean of this many recent finished runs of "
+        "its configuration, pair by pair",
+    )
+    alert_false_alarm_rate: float = Field(
+        default=0.02,
+        gt=0,
+        lt=0.5,
+        description="the share of runs (of nights, for a night's cells together) on which an unchanged judge "
+        "may be reported as regressed; split over --alert-cells",
+    )
+    alert_cells: int = Field(
+        default=1,
+        ge=1,
+        description="how many runs are tested together (a night sets its cell count): each gets "
+        "--alert-false-alarm-rate / N, so the night as a whole keeps the rate",
     )
     report: bool = Field(default=True, description="the HTML report")
     reward_backend: Literal["pooling", "transformers"] = Field(

@@ -700,14 +700,15 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         )
         finished = datetime.now(timezone.utc)
         baselines = await asyncio.to_thread(recent_runs, engine, config_key, run_id, config.baseline_runs)
+        regression = regression_against_baseline(engine, config, config_key, run_id, sink.tally, baselines)
         results = RunResults.aggregate(
             sink.tally,
             header,
             seed=config.seed,
             bootstrap_resamples=config.bootstrap_resamples,
             usage=Usage.model_validate(usage),
-            regression=regression_against_baseline(engine, config, config_key, run_id, sink.tally, baselines),
-            noise=run_noise(sink.tally.scores, baselines),
+            regression=regression,
+            noise=run_noise(sink.tally.scores, baselines, changed=bool(regression and regression.regressed)),
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
         heard = heard_by(spec, config, run, sent)

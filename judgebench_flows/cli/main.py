@@ -113,8 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     _run_parser(sub)
-    _run_parser(
+    estimate = _run_parser(
         sub, "estimate", "worst-case and expected cost in USD of a run with these options, without calling the model"
+    )
+    estimate.add_argument(
+        "--detect",
+        type=float,
+        metavar="POINTS",
+        help="also say how many --epochs the regression check needs to catch an accuracy drop of POINTS",
     )
     db_help = "results database (default: $JUDGEBENCH_DB_URL, else sqlite:///results/judgebench.db)"
     history = add_command(sub, "history", "list past runs, newest first, with their whole run ids")
@@ -201,13 +207,18 @@ def command_estimate(args: argparse.Namespace) -> int:
     """`judgebench estimate`: what `run` with these options would cost at most, and probably."""
     from judgebench_flows.judging.estimate import estimate_run
     from judgebench_flows.judging.preflight import check_prices
-    from judgebench_flows.views.summaries import print_estimate
+    from judgebench_flows.views.summaries import print_estimate, print_plan
 
     config = _run_config(args)
     _say_route(config, to=sys.stdout)
     check_prices(config)
     _say_retirement(config, to=sys.stdout)
-    print_estimate(estimate_run(config))
+    detect = args.detect
+    if detect is not None and not 0 < detect <= 100:
+        raise UserError(f"--detect: a drop in accuracy points, above 0 and at most 100 (got {detect:g})")
+    estimate = estimate_run(config, detect)
+    print_estimate(estimate)
+    print_plan(estimate)
     return 0
 
 

@@ -80,53 +80,36 @@ class ShiftTest:
         return self.p_value < self.alpha
 
 
-def _samples(
-    run: PairScore, field: Callable[[PairScore], tuple[float, ...] | tuple[int, ...] | tuple[bool, ...]]
-) -> tuple[float, ...]:
-    return tuple(float(x) for x in field(run))
-
-
-def shift_test(
-    candidate: Sequence[Sequence[float]],
-    baseline: Sequence[Sequence[float]],
-    *,
-    alpha: float,
-    worse: int = -1,
-) -> ShiftTest:
-    """Per pair, the run's samples and the baseline's; `worse` -1 tests for a drop, +1 for a rise.
+def shift_test(candidate: np.ndarray, baseline: np.ndarray, *, alpha: float, worse: int = -1) -> ShiftTest:
+    """Per pair (row), the run's samples and the baseline's (NaN where a pair has fewer); `worse` -1 tests
+    for a drop, +1 for a rise.
 
     Pairs with no sample on either side are left out. With no pair left, or no variation anywhere (a
-    deterministic judge judging as before), the p-value is 1: nothing changed that could be seen."""
-    kept = [(c, b) for c, b in zip(candidate, baseline, strict=True) if len(c) and len(b)]
-    n = len(kept)
+    deterministic judge judging as before), the p-value is 1 (0 for a shift with no noise to hide in)."""
+    k_c, k_b = np.sum(~np.isnan(candidate), axis=1), np.sum(~np.isnan(baseline), axis=1)
+    kept = (k_c > 0) & (k_b > 0)
+    n = int(kept.sum())
     z_alpha = _NORMAL.inv_cdf(1 - alpha)
     if not n:
         return ShiftTest(0, math.nan, math.nan, math.nan, math.nan, 1.0, alpha, math.nan)
-    cand_means = np.array([np.mean(c) for c, _ in kept])
-    base_means = np.array([np.mean(b) for _, b in kept])
-    variance = 0.0
-    samples = 0
-    for c, b in kept:
-        pooled = np.concatenate([np.asarray(c, dtype=float), np.asarray(b, dtype=float)])
-        samples += len(pooled)
-        if len(pooled) > 1:
-            variance += float(np.var(pooled, ddof=1)) * (1 / len(c) + 1 / len(b))
+    cand, base, k_c, k_b = candidate[kept], baseline[kept], k_c[kept], k_b[kept]
+    cand_means, base_means = np.nansum(cand, axis=1) / k_c, np.nansum(base, axis=1) / k_b
+    pooled = np.concatenate([cand, base], axis=1)
+    k = k_c + k_b
+    mean = np.nansum(pooled, axis=1) / k
+    squares = np.nansum((pooled - mean[:, None]) ** 2, axis=1)
+    variance = np.where(k > 1, squares / np.maximum(k - 1, 1), 0.0) * (1 / k_c + 1 / k_b)
     delta = float(np.mean(cand_means - base_means))
-    se = math.sqrt(variance) / n
+    se = math.sqrt(float(variance.sum())) / n
     if se == 0.0:
         p_value = 1.0 if delta * worse <= 0 else 0.0
     else:
         p_value = 1 - _NORMAL.cdf(worse * delta / se)
     # The smallest shift seen with POWER at this noise; with none measured, the fewest pairs whose every
     # sample turns that would be seen (each such pair alone gives z = sqrt(samples per pair)).
-    per_pair = samples / n
-    floor = math.ceil(z_alpha**2 / per_pair) / n
+    floor = math.ceil(z_alpha**2 / float(k.mean())) / n
     detectable = max((z_alpha + _NORMAL.inv_cdf(POWER)) * se, floor)
     return ShiftTest(n, float(cand_means.mean()), float(base_means.mean()), delta, se, p_value, alpha, detectable)
-
-
-def _pooled(runs: Sequence[dict[str, PairScore]], pair_id: str, field: Callable[[PairScore], tuple]) -> list[float]:
-    return [float(x) for run in runs for x in field(run[pair_id])]
 
 
 def _correct(score: PairScore) -> tuple[bool, ...]:
@@ -143,6 +126,31 @@ def _lean(score: PairScore) -> tuple[int, ...]:
     return score.first_lean_by_epoch or (2 * score.first_position - score.sided,)
 
 
+def _matrix(rows: list[list[float]]) -> np.ndarray:
+    """Rows of samples as a matrix, NaN where a row is shorter than the longest."""
+    width = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), width), np.nan)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A run's (or its baselines') samples per pair, pairs in one order: rows of per-epoch values."""
+
+    correct: np.ndarray
+    consistent: np.ndarray
+    lean: np.ndarray
+
+    @classmethod
+    def of(cls, runs: Sequence[dict[str, PairScore]], pairs: Sequence[str]) -> Samples:
+        def rows(field: Callable[[PairScore], tuple]) -> np.ndarray:
+            return _matrix([[float(x) for run in runs for x in field(run[p])] for p in pairs])
+
+        return cls(rows(_correct), rows(_consistent), rows(_lean))
+
+
 @dataclass(frozen=True)
 class RunAlerts:
     """The three tests of a run against its baseline runs."""
@@ -156,29 +164,32 @@ class RunAlerts:
     def position_alerted(self) -> bool:
         return any(t is not None and t.alerted for t in (self.consistency, self.first_position))
 
+    @property
+    def alerted(self) -> bool:
+        return self.accuracy.alerted or self.position_alerted
+
+
+def decide(candidate: Samples, baseline: Samples, plan: AlertPlan) -> RunAlerts:
+    """The decision: the run's samples against its baselines', each test at its share of the plan's rate.
+    (benchmarks/bench_alerts.py runs nights through this function.)"""
+    accuracy = shift_test(candidate.correct, baseline.correct, alpha=plan.accuracy_alpha, worse=-1)
+    if not plan.position_bias:
+        return RunAlerts(accuracy, None, None, 0)
+    leaning = float(np.nansum(candidate.lean))
+    direction = (leaning > 0) - (leaning < 0)
+    consistency = shift_test(candidate.consistent, baseline.consistent, alpha=plan.position_alpha, worse=-1)
+    # The direction is the run's own lean, chosen from the data: each direction gets half the test's share.
+    lean_alpha = plan.position_alpha / 2
+    first = shift_test(candidate.lean, baseline.lean, alpha=lean_alpha, worse=direction) if direction else None
+    return RunAlerts(accuracy, consistency, first, direction)
+
 
 def run_alerts(
     candidate: dict[str, PairScore], baselines: Sequence[dict[str, PairScore]], plan: AlertPlan
 ) -> RunAlerts:
     """The run against the mean of `baselines`, on the pairs the run and every baseline judged."""
     shared = sorted(set(candidate).intersection(*(set(b) for b in baselines))) if baselines else []
-
-    def test(field: Callable[[PairScore], tuple], alpha: float, worse: int) -> ShiftTest:
-        return shift_test(
-            [[float(x) for x in field(candidate[p])] for p in shared],
-            [_pooled(baselines, p, field) for p in shared],
-            alpha=alpha,
-            worse=worse,
-        )
-
-    accuracy = test(_correct, plan.accuracy_alpha, -1)
-    if not plan.position_bias:
-        return RunAlerts(accuracy, None, None, 0)
-    leaning = sum(sum(_lean(candidate[p])) for p in shared)
-    direction = (leaning > 0) - (leaning < 0)
-    consistency = test(_consistent, plan.position_alpha, -1)
-    first = test(_lean, plan.position_alpha, direction) if direction else None
-    return RunAlerts(accuracy, consistency, first, direction)
+    return decide(Samples.of([candidate], shared), Samples.of(baselines, shared), plan)
 
 
 # What an unmeasured judge is assumed to wobble: the mean within-pair variance of a pair's correctness
@@ -214,6 +225,8 @@ __all__ = [
     "ShiftTest",
     "detectable_drop",
     "epochs_to_detect",
+    "Samples",
+    "decide",
     "run_alerts",
     "shift_test",
 ]

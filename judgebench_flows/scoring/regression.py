@@ -178,15 +178,17 @@ def regression_against_baseline(
     return compare_with_recent(tally.scores, baselines, plan_of(config), config.regression_min_drop)
 
 
-def run_noise(scores: dict[str, PairScore], baselines: Sequence[Baseline]) -> JudgeNoise | None:
+def run_noise(scores: dict[str, PairScore], baselines: Sequence[Baseline], changed: bool = False) -> JudgeNoise | None:
     """The judge's noise: over the run's own epochs when it has several, else across it and its recent
-    runs (None with neither)."""
+    runs; a run found `changed` (regressed) is left out, its judge is not the baselines' (None with too
+    few runs)."""
     own = measure_noise(list(scores.values()))
     if own is not None:
         return own
-    if not baselines:
+    runs = [s for _, s in baselines] if changed else [scores, *(s for _, s in baselines)]
+    if len(runs) < 2:
         return None
-    return measure_noise(as_epochs([scores, *(s for _, s in baselines)]), source="runs")
+    return measure_noise(as_epochs(runs), source="runs")
 
 
 __all__ = [

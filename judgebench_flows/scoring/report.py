@@ -609,6 +609,7 @@ def build_context(
             "both": _count(consistency.pairs_with_both_verdicts),
             "first_position": _pct(consistency.first_position_rate),
         },
+        "noise": _noise_view(results),
         "invalid": {
             "invalid": _invalid_count(results, "invalid_judgments", status_counts["invalid"] if rows else None),
             "failed": _invalid_count(results, "failed_judgments", status_counts["failed"] if rows else None),
@@ -641,6 +642,21 @@ def build_context(
         "judgments_total": usage.judgments if usage else None,
         "status_counts": status_counts,
         "prompt_preview_chars": f"{PROMPT_PREVIEW_CHARS:,}",
+    }
+
+
+def _noise_view(results: RunResults) -> dict[str, str] | None:
+    """The judge's own noise (results.json's `noise`), formatted; None when the run did not measure it."""
+    noise = results.noise
+    if noise is None:
+        return None
+    where = f"{noise.epochs} epochs" if noise.source == "epochs" else f"this run and {noise.epochs - 1} earlier runs"
+    return {
+        "run_to_run": f"±{noise.run_to_run_sd * 100:.1f} pts",
+        "where": where,
+        "varying": _pct(noise.varying_pairs),
+        "agreement": _pct(noise.self_agreement) if noise.self_agreement is not None else "",
+        "interval": f"{_pct(noise.ci_low)} – {_pct(noise.ci_high)}",
     }
 
 

@@ -40,8 +40,13 @@ def _problems(results: RunResults) -> str | None:
 
 def print_results(results: RunResults) -> None:
     # names from the command line or a stored run: their control characters escaped, never markup
-    table = Table(title=f"JudgeBench: {escape(printable(results.judge_type))} / {escape(printable(results.model))}")
-    for column in ("slice", "accuracy", "95% CI", "correct", "valid", "total"):
+    epochs = f", mean of {results.epochs} epochs" if results.epochs > 1 else ""
+    table = Table(
+        title=f"JudgeBench: {escape(printable(results.judge_type))} / {escape(printable(results.model))}{epochs}"
+    )
+    # with epochs, "correct" counts pair-epochs: correct / (total x epochs) is the accuracy
+    correct = "correct" if results.epochs == 1 else f"correct of {results.epochs}x"
+    for column in ("slice", "accuracy", "95% CI", correct, "valid", "total"):
         table.add_column(column, justify="left" if column == "slice" else "right")
     rows = [("overall", results.overall_accuracy), *results.category_accuracy.items()]
     for name, acc in rows:
@@ -85,6 +90,14 @@ def print_results(results: RunResults) -> None:
     )
     if run.cache:
         out.print(run.cache.line(), markup=False)
+    if results.epoch_accuracy:
+        out.print("epochs: " + ", ".join(_pct(a) for a in results.epoch_accuracy))
+    if results.noise:
+        noise = results.noise
+        interval = (
+            f"; accuracy {_pct(noise.ci_low)} - {_pct(noise.ci_high)} with it" if noise.ci_low is not None else ""
+        )
+        out.print(printable(noise.message + interval), markup=False)
     if results.regression:
         style = "bold red" if results.regression.regressed else "green"
         out.print(f"[{style}]{results.regression.message}[/]")

@@ -229,13 +229,35 @@ HISTORY_FIELDS = (
 
 
 def history_rows(runs: Iterable[RunRow]) -> list[dict[str, Cell]]:
+    """Each run's HISTORY_FIELDS, and `noise_sd`: its judge's run-to-run SD (None: not measured)."""
     return [
         {
-            field: getattr(run, field).isoformat() if field == "started" else getattr(run, field)
-            for field in HISTORY_FIELDS
+            **{
+                field: getattr(run, field).isoformat() if field == "started" else getattr(run, field)
+                for field in HISTORY_FIELDS
+            },
+            "noise_sd": noise_sd(run),
         }
         for run in runs
     ]
+
+
+def noise_sd(run: RunRow) -> float | None:
+    """The run's judge noise as its results.json measured it (`noise.run_to_run_sd`), else None."""
+    text = getattr(run, "results_json", None) or ""
+    if '"noise"' not in text:  # most runs of one epoch and no history: not worth parsing
+        return None
+    try:
+        value = (json.loads(text).get("noise") or {}).get("run_to_run_sd")
+    except (ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _accuracy_cell(run: RunRow) -> str:
+    """The accuracy, and the judge's run-to-run SD beside it when measured ("65.7% ±2.1")."""
+    sd = noise_sd(run)
+    return _pct(run.overall_accuracy) + (f" ±{sd * 100:.1f}" if sd is not None else "")
 
 
 def _data_label(data_file: str | None) -> str:
@@ -290,7 +312,7 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
                 _shown(_data_label(run.data_file)),
                 _shown((run.commit or "")[:8]),
                 run.status,
-                _pct(run.overall_accuracy),
+                _accuracy_cell(run),
                 ci,
                 str(run.n_pairs or ""),
                 run_cost_text(run.cost_usd, run.priced_as),
@@ -307,7 +329,7 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
                 + (f"\nendpoint said: {served}" if served else ""),
                 started,
                 run.status + (f"\ncommit\n{_shown(run.commit[:8])}" if run.commit else ""),
-                "\n".join(part for part in (_pct(run.overall_accuracy), ci, pairs, cost, _bias(run)) if part),
+                "\n".join(part for part in (_accuracy_cell(run), ci, pairs, cost, _bias(run)) if part),
             )
     console.print(table)
 

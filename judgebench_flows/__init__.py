@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 from judgebench_flows.core.version import VERSION as __version__
 
 if TYPE_CHECKING:
-    from judgebench_flows.api import Evaluation, evaluate, evaluate_async
+    from judgebench_flows.api import Evaluation, RunInterrupted, evaluate, evaluate_async
 
-__all__ = ["Evaluation", "__version__", "evaluate", "evaluate_async"]
+__all__ = ["Evaluation", "RunInterrupted", "__version__", "evaluate", "evaluate_async"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Evaluation", "evaluate", "evaluate_async"):
+    if name in ("Evaluation", "RunInterrupted", "evaluate", "evaluate_async"):
         from judgebench_flows import api
 
         return getattr(api, name)

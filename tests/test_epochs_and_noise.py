@@ -292,3 +292,30 @@ def test_epochs_pay_per_epoch_cache_per_epoch_and_measure_noise(run_cli, tmp_pat
         # a deterministic judge: the official numbers with any K are the one-epoch numbers
         assert again["overall_accuracy"]["accuracy"] == one["overall_accuracy"]["accuracy"]
         assert again["noise"]["within_variance"] == 0.0
+
+
+def test_estimate_says_what_the_check_can_detect_and_the_epochs_a_drop_needs(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    data = _data_file(tmp_path / "pairs.jsonl", n=40)
+    base = [
+        sys.executable, "-m", "judgebench_flows.cli.main", "estimate", "--data-path", str(data), "--model", "judge",
+        "--base-url", "http://127.0.0.1:9/v1", "--db-url", f"sqlite:///{tmp_path}/r.db",
+    ]  # fmt: skip
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "COLUMNS": "200"}
+    proc = subprocess.run(
+        [*base, "--epochs", "2", "--detect", "20"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "detectable: with 2 epochs on 40 pairs" in proc.stdout and "assumed judge noise" in proc.stdout
+    needed = int(proc.stdout.split("to detect 20 points: --epochs ")[1].split()[0])
+    alpha = AlertPlan().accuracy_alpha
+    assert needed == epochs_to_detect(0.2, 0.1, 40, 5, alpha)
+    bad = subprocess.run([*base, "--detect", "0"], capture_output=True, text=True, env=env, timeout=120)
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip().startswith("error: --detect")
+        and len(bad.stderr.strip().splitlines()) == 1
+    )

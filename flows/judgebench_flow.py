@@ -67,7 +67,7 @@ from judgebench_flows.judging.shards import (
 )
 from judgebench_flows.scoring.metrics import Tally
 from judgebench_flows.scoring.provenance import drift_against_baseline, served_text
-from judgebench_flows.scoring.regression import recent_runs, regression_against_baseline, run_noise
+from judgebench_flows.scoring.regression import against_recent_runs
 from judgebench_flows.scoring.result_types import Provenance, Usage
 from judgebench_flows.scoring.results import jsonl_rows, write_jsonl
 from judgebench_flows.scoring.run_results import (
@@ -699,8 +699,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3),
         )
         finished = datetime.now(timezone.utc)
-        baselines = await asyncio.to_thread(recent_runs, engine, config_key, run_id, config.baseline_runs)
-        regression = regression_against_baseline(engine, config, config_key, run_id, sink.tally, baselines)
+        regression, noise = await asyncio.to_thread(against_recent_runs, engine, config, config_key, run_id, sink.tally)
         results = RunResults.aggregate(
             sink.tally,
             header,
@@ -708,7 +707,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             bootstrap_resamples=config.bootstrap_resamples,
             usage=Usage.model_validate(usage),
             regression=regression,
-            noise=run_noise(sink.tally.scores, baselines, changed=bool(regression and regression.regressed)),
+            noise=noise,
             run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
         )
         heard = heard_by(spec, config, run, sent)

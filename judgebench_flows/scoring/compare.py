@@ -10,6 +10,7 @@ from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES, FINISHED, JudgmentRecord
 from judgebench_flows.data import db
 from judgebench_flows.scoring import metrics, stats
+from judgebench_flows.scoring.noise import stored_noise_sd
 from judgebench_flows.scoring.provenance import provenance_in, sent_changes, served_changes
 from judgebench_flows.scoring.result_types import Comparison, FieldChange, FlippedPair, RunCosts, SliceComparison
 from judgebench_flows.scoring.results import correctness_of
@@ -173,6 +174,8 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> Compari
         alpha=ALPHA,
         warnings=comparison_warnings(a, b),
         cost=RunCosts(a=run_cost_text(a.cost_usd, a.priced_as), b=run_cost_text(b.cost_usd, b.priced_as)),
+        noise_a=stored_noise_sd(a.results_json),
+        noise_b=stored_noise_sd(b.results_json),
         **provenance_changes(a, b),
     )
 

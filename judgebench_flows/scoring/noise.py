@@ -21,6 +21,7 @@ configuration's recent finished runs taken as epochs, which holds only while the
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Literal
@@ -116,6 +117,18 @@ def as_epochs(runs: Sequence[dict[str, PairScore]]) -> list[PairScore]:
     return merged
 
 
+def stored_noise_sd(results_json: str | None) -> float | None:
+    """A stored run's judge noise (results.json's `noise.run_to_run_sd`), else None."""
+    text = results_json or ""
+    if '"noise"' not in text:  # most one-epoch runs without history: not worth parsing
+        return None
+    try:
+        value = (json.loads(text).get("noise") or {}).get("run_to_run_sd")
+    except (ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def describe(noise: JudgeNoise) -> str:
     """The noise in one line, as the summary, report and history say it."""
     where = f"{noise.epochs} epochs" if noise.source == "epochs" else f"this run and {noise.epochs - 1} earlier runs"
@@ -130,4 +143,4 @@ def describe(noise: JudgeNoise) -> str:
     return line
 
 
-__all__ = ["JudgeNoise", "as_epochs", "correctness_matrix", "describe", "measure_noise"]
+__all__ = ["JudgeNoise", "as_epochs", "correctness_matrix", "describe", "measure_noise", "stored_noise_sd"]

@@ -191,8 +191,18 @@ def run_noise(scores: dict[str, PairScore], baselines: Sequence[Baseline], chang
     return measure_noise(as_epochs(runs), source="runs")
 
 
+def against_recent_runs(
+    engine: Engine, config: RunConfig, config_key: str, run_id: str, tally: Tally
+) -> tuple[Regression | None, JudgeNoise | None]:
+    """The run's regression check and its judge's noise, from one read of its recent runs."""
+    baselines = recent_runs(engine, config_key, run_id, config.baseline_runs)
+    regression = regression_against_baseline(engine, config, config_key, run_id, tally, baselines)
+    return regression, run_noise(tally.scores, baselines, changed=bool(regression and regression.regressed))
+
+
 __all__ = [
     "Baseline",
+    "against_recent_runs",
     "compare_with_recent",
     "plan_of",
     "position_bias_change",

@@ -349,6 +349,10 @@ class Comparison(BaseModel):
     invalid_b_only: int = 0
     valid_pairs: int = 0
     valid_mcnemar: McNemarResult | None = None
+    # Each run's judge noise, run to run (`noise.run_to_run_sd`; None: not measured): a difference within
+    # a couple of these is what the same judge would show twice.
+    noise_a: float | None = None
+    noise_b: float | None = None
 
 
 __all__ = [

@@ -195,6 +195,12 @@ def print_comparison(comparison: Comparison) -> None:
             out.print(f"{title} differently (A -> B): " + "; ".join(c.text() for c in changes), markup=False)
     if comparison.invalid_a_only or comparison.invalid_b_only:
         out.print(_invalid_line(comparison))
+    if comparison.noise_a is not None or comparison.noise_b is not None:
+        sd = {
+            run: f"±{v * 100:.1f} points" if v is not None else "not measured"
+            for run, v in (("A", comparison.noise_a), ("B", comparison.noise_b))
+        }
+        out.print(f"judge noise, run to run: A {sd['A']}, B {sd['B']}")
     cost = comparison.cost
     if cost.a or cost.b:
         out.print(f"cost: A {cost.a or 'not recorded'}, B {cost.b or 'not recorded'}")

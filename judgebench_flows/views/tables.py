@@ -27,6 +27,7 @@ from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.core.text import printable
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.leaderboard import Entry, Leaderboard, groups_of, model_label, who
+from judgebench_flows.scoring.noise import stored_noise_sd
 from judgebench_flows.scoring.published import data_file_parts
 
 if TYPE_CHECKING:
@@ -244,14 +245,7 @@ def history_rows(runs: Iterable[RunRow]) -> list[dict[str, Cell]]:
 
 def noise_sd(run: RunRow) -> float | None:
     """The run's judge noise as its results.json measured it (`noise.run_to_run_sd`), else None."""
-    text = getattr(run, "results_json", None) or ""
-    if '"noise"' not in text:  # most runs of one epoch and no history: not worth parsing
-        return None
-    try:
-        value = (json.loads(text).get("noise") or {}).get("run_to_run_sd")
-    except (ValueError, AttributeError):
-        return None
-    return float(value) if isinstance(value, (int, float)) else None
+    return stored_noise_sd(getattr(run, "results_json", None))
 
 
 def _accuracy_cell(run: RunRow) -> str:

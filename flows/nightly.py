@@ -95,6 +95,8 @@ class CellCounts(TypedDict, total=False):
     judgments: int | None
     failed_judgments: int | None
     invalid_judgments: int | None
+    detectable_drop: float | None
+    alert_rate: float | None
     cost_usd: float | None
     unpriced: bool
     from_cache: str | None
@@ -123,6 +125,8 @@ def _counts(results: dict[str, Any]) -> CellCounts:
         "judgments": (results.get("usage") or {}).get("judgments"),
         "failed_judgments": invalid.get("failed_judgments"),
         "invalid_judgments": invalid.get("invalid_judgments"),
+        "detectable_drop": (results.get("regression") or {}).get("detectable_drop"),
+        "alert_rate": (results.get("regression") or {}).get("false_alarm_rate"),
         "cost_usd": usage.get("cost_usd"),
         "unpriced": "cost_usd" in usage and usage["cost_usd"] is None,
         "from_cache": _cache_line(results),
@@ -383,6 +387,22 @@ def night_markdown(wall_s: float, endpoints: dict[str, EndpointUse], outcomes: l
     return "\n".join(lines)
 
 
+def _alert_power(outcomes: list[CellOutcome]) -> list[str]:
+    """What the night's regression checks could see: each held its share of the night's false-alarm rate
+    and detects drops of these sizes 80% of the time (docs/alerts.md); nothing before a cell has history."""
+    checked = [o for o in outcomes if o.detectable_drop is not None]
+    if not checked:
+        return []
+    drops = sorted(o.detectable_drop for o in checked if o.detectable_drop is not None)
+    rate = max(o.alert_rate or 0 for o in checked)  # the night's, which each cell holds a share of
+    span = f"{drops[0] * 100:.1f}" if drops[0] == drops[-1] else f"{drops[0] * 100:.1f} to {drops[-1] * 100:.1f}"
+    return [
+        f"Regression checks: {len(checked)} cells, a false-alarm rate of {rate:.2g} for the night together; "
+        f"each detects an accuracy drop of {span} points 80% of the time.",
+        "",
+    ]
+
+
 def summary_markdown(outcomes: list[CellOutcome], budget: NightSpend | NightTotals | None = None) -> str:
     bad = [o for o in outcomes if o.status != "completed"]
     lines = [
@@ -395,6 +415,7 @@ def summary_markdown(outcomes: list[CellOutcome], budget: NightSpend | NightTota
         "",
         *_night_budget(budget),
         *drift_lines(outcomes),
+        *_alert_power(outcomes),
         # Fits a 1400 px page beside Prefect's side panels: short names, the interval with the accuracy,
         # failed and invalid judgments in one column; each failure's reason below the table, whole.
         "| configuration | status | accuracy (95% CI) | failed / invalid | cost |",

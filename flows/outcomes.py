@@ -40,6 +40,10 @@ class CellOutcome(BaseModel):
     endpoint: str = ""
     wait_s: float | None = None
     duration_s: float | None = None
+    # Its regression check: the drop it could detect 80% of the time, and the night's false-alarm rate
+    # it held a share of (results.json's `regression.detectable_drop`, `.false_alarm_rate`; None without).
+    detectable_drop: float | None = None
+    alert_rate: float | None = None
 
 
 __all__ = ["CellOutcome", "RunStatus"]

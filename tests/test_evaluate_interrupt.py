@@ -55,6 +55,8 @@ async def cell():  # as a kernel runs a cell: inside its event loop
 try:
     if sys.argv[1] == "script":
         evaluation = call()
+    elif sys.argv[1] == "await":  # asyncio.run's Ctrl-C cancels the awaiting task, which stops the run
+        evaluation = asyncio.run(judgebench_flows.evaluate_async(**OPTIONS))
     else:  # run_until_complete keeps Python's SIGINT handler: KeyboardInterrupt here, as in a kernel
         evaluation = asyncio.new_event_loop().run_until_complete(cell())
 except KeyboardInterrupt as exc:
@@ -112,7 +114,7 @@ def last_json(stdout: str) -> dict:
 
 @requires_shared
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["script", "kernel"])
+@pytest.mark.parametrize("mode", ["script", "kernel", "await"])
 def test_ctrl_c_stops_evaluate_within_seconds_and_the_same_call_resumes(tmp_path, prefect_server, mode) -> None:
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(GPT4O_PATH.read_text().splitlines(keepends=True)[:PAIRS]))
@@ -141,8 +143,11 @@ def test_ctrl_c_stops_evaluate_within_seconds_and_the_same_call_resumes(tmp_path
     assert run.returncode == 130, stderr[-3000:]
     assert took < ENDS_WITHIN, f"evaluate() took {took:.1f} s to stop after Ctrl-C"
     outcome = last_json(stdout)
-    assert outcome["raised"] == "RunInterrupted", outcome
-    assert "call evaluate() again with the same arguments to resume" in outcome["message"], outcome
+    if mode == "await":  # the awaiting task is cancelled, as asyncio does it: the caller's KeyboardInterrupt
+        assert outcome["raised"] == "KeyboardInterrupt", outcome
+    else:
+        assert outcome["raised"] == "RunInterrupted", outcome
+        assert "call evaluate() again with the same arguments to resume" in outcome["message"], outcome
     assert "Traceback" not in stderr, stderr[-3000:]
     # The calls in flight were cancelled: the endpoint saw those answered, those in flight, and no more.
     assert sent <= len(answered_before) + 2 * CONCURRENCY, (sent, len(answered_before))

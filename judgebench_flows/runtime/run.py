@@ -175,7 +175,7 @@ class FlowThread:
         ok, value = outcome[0]
         if not ok:
             raise value
-        return value  # type: ignore[no-any-return]
+        return value
 
     def _wait(self, done: threading.Event) -> None:
         """Until the flow ends; KeyboardInterrupt (or a stop request, `stop_requested`) ends the wait."""

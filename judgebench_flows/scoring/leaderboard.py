@@ -112,6 +112,8 @@ class Entry(Section):
     # what of it changed against the configuration's previous run (results.json's `drift.served`).
     served: str | None = None
     drift: str | None = None
+    # Ours: the judge's run-to-run SD as the run measured it (results.json's `noise`; docs/alerts.md).
+    noise_sd: float | None = None
     # pair id -> 1.0/0.0 while ranking: the paired test's input, never in the JSON
     _correct: dict[str, float] = PrivateAttr(default_factory=dict)
     _given_only = True
@@ -270,6 +272,7 @@ def _latest_runs(engine: Engine, *, seed: int, resamples: int) -> list[Entry]:
             data_file=row.data_file,
             cost=_cost(results),
             **endpoint_said(results),
+            **({"noise_sd": results.noise.run_to_run_sd} if results.noise else {}),
         )
         entries.append(entry)
     return entries

@@ -99,7 +99,7 @@ class _LimitedLoader(yaml.SafeLoader):
         self._values = 0
         self._sizes: dict[int, int] = {}  # composed node -> the values it stands for, itself included
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:  # type: ignore[override]
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             target = self.anchors.get(event.anchor)  # an unknown anchor: PyYAML's own error below

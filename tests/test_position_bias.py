@@ -100,7 +100,8 @@ def test_order_bias_on_half_the_pairs_is_reported_and_a_rerun_is_not() -> None:
     baseline = pair_scores(verdicts(60, wrong=set(range(10))))
     same = _bias(baseline, pair_scores(verdicts(60, wrong=set(range(10))))).model_dump()
     assert same["changed"] is False
-    assert same["consistency_test"]["p_value"] == 1.0 and same["first_position_test"]["p_value"] == 1.0
+    # judged exactly alike: no change at all, so no evidence of one (p at least a coin's)
+    assert same["consistency_test"]["p_value"] >= 0.5 and same["first_position_test"]["p_value"] >= 0.5
     biased = pair_scores(verdicts(60, wrong=set(range(10)), biased=set(range(30, 60))))
     change = _bias(baseline, biased).model_dump()
     assert change["changed"] is True and change["message"].startswith("position bias got worse")

@@ -80,12 +80,31 @@ class ShiftTest:
         return self.p_value < self.alpha
 
 
-def shift_test(candidate: np.ndarray, baseline: np.ndarray, *, alpha: float, worse: int = -1) -> ShiftTest:
-    """Per pair (row), the run's samples and the baseline's (NaN where a pair has fewer); `worse` -1 tests
-    for a drop, +1 for a rise.
+# How much each end of a measure's range weighs in every pair's variance, as if observed (a prior of
+# PRIOR_WEIGHT samples at each bound): a pair seen alike a few times may still wobble. Without it a pair
+# that never varied in its 6 samples has no variance, and its one wobble tonight reads as a certain
+# change: with few pairs varying (100 pairs, little noise) alerts came 2.5x as often as planned;
+# with it, at or below plan (bench_alerts.py, docs/alerts.md).
+PRIOR_WEIGHT = 0.2
 
-    Pairs with no sample on either side are left out. With no pair left, or no variation anywhere (a
-    deterministic judge judging as before), the p-value is 1 (0 for a shift with no noise to hide in)."""
+
+def _pair_variances(pooled: np.ndarray, k: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """Each row's variance of one sample, its observed samples (NaN: none) and the prior's pooled."""
+    low, high = bounds
+    w = PRIOR_WEIGHT
+    mean = (np.nansum(pooled, axis=1) + w * (low + high)) / (k + 2 * w)
+    squares = np.nansum((pooled - mean[:, None]) ** 2, axis=1) + w * ((low - mean) ** 2 + (high - mean) ** 2)
+    return squares / (k + 2 * w) * k / np.maximum(k - 1, 1)
+
+
+def shift_test(
+    candidate: np.ndarray, baseline: np.ndarray, *, alpha: float, worse: int = -1, bounds: tuple[float, float] = (0, 1)
+) -> ShiftTest:
+    """Per pair (row), the run's samples and the baseline's (NaN where a pair has fewer), each within
+    `bounds`; `worse` -1 tests for a drop, +1 for a rise.
+
+    Pairs with no sample on either side are left out. With no pair left the p-value is 1; a run judged
+    exactly as its baselines (a deterministic judge, unchanged) has delta 0 and never alerts."""
     k_c, k_b = np.sum(~np.isnan(candidate), axis=1), np.sum(~np.isnan(baseline), axis=1)
     kept = (k_c > 0) & (k_b > 0)
     n = int(kept.sum())
@@ -94,21 +113,12 @@ def shift_test(candidate: np.ndarray, baseline: np.ndarray, *, alpha: float, wor
         return ShiftTest(0, math.nan, math.nan, math.nan, math.nan, 1.0, alpha, math.nan)
     cand, base, k_c, k_b = candidate[kept], baseline[kept], k_c[kept], k_b[kept]
     cand_means, base_means = np.nansum(cand, axis=1) / k_c, np.nansum(base, axis=1) / k_b
-    pooled = np.concatenate([cand, base], axis=1)
     k = k_c + k_b
-    mean = np.nansum(pooled, axis=1) / k
-    squares = np.nansum((pooled - mean[:, None]) ** 2, axis=1)
-    variance = np.where(k > 1, squares / np.maximum(k - 1, 1), 0.0) * (1 / k_c + 1 / k_b)
+    variance = _pair_variances(np.concatenate([cand, base], axis=1), k, bounds) * (1 / k_c + 1 / k_b)
     delta = float(np.mean(cand_means - base_means))
     se = math.sqrt(float(variance.sum())) / n
-    if se == 0.0:
-        p_value = 1.0 if delta * worse <= 0 else 0.0
-    else:
-        p_value = 1 - _NORMAL.cdf(worse * delta / se)
-    # The smallest shift seen with POWER at this noise; with none measured, the fewest pairs whose every
-    # sample turns that would be seen (each such pair alone gives z = sqrt(samples per pair)).
-    floor = math.ceil(z_alpha**2 / float(k.mean())) / n
-    detectable = max((z_alpha + _NORMAL.inv_cdf(POWER)) * se, floor)
+    p_value = 1.0 if se == 0.0 else 1 - _NORMAL.cdf(worse * delta / se)
+    detectable = (z_alpha + _NORMAL.inv_cdf(POWER)) * se  # the smallest shift seen with POWER at this noise
     return ShiftTest(n, float(cand_means.mean()), float(base_means.mean()), delta, se, p_value, alpha, detectable)
 
 
@@ -180,7 +190,11 @@ def decide(candidate: Samples, baseline: Samples, plan: AlertPlan) -> RunAlerts:
     consistency = shift_test(candidate.consistent, baseline.consistent, alpha=plan.position_alpha, worse=-1)
     # The direction is the run's own lean, chosen from the data: each direction gets half the test's share.
     lean_alpha = plan.position_alpha / 2
-    first = shift_test(candidate.lean, baseline.lean, alpha=lean_alpha, worse=direction) if direction else None
+    first = (
+        shift_test(candidate.lean, baseline.lean, alpha=lean_alpha, worse=direction, bounds=(-2, 2))
+        if direction
+        else None
+    )
     return RunAlerts(accuracy, consistency, first, direction)
 
 

@@ -319,3 +319,19 @@ def test_estimate_says_what_the_check_can_detect_and_the_epochs_a_drop_needs(tmp
         and bad.stderr.strip().startswith("error: --detect")
         and len(bad.stderr.strip().splitlines()) == 1
     )
+
+
+def test_the_python_frames_show_epochs_and_noise() -> None:
+    from judgebench_flows.api.evaluation import Evaluation
+    from judgebench_flows.core.records import JudgmentRecord
+    from judgebench_flows.scoring.run_results import RunResults
+
+    scores = list(pair_scores(judged([["AA", "AB"], ["BB", "AA"]])).values())
+    noise = measure_noise(scores)
+    record = JudgmentRecord(
+        pair_id="p0", order=1, epoch=1, source="s", category="c", label="A>B", status="ok", judge_model="m"
+    )
+    evaluation = Evaluation.of(RunResults(epochs=2, epoch_accuracy=[0.5, 0.5], noise=noise), [record])
+    assert list(evaluation.by_epoch()["accuracy"]) == [0.5, 0.5]
+    assert evaluation.judgments()["epoch"].tolist() == [1]
+    assert evaluation.noise is not None and evaluation.noise.epochs == 2

@@ -22,6 +22,7 @@ ACCURACY_COLUMNS = ["accuracy", "ci_low", "ci_high", "correct_count", "valid_sam
 JUDGMENT_COLUMNS = [
     "pair_id",
     "order",
+    "epoch",
     "source",
     "category",
     "label",
@@ -41,8 +42,8 @@ JUDGMENT_COLUMNS = [
 
 class Evaluation(RunResults):
     """What `evaluate` returns: every field of results.json, typed (`overall_accuracy`,
-    `category_accuracy`, `source_accuracy`, `consistency`, `invalid`, `usage`, `regression`, `run`,
-    `outputs`), and pandas views of them."""
+    `category_accuracy`, `source_accuracy`, `consistency`, `epochs`, `noise`, `invalid`, `usage`,
+    `regression`, `run`, `outputs`), and pandas views of them."""
 
     _judgments: list[JudgmentRecord] = PrivateAttr(default_factory=list)
 
@@ -72,6 +73,14 @@ class Evaluation(RunResults):
     def by_source(self) -> pd.DataFrame:
         """Accuracy per source of the questions (the data's `source` field), indexed by source."""
         return _slices(self.source_accuracy, "source").drop(columns="scope").set_index("name")
+
+    def by_epoch(self) -> pd.DataFrame:
+        """Each epoch's official accuracy (`--epochs K`; one row with one epoch), indexed by epoch, and the
+        judge's own noise beside them in `noise` (typed: `JudgeNoise`, None when not measured)."""
+        import pandas as pd
+
+        accuracies = self.epoch_accuracy or [self.overall_accuracy.accuracy]
+        return pd.DataFrame({"accuracy": accuracies}, index=pd.RangeIndex(len(accuracies), name="epoch")).astype(float)
 
     def judgments(self) -> pd.DataFrame:
         """The run's judgments, one row each (a pair judged in both orders is two rows: `order` 0 and 1);

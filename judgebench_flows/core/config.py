@@ -81,7 +81,8 @@ class RunConfig(BaseModel):
     # Each run its own folder ({run_id} is replaced; results/latest links the newest): a run never
     # overwrites what an earlier one wrote unless these options name the same files.
     result_path: str = Field(
-        default="results/{run_id}/results.json", description="results JSON ({run_id}: the run's id)"
+        default="results/{run_id}/results.json",
+        description="results JSON ({run_id}: the run's id; default: results.json in --output-dir)",
     )
     output_dir: str = Field(
         default="results/{run_id}",
@@ -260,6 +261,10 @@ class RunConfig(BaseModel):
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
         if self.endpoint.provider is None:
             self._route()
+        if "result_path" not in self.model_fields_set:
+            # A run's files go together: results.json beside its JSONL and report, wherever --output-dir
+            # puts them (a bucket too: a worker sharing no disk with its reader loses nothing).
+            self.result_path = f"{self.output_dir.rstrip('/')}/results.json"
         return self
 
     def _route(self) -> None:

@@ -32,7 +32,7 @@ WORK_POOL = "judgebench-pool"
 NIGHTLY_CRON = "0 2 * * *"
 NIGHTLY_TIMEZONE = "UTC"
 NIGHTLY_ENTRYPOINT = "flows/nightly.py:nightly_benchmarks"
-ADHOC_ENTRYPOINT = "flows/nightly.py:judgebench_adhoc"
+ADHOC_ENTRYPOINT = "flows/adhoc_flow.py:judgebench_adhoc"
 RETENTION_ENTRYPOINT = "flows/retention_flow.py:judgebench_retention"
 RETENTION_CRON = "30 5 * * *"  # after the night (02:00 UTC) has finished
 

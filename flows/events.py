@@ -36,7 +36,7 @@ from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.secrets import redact
-from judgebench_flows.flows.outcomes import CellOutcome, RunStatus
+from judgebench_flows.scoring.cell_outcome import CellOutcome, RunStatus
 
 RUN_EVENT_PREFIX = "judgebench.run."
 NIGHT_EVENT_PREFIX = "judgebench.night."

@@ -18,6 +18,9 @@ machines that share nothing but the Prefect server, the results database and a b
 from into the same outcome as an in-process cell, so the summary artifact, events, alerts and regression
 checks are the same. Each cell run reports what its endpoint saw (calls, busy time, most in flight) as a
 table artifact the night sums into its per-endpoint figures, as in-process.
+
+The cell run's side is `judge_pool_cell`: what the ad-hoc flow (flows/adhoc_flow.py) does when the night
+gives it a `cell` instead of plain parameters.
 """
 
 from __future__ import annotations
@@ -35,12 +38,17 @@ from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_li
 from judgebench_flows.calls.limits import EndpointUse, union_seconds
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.data.outputs import published_results
 from judgebench_flows.flows.run_pages import night_date
 from judgebench_flows.judging.matrix import MatrixEntry, endpoint_of
+from judgebench_flows.judging.run_context import RunContext, running
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
+    from prefect.states import State
+
+    from judgebench_flows.scoring.cell_outcome import CellOutcome
 
 ADHOC_DEPLOYMENT = "judgebench-adhoc/adhoc"  # the ad-hoc deployment of prefect.yaml and deployments/deploy.py
 POLL_SECONDS = 2.0  # how often the night asks the server how its cell runs are doing
@@ -86,6 +94,31 @@ def pool_cell_entry(cell: PoolCell) -> MatrixEntry:
     global_limit = bool(cell.limit) or config.global_limit
     update = {"endpoint": endpoint, "global_limit": global_limit, "max_cost": max_cost}
     return entry.model_copy(update={"config": config.model_copy(update=update)})
+
+
+async def judge_pool_cell(cell: PoolCell, retry_delay_seconds: float) -> tuple[MatrixEntry, CellOutcome, State]:
+    """A cell run of a pool night, on whichever worker took it: the cell's configuration judged under its
+    endpoint's global limit (shared with the night's other cells on any worker), its worst case reserved
+    from the night's budget before any call and what it spent settled after (data/night_budget.py), and
+    what its endpoint saw reported for the night (`report_endpoint_usage`)."""
+    from prefect.runtime import flow_run
+
+    from judgebench_flows.flows.cell_runs import judge_cell
+
+    entry = pool_cell_entry(cell)
+    # the endpoint's limit, shared with the night's other cells on any worker
+    held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
+    # a pool night's budget: the cell reserves its worst case there before any call (data/night_budget.py)
+    budget = NightBudget(entry.config.db_url, cell.night_budget, cell.name) if cell.night_budget else None
+    cell_run = RunContext(held_limits=held, night_budget=budget)  # also what its endpoint saw, for the night
+    try:
+        with running(cell_run):
+            outcome, state = await judge_cell(entry, retry_delay_seconds, run_name=flow_run.name or None)
+    finally:
+        if budget is not None and cell_run.night_spend is not None:  # what it spent counts; the rest back
+            await asyncio.to_thread(budget.settle, cell_run.night_spend.spent)
+    await report_endpoint_usage(cell_run.calls.endpoint_usage(), cell_run.calls.endpoint_periods())
+    return entry, outcome, state
 
 
 async def ensure_endpoint_limits(entries: list[MatrixEntry]) -> dict[str, tuple[str, str | None]]:

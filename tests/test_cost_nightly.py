@@ -12,7 +12,8 @@ from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.pricing import NightSpend, format_usd
 from judgebench_flows.core.run_names import run_name
 from judgebench_flows.data.night_budget import NightTotals
-from judgebench_flows.flows.nightly import CellOutcome, _within_night_budget, summary_markdown
+from judgebench_flows.flows.night_budgets import within_night_budget as _within_night_budget
+from judgebench_flows.flows.nightly import CellOutcome, summary_markdown
 from judgebench_flows.judging.estimate import estimate_run
 from judgebench_flows.judging.matrix import parse_matrix
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer

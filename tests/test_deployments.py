@@ -1,9 +1,9 @@
 """Deployments end to end: prefect.yaml and deployments/deploy.py register on a real Prefect API, a real
 process worker runs the ad-hoc deployment, and the nightly matrix flow survives a failing configuration.
 
-The worker runs the flow from the repository's own entrypoint (flows/nightly.py) against a real
-OpenAI-compatible server on loopback that answers with the labelled verdict, so the expected accuracy is
-exactly 100%.
+The worker runs the flow from the repository's own entrypoints (flows/nightly.py, flows/adhoc_flow.py)
+against a real OpenAI-compatible server on loopback that answers with the labelled verdict, so the expected
+accuracy is exactly 100%.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def test_prefect_yaml_deploys_both(prefect_server, tmp_path):
     assert nightly.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
     assert _one_night_at_a_time(nightly)
     adhoc = _read_deployment("judgebench-adhoc/adhoc")
-    assert adhoc.entrypoint == "flows/nightly.py:judgebench_adhoc" and not adhoc.schedules
+    assert adhoc.entrypoint == "flows/adhoc_flow.py:judgebench_adhoc" and not adhoc.schedules
     assert adhoc.parameter_openapi_schema["required"] == ["model"]
     retention = _read_deployment("judgebench-retention/retention")
     [daily] = retention.schedules
@@ -155,7 +155,7 @@ def test_adhoc_deployment_runs_on_a_process_worker(prefect_server, judgebench_re
     assert nightly.parameters == {"matrix_path": "deployments/nightly.yaml"} and nightly.work_queue_name == "nightly"
     assert _one_night_at_a_time(nightly)
     adhoc = _read_deployment("judgebench-adhoc/adhoc")
-    assert adhoc.entrypoint == "flows/nightly.py:judgebench_adhoc"
+    assert adhoc.entrypoint == "flows/adhoc_flow.py:judgebench_adhoc"
     assert adhoc.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
 
     url, sha = judgebench_repo

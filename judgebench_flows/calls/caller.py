@@ -33,7 +33,7 @@ from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.calls.transport import BadAnswerBody
 from judgebench_flows.core.api_keys import describe as describe_key_source
-from judgebench_flows.core.completion import CallFailed, Completion
+from judgebench_flows.core.completion import CallFailed, Completion, Sampling
 from judgebench_flows.core.endpoint import EndpointSettings
 from judgebench_flows.core.errors import EndpointUnreachable, RunFailed
 from judgebench_flows.core.identity import call_endpoint
@@ -45,7 +45,7 @@ from judgebench_flows.data.journal import AnswerJournal
 # Early stop: when this many first calls of a run all fail alike and cannot be retried, stop the run.
 EARLY_STOP_CALLS = 20
 # A request as one attempt sent it: the rule it was shaped by, its messages and its parameters.
-Shaped = tuple[RequestRule, list[dict[str, str]], dict[str, Any]]
+Shaped = tuple[RequestRule, list[dict[str, str]], Sampling]
 # Adjustments one call may go through after 400s naming an unsupported parameter (one per parameter).
 MAX_ADJUSTMENTS_PER_CALL = 8
 # Calls that may wait for their batch at once (--batch): a whole run's round.
@@ -189,11 +189,11 @@ class ChatCaller:
     def adjustments(self) -> list[Adjustment]:
         return list(self._learned.adjustments)
 
-    def key(self, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
+    def key(self, messages: Sequence[dict[str, str]], sampling: Sampling) -> str:
         """The cache key of the request actually sent for these messages and sampling (after the rules)."""
         return self._key_under(self._learned.rule, messages, sampling)
 
-    def _key_under(self, rule: RequestRule, messages: Sequence[dict[str, str]], sampling: dict[str, Any]) -> str:
+    def _key_under(self, rule: RequestRule, messages: Sequence[dict[str, str]], sampling: Sampling) -> str:
         sent_messages, params = shape(rule, list(messages), sampling)
         return request_key(call_endpoint(self.base_url, self.provider, self.api), self.model, sent_messages, params)
 
@@ -201,7 +201,7 @@ class ChatCaller:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
         await self.cache.prefetch(keys)
 
-    async def complete(self, messages: list[dict[str, str]], sampling: dict[str, Any]) -> Completion:
+    async def complete(self, messages: list[dict[str, str]], sampling: Sampling) -> Completion:
         rule = self._learned.rule
         key = self._key_under(rule, messages, sampling)
         # An answer this run received is never asked for again, even with --refresh-cache.
@@ -222,7 +222,7 @@ class ChatCaller:
     async def _call(
         self,
         messages: list[dict[str, str]],
-        sampling: dict[str, Any],
+        sampling: Sampling,
         key: str | None = None,
         keyed_rule: RequestRule | None = None,
     ) -> Completion:
@@ -239,7 +239,7 @@ class ChatCaller:
     async def _call_adjusted(
         self,
         messages: list[dict[str, str]],
-        sampling: dict[str, Any],
+        sampling: Sampling,
         key: str | None = None,
         keyed_rule: RequestRule | None = None,
     ) -> Completion:
@@ -365,7 +365,7 @@ class ChatCaller:
         raise CallFailed(reason)
 
     async def _send(
-        self, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped], key: str, made: int = 0
+        self, messages: list[dict[str, str]], sampling: Sampling, sent: list[Shaped], key: str, made: int = 0
     ) -> Completion:
         """One request with its retries (429, 5xx, timeouts, drops, a 200 that is not JSON), within what is
         left of the request's budget (`budget`: a request asked again does not start over). Each attempt
@@ -406,7 +406,7 @@ class ChatCaller:
             raise
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    async def _post(self, messages: list[dict[str, str]], sampling: dict[str, Any], sent: list[Shaped]) -> Any:
+    async def _post(self, messages: list[dict[str, str]], sampling: Sampling, sent: list[Shaped]) -> Any:
         """One attempt, once the call holds its slot: not sent when the run stopped early or spent its
         budget while the call queued, and shaped by the rule in force now."""
         if self._stopped:  # queued behind the calls that stopped the run: never sent
@@ -420,11 +420,11 @@ class ChatCaller:
         sent.append((rule, sent_messages, params))
         return await self.transport.post(sent_messages, params)
 
-    def _probe(self, messages: list[dict[str, str]]) -> Callable[[dict[str, Any]], Awaitable[Completion | None]]:
+    def _probe(self, messages: list[dict[str, str]]) -> Callable[[Sampling], Awaitable[Completion | None]]:
         """One request of these messages with other parameters, no retries or cache (`RawScoreCheck`);
         None when it got no answer."""
 
-        async def send(params: dict[str, Any]) -> Completion | None:
+        async def send(params: Sampling) -> Completion | None:
             self.stats.attempts += 1
             try:
                 response = await self.limits.run(self.transport.post, messages, params)

@@ -20,10 +20,12 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
+from pydantic import JsonValue
 from typing_extensions import TypedDict
 
+from judgebench_flows.core.completion import Sampling
 from judgebench_flows.core.secrets import redact
 from judgebench_flows.core.text import shorten
 
@@ -135,14 +137,14 @@ def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def shape(
-    rule: RequestRule, messages: list[dict[str, str]], sampling: dict[str, Any]
-) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    rule: RequestRule, messages: list[dict[str, str]], sampling: Sampling
+) -> tuple[list[dict[str, str]], Sampling]:
     """The messages and parameters actually sent for a judge's messages and sampling under `rule`."""
     if rule.is_identity:
         return messages, sampling
     if rule.fold_system:
         messages = fold_system(messages)
-    params: dict[str, Any] = {}
+    params: Sampling = {}
     renames = dict(rule.rename)
     for name, value in sampling.items():
         if name in rule.drop or (rule.keep_only is not None and name not in rule.keep_only):
@@ -171,7 +173,7 @@ REJECTION_WORDING = re.compile(
 NEVER_DROPPED = frozenset({"model", "messages", "prompt", "input"})
 
 
-def rejected_parameter(message: str, sent_params: dict[str, Any]) -> str | None:
+def rejected_parameter(message: str, sent_params: Sampling) -> str | None:
     """The sent parameter a 400's message says is not accepted (the first one it names), if it says so."""
     if not REJECTION_WORDING.search(message):
         return None
@@ -210,9 +212,9 @@ class Learned:
 
     def adjust(
         self,
-        sent_params: dict[str, Any],
+        sent_params: Sampling,
         sent_messages: list[dict[str, str]],
-        error: dict[str, Any],
+        error: dict[str, JsonValue],
         message: str | None = None,
     ) -> bool:
         """Change the rule so that what this 400 rejected is not sent again. True if the request should

@@ -26,7 +26,8 @@ from sqlalchemy.engine import Engine
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.pricing import format_usd
-from judgebench_flows.data.db import NightSpendRow, _table, _with_retries, open_database, utcnow
+from judgebench_flows.data.engines import open_database, with_retries
+from judgebench_flows.data.schema import NightSpendRow, table_of, utcnow
 
 NIGHT_ROW = ""  # the night's own row: `held` is its max_cost
 CENT = 1e-9  # dollars below which two amounts are equal (float sums of per-call costs)
@@ -48,7 +49,7 @@ class NightTotals:
 
 
 def _rows(connection: sa.Connection, night: str) -> list[sa.Row]:
-    table = _table(NightSpendRow)
+    table = table_of(NightSpendRow)
     return list(connection.execute(sa.select(table).where(table.c.night == night)).all())
 
 
@@ -71,7 +72,7 @@ class NightBudget:
 
     def open(self, max_cost: float) -> None:
         """The night's row with its budget (a night run again keeps its cells' rows: what they spent counts)."""
-        table = _table(NightSpendRow)
+        table = table_of(NightSpendRow)
 
         def write() -> None:
             with self._engine().begin() as connection:
@@ -87,12 +88,12 @@ class NightBudget:
                         )
                     )
 
-        _with_retries(write, engine=self._engine())
+        with_retries(write, engine=self._engine())
 
     def reserve(self, worst: float) -> float:
         """Reserve this cell's worst case in dollars; what it may spend (its worst case), or
         `NightBudgetRefused` when that no longer fits in what the night has left."""
-        table = _table(NightSpendRow)
+        table = table_of(NightSpendRow)
         granted: list[float] = []
 
         def write() -> None:
@@ -131,12 +132,12 @@ class NightBudget:
                     )
                 granted.append(worst)
 
-        _with_retries(write, engine=self._engine())
+        with_retries(write, engine=self._engine())
         return granted[0]
 
     def settle(self, spent: float) -> None:
         """This cell's attempt ended having spent `spent`: counted, its reservation given back."""
-        table = _table(NightSpendRow)
+        table = table_of(NightSpendRow)
 
         def write() -> None:
             with self._engine().begin() as connection:
@@ -146,7 +147,7 @@ class NightBudget:
                     .values(spent=table.c.spent + spent, held=0.0, updated=utcnow())
                 )
 
-        _with_retries(write, engine=self._engine())
+        with_retries(write, engine=self._engine())
 
     def totals(self) -> NightTotals | None:
         """What the night's cells spent and hold now; None before the night opened its row."""

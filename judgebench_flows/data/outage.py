@@ -12,7 +12,7 @@ exit 5, the answers it received kept in the call cache's journal (`data.journal`
 resumes it.
 
 "Gone" means the connection failed or was cut (psycopg's OperationalError or InterfaceError, SQLAlchemy's
-disconnect), not a deadlock or a serialization failure (tried again at once, `db._with_retries`), nor
+disconnect), not a deadlock or a serialization failure (tried again at once, `engines.with_retries`), nor
 SQLite's "database is locked" (its busy timeout), nor a full disk (`PathNotWritable`, exit 8).
 """
 

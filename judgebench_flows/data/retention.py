@@ -80,7 +80,7 @@ def prune(engine: Engine, keep_days: int, now: datetime | None = None, dry_run: 
                 with engine.begin() as connection:
                     counts[name] = connection.execute(sa.delete(table).where(where)).rowcount or 0
 
-            db._with_retries(delete)
+            db.with_retries(delete)
     return Pruned(cutoff, counted_runs, counts["judgments"], counts["answers"], counts["batches"], dry_run)
 
 

@@ -25,7 +25,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable
-from judgebench_flows.data.db import RunLockRow, _process_gone, _table, _with_retries, utcnow
+from judgebench_flows.data.engines import process_gone, with_retries
+from judgebench_flows.data.schema import RunLockRow, table_of, utcnow
 
 HOLD_SECONDS = 60.0  # a holder that has not renewed for this long is taken over
 RENEW_SECONDS = HOLD_SECONDS / 4
@@ -37,12 +38,12 @@ def _dead(row: sa.Row) -> bool:
     expires = row.expires if row.expires.tzinfo else row.expires.replace(tzinfo=utcnow().tzinfo)
     if expires < utcnow():
         return True
-    return row.host == socket.gethostname() and _process_gone(row.pid)
+    return row.host == socket.gethostname() and process_gone(row.pid)
 
 
 def try_hold(engine: Engine, config_key: str, run_id: str) -> sa.Row | None:
     """Take the configuration's row for `run_id`; None when taken, else the live holder's row."""
-    table = _table(RunLockRow)
+    table = table_of(RunLockRow)
     mine = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}
     expires = utcnow() + timedelta(seconds=HOLD_SECONDS)
     try:
@@ -66,7 +67,7 @@ def try_hold(engine: Engine, config_key: str, run_id: str) -> sa.Row | None:
 
 
 def renew(engine: Engine, config_key: str, run_id: str) -> None:
-    table = _table(RunLockRow)
+    table = table_of(RunLockRow)
 
     def write() -> None:
         with engine.begin() as connection:
@@ -76,17 +77,17 @@ def renew(engine: Engine, config_key: str, run_id: str) -> None:
                 .values(expires=utcnow() + timedelta(seconds=HOLD_SECONDS))
             )
 
-    _with_retries(write, engine=engine)
+    with_retries(write, engine=engine)
 
 
 def release(engine: Engine, config_key: str, run_id: str) -> None:
-    table = _table(RunLockRow)
+    table = table_of(RunLockRow)
 
     def write() -> None:
         with engine.begin() as connection:
             connection.execute(sa.delete(table).where(table.c.config_key == config_key, table.c.run_id == run_id))
 
-    _with_retries(write, engine=engine)
+    with_retries(write, engine=engine)
 
 
 class ConfigurationLock:

@@ -10,9 +10,11 @@ a 401. The request body is OpenAI's, so request rules, retries and the answer ar
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
+from typing_extensions import TypedDict
 
 from judgebench_flows.calls.errors import CallError
 from judgebench_flows.calls.tokens import RefreshedToken
@@ -55,6 +57,13 @@ def token_error(exc: Exception) -> CallError:
     return CallError("connection", message=f"Microsoft Entra ID token request failed: {reason}")
 
 
+class ClientAuth(TypedDict, total=False):
+    """How the OpenAI client authenticates to Azure: a key, or a provider of Entra tokens (one of them)."""
+
+    api_key: str
+    azure_ad_token_provider: Callable[[], Awaitable[str]]
+
+
 class AzureTransport(Transport):
     """The OpenAI wire on `AsyncAzureOpenAI`: the model is the deployment's name."""
 
@@ -72,7 +81,7 @@ class AzureTransport(Transport):
         super().__init__(base_url, model, api_key, request_timeout, concurrency)
 
     def new_client(self, api_key: str, request_timeout: float) -> openai.AsyncOpenAI:
-        auth: dict[str, Any] = (
+        auth: ClientAuth = (
             {"api_key": api_key} if self.token is None else {"azure_ad_token_provider": self.token.bearer}
         )
         return openai.AsyncAzureOpenAI(

@@ -22,6 +22,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pydantic import JsonValue
+
 from judgebench_flows.calls.bedrock_rules import INFERENCE_CONFIG, Family, family_of
 from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.transport import BadAnswerBody, JsonBody
@@ -36,13 +38,13 @@ REFUSAL = re.compile(r"not support|doesn't support|does not support|cannot both 
 
 def converse_body(family: Family, messages: list[dict[str, str]], params: Sampling) -> JsonBody:
     """The Converse body for chat messages and the parameters the family's rule let through."""
-    system: list[Any] = []
+    system: list[JsonValue] = []
     if messages and messages[0].get("role") == "system":
         system, messages = [{"text": str(messages[0]["content"])}], messages[1:]
     params = dict(params)
     if family.one_of and all(name in params for name in family.one_of):
         params.pop(family.one_of[1])
-    config: dict[str, Any] = {"maxTokens": family.asked_tokens(params.get("max_tokens"))}
+    config: dict[str, JsonValue] = {"maxTokens": family.asked_tokens(params.get("max_tokens"))}
     for name, value in params.items():
         if name == "stop":
             config["stopSequences"] = [value] if isinstance(value, str) else value

@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 from pydantic import JsonValue
+from typing_extensions import TypedDict
 
 from judgebench_flows.calls.batch import BatchState, LineResult
 from judgebench_flows.calls.bedrock_api import BedrockTransport, client_error, converse_body
@@ -133,7 +134,22 @@ class BedrockBatches:
         return results
 
 
-def record_result(record: dict[str, Any]) -> LineResult:
+class RecordError(TypedDict, total=False):
+    """An output record's `error`: Bedrock's code (an HTTP status, as a number or text) and message."""
+
+    errorCode: int | str
+    errorMessage: str
+
+
+class OutputRecord(TypedDict, total=False):
+    """One line of a job's `<input file>.out`: its record's id and either the Converse answer or an error."""
+
+    recordId: str
+    modelOutput: JsonValue
+    error: RecordError
+
+
+def record_result(record: OutputRecord) -> LineResult:
     if "modelOutput" in record and not record.get("error"):
         return LineResult(200, record["modelOutput"])
     error = record.get("error") or {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -61,7 +61,7 @@ def epoch_of(epoch: int) -> Iterator[None]:
         EPOCH.reset(token)
 
 
-def _with_epoch(payload: dict[str, object]) -> dict[str, object]:
+def _with_epoch(payload: Mapping[str, object]) -> Mapping[str, object]:
     """The payload keyed with its epoch when it is not the first: epoch 0's keys are the old ones."""
     epoch = EPOCH.get()
     return {**payload, "epoch": epoch} if epoch else payload

@@ -35,7 +35,10 @@ def recent_runs(engine: Engine, config_key: str, run_id: str, limit: int) -> lis
     verdicts = db.runs_verdicts(engine, [r.run_id for r in rows])
     found = []
     for row in rows:
-        scores = pair_scores(FileVerdict(*v[:6], v[6] or "", v[7]) for v in verdicts.get(row.run_id, ()))
+        scores = pair_scores(
+            FileVerdict(pair_id, order, source, category, label, status, decision or "", epoch)
+            for pair_id, order, source, category, label, status, decision, epoch in verdicts.get(row.run_id, ())
+        )
         if scores:
             found.append((row.run_id, scores))
     return found

@@ -217,17 +217,31 @@ def server_env(host: str, port: int) -> dict[str, str]:
     off unless the user set PREFECT_SERVER_ANALYTICS_ENABLED: on a machine that cannot resolve Prefect's
     telemetry host, its failure is logged about 20 s after starting (seen on a machine without DNS), and
     a server whose output has nowhere to go dies of it (`--background`). Its log stream on (LOG_STREAM),
-    unless the user set it: without it, `prefect deployment run ... --watch` prints a run's events but none of its log lines."""
+    unless the user set it: without it, `prefect deployment run ... --watch` prints a run's events but none of its log lines.
+    Its task run recorder batched (TASK_RUN_RECORDER), unless the user set it: fewer writers for a night's
+    subflow runs to meet on SQLite."""
     env = {"PREFECT_SERVER_API_HOST": host, "PREFECT_SERVER_API_PORT": str(port)}
     if not any(os.environ.get(name) for name in UI_API_URL_VARIABLES):
         env["PREFECT_SERVER_UI_API_URL"] = _api_url(host, port)
-    defaults = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **dict.fromkeys(LOG_STREAM, "true")}
+    defaults = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **dict.fromkeys(LOG_STREAM, "true"), **TASK_RUN_RECORDER}
     env.update({name: value for name, value in defaults.items() if name not in os.environ})
     return env
 
 
 # Prefect's server streams flow runs' logs to `--watch` (and other subscribers) only with both on.
 LOG_STREAM = ("PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED")
+
+
+# Prefect's task run recorder writes the task runs and states its clients report as events, by default one
+# event a transaction (batch size 1): on SQLite, every write meets the night's subflow run creations, which
+# read before they write in a deferred transaction, so SQLite answers them "database is locked" at once
+# (its busy timeout does not apply to a read transaction turning writer), the server 503 and Prefect's client
+# retries 2, 4, 8 ... s later. Up to 100 events a transaction, at least once a second: the task runs show up
+# in the UI at most a second later (docs/performance.md, the nightly matrix on SQLite, 2026-12-01).
+TASK_RUN_RECORDER = {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+}
 
 
 # Prefect 3's setting for the API its UI talks to, and its older name (both read by Prefect's settings).

@@ -12,7 +12,11 @@ default. Scenarios (`--scenario`):
   `--pairs 48`);
 - `small`: the same 4 endpoints with 12 models each, 48 cells of `--pairs 16` (a smoke matrix).
 
-The Prefect server and the results database are SQLite files by default (one person's machine); with
+The Prefect server is the package's default: the background server of the benchmark's own PREFECT_HOME
+that a first run starts (`python -m judgebench_flows.cli.prefect_server`, so started with the settings
+runtime/prefect_server.py gives it; its log in PREFECT_HOME/prefect-server.log), on SQLite, and the results
+database a SQLite file (one person's machine). `--server-env NAME=VALUE` (repeatable) adds a setting to
+that server's environment: Prefect's default of a setting the package changes, for an A/B. With
 `--postgres postgresql://USER@HOST:PORT` both are databases of their own on that PostgreSQL server, created
 for the run and dropped after it: a team's setup (docs/operations-deployments.md runs its Prefect server on
 PostgreSQL in production).
@@ -45,18 +49,22 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo, start_prefect_server, stop  # noqa: E402
+from bench_judging import GPT4O_FILE, add_data_option, benchmark_data, make_repo  # noqa: E402
 
 ANSWER = "Output (a)"  # a vanilla verdict
 # endpoints, synchronous models on each, batch cells
 SCENARIOS = {"issue31": (3, 2, 2), "team": (4, 6, 0), "small": (4, 12, 0)}
 NIGHT = """
+import time
+began = time.time()
 import asyncio, json, sys
 from judgebench_flows.flows.nightly import nightly_benchmarks
+imported = time.time()
 state = asyncio.run(nightly_benchmarks(sys.argv[1], retry_delay_seconds=0, return_state=True))
+returned = time.time()
 cells = [{k: o[k] for k in ("endpoint", "wait_s", "duration_s")} for o in state.result()] if state.is_completed() else []
 print(json.dumps({"flow_run_id": str(state.state_details.flow_run_id), "completed": state.is_completed(),
-                  "message": state.message, "cells": cells}))
+                  "message": state.message, "cells": cells, "began": began, "imported": imported, "returned": returned}))
 """
 
 
@@ -101,6 +109,46 @@ def flow_run_times(flow_run_id: str) -> tuple[datetime, datetime]:
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(flow_run_id)
     return run.start_time, run.end_time
+
+
+def start_background_server(env: dict[str, str]) -> str:
+    """The package's background server of `env`'s PREFECT_HOME, started as a first run starts it (on a
+    free port of the benchmark's choosing, so no other user's server is met); its API URL."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**env, "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(port)}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "judgebench_flows.cli.prefect_server"], env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the background Prefect server did not start: {done.stderr.strip()[-2000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def retryable_errors(log: Path) -> list[str]:
+    """The database errors the server answered 503 for (its log, PREFECT_SERVER_LOG_RETRYABLE_ERRORS): per
+    error, the error line and the statement's first words."""
+    found, error = [], None
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if "Encountered retryable exception in request" in line:
+            error = ""
+        elif error == "" and "OperationalError)" in line:
+            error = line.split("OperationalError)", 1)[1].strip()
+        elif error is not None and line.startswith("[SQL: "):
+            found.append(f"{error}: {' '.join(line[6:].split()[:4])}")
+            error = None
+    return found
+
+
+def stop_background_server(env: dict[str, str]) -> None:
+    """Prefect's `prefect server stop` of `env`'s PREFECT_HOME (the pid file the start wrote)."""
+    subprocess.run(
+        [sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @contextlib.contextmanager
@@ -153,6 +201,13 @@ def main() -> None:
     parser.add_argument(
         "--postgres", metavar="URL", help="the Prefect server's and the results' databases on this PostgreSQL server"
     )
+    parser.add_argument(
+        "--server-env",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="a setting in the background Prefect server's environment (repeatable)",
+    )
     add_data_option(parser)
     args = parser.parse_args()
     data = benchmark_data(args.data)  # before anything starts: no data, one line and exit 2
@@ -167,7 +222,12 @@ def measure(args: argparse.Namespace, data: Path, work: Path, prefect_db: str | 
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     if prefect_db:
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = prefect_db
-    prefect, api_url = start_prefect_server(env)
+    # each 503 the server answers (a retryable database error) logged with its statement, counted below
+    server_env = {**env, "PREFECT_SERVER_LOG_RETRYABLE_ERRORS": "true"}
+    for setting in args.server_env:
+        name, _, value = setting.partition("=")
+        server_env[name] = value
+    api_url = start_background_server(server_env)
     env.update(
         PREFECT_API_URL=api_url,
         PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"),
@@ -201,11 +261,26 @@ def measure(args: argparse.Namespace, data: Path, work: Path, prefect_db: str | 
         where = "PostgreSQL" if prefect_db else "SQLite"
         print(
             f"scenario {args.scenario}: {len(servers)} endpoints, Prefect server and results on {where},"
-            f" load average {os.getloadavg()[0]:.1f} now"
+            f" load average {os.getloadavg()[0]:.1f} now; server settings added: {' '.join(args.server_env) or 'none'}"
         )
         print(f"night: {flow_s:.1f} s wall time (the flow run); bound {bound:.1f} s; {flow_s / bound:.2f}x")
         print(f"process spawn to the night's summary: {to_summary:.1f} s; {to_summary / bound:.2f}x")
         print(f"process spawn to its exit: {to_exit:.1f} s; {to_exit / bound:.2f}x")
+        phases = {
+            "interpreter": night["began"] - spawned,
+            "imports": night["imported"] - night["began"],
+            "to the flow run's start": start.timestamp() - night["imported"],
+            "flow run": flow_s,
+            "to the flow's return": night["returned"] - end.timestamp(),
+            "to exit": exited - night["returned"],
+        }
+        print("process phases: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items()))
+        errors = retryable_errors(work / "prefect" / "prefect-server.log")
+        print(
+            f"server: {len(errors)} answers 503 (retryable database errors), log {work / 'prefect'}/prefect-server.log"
+        )
+        for what in sorted(set(errors)):
+            print(f"  {errors.count(what)} x {what}")
         for number, server in enumerate(servers):
             print(f"endpoint {number}: {server.answered} calls, at most {server.max_in_flight} in flight")
         cells = night["cells"]
@@ -224,7 +299,7 @@ def measure(args: argparse.Namespace, data: Path, work: Path, prefect_db: str | 
     finally:
         for server in [*servers, batches]:
             server.stop()
-        stop(prefect)  # a server that outlives SIGTERM is killed, not left behind
+        stop_background_server(env)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,18 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import JsonValue
 
 JOURNAL_FOLDER = "call-journal"
+
+Row = dict[str, JsonValue | datetime]
+"""A journaled row as read back: its table's columns as JSON values, its date columns as datetimes."""
 
 
 def default_cache_dir() -> Path:
@@ -59,7 +63,7 @@ class AnswerJournal:
         """Rows are in the journal that the database has not confirmed yet."""
         return self._fd is not None
 
-    def append(self, rows: list[dict[str, Any]]) -> None:
+    def append(self, rows: Sequence[Mapping[str, object]]) -> None:
         """Append `rows` and fsync: when this returns, they survive a crash of this process or machine.
         A write that fails (a full disk) leaves no torn line behind and raises `OSError`."""
         if not rows:
@@ -98,12 +102,12 @@ class AnswerJournal:
                 self._fd = None
 
 
-def _rows_of(path: Path, table: sa.Table) -> list[dict[str, Any]]:
+def _rows_of(path: Path, table: sa.Table) -> list[Row]:
     """The journal's rows with the table's columns only, dates back as datetimes; a torn last line (the
     process died mid-write, before its fsync) is skipped."""
     dates = {c.name for c in table.columns if isinstance(getattr(c.type, "impl", c.type), sa.DateTime)}
     columns = {c.name for c in table.columns}
-    rows = []
+    rows: list[Row] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             raw = json.loads(line)
@@ -119,7 +123,7 @@ def _rows_of(path: Path, table: sa.Table) -> list[dict[str, Any]]:
     return rows
 
 
-def replay(directory: Path, table: sa.Table, write: Callable[[list[dict[str, Any]]], None]) -> int:
+def replay(directory: Path, table: sa.Table, write: Callable[[list[Row]], None]) -> int:
     """Write every journal left in `directory` (by processes that ended before the database took their
     answers) through `write`, then remove it; journals still held by a live process are left alone.
     Returns the rows written. A write that fails raises, and the journal stays for the next try."""

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
 from judgebench_flows.core.errors import PathNotWritable, UserError
 from judgebench_flows.data import storage
 
@@ -112,7 +114,7 @@ def for_run(path: str, run_id: str) -> str:
     return path.replace(RUN_ID_FIELD, run_id)
 
 
-def read_results(path: str | Path) -> dict[str, Any] | None:
+def read_results(path: str | Path) -> dict[str, JsonValue] | None:
     """A results file (a path or an object-store URL), or None when it cannot be read; a run folder's
     `results.json` written by an earlier version under its old name (`judgebench.json`) is read too."""
     candidates = [str(path)]
@@ -126,7 +128,7 @@ def read_results(path: str | Path) -> dict[str, Any] | None:
     return None
 
 
-def latest_results(result_path: str) -> dict[str, Any] | None:
+def latest_results(result_path: str) -> dict[str, JsonValue] | None:
     """The results.json of the newest run of a per-run layout that finished with results (through
     `latest`), or None when none can be read."""
     try:

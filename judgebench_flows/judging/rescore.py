@@ -24,6 +24,8 @@ from judgebench_flows.judges.custom import ParseFailed
 from judgebench_flows.scoring.published import (
     VALID_DECISIONS,
     FileVerdict,
+    OutputsLine,
+    RecordedJudgment,
     iter_rows,
     score_verdicts,
     verdicts_of_line,
@@ -47,7 +49,7 @@ def judge_for(judge_type: str, judge_template: str | None = None, templates_dir:
     return judge
 
 
-def _recorded(judgment: dict[str, Any]) -> str:
+def _recorded(judgment: RecordedJudgment) -> str:
     decision = judgment.get("decision")
     return decision.strip() if isinstance(decision, str) else ""
 
@@ -85,9 +87,7 @@ class Rescore(Section):
     _optional = frozenset({"output"})
 
 
-def reparsed_line(
-    row: dict[str, Any], judge: Any, counts: dict[str, int], changes: list[DecisionChange]
-) -> dict[str, Any]:
+def reparsed_line(row: OutputsLine, judge: Any, counts: dict[str, int], changes: list[DecisionChange]) -> OutputsLine:
     """A copy of one outputs line with our parser's decisions; counts what was re-parsed and records
     every decision that differs from the file's in `changes`."""
     new_row = copy.deepcopy(row)
@@ -143,7 +143,7 @@ def rescore_file(
     recorded_verdicts: list[FileVerdict] = []
     ours_verdicts: list[FileVerdict] = []
     changes: list[DecisionChange] = []
-    rewritten: list[dict[str, Any]] = []
+    rewritten: list[OutputsLine] = []
     counts = {"judgments": 0, "reparsed": 0, "failed": 0, "no_text": 0}
     file_judges: set[str] = set()
     seen: dict[str, int] = {}

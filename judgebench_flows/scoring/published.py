@@ -20,7 +20,10 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from pydantic import JsonValue
+from typing_extensions import TypedDict
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.records import CATEGORIES, category_of, flip
@@ -35,6 +38,37 @@ OUTPUT_NAME = re.compile(
 )
 DATA_NAME = re.compile(r"^dataset=(?P<dataset>[^,]+),response_model=(?P<response_model>[^,]+?)(?:\.jsonl)?$")
 VALID_DECISIONS = ("A>B", "B>A", "A=B")
+
+
+class RecordedJudgment(TypedDict, total=False):
+    """One entry of an outputs line's `judgments` (null when the call failed): the judge's answer
+    (`{"judge_model", "prompt", "response"}`, a reward model's `{"judge_model", "scores"}`) and the
+    decision read from it; our runs add `status`, `error` and `order`. A file read is not trusted to
+    hold this shape: its readers check what they use."""
+
+    judgment: dict[str, JsonValue]
+    decision: str | None
+    status: str
+    error: str | None
+    order: int
+
+
+class OutputsLine(TypedDict, total=False):
+    """One line of an outputs file (JudgeBench's `outputs/` record shape): the pair's fields (a data
+    file's extra fields too), the judge's name, our `--epochs` runs' `epoch`, and `judgments` by order."""
+
+    pair_id: str
+    source: str
+    question: str
+    response_A: str
+    response_B: str
+    label: str
+    original_id: int | str | None
+    response_model: str | None
+    swapped: bool
+    epoch: int
+    judge_name: str
+    judgments: list[RecordedJudgment | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +140,7 @@ def _status_of(judgment: Any) -> tuple[str, str]:
     return "invalid", decision
 
 
-def verdicts_of_line(row: dict[str, Any], key: str) -> list[FileVerdict]:
+def verdicts_of_line(row: OutputsLine, key: str) -> list[FileVerdict]:
     """The verdicts of one outputs line; `key` is the pair's key in the metric (its id, or id#n)."""
     label = row["label"]
     if label not in ("A>B", "B>A"):
@@ -132,7 +166,7 @@ def verdicts_of_line(row: dict[str, Any], key: str) -> list[FileVerdict]:
     return verdicts
 
 
-def iter_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_rows(path: Path | str) -> Iterator[tuple[int, OutputsLine]]:
     """(line number, record) for every non-blank line; a bad line is a UserError naming file and line.
     `path` may be an object-store URL (data.storage), streamed as a file is."""
     where, label = storage.shown(str(path)), storage.name(str(path))
@@ -151,7 +185,7 @@ def iter_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise UserError(f"{label} line {number}: not JSON ({exc.msg})") from None
             if not isinstance(row, dict):
                 raise UserError(f"{label} line {number}: not a JSON object")
-            yield number, row
+            yield number, cast(OutputsLine, row)  # its shape unchecked: its readers check what they use
     except UnicodeDecodeError:
         raise UserError(f"cannot read {where}: not UTF-8 text") from None
     except OSError as exc:
@@ -160,7 +194,7 @@ def iter_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
         opened.__exit__(None, None, None)
 
 
-def _recorded_judge_model(row: dict[str, Any]) -> str | None:
+def _recorded_judge_model(row: OutputsLine) -> str | None:
     for judgment in row.get("judgments") or []:
         if isinstance(judgment, dict) and isinstance(judgment.get("judgment"), dict):
             model = judgment["judgment"].get("judge_model")
@@ -169,7 +203,7 @@ def _recorded_judge_model(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _epoch_of(row: dict[str, Any]) -> int:
+def _epoch_of(row: OutputsLine) -> int:
     """The line's `epoch` (written by runs with `--epochs`), 0 when it has none or not a count."""
     epoch = row.get("epoch")
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else 0
@@ -181,7 +215,7 @@ def read_outputs_file(path: str | Path) -> OutputsFile:
     named = OUTPUT_NAME.match(path.name)
     seen: dict[str, int] = {}
     verdicts: list[FileVerdict] = []
-    first: dict[str, Any] | None = None
+    first: OutputsLine | None = None
     recorded_model: str | None = None
     lines = duplicates = 0
     orders: set[int] = set()
@@ -322,6 +356,8 @@ __all__ = [
     "OutputsFile",
     "data_file_parts",
     "judge_model_id",
+    "OutputsLine",
+    "RecordedJudgment",
     "iter_rows",
     "outputs_files",
     "read_outputs_file",

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
 from judgebench_flows.core.errors import PathNotWritable
 from judgebench_flows.core.records import JudgmentRecord, Pair
@@ -79,7 +78,7 @@ def correctness_of(scores: dict[str, metrics.PairScore]) -> dict[str, float]:
     return {pair_id: s.correctness for pair_id, s in scores.items()}
 
 
-def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: str) -> Iterable[dict[str, Any]]:
+def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: str) -> Iterable[dict[str, JsonValue]]:
     """JudgeBench's outputs/ record shape: the pair plus `judgments`, so its own scripts read our files.
 
     With `--epochs K` a pair has one line per epoch, each with its `epoch` (0..K-1) beside `pair_id`:
@@ -96,7 +95,9 @@ def jsonl_rows(pairs: list[Pair], judgments: list[JudgmentRecord], judge_name: s
                 yield row
 
 
-def _jsonl_row(pair: Pair, judged: list[JudgmentRecord], judge_name: str, epoch: int | None) -> dict[str, Any] | None:
+def _jsonl_row(
+    pair: Pair, judged: list[JudgmentRecord], judge_name: str, epoch: int | None
+) -> dict[str, JsonValue] | None:
     """One line: the pair and its judgments of one epoch in order (None when it has none)."""
     records = sorted(judged, key=lambda r: r.order)
     if not records:
@@ -148,5 +149,5 @@ def write_json(path: str | Path, data: BaseModel, option: str = "--result-path")
     return write_atomic(path, json.dumps(data.model_dump(), indent=2, ensure_ascii=False, default=str) + "\n", option)
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]], option: str = "--output-dir") -> Path:
+def write_jsonl(path: str | Path, rows: Iterable[Mapping[str, object]], option: str = "--output-dir") -> Path:
     return write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), option)

@@ -89,8 +89,11 @@ def test_noise_figures_by_hand() -> None:
 def test_runs_as_epochs_measure_noise_across_runs() -> None:
     runs = [pair_scores(judged([["AA"], [v]])) for v in ("AA", "BB", "AA")]
     merged = as_epochs(runs)
-    noise = measure_noise(merged, source="runs")
+    noise = measure_noise(merged, source="runs", run_epochs=1)
     assert noise is not None and noise.epochs == 3 and noise.varying_pairs == 0.5
+    # one run of one epoch lands sqrt(within / n) from another, not sqrt(within / (n x runs))
+    within = np.mean(3 / 2 * np.array([0, 2 / 3]) * (1 - np.array([0, 2 / 3])))
+    assert noise.run_to_run_sd == round(math.sqrt(within / 2), 6)
     assert "assumes the judge did not change" in noise.message
 
 

@@ -56,8 +56,13 @@ def correctness_matrix(scores: Sequence[PairScore]) -> np.ndarray:
     return np.asarray(rows, dtype=float).reshape(len(rows), epochs)
 
 
-def measure_noise(scores: Sequence[PairScore], source: Literal["epochs", "runs"] = "epochs") -> JudgeNoise | None:
-    """The noise over these pairs' epochs (None with fewer than two epochs or no pairs)."""
+def measure_noise(
+    scores: Sequence[PairScore], source: Literal["epochs", "runs"] = "epochs", run_epochs: int | None = None
+) -> JudgeNoise | None:
+    """The noise over these pairs' epochs (None with fewer than two epochs or no pairs).
+
+    `run_epochs`: with `source` "runs", the epochs of the run described (its first columns): the noise
+    is measured over every run, the interval and run-to-run SD are that run's, with its own epochs."""
     c = correctness_matrix(scores)
     n, k = c.shape
     if n == 0 or k < 2:
@@ -66,8 +71,9 @@ def measure_noise(scores: Sequence[PairScore], source: Literal["epochs", "runs"]
     within = float(np.mean(k / (k - 1) * m * (1 - m)))
     spread = float(np.var(m, ddof=1)) if n > 1 else 0.0
     between = max(0.0, spread - within / k)
-    se = math.sqrt(spread / n)
-    accuracy = float(m.mean())
+    own = run_epochs or k  # the samples per pair of the run the figures describe
+    se = math.sqrt((between + within / own) / n) if run_epochs else math.sqrt(spread / n)
+    accuracy = float(c[:, :own].mean())
     noise = JudgeNoise(
         source=source,
         epochs=k,
@@ -80,7 +86,7 @@ def measure_noise(scores: Sequence[PairScore], source: Literal["epochs", "runs"]
         clustered_se=round(se, 6),
         ci_low=round(max(0.0, accuracy - Z95 * se), 6),
         ci_high=round(min(1.0, accuracy + Z95 * se), 6),
-        run_to_run_sd=round(math.sqrt(within / (n * k)), 6),
+        run_to_run_sd=round(math.sqrt(within / (n * own)), 6),
     )
     noise.message = describe(noise)
     return noise

@@ -191,7 +191,8 @@ def run_noise(scores: dict[str, PairScore], baselines: Sequence[Baseline], chang
     runs = [s for _, s in baselines] if changed else [scores, *(s for _, s in baselines)]
     if len(runs) < 2:
         return None
-    return measure_noise(as_epochs(runs), source="runs")
+    # the figures describe one run of one epoch (this one's, or a baseline's when this one changed)
+    return measure_noise(as_epochs(runs), source="runs", run_epochs=1)
 
 
 def against_recent_runs(

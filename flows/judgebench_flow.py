@@ -7,6 +7,7 @@ cluster, each shard builds its own client on its worker, and every call also hol
 global concurrency limit, so `--concurrency` and `--rpm` hold across all workers. A run is recorded in the results
 database from its start, so a crashed run is visible in `judgebench history` as "running"/"failed".
 How shards run is in `shard_runs` (in process) and `dask_shards`; results.json is `scoring.run_results`.
+What its calls counted and cost is `run_usage`'s; where its files go, `run_files`'s.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -29,29 +28,34 @@ from prefect.context import get_run_context
 from prefect.exceptions import TerminationSignal
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
-from pydantic import JsonValue
 from sqlalchemy.engine import Engine
-from typing_extensions import Required, TypedDict
 
 from judgebench_flows.calls.caller import CallStats
 from judgebench_flows.calls.global_limits import ensure_limits
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, RunFailed
-from judgebench_flows.core.pricing import BudgetReached, NightSpend, cost_usd, format_usd, retirement_notice, split_cost
+from judgebench_flows.core.pricing import BudgetReached, retirement_notice
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
-from judgebench_flows.data import db, storage
+from judgebench_flows.data import db
 from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
 from judgebench_flows.data.outage import run_wait
-from judgebench_flows.data.outputs import RUN_ID_FIELD, for_run, mark_failed, point_latest
 from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.cache_scope import ReuseScope, cache_use, reuse_scope
 from judgebench_flows.flows.events import RunTrace, emit, run_event
 from judgebench_flows.flows.retries import is_transient
+from judgebench_flows.flows.run_files import (
+    output_judge_name,
+    parts_folder,
+    remove_parts,
+    settle_folder,
+    with_run_paths,
+)
 from judgebench_flows.flows.run_pages import judgebench_run_name, say_link
+from judgebench_flows.flows.run_usage import check_worst_case, cost_of_calls, priced_as, usage_of_run
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.provenance import provenance_of
 from judgebench_flows.judging.run_context import RunContext, running
@@ -134,14 +138,6 @@ async def hold_configuration(engine: Engine, config_key: str, run_id: str) -> Co
     return lock
 
 
-def output_judge_name(config: RunConfig) -> str:
-    """The judge's name in output file names: a custom judge is `custom_<Class>`, never its file path,
-    which would put directories (or `..`) into the JSONL's file name."""
-    if config.judge_template:
-        return "custom_" + config.judge_template.rsplit(":", 1)[-1].replace("/", "_")
-    return config.judge_type.replace(":", "_").replace("/", "_")
-
-
 def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> str | None:
     """Why the run is not a measurement (failed + invalid judgments above the allowed share), or None."""
     judgments = results["usage"]["judgments"]
@@ -153,116 +149,6 @@ def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> 
         f"{bad} of {judgments} judgments failed or were invalid ({bad / judgments:.1%}, more than "
         f"--max-failed-fraction {max_failed_fraction:g}): {reasons}"
     )
-
-
-class CallCounts(TypedDict, total=False):
-    """results.json's `usage` counts of calls, where this process knows them (`usage_of_calls`)."""
-
-    paid_calls: int
-    attempts: int | None
-    errors: int | None
-    cached_calls: int
-
-
-class CallCost(TypedDict, total=False):
-    """results.json's `usage.cost_usd` and `usage.prices`, and a batch run's calls sent synchronously."""
-
-    cost_usd: Required[float | None]
-    prices: Required[dict[str, JsonValue] | None]  # the `PricedAs` entry used, as JSON
-    synchronous_calls: int
-    synchronous_cost_usd: float
-
-
-class RunUsage(CallCounts, CallCost, total=False):
-    """results.json's `usage` beyond what the records count (`usage_of_run`)."""
-
-
-def cost_of_calls(
-    spec: JudgeSpec, sent: CallStats | None, tally: Tally, paid: tuple[int, int, int] | None = None
-) -> CallCost:
-    """results.json's `usage.cost_usd` (None: unpriced, never 0) and `usage.prices` (the entry used).
-
-    Paid tokens only: this process's clients count the calls they sent (a cache hit sends none); on Dask
-    the answers the call cache holds as paid by this run (`paid`, see `usage_on_dask`), else the records
-    (judgments none of whose calls came from a cache)."""
-    synchronous = sent.synchronous if sent is not None else 0
-    if spec.price is None:
-        unpriced: CallCost = {"cost_usd": None, "prices": None}
-        if synchronous:
-            unpriced["synchronous_calls"] = synchronous
-        return unpriced
-    if sent is not None:
-        prompt, completion = sent.prompt_tokens, sent.completion_tokens
-    elif paid is not None and paid[0] >= tally.usage["paid_calls"]:
-        prompt, completion = paid[1], paid[2]
-    else:
-        prompt, completion = tally.usage["paid_prompt_tokens"], tally.usage["paid_completion_tokens"]
-    if synchronous and sent is not None:  # a batch run past its deadline: those calls at the synchronous price
-        sync_tokens = (sent.synchronous_prompt_tokens, sent.synchronous_completion_tokens)
-        return {
-            "cost_usd": round(split_cost(spec.price, prompt, completion, *sync_tokens), 6),
-            "prices": spec.price.model_dump(),
-            "synchronous_calls": synchronous,
-            "synchronous_cost_usd": round(cost_usd(spec.price, *sync_tokens, False), 6),
-        }
-    return {"cost_usd": round(spec.price.cost(prompt, completion), 6), "prices": spec.price.model_dump()}
-
-
-def priced_as(spec: JudgeSpec) -> str:
-    """The results database's note of how a run was priced: the entry and its date, or "unpriced"."""
-    if spec.price is None:
-        return "unpriced"
-    return f"{spec.price.model}{' batch' if spec.price.batch else ''} read {spec.price.read_on or '?'}"
-
-
-def check_worst_case(
-    config: RunConfig, spec: JudgeSpec, index: PairIndex, engine: Engine, run: RunContext | None = None
-) -> None:
-    """With --max-cost, the run's worst case (what the call cache does not answer) against it before
-    any call (refused: exit 2); a pool night's cell (`run.night_budget`) then reserves it in the night's
-    budget and runs with that reservation as its limit (data/night_budget.py)."""
-    if config.max_cost is None or not config.needs_endpoint:
-        return
-    from judgebench_flows.judging.estimate import check_budget, worst_case
-
-    estimate = worst_case(spec, index.path, index.offsets, engine)
-    check_budget(estimate, config.max_cost, config.prices)
-    get_run_logger().info("worst case %s within --max-cost %s", estimate.worst_usd, config.max_cost)
-    if run is not None and run.night_budget is not None:  # a pool night's cell: its worst case reserved there
-        if run.night_spend is not None:  # an earlier attempt of this cell run: what it spent counts first
-            run.night_budget.settle(run.night_spend.spent)
-            run.night_spend = None
-        granted = run.night_budget.reserve(estimate.worst_usd or 0.0)
-        run.night_spend = NightSpend(max_cost=max(granted, 1e-9))
-        get_run_logger().info("reserved %s of the night's budget", format_usd(granted))
-
-
-def usage_of_calls(sent: CallStats | None) -> CallCounts:
-    """Paid calls are the calls this run sent that were answered, counted where they were sent: a
-    judgment from a cache paid nothing. Attempts are requests
-    sent, retries included; errors are attempts that got no answer. Unknown on Dask (None)."""
-    if sent is None:
-        return {"attempts": None, "errors": None}
-    return {"paid_calls": sent.answered, "attempts": sent.attempts, "errors": sent.attempts - sent.answered}
-
-
-def usage_on_dask(paid: tuple[int, int, int] | None, tally: Tally) -> CallCounts:
-    """Paid and cached calls of a Dask run, counting what its lost attempts paid.
-
-    A worker that dies mid-shard has paid for the answers it already wrote to the call cache; the shard's
-    retry elsewhere reads them from there, so its records call them cached. The call cache notes the run
-    that paid each answer (`paid`: this run's answers, tokens), so they count as paid, not cached."""
-    if paid is None or paid[0] < tally.usage["paid_calls"]:  # no call cache to ask: the records say it
-        return {}
-    lost_attempts = paid[0] - tally.usage["paid_calls"]
-    return {"paid_calls": paid[0], "cached_calls": max(0, tally.usage["cached_calls"] - lost_attempts)}
-
-
-def usage_of_run(engine: Engine, run_id: str, spec: JudgeSpec, sent: CallStats | None, tally: Tally) -> RunUsage:
-    """results.json's `usage` beyond the records': calls sent and what they cost."""
-    paid = db.paid_by_run(engine, run_id) if sent is None else None
-    on_dask = usage_on_dask(paid, tally) if sent is None else CallCounts()
-    return {**usage_of_calls(sent), **on_dask, **cost_of_calls(spec, sent, tally, paid)}
 
 
 async def run_spec(
@@ -474,38 +360,6 @@ class Stopwatch:
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
         return round(elapsed, 3)
-
-
-def with_run_paths(config: RunConfig, run_id: str) -> RunConfig:
-    """The run's own result path and output folder (`{run_id}` in them replaced by its id)."""
-    return config.model_copy(
-        update={"result_path": for_run(config.result_path, run_id), "output_dir": for_run(config.output_dir, run_id)}
-    )
-
-
-def parts_folder(output_dir: str, run_id: str) -> Path:
-    """Where the shards' JSONL parts wait for publishing: beside the outputs on a disk, in the system's
-    temporary folder when the outputs go to an object store (parts are appended to, objects are not)."""
-    if storage.is_url(output_dir):
-        return Path(tempfile.gettempdir()) / "judgebench-parts" / run_id
-    return Path(output_dir) / ".parts" / run_id
-
-
-def remove_parts(parts_dir: Path) -> None:
-    """The run's parts, and their `.parts` folder when no other run's parts are left in it: a finished
-    run's folder holds its outputs only."""
-    shutil.rmtree(parts_dir, ignore_errors=True)
-    with contextlib.suppress(OSError):  # another run of the same output folder still writing its parts
-        parts_dir.parent.rmdir()
-
-
-def settle_folder(layout: str, folder: str, run_id: str, too_little: str | None) -> None:
-    """A run folder of a per-run layout: `latest` names it when the run finished with results; a run that
-    measured too little keeps its folder, marked FAILED with the reason, and `latest` stays where it was."""
-    if not too_little:
-        point_latest(layout, run_id)
-    elif RUN_ID_FIELD in layout:
-        mark_failed(folder, too_little)
 
 
 async def publish(
@@ -736,4 +590,4 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         lock.release()
 
 
-__all__ = ["judgebench_flow", "make_shards"]
+__all__ = ["cost_of_calls", "judgebench_flow", "make_shards"]

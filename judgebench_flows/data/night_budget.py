@@ -4,7 +4,7 @@ through the results database every worker already shares.
 In one process a night's cells count their spend in memory (`core.pricing.NightSpend`). A pool night's
 cells run on other machines, so the count lives in the `night_spend` table: the night writes its row
 (`max_cost`) before its first cell run; each cell run, once it knows its worst case (what the call cache
-does not answer: `flows/judgebench_flow.check_worst_case`), reserves it there before its first call, and
+does not answer: `flows/run_usage.check_worst_case`), reserves it there before its first call, and
 runs with that reservation as its limit (its calls stop there, as a run's `--max-cost`); when it ends it
 records what it spent and gives the rest back. A cell whose worst case no longer fits in what the night
 has left (spent by the cells that ended, held by those running) is refused before any call, with one line.

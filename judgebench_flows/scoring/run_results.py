@@ -138,14 +138,15 @@ class RunHeader(Section):
 
 
 class RunResults(RunHeader):
-    _optional = frozenset({"outputs", "provenance", "drift", "epoch_accuracy", "noise"})
+    _optional = frozenset({"outputs", "provenance", "drift", "epochs", "epoch_accuracy", "noise"})
 
     overall_accuracy: SliceAccuracy = Field(default_factory=SliceAccuracy)
     category_accuracy: dict[str, SliceAccuracy] = {}
     source_accuracy: dict[str, SliceAccuracy] = {}
     consistency: Consistency | None = None
-    # --epochs: how many times each pair was judged in each order; with several, each epoch's accuracy.
-    epochs: int = 1
+    # --epochs: how many times each pair was judged in each order, written when more than one (a file
+    # without it is one epoch: `epoch_count`); with several, each epoch's accuracy.
+    epochs: int | None = None
     epoch_accuracy: list[float] | None = None
     # The judge's own noise (`scoring.noise`): over its epochs, or across its recent runs with one epoch.
     noise: JudgeNoise | None = None
@@ -182,7 +183,8 @@ class RunResults(RunHeader):
             measured.noise = noise
         return cls(
             **header.model_dump(),
-            **measured.model_dump(exclude={"usage"}),
+            **measured.model_dump(exclude={"usage", "epochs"}),
+            epochs=measured.epochs if measured.epochs > 1 else None,
             usage=Usage.model_validate(totals),
             regression=regression,
             run=run,
@@ -198,6 +200,11 @@ class RunResults(RunHeader):
             error = exc.errors()[0]
             where = ".".join(str(part) for part in error["loc"]) or "the document"
             raise UserError(f"not a readable results.json: {where}: {error['msg']}") from None
+
+    @property
+    def epoch_count(self) -> int:
+        """How many times each pair was judged in each order (1 for a file without `epochs`)."""
+        return self.epochs or 1
 
     @property
     def regressed(self) -> bool:

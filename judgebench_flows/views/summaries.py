@@ -40,12 +40,12 @@ def _problems(results: RunResults) -> str | None:
 
 def print_results(results: RunResults) -> None:
     # names from the command line or a stored run: their control characters escaped, never markup
-    epochs = f", mean of {results.epochs} epochs" if results.epochs > 1 else ""
+    epochs = f", mean of {results.epoch_count} epochs" if results.epoch_count > 1 else ""
     table = Table(
         title=f"JudgeBench: {escape(printable(results.judge_type))} / {escape(printable(results.model))}{epochs}"
     )
     # with epochs, "correct" counts pair-epochs: correct / (total x epochs) is the accuracy
-    correct = "correct" if results.epochs == 1 else f"correct of {results.epochs}x"
+    correct = "correct" if results.epoch_count == 1 else f"correct of {results.epoch_count}x"
     for column in ("slice", "accuracy", "95% CI", correct, "valid", "total"):
         table.add_column(column, justify="left" if column == "slice" else "right")
     rows = [("overall", results.overall_accuracy), *results.category_accuracy.items()]

@@ -132,7 +132,8 @@ def _row(entry: Entry) -> Row:
     )
 
 
-def build_context(board: Leaderboard) -> dict[str, Any]:
+def build_context(board: Leaderboard) -> dict[str, object]:
+    """The leaderboard template's variables by name (only the template reads them)."""
     keys = _sort_keys()
     groups = []
     for index, (name, members) in enumerate(groups_of(board.entries).items()):

@@ -20,6 +20,7 @@ from typing import Any
 from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.core.records import CATEGORIES, JudgmentRecord, category_of, flip
@@ -261,7 +262,19 @@ def _counted(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{value or '(unsaid)'} ({_count(n)})" for value, n in ordered) or "–"
 
 
-def _provenance_view(results: RunResults) -> dict[str, Any] | None:
+class ProvenanceView(TypedDict):
+    """The report's provenance card: (name, value) rows of what was sent and of what the endpoint said,
+    the answers counted, the cache's line and the drift against the baseline run."""
+
+    sent: list[tuple[str, str]]
+    heard: list[tuple[str, str]]
+    answers: str | None
+    cache: str | None
+    changed: bool
+    drift: str | None
+
+
+def _provenance_view(results: RunResults) -> ProvenanceView | None:
     """What was sent (package version, template hash, sampling, provider, endpoint: no credentials are
     recorded) and what the endpoint said about the model that answered (`model`, `system_fingerprint`,
     a vLLM server's `/models` entry), with what of it changed against the baseline run. None for a run
@@ -303,8 +316,9 @@ def build_context(
     results: RunResults,
     judgments: Sequence[JudgmentRecord],
     history: Sequence[HistoryPoint] = (),
-) -> dict[str, Any]:
-    """Everything the template shows, already formatted: keeps arithmetic and fallbacks out of Jinja.
+) -> dict[str, object]:
+    """Everything the template shows, already formatted: keeps arithmetic and fallbacks out of Jinja (its
+    variables by name: only the template reads them).
     A results.json's content and plain judgment or history dicts are read into their models."""
     results = RunResults.model_validate(results)
     judgments = [JudgmentRecord.model_validate(j) for j in judgments]

@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 from judgebench_flows.scoring.formatting import finite, percent
 from judgebench_flows.scoring.result_types import SliceAccuracy
@@ -36,6 +37,121 @@ _TREND_WIDTH = 800
 _TREND_HEIGHT = 240
 _TREND_LEFT, _TREND_RIGHT, _TREND_TOP, _TREND_BOTTOM = 56, 16, 20, 44
 _TREND_INSET = 44  # keeps the first and last points' date labels inside the SVG
+
+
+class Whisker(TypedDict):
+    """A bar's 95% interval: a line from x1 to x2 at y, with end caps from y1 to y2."""
+
+    x1: str
+    x2: str
+    y: str
+    y1: str
+    y2: str
+
+
+class BarRow(TypedDict):
+    """One bar: its label and value text, where it is drawn (no bar without an accuracy), its whisker."""
+
+    label: str
+    overall: bool
+    y_text: str
+    bar_y: str
+    bar_w: str | None
+    whisker: Whisker | None
+    value: str
+    detail: str
+    title: str
+
+
+class Tick(TypedDict):
+    """An x-axis tick of the bar chart; `chance` marks 50%."""
+
+    x: str
+    label: str
+    chance: bool
+
+
+class BarChart(TypedDict):
+    """`bar_chart`'s geometry, as the report's template draws it."""
+
+    width: int
+    height: int
+    rows: list[BarRow]
+    ticks: list[Tick]
+    label_x: int
+    x0: int
+    value_x: int
+    axis_bottom: int
+
+
+class YTick(TypedDict):
+    """A y-axis tick of a trend chart."""
+
+    y: str
+    label: str
+
+
+class BiasTick(YTick):
+    """A y-axis tick of the position-bias chart; `chance` marks 50%."""
+
+    chance: bool
+
+
+class TrendPoint(TypedDict):
+    """One run on the accuracy trend: its point, its interval's ends and its labels."""
+
+    x: str
+    y: str
+    y_low: str
+    y_high: str
+    current: bool
+    value: str
+    show_value: bool
+    x_label: str | None
+    title: str
+
+
+class TrendChart(TypedDict):
+    """`trend_chart`'s geometry: the points, the interval band and the line (both None for one run)."""
+
+    width: int
+    height: int
+    points: list[TrendPoint]
+    y_ticks: list[YTick]
+    left: int
+    right: int
+    x_label_y: int
+    band: str | None
+    line: str | None
+
+
+class BiasMark(TypedDict):
+    """One run's value on one series of the position-bias chart."""
+
+    x: str
+    y: str
+    current: bool
+    title: str
+
+
+class BiasSeries(TypedDict):
+    """One series of the position-bias chart (order consistency, first-position rate)."""
+
+    key: str
+    name: str
+    points: list[BiasMark]
+    line: str | None
+
+
+class BiasChart(TypedDict):
+    """`bias_chart`'s geometry."""
+
+    width: int
+    height: int
+    left: int
+    right: int
+    y_ticks: list[BiasTick]
+    series: list[BiasSeries]
 
 
 num = finite
@@ -69,9 +185,9 @@ def _x(fraction: float) -> float:
     return _BAR_X0 + max(0.0, min(1.0, fraction)) * _BAR_PLOT
 
 
-def bar_chart(slices: Sequence[tuple[str, SliceAccuracy, bool]]) -> dict[str, Any]:
+def bar_chart(slices: Sequence[tuple[str, SliceAccuracy, bool]]) -> BarChart:
     """Geometry for a horizontal bar chart: one row per (label, accuracy, is_overall)."""
-    rows = []
+    rows: list[BarRow] = []
     for i, (label, acc, overall) in enumerate(slices):
         y = _BAR_TOP + i * _BAR_ROW
         accuracy = num(acc.accuracy)
@@ -103,7 +219,7 @@ def bar_chart(slices: Sequence[tuple[str, SliceAccuracy, bool]]) -> dict[str, An
             }
         )
     height = _BAR_TOP + len(rows) * _BAR_ROW + 8
-    ticks = [{"x": f"{_x(t / 100):.1f}", "label": f"{t}%", "chance": t == 50} for t in (0, 25, 50, 75, 100)]
+    ticks: list[Tick] = [{"x": f"{_x(t / 100):.1f}", "label": f"{t}%", "chance": t == 50} for t in (0, 25, 50, 75, 100)]
     return {
         "width": _BAR_WIDTH,
         "height": height,
@@ -182,7 +298,7 @@ def _trend_x_label(started: str | None, label_format: str) -> str:
     return parsed.strftime(label_format) if parsed is not None else fmt_time(started)[:10]
 
 
-def trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
+def trend_chart(points: Sequence[HistoryPoint]) -> TrendChart | None:
     """Geometry for the accuracy-over-runs line chart with its interval band; None with no points."""
     if not points:
         return None
@@ -213,7 +329,7 @@ def trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
         return _TREND_LEFT + _TREND_INSET + (span / 2 if n == 1 else i * span / (n - 1))
 
     step = 0.05 if hi - lo <= 0.4 else 0.1
-    y_ticks = []
+    y_ticks: list[YTick] = []
     k = 0
     while lo + k * step <= hi + 1e-9:
         v = lo + k * step
@@ -223,7 +339,7 @@ def trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
     # Every stride-th date plus the last, dropping one that would crowd the last label.
     labelled = {i for i in range(n) if i == n - 1 or (i % stride == 0 and n - 1 - i >= stride)}
     label_format = _trend_label_format([points[i].started for i in sorted(labelled)])
-    out_points = []
+    out_points: list[TrendPoint] = []
     for i, (p, (acc, low, high)) in enumerate(zip(points, values, strict=False)):
         label_x = i in labelled
         out_points.append(
@@ -258,7 +374,7 @@ def trend_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
 _BIAS_SERIES = (("order_consistency", "order consistency"), ("first_position_rate", "first-position rate"))
 
 
-def bias_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
+def bias_chart(points: Sequence[HistoryPoint]) -> BiasChart | None:
     """Geometry for position bias over the same runs as the accuracy trend: order consistency and the
     first-position rate on a fixed 0..100% axis (50% marked: an unbiased judge's first-position rate).
     None when no run has either figure (runs from before they were kept)."""
@@ -275,9 +391,9 @@ def bias_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
     def y(v: float) -> float:
         return _TREND_TOP + (1.0 - v) * plot_h
 
-    series = []
+    series: list[BiasSeries] = []
     for key, name in _BIAS_SERIES:
-        marks = []
+        marks: list[BiasMark] = []
         for i, p in enumerate(points):
             value = num(getattr(p, key))
             if value is not None:
@@ -302,7 +418,10 @@ def bias_chart(points: Sequence[HistoryPoint]) -> dict[str, Any] | None:
 
 
 __all__ = [
+    "BarChart",
+    "BiasChart",
     "HistoryPoint",
+    "TrendChart",
     "bar_chart",
     "bias_chart",
     "count",

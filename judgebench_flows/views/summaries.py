@@ -124,18 +124,22 @@ def print_external_summary(summary: dict[str, Any]) -> None:
     from judgebench_flows.views.tables import short_path
 
     mean = summary.get("mean_score")
-    out.print(
-        f"external judge {summary['judge_function']} ({short_path(summary['judge_path'])}) on {short_path(summary['data_path'])}"
+    out.print(  # names and paths from the user's files: control characters escaped, never markup
+        printable(
+            f"external judge {summary['judge_function']} ({short_path(summary['judge_path'])}) "
+            f"on {short_path(summary['data_path'])}"
+        ),
+        markup=False,
     )
     out.print(
         f"rows {summary['total']}: scored {summary['scored']}, NA {summary['na']}, errors {summary['errors']}; "
         f"mean score {'n/a' if mean is None else f'{mean:.4f}'}"
     )
     for example in (summary.get("error_examples") or [])[:3]:
-        out.print(f"error in row {example.get('qid')}: {example.get('error')}")
-    out.print(f"summary: {short_path(summary['result_path'])}")
+        out.print(printable(f"error in row {example.get('qid')}: {example.get('error')}"), markup=False)
+    out.print(printable(f"summary: {short_path(summary['result_path'])}"), markup=False)
     for path in summary.get("output_files") or []:
-        out.print(f"scores: {short_path(path)}")
+        out.print(printable(f"scores: {short_path(path)}"), markup=False)
 
 
 def print_comparison(comparison: Comparison) -> None:
@@ -192,7 +196,7 @@ def print_comparison(comparison: Comparison) -> None:
         )
     for title, changes in (("endpoint said", comparison.served_changes), ("sent", comparison.sent_changes)):
         if changes:
-            out.print(f"{title} differently (A -> B): " + "; ".join(c.text() for c in changes), markup=False)
+            out.print(printable(f"{title} differently (A -> B): " + "; ".join(c.text() for c in changes)), markup=False)
     if comparison.invalid_a_only or comparison.invalid_b_only:
         out.print(_invalid_line(comparison))
     if comparison.noise_a is not None or comparison.noise_b is not None:

@@ -229,3 +229,31 @@ def test_claude_3_haiku_batch_run_reproduces_32_22(run_cli, judgebench_repo, tmp
         assert result.returncode == 0, result.stderr[-3000:]
         assert server.requests == 0 and set(server.answered_lines.values()) == {1}
     assert accuracy(tmp_path) == official_score(pairs, decisions) == 32.22
+
+
+def test_each_epoch_of_a_request_is_its_own_batch_line_and_paid_once() -> None:
+    """`--epochs`: the same request in epochs 0 and 1 is two lines with two custom ids (a batch refuses a
+    repeated id), each answered; epoch 0's line id is the one every earlier run stored."""
+    import asyncio
+
+    from judgebench_flows.core.identity import epoch_of
+
+    [messages] = requests(1)
+    with FakeBatchServer("[[A>B]]", openai_rules=True) as server:
+        caller = batch_caller(server)
+
+        async def in_epoch(epoch: int):
+            with epoch_of(epoch):
+                return await caller.complete(messages, SAMPLING)
+
+        async def go() -> list:
+            try:
+                return await asyncio.gather(in_epoch(0), in_epoch(1), in_epoch(2))
+            finally:
+                await caller.aclose()
+
+        answers = asyncio.run(go())
+        lines = [line for batch in server.batches.values() for line in batch.lines]
+    assert [a.text for a in answers] == ["[[A>B]]"] * 3
+    assert len(lines) == 3 and len({line["custom_id"] for line in lines}) == 3
+    assert caller.stats.answered == 3

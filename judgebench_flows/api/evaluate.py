@@ -137,7 +137,7 @@ evaluate_async = _in_a_thread(evaluate)
 
 
 def run_config(
-    *, model: str | None, judge: str | type | None, data_path: str | os.PathLike[str] | None, options: dict[str, Any]
+    *, model: str | None, judge: str | type | None, data_path: str | os.PathLike[str] | None, options: dict[str, object]
 ) -> RunConfig:
     """The run's settings from `evaluate`'s arguments, validated as the command's options are (None: not
     given, as an option left off the command line)."""
@@ -155,7 +155,7 @@ def run_config(
     return build_config(model=model, **given)
 
 
-def judge_options(judge: str | type | None, options: dict[str, Any]) -> dict[str, Any]:
+def judge_options(judge: str | type | None, options: dict[str, object]) -> dict[str, object]:
     """`judge=` as the command's `--judge-type` / `--judge-template`. Given with either of those it is
     refused, naming both: which one was meant is the caller's to say (without `judge=`: the settings'
     default judge, or the options given)."""

@@ -62,7 +62,7 @@ class JudgeSpec(BaseModel):
     cache_newer_than: datetime | None = None
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
-    external_judge_config: dict[str, Any] = {}
+    external_judge_config: dict[str, object] = {}  # the user's judge's alone: no shape of ours
     # Names of the Prefect global limits shared by all workers (see global_limits); None: in-process only.
     global_limit: str | None = None
     global_rate_limit: str | None = None

@@ -62,8 +62,8 @@ class AzureProvider(Provider):
             return super().key_source(env_name, block_name)
         return ENTRA
 
-    def wire_options(self, settings: Settings | None, state: Any) -> dict[str, Any]:
-        options: dict[str, Any] = {"api_version": api_version()}
+    def wire_options(self, settings: Settings | None, state: Any) -> dict[str, object]:
+        options: dict[str, object] = {"api_version": api_version()}
         if settings is not None and not self.has_key(settings) and state is not None:
             options["token"] = state.entra_token()
         return options

@@ -132,6 +132,6 @@ class Provider:
                 "--api-key-secret)"
             )
 
-    def wire_options(self, settings: Settings | None, state: Any) -> dict[str, Any]:
+    def wire_options(self, settings: Settings | None, state: Any) -> dict[str, object]:
         """Keyword arguments its wire takes beyond the uniform five (a token the run's calls share)."""
         return {}

@@ -62,7 +62,7 @@ class VertexProvider(Provider):
 
         default_credentials()
 
-    def wire_options(self, settings: Settings | None, state: Any) -> dict[str, Any]:
+    def wire_options(self, settings: Settings | None, state: Any) -> dict[str, object]:
         return {"token": state.vertex_token()} if state is not None else {}
 
 

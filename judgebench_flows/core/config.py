@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
 
 from judgebench_flows.core import providers
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
@@ -209,7 +211,7 @@ class RunConfig(BaseModel):
         return data
 
     @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> JsonSchemaValue:
         """The schema Prefect shows and checks parameters against is flat too, like the dump."""
         schema = handler(core_schema)
         target = handler.resolve_ref_schema(schema)
@@ -270,7 +272,7 @@ class RunConfig(BaseModel):
     def _route(self) -> None:
         """No --provider: OpenAI-compatible at the URL the run or the environment gives, else the API
         JudgeBench's run_judge.py sends the model to (`providers.route`), said by `routed`."""
-        chosen: dict[str, Any] = {"provider": providers.IMPLIED}
+        chosen: dict[str, str | None] = {"provider": providers.IMPLIED}
         if self.needs_endpoint and not providers.explicit_endpoint(self.endpoint.base_url):
             way = providers.route(self.model)
             chosen = {"provider": way.provider.name, "base_url": way.base_url}
@@ -412,7 +414,7 @@ def build_config(**options: Any) -> RunConfig:
     return validated(RunConfig, options)
 
 
-def validated(model: type[ModelT], options: dict[str, Any]) -> ModelT:
+def validated(model: type[ModelT], options: Mapping[str, object]) -> ModelT:
     """`model` from options (None: left out), a validation error as one line naming the flat option."""
     try:
         return model(**{k: v for k, v in options.items() if v is not None})

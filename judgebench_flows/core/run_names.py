@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pydantic import JsonValue
+
     from judgebench_flows.core.config import RunConfig
 
 MAX_RUN_NAME = 60
@@ -64,7 +66,7 @@ def judge_label(config: RunConfig) -> str:
     return config.judge_type
 
 
-def config_run_name(config: RunConfig | dict[str, Any], night: date | None = None) -> str:
+def config_run_name(config: RunConfig | dict[str, JsonValue], night: date | None = None) -> str:
     """A run's name from its configuration (a RunConfig, or its JSON as a deployment's parameters hold it)."""
     from judgebench_flows.core.config import RunConfig
 

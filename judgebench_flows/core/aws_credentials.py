@@ -14,16 +14,19 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.secrets import redact
+
+if TYPE_CHECKING:
+    import botocore.session
 
 ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "AWS_ENDPOINT_URL")
 CHAIN = "AWS's credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, SSO, instance or pod role)"
 
 
-_sessions: dict[str, Any] = {}
+_sessions: dict[str, botocore.session.Session] = {}
 _lock = threading.Lock()  # botocore's sessions are not thread-safe: made, and their clients created, under it
 
 

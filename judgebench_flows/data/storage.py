@@ -80,7 +80,7 @@ def shown(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}"
 
 
-def _options(scheme: str) -> dict[str, Any]:
+def _options(scheme: str) -> dict[str, object]:
     """Bounded waits for each store; the endpoint of an S3-compatible store from AWS's own variables."""
     if scheme == "s3":
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")

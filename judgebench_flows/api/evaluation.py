@@ -79,7 +79,9 @@ class Evaluation(RunResults):
         judge's own noise beside them in `noise` (typed: `JudgeNoise`, None when not measured)."""
         import pandas as pd
 
-        accuracies: list[float | None] = list(self.epoch_accuracy or [self.overall_accuracy.accuracy])
+        accuracies: list[float | None] = [self.overall_accuracy.accuracy]
+        if self.epoch_accuracy:
+            accuracies = [*self.epoch_accuracy]
         return pd.DataFrame({"accuracy": accuracies}, index=pd.RangeIndex(len(accuracies), name="epoch")).astype(float)
 
     def judgments(self) -> pd.DataFrame:

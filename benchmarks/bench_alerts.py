@@ -49,7 +49,9 @@ class Judge:
         worse = Judge.__new__(Judge)
         worse.label_a, worse.easy, worse.base = self.label_a, self.easy, self.base.copy()
         easy = np.flatnonzero(self.easy)
-        turned = rng.choice(easy, size=min(len(easy), round(points / 100 * len(self.easy) / (1 - noise))), replace=False)
+        turned = rng.choice(
+            easy, size=min(len(easy), round(points / 100 * len(self.easy) / (1 - noise))), replace=False
+        )
         worse.base[turned] = ~np.stack([self.label_a[turned]] * 2, axis=1)
         return worse
 
@@ -89,7 +91,9 @@ def false_alarms(args: argparse.Namespace, pairs: int, noise: float, epochs: int
     return 30 * alerting / args.nights
 
 
-def detection(args: argparse.Namespace, pairs: int, noise: float, epochs: int, drop: float, seed: int) -> tuple[float, float]:
+def detection(
+    args: argparse.Namespace, pairs: int, noise: float, epochs: int, drop: float, seed: int
+) -> tuple[float, float]:
     """The share of drops caught the night they happen, and within two nights."""
     rng = np.random.default_rng(seed)
     plan = AlertPlan(args.rate, args.cells, True)
@@ -133,7 +137,9 @@ def main() -> int:
                 seed = args.seed + pairs * 1000 + round(noise * 100) * 10 + epochs
                 alarms = false_alarms(args, pairs, noise, epochs, seed)
                 caught = {d: detection(args, pairs, noise, epochs, d, seed + 1) for d in args.drops}
-                rows.append({"pairs": pairs, "noise": noise, "epochs": epochs, "alarms_per_30": alarms, "caught": caught})
+                rows.append(
+                    {"pairs": pairs, "noise": noise, "epochs": epochs, "alarms_per_30": alarms, "caught": caught}
+                )
                 cells = "  ".join(f"{caught[d][0]:5.0%}/{caught[d][1]:4.0%}" for d in args.drops)
                 print(f"{pairs:5d}  {noise:.1f}  {epochs}  {alarms:9.2f}  {cells}", flush=True)
     plan = AlertPlan(args.rate, args.cells, True)
@@ -141,7 +147,9 @@ def main() -> int:
         for noise in args.noise:
             within = measured_within(pairs, noise, args.seed)
             needed = epochs_to_detect(0.05, within, pairs, args.baseline_runs, plan.accuracy_alpha)
-            print(f"estimate --detect 5 on {pairs} pairs at q {noise:.1f} (within-pair variance {within:.3f}): --epochs {needed}")
+            print(
+                f"estimate --detect 5 on {pairs} pairs at q {noise:.1f} (within-pair variance {within:.3f}): --epochs {needed}"
+            )
     print(f"{time.perf_counter() - started:.0f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

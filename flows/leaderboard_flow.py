@@ -18,8 +18,9 @@ from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.data import storage
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL, public_url
 from judgebench_flows.data.outputs import RUN_ID_FIELD
-from judgebench_flows.scoring.leaderboard import Leaderboard, LeaderboardSettings, build_leaderboard, markdown
+from judgebench_flows.scoring.leaderboard import Leaderboard, LeaderboardSettings, build_leaderboard
 from judgebench_flows.scoring.leaderboard_report import write_outputs
+from judgebench_flows.scoring.leaderboard_text import markdown
 
 LEADERBOARD_ARTIFACT_KEY = "judgebench-leaderboard"
 

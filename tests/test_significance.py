@@ -255,8 +255,9 @@ def seven(tmp_path_factory) -> dict:
 @requires_shared
 def test_tiers_equal_a_plain_computation(seven, tmp_path) -> None:
     from judgebench_flows.data import db
-    from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard, markdown
+    from judgebench_flows.scoring.leaderboard import LeaderboardSettings, build_leaderboard
     from judgebench_flows.scoring.leaderboard_report import render_leaderboard
+    from judgebench_flows.scoring.leaderboard_text import markdown
     from tests.test_leaderboard import save_run
 
     # one of our runs over every pair is compared with the published rows; one on 20 pairs is not

@@ -23,7 +23,8 @@ from pydantic import BaseModel
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.core.text import page_text
 from judgebench_flows.data import storage
-from judgebench_flows.scoring.leaderboard import HTML_NAME, Entry, Leaderboard, groups_of, model_label, who
+from judgebench_flows.scoring.leaderboard import HTML_NAME, Entry, Leaderboard
+from judgebench_flows.scoring.leaderboard_text import groups_of, model_label, who
 from judgebench_flows.scoring.result_types import SliceAccuracy
 
 TEMPLATE_NAME = "leaderboard.html.jinja2"

@@ -26,7 +26,8 @@ from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.core.text import printable
 from judgebench_flows.scoring.formatting import percent
-from judgebench_flows.scoring.leaderboard import Entry, Leaderboard, groups_of, model_label, who
+from judgebench_flows.scoring.leaderboard import Entry, Leaderboard
+from judgebench_flows.scoring.leaderboard_text import groups_of, model_label, who
 from judgebench_flows.scoring.noise import stored_noise_sd
 from judgebench_flows.scoring.published import data_file_parts
 

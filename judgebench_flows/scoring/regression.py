@@ -110,7 +110,11 @@ def _accuracy_regression(test: ShiftTest, baselines: Sequence[Baseline], min_dro
     regressed = test.alerted and test.delta < -min_drop
     ci_low, ci_high = test.delta - Z95 * test.se, test.delta + Z95 * test.se
     against = f"{_against(len(baselines))} (newest {baselines[0][0][:8]})"
-    seen = f"a drop of {test.detectable * 100:.1f} points is detected 80% of the time"
+    seen = (
+        f"a drop of {test.detectable * 100:.1f} points is detected 80% of the time"
+        if test.detectable <= 1
+        else f"too few pairs for any drop to be detected 80% of the time at this rate ({test.n_pairs})"
+    )
     if regressed:
         message = (
             f"accuracy dropped by {-test.delta * 100:.1f} points against {against} (95% CI of the change "

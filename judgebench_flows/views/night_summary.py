@@ -70,12 +70,13 @@ def _alert_power(outcomes: list[CellOutcome]) -> list[str]:
         return []
     drops = sorted(o.detectable_drop for o in checked if o.detectable_drop is not None)
     rate = max(o.alert_rate or 0 for o in checked)  # the night's, which each cell holds a share of
-    span = f"{drops[0] * 100:.1f}" if drops[0] == drops[-1] else f"{drops[0] * 100:.1f} to {drops[-1] * 100:.1f}"
-    return [
-        f"Regression checks: {len(checked)} cells, a false-alarm rate of {rate:.2g} for the night together; "
-        f"each detects an accuracy drop of {span} points 80% of the time.",
-        "",
-    ]
+    head = f"Regression checks: {len(checked)} cells, a false-alarm rate of {rate:.2g} for the night together; "
+    seen = [d for d in drops if d <= 1]  # above 100 points: too few pairs to see any drop
+    if not seen:
+        return [head + "too few pairs in each for any drop to be detected 80% of the time.", ""]
+    span = f"{seen[0] * 100:.1f}" if seen[0] == seen[-1] else f"{seen[0] * 100:.1f} to {seen[-1] * 100:.1f}"
+    blind = f" ({len(drops) - len(seen)} with too few pairs to see any)" if len(seen) < len(drops) else ""
+    return [head + f"each detects an accuracy drop of {span} points 80% of the time{blind}.", ""]
 
 
 def summary_markdown(outcomes: list[CellOutcome], budget: NightSpend | NightTotals | None = None) -> str:

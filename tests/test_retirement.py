@@ -112,8 +112,9 @@ def test_the_nightly_preflight_names_each_model_once() -> None:
 
 
 def test_the_leaderboard_marks_retired_and_retiring_rows(tmp_path) -> None:
-    from judgebench_flows.scoring.leaderboard import Entry, Leaderboard, mark_retirements, markdown, model_label
+    from judgebench_flows.scoring.leaderboard import Entry, Leaderboard, mark_retirements
     from judgebench_flows.scoring.leaderboard_report import render_leaderboard
+    from judgebench_flows.scoring.leaderboard_text import markdown, model_label
     from judgebench_flows.views.tables import leaderboard_rows
 
     soon = (datetime.now(timezone.utc).date() + timedelta(days=3)).isoformat()

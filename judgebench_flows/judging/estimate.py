@@ -31,7 +31,9 @@ from judgebench_flows.data import db
 from judgebench_flows.data.loading import read_pairs_at
 from judgebench_flows.judges.procedure import Judge, Messages, Prompted
 from judgebench_flows.judging.shards import JudgeSpec, build_judge, request_rule_of
-from judgebench_flows.scoring.alerts import DEFAULT_WITHIN_VARIANCE, AlertPlan, detectable_drop, epochs_to_detect
+from judgebench_flows.scoring.alerts import DEFAULT_WITHIN_VARIANCE, detectable_drop, epochs_to_detect
+from judgebench_flows.scoring.noise import stored_noise_figure
+from judgebench_flows.scoring.regression import plan_of
 
 CHUNK = 500  # pairs read at a time: memory holds a chunk, not the data file
 
@@ -208,9 +210,9 @@ def measured_noise(engine: Engine | None, config_key: str) -> tuple[float, str] 
     if engine is None:
         return None
     for run in db.list_runs(engine, limit=5, config_key=config_key, statuses=FINISHED):
-        noise = json.loads(run.results_json or "{}").get("noise") or {}
-        if isinstance(noise.get("within_variance"), (int, float)):
-            return float(noise["within_variance"]), f"run {run.run_id[:8]}"
+        within = stored_noise_figure(run.results_json, "within_variance")
+        if within is not None:
+            return within, f"run {run.run_id[:8]}"
     return None
 
 
@@ -219,7 +221,7 @@ def plan_detection(
 ) -> Planning:
     """What the run's regression check can detect with its epochs, and the epochs `detect` (points) needs."""
     within, source = noise or (DEFAULT_WITHIN_VARIANCE, "assumed")
-    alpha = AlertPlan(config.alert_false_alarm_rate, config.alert_cells, config.position_bias_check).accuracy_alpha
+    alpha = plan_of(config).accuracy_alpha
     pairs, runs = estimate.pairs, config.baseline_runs
     plan = Planning(within, source, alpha, runs, detectable_drop(within, pairs, estimate.epochs, runs, alpha))
     if detect is not None:

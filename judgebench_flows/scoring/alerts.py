@@ -97,6 +97,11 @@ def _pair_variances(pooled: np.ndarray, k: np.ndarray, bounds: tuple[float, floa
     return squares / (k + 2 * w) * k / np.maximum(k - 1, 1)
 
 
+def _detectable(se: float, alpha: float) -> float:
+    """The smallest shift a one-sided test at `alpha` sees POWER of the time when its standard error is `se`."""
+    return (_NORMAL.inv_cdf(1 - alpha) + _NORMAL.inv_cdf(POWER)) * se
+
+
 def shift_test(
     candidate: np.ndarray, baseline: np.ndarray, *, alpha: float, worse: int = -1, bounds: tuple[float, float] = (0, 1)
 ) -> ShiftTest:
@@ -108,7 +113,6 @@ def shift_test(
     k_c, k_b = np.sum(~np.isnan(candidate), axis=1), np.sum(~np.isnan(baseline), axis=1)
     kept = (k_c > 0) & (k_b > 0)
     n = int(kept.sum())
-    z_alpha = _NORMAL.inv_cdf(1 - alpha)
     if not n:
         return ShiftTest(0, math.nan, math.nan, math.nan, math.nan, 1.0, alpha, math.nan)
     cand, base, k_c, k_b = candidate[kept], baseline[kept], k_c[kept], k_b[kept]
@@ -118,7 +122,7 @@ def shift_test(
     delta = float(np.mean(cand_means - base_means))
     se = math.sqrt(float(variance.sum())) / n
     p_value = 1.0 if se == 0.0 else 1 - _NORMAL.cdf(worse * delta / se)
-    detectable = (z_alpha + _NORMAL.inv_cdf(POWER)) * se  # the smallest shift seen with POWER at this noise
+    detectable = _detectable(se, alpha)
     return ShiftTest(n, float(cand_means.mean()), float(base_means.mean()), delta, se, p_value, alpha, detectable)
 
 
@@ -219,7 +223,7 @@ def detectable_drop(within: float, pairs: int, epochs: int, baseline_runs: int, 
     se = math.sqrt(within * (1 / epochs + 1 / (baseline_runs * epochs)) / pairs)
     z_alpha = _NORMAL.inv_cdf(1 - alpha)
     floor = math.ceil(z_alpha**2 / (epochs * (1 + baseline_runs))) / pairs
-    return max((z_alpha + _NORMAL.inv_cdf(POWER)) * se, floor)
+    return max(_detectable(se, alpha), floor)
 
 
 def epochs_to_detect(

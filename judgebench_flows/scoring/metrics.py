@@ -132,9 +132,10 @@ def _epoch_consistent(records: list[Verdict]) -> bool:
     )
 
 
-def _first_lean(records: list[Verdict]) -> int:
+def _sides(records: list[Verdict]) -> tuple[int, int]:
+    """(verdicts for the response shown first, verdicts that chose a side) of one epoch."""
     sides = [shown_first(r) for r in records]
-    return 2 * sum(1 for side in sides if side) - sum(1 for side in sides if side is not None)
+    return sum(1 for side in sides if side), sum(1 for side in sides if side is not None)
 
 
 def pair_scores(judgments: Iterable[Verdict]) -> dict[str, PairScore]:
@@ -154,7 +155,7 @@ def _pair_score(records: list[Verdict]) -> PairScore:
     epochs = [by_epoch[e] for e in sorted(by_epoch)]
     scores = [_epoch_score(epoch) for epoch in epochs]
     consistent = [_epoch_consistent(epoch) for epoch in epochs]
-    sides = [shown_first(r) for r in records]
+    sides = [_sides(epoch) for epoch in epochs]
     return PairScore(
         source=sys.intern(records[0].source),
         category=sys.intern(records[0].category),
@@ -162,12 +163,12 @@ def _pair_score(records: list[Verdict]) -> PairScore:
         valid=all(r.status == "ok" for r in records),
         orders=max(len(epoch) for epoch in epochs),
         consistent=all(consistent),
-        first_position=sum(1 for side in sides if side),
-        sided=sum(1 for side in sides if side is not None),
+        first_position=sum(first for first, _ in sides),
+        sided=sum(sided for _, sided in sides),
         epochs=len(epochs),
         correct_by_epoch=tuple(score > 0 for score in scores),
         consistent_by_epoch=tuple(consistent),
-        first_lean_by_epoch=tuple(_first_lean(epoch) for epoch in epochs),
+        first_lean_by_epoch=tuple(2 * first - sided for first, sided in sides),
         decisions=_decisions_by_order(epochs),
     )
 

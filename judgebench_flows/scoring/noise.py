@@ -123,16 +123,21 @@ def as_epochs(runs: Sequence[dict[str, PairScore]]) -> list[PairScore]:
     return merged
 
 
-def stored_noise_sd(results_json: str | None) -> float | None:
-    """A stored run's judge noise (results.json's `noise.run_to_run_sd`), else None."""
+def stored_noise_figure(results_json: str | None, name: str) -> float | None:
+    """One figure of a stored run's `noise` (results.json's), else None."""
     text = results_json or ""
     if '"noise"' not in text:  # most one-epoch runs without history: not worth parsing
         return None
     try:
-        value = (json.loads(text).get("noise") or {}).get("run_to_run_sd")
+        value = (json.loads(text).get("noise") or {}).get(name)
     except (ValueError, AttributeError):
         return None
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def stored_noise_sd(results_json: str | None) -> float | None:
+    """A stored run's judge noise, run to run (`noise.run_to_run_sd`), else None."""
+    return stored_noise_figure(results_json, "run_to_run_sd")
 
 
 def describe(noise: JudgeNoise) -> str:
@@ -149,4 +154,12 @@ def describe(noise: JudgeNoise) -> str:
     return line
 
 
-__all__ = ["JudgeNoise", "as_epochs", "correctness_matrix", "describe", "measure_noise", "stored_noise_sd"]
+__all__ = [
+    "JudgeNoise",
+    "as_epochs",
+    "correctness_matrix",
+    "describe",
+    "measure_noise",
+    "stored_noise_figure",
+    "stored_noise_sd",
+]

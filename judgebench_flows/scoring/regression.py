@@ -13,12 +13,11 @@ from judgebench_flows.core.records import FINISHED
 from judgebench_flows.data import db
 from judgebench_flows.scoring.alerts import AlertPlan, RunAlerts, ShiftTest, run_alerts
 from judgebench_flows.scoring.metrics import PairScore, Tally, consistency, pair_scores
-from judgebench_flows.scoring.noise import JudgeNoise, as_epochs, measure_noise
+from judgebench_flows.scoring.noise import Z95, JudgeNoise, as_epochs, measure_noise
 from judgebench_flows.scoring.published import FileVerdict
 from judgebench_flows.scoring.result_types import PositionBiasChange, Regression
 from judgebench_flows.scoring.stats import DeltaResult
 
-Z95 = 1.959963984540054
 Baseline = tuple[str, dict[str, PairScore]]  # a finished run's id and its pairs scored
 
 

@@ -338,3 +338,15 @@ def test_the_python_frames_show_epochs_and_noise() -> None:
     assert list(evaluation.by_epoch()["accuracy"]) == [0.5, 0.5]
     assert evaluation.judgments()["epoch"].tolist() == [1]
     assert evaluation.noise is not None and evaluation.noise.epochs == 2
+
+
+def test_the_report_counts_pair_epochs_with_epochs() -> None:
+    from judgebench_flows.scoring.report import build_context
+    from judgebench_flows.scoring.result_types import SliceAccuracy
+    from judgebench_flows.scoring.run_results import RunResults
+
+    four = RunResults(overall_accuracy=SliceAccuracy(accuracy=0.575, correct_count=92, total_samples=40, epochs=4))
+    overall = build_context(four, [])["overall"]
+    assert (overall.correct, overall.total) == ("92", "160") and "40 pairs x 4 epochs" in overall.unit
+    one = RunResults(overall_accuracy=SliceAccuracy(accuracy=0.5, correct_count=20, total_samples=40))
+    assert (build_context(one, [])["overall"].total, build_context(one, [])["overall"].unit) == ("40", "pairs")

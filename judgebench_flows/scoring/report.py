@@ -204,9 +204,11 @@ class OverallView(BaseModel):
     correct: str
     total: str
     valid: str
+    unit: str = "pairs"  # what `correct` and `total` count: pairs, or with epochs each pair's epochs
 
 
 def _overall_view(overall: SliceAccuracy) -> OverallView:
+    epochs = overall.epochs or 1  # with --epochs K each pair counts K times: correct_count is over pair-epochs
     return OverallView(
         accuracy=_pct(overall.accuracy),
         interval=(
@@ -215,8 +217,9 @@ def _overall_view(overall: SliceAccuracy) -> OverallView:
             else None
         ),
         correct=_count(overall.correct_count),
-        total=_count(overall.total_samples),
+        total=_count(overall.total_samples * epochs),
         valid=_count(overall.valid_samples),
+        unit="pairs" if epochs == 1 else f"pair-epochs ({overall.total_samples} pairs x {epochs} epochs)",
     )
 
 

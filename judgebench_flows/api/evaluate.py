@@ -97,16 +97,18 @@ def _evaluate(
 ) -> Evaluation:
     """`evaluate`'s work, its arguments by name: the settings, the run path, the results and judgments."""
     config = run_config(model=model, judge=judge, data_path=data_path, options=options)
-    from judgebench_flows.runtime.quiet import quiet_prefect
+    from judgebench_flows.runtime.quiet import quiet_while
 
-    quiet_prefect(verbose)  # before Prefect is imported
-    from judgebench_flows.judging.preflight import holds_judgebench_pairs
+    # Before Prefect is imported (it reads its settings once), and for this call only: a notebook's next
+    # call and its own flows log as they would have.
+    with quiet_while(verbose):
+        from judgebench_flows.judging.preflight import holds_judgebench_pairs
 
-    if config.judge_type == "external" and not holds_judgebench_pairs(config.data_path):
-        raise UserError(
-            "evaluate() judges JudgeBench pairs; score a table with an external judge with `judgebench run`"
-        )
-    results = judge_run(config, _PythonHost(progress))
+        if config.judge_type == "external" and not holds_judgebench_pairs(config.data_path):
+            raise UserError(
+                "evaluate() judges JudgeBench pairs; score a table with an external judge with `judgebench run`"
+            )
+        results = judge_run(config, _PythonHost(progress))
     return Evaluation.of(results, _judgments(config.db_url, results.run.run_id))
 
 

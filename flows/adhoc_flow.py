@@ -22,7 +22,7 @@ from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import RUN_ID_FIELD
 from judgebench_flows.flows.cell_runs import judge_cell
-from judgebench_flows.flows.outcomes import CellOutcome, cell_published_results
+from judgebench_flows.flows.outcomes import CellOutcome, cell_published_results, subflow_results
 from judgebench_flows.flows.pool_cells import PoolCell, judge_pool_cell
 from judgebench_flows.flows.retries import BenchmarkFailed
 from judgebench_flows.flows.run_pages import adhoc_run_name, say_link
@@ -107,12 +107,13 @@ async def judgebench_adhoc(
 
 async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -> AdhocResult:
     """An ad-hoc run's log lines, its page and its ending: Failed with one line unless it completed."""
-    from judgebench_flows.scoring.run_results import RunResults
     from judgebench_flows.tasks.publish import summary_markdown as run_summary
 
     logger, config = get_run_logger(), entry.config
     subflow_id = str(state.state_details.flow_run_id or "") or None
-    results = await state.aresult() if state.is_completed() else cell_published_results(entry, subflow_id)
+    results = (
+        subflow_results(await state.aresult()) if state.is_completed() else cell_published_results(entry, subflow_id)
+    )
     log = logger.info if outcome.status == "completed" else logger.error
     log(
         "%s: %s, accuracy %s (95%% CI %s - %s), %s pairs, failed judgments %s, invalid judgments %s%s",
@@ -126,10 +127,11 @@ async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -
         _of(outcome.invalid_judgments, outcome.judgments),
         f" ({outcome.message})" if outcome.message else "",
     )
-    if results:
-        logger.info("results: %s; report: %s", outcome.result_path, (results.get("outputs") or {}).get("report") or "-")
-    summary = run_summary(RunResults.model_validate(results)) if results and results.get("run") else None
-    page = adhoc_markdown(outcome, summary, (results or {}).get("outputs") or {}, _flow_run_link(subflow_id))
+    outputs = (results.outputs if results is not None else None) or {}
+    if results is not None:
+        logger.info("results: %s; report: %s", outcome.result_path, outputs.get("report") or "-")
+    summary = run_summary(results) if results is not None and results.given("run") else None
+    page = adhoc_markdown(outcome, summary, outputs, _flow_run_link(subflow_id))
     await acreate_markdown_artifact(
         page,
         key=f"judgebench-adhoc-{configuration_slug(config.judge_template or config.judge_type, config.model, config.endpoint_identity(), config.data_path or config.data_file)}",
@@ -143,8 +145,8 @@ async def adhoc_ending(entry: MatrixEntry, outcome: CellOutcome, state: State) -
         run_id=outcome.run_id,
         accuracy=outcome.accuracy,
         result_path=outcome.result_path,
-        outputs=results.get("outputs") if results else None,
-        regression=(results.get("regression") or {}).get("message") if results else None,
+        outputs=results.outputs if results is not None else None,
+        regression=results.regression.message if results is not None and results.regression else None,
     )
 
 

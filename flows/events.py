@@ -37,6 +37,8 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.secrets import redact
 from judgebench_flows.scoring.cell_outcome import CellOutcome, RunStatus
+from judgebench_flows.scoring.result_types import Drift, RateChange, Regression, SliceAccuracy
+from judgebench_flows.scoring.run_results import RunResults
 
 RUN_EVENT_PREFIX = "judgebench.run."
 NIGHT_EVENT_PREFIX = "judgebench.night."
@@ -177,79 +179,82 @@ def config_resource(config: RunConfig, trace: RunTrace) -> dict[str, str]:
     return labels
 
 
-def run_status(results: Mapping[str, Any] | None, error: BaseException | None) -> RunStatus:
+def run_status(results: RunResults | None, error: BaseException | None) -> RunStatus:
     """How the run ended, as the results database records it."""
-    if error is not None or not results or (results.get("run") or {}).get("status") == "failed":
+    if error is not None or results is None or results.run.status == "failed":
         return "failed"
-    return "regressed" if (results.get("regression") or {}).get("regressed") else "completed"
+    return "regressed" if results.regressed else "completed"
 
 
-def _change(regression: Mapping[str, Any] | None) -> Change | None:
+def _before_after(change: RateChange) -> BeforeAfter:
+    return BeforeAfter(baseline=change.baseline, candidate=change.candidate)
+
+
+def _change(regression: Regression | None) -> Change | None:
     """The change against the baseline run with its interval (None without a baseline)."""
-    if not regression:
+    if regression is None:
         return None
     change = Change(
-        delta=regression.get("delta"),
-        ci_low=regression.get("ci_low"),
-        ci_high=regression.get("ci_high"),
-        p_drop=regression.get("p_drop"),
-        regressed=regression.get("regressed"),
-        baseline_run_id=regression.get("baseline_run_id"),
-        baseline_accuracy=regression.get("baseline_accuracy"),
-        n_pairs=regression.get("n_pairs"),
+        delta=regression.delta,
+        ci_low=regression.ci_low,
+        ci_high=regression.ci_high,
+        p_drop=regression.p_drop,
+        regressed=regression.regressed,
+        baseline_run_id=regression.baseline_run_id,
+        baseline_accuracy=regression.baseline_accuracy,
+        n_pairs=regression.n_pairs,
     )
-    bias = regression.get("position_bias")
-    if bias:  # what changed in position bias, without its long message (the payload's message has it)
+    bias = regression.position_bias
+    if bias is not None:  # what changed in position bias, without its long message (the payload's message has it)
         change["position_bias"] = PositionBiasChange(
-            changed=bias.get("changed"),
-            order_consistency=bias.get("order_consistency"),
-            first_position_rate=bias.get("first_position_rate"),
+            changed=bias.changed,
+            order_consistency=_before_after(bias.order_consistency),
+            first_position_rate=_before_after(bias.first_position_rate),
         )
     return change
 
 
 def run_payload(
-    results: Mapping[str, Any] | None, error: BaseException | None, trace: RunTrace, flow_run_id: str | None
+    results: RunResults | None, error: BaseException | None, trace: RunTrace, flow_run_id: str | None
 ) -> RunPayload:
     """What a run measured, in plain JSON: enough for a notification without opening the run."""
-    results = results or {}
-    overall, invalid, usage = (results.get(k) or {} for k in ("overall_accuracy", "invalid", "usage"))
-    run = results.get("run") or {}
-    regression = results.get("regression")
-    message = (
-        redact(f"{type(error).__name__}: {error}")
-        if error is not None
-        else run.get("failure") or (regression or {}).get("message")
-    )
+    overall = results.overall_accuracy if results is not None else SliceAccuracy()
+    invalid, usage = (results.invalid, results.usage) if results is not None else (None, None)
+    regression = results.regression if results is not None else None
+    served = results.provenance.served if results is not None and results.provenance is not None else None
+    if error is not None:
+        message: str | None = redact(f"{type(error).__name__}: {error}")
+    else:
+        message = (results.run.failure if results is not None else None) or (regression.message if regression else None)
     payload: RunPayload = {
         "status": run_status(results, error),
-        "run_id": run.get("run_id") or trace.run_id,
+        "run_id": (results.run.run_id if results is not None else None) or trace.run_id,
         "flow_run_id": flow_run_id,
-        "accuracy": overall.get("accuracy"),
-        "ci_low": overall.get("ci_low"),
-        "ci_high": overall.get("ci_high"),
-        "n_pairs": (results.get("dataset") or {}).get("n_pairs"),
+        "accuracy": overall.accuracy,
+        "ci_low": overall.ci_low,
+        "ci_high": overall.ci_high,
+        "n_pairs": results.dataset.n_pairs if results is not None else None,
         "change": _change(regression),
-        "judgments": usage.get("judgments"),
-        "failed_judgments": invalid.get("failed_judgments"),
-        "invalid_judgments": invalid.get("invalid_judgments"),
-        "cost_usd": usage.get("cost_usd"),
+        "judgments": usage.judgments if usage is not None else None,
+        "failed_judgments": invalid.failed_judgments if invalid is not None else None,
+        "invalid_judgments": invalid.invalid_judgments if invalid is not None else None,
+        "cost_usd": usage.dollars if usage is not None else None,
         "message": message[:MESSAGE_LIMIT] if message else None,
-        "served": (results.get("provenance") or {}).get("served"),
-        "drift": _drift(results.get("drift")),
+        "served": served.model_dump(mode="json") if served is not None else None,
+        "drift": _drift(results.drift if results is not None else None),
     }
     return payload
 
 
-def _drift(drift: Mapping[str, Any] | None) -> DriftPayload | None:
-    if not drift:
+def _drift(drift: Drift | None) -> DriftPayload | None:
+    if drift is None:
         return None
     return DriftPayload(
-        changed=bool(drift.get("changed")),
-        baseline_run_id=drift.get("baseline_run_id"),
-        served=list(drift.get("served") or []),
-        sent=list(drift.get("sent") or []),
-        message=str(drift.get("message") or "")[:MESSAGE_LIMIT],
+        changed=drift.changed,
+        baseline_run_id=drift.baseline_run_id,
+        served=[FieldChangeJson(field=c.field, before=c.before, after=c.after) for c in drift.served],
+        sent=[FieldChangeJson(field=c.field, before=c.before, after=c.after) for c in drift.sent],
+        message=drift.message[:MESSAGE_LIMIT],
     )
 
 
@@ -266,15 +271,17 @@ def drifted_event(event: RunEvent) -> RunEvent | None:
 
 def run_event(
     config: RunConfig,
-    results: Mapping[str, Any] | None,
+    results: RunResults | Mapping[str, Any] | None,
     trace: RunTrace,
     error: BaseException | None = None,
     flow_run_id: str | None = None,
     retrying: bool = False,
 ) -> RunEvent:
     """The run's `judgebench.run.<status>` event as name, resource and payload: `retrying` instead of
-    `failed` for a failure that another attempt follows."""
-    payload = run_payload(results, error, trace, flow_run_id)
+    `failed` for a failure that another attempt follows. `results` may be results.json's content as the
+    judging flow has it (what it returns, what `RunFailed` carries): checked here, once; content that is
+    not a results.json is none, so that building the event never fails the run."""
+    payload = run_payload(RunResults.checked(results), error, trace, flow_run_id)
     payload["retrying"] = retrying and payload["status"] == "failed"
     name = RUN_EVENT_PREFIX + ("retrying" if payload["retrying"] else payload["status"])
     return RunEvent(event=name, resource=config_resource(config, trace), payload=payload)

@@ -11,11 +11,12 @@ from prefect.states import State
 from typing_extensions import TypedDict
 
 from judgebench_flows.core.pricing import BudgetReached
-from judgebench_flows.data.outputs import LATEST, for_run, results_of_flow_run
+from judgebench_flows.data.outputs import LATEST, for_run
 from judgebench_flows.flows.judgebench_flow import measured_too_little
 from judgebench_flows.flows.retries import failure_line, is_transient
 from judgebench_flows.judging.matrix import MatrixEntry
 from judgebench_flows.scoring.cell_outcome import CellOutcome, RunStatus
+from judgebench_flows.scoring.run_results import RunResults, results_of_flow_run
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
@@ -39,39 +40,36 @@ class CellCounts(TypedDict, total=False):
     from_cache: str | None
 
 
-def _counts(results: dict[str, Any]) -> CellCounts:
+def _counts(results: RunResults) -> CellCounts:
     """What a cell measured, for the summary: accuracy, and how many judgments failed or were invalid."""
-    overall, invalid = results.get("overall_accuracy") or {}, results.get("invalid") or {}
-    usage = results.get("usage") or {}
+    overall, invalid, usage, regression = results.overall_accuracy, results.invalid, results.usage, results.regression
     return {
-        "run_id": (results.get("run") or {}).get("run_id"),
-        "accuracy": overall.get("accuracy"),
-        "ci_low": overall.get("ci_low"),
-        "ci_high": overall.get("ci_high"),
-        "n_pairs": (results.get("dataset") or {}).get("n_pairs"),
-        "judgments": (results.get("usage") or {}).get("judgments"),
-        "failed_judgments": invalid.get("failed_judgments"),
-        "invalid_judgments": invalid.get("invalid_judgments"),
-        "detectable_drop": (results.get("regression") or {}).get("detectable_drop"),
-        "alert_rate": (results.get("regression") or {}).get("false_alarm_rate"),
-        "cost_usd": usage.get("cost_usd"),
-        "unpriced": "cost_usd" in usage and usage["cost_usd"] is None,
-        "from_cache": _cache_line(results),
+        "run_id": results.run.run_id,
+        "accuracy": overall.accuracy,
+        "ci_low": overall.ci_low,
+        "ci_high": overall.ci_high,
+        "n_pairs": results.dataset.n_pairs,
+        "judgments": usage.judgments if usage else None,
+        "failed_judgments": invalid.failed_judgments,
+        "invalid_judgments": invalid.invalid_judgments,
+        "detectable_drop": regression.detectable_drop if regression else None,
+        "alert_rate": regression.false_alarm_rate if regression else None,
+        "cost_usd": usage.dollars if usage else None,
+        "unpriced": bool(usage and usage.priced and usage.extra("cost_usd") is None),
+        "from_cache": results.run.cache.line() if results.run.cache else None,  # where its answers came from
     }
 
 
-def _cache_line(results: dict[str, Any]) -> str | None:
-    """Where the cell's answers came from, in one line (results.json's `run.cache`)."""
-    from judgebench_flows.scoring.run_results import CacheUse
-
-    cache = (results.get("run") or {}).get("cache")
-    return CacheUse.model_validate(cache).line() if isinstance(cache, dict) else None
-
-
-def cell_published_results(entry: MatrixEntry, flow_run_id: str | None) -> dict[str, Any] | None:
+def cell_published_results(entry: MatrixEntry, flow_run_id: str | None) -> RunResults | None:
     """The results.json a failed cell published before failing (a run that measured too little still
     publishes what it has), if it is this subflow run's and not an earlier night's."""
     return results_of_flow_run(entry.config.result_path, flow_run_id)  # each run of a cell: its own folder
+
+
+def subflow_results(returned: Any) -> RunResults:
+    """A completed `judgebench` subflow's return value (results.json's content, as Prefect hands it back),
+    checked once here: from then on the cell's results are the typed model."""
+    return RunResults.model_validate(returned)
 
 
 async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
@@ -90,52 +88,52 @@ async def outcome_of(entry: MatrixEntry, state: State) -> CellOutcome:
             else (state.message or state.name or state.type.value)
         )
         published = cell_published_results(entry, flow_run_id)
-        counts = _counts(published) if published else CellCounts()
+        counts = _counts(published) if published is not None else CellCounts()
         if isinstance(error, BudgetReached):  # stopped at its budget: what it spent until then
             counts["cost_usd"] = error.spent
         transient = is_transient(error if isinstance(error, BaseException) else None, published)
         return CellOutcome(
             name=entry.name,
             title=entry.title,
-            result_path=_run_folder(entry, published) if published else entry.config.result_path,
+            result_path=_run_folder(entry, published) if published is not None else entry.config.result_path,
             flow_run_id=flow_run_id,
             status="failed",
             message=reason[:500],
             transient=transient,
             **counts,
         )
-    return completed_outcome(entry, await state.aresult(), flow_run_id)
+    return completed_outcome(entry, subflow_results(await state.aresult()), flow_run_id)
 
 
-def _run_folder(entry: MatrixEntry, results: dict[str, Any]) -> str:
+def _run_folder(entry: MatrixEntry, results: RunResults) -> str:
     """The results.json of the run that wrote `results`: its own folder of the cell's layout."""
-    return for_run(entry.config.result_path, (results.get("run") or {}).get("run_id") or LATEST)
+    return for_run(entry.config.result_path, results.run.run_id or LATEST)
 
 
-def completed_outcome(entry: MatrixEntry, results: dict[str, Any], flow_run_id: str | None) -> CellOutcome:
+def completed_outcome(entry: MatrixEntry, results: RunResults, flow_run_id: str | None) -> CellOutcome:
     """A completed cell's outcome from its results: completed, regressed, or failed if it measured too little."""
-    regression = results.get("regression") or {}
-    too_little = measured_too_little(results, entry.config.max_failed_fraction)
-    status: RunStatus = "failed" if too_little else "regressed" if regression.get("regressed") else "completed"
+    # judgebench_flow's rule reads results.json's content, as the run itself applies it before publishing
+    too_little = measured_too_little(results.as_json(), entry.config.max_failed_fraction)
+    status: RunStatus = "failed" if too_little else "regressed" if results.regressed else "completed"
     return CellOutcome(
         name=entry.name,
         title=entry.title,
         result_path=_run_folder(entry, results),
         flow_run_id=flow_run_id,
         status=status,
-        message=too_little or regression.get("message"),
+        message=too_little or (results.regression.message if results.regression else None),
         drift=changed_endpoint(results),
         **_counts(results),
     )
 
 
-def changed_endpoint(results: dict[str, Any]) -> str | None:
+def changed_endpoint(results: RunResults) -> str | None:
     """What the endpoint said differently from the baseline run (`drift`), when it did."""
-    drift = results.get("drift") or {}
-    return str(drift.get("message") or "") or None if drift.get("changed") else None
+    drift = results.drift
+    return (drift.message or None) if drift is not None and drift.changed else None
 
 
-def pool_outcome(entry: MatrixEntry, run: FlowRun, results: dict[str, Any] | None) -> CellOutcome:
+def pool_outcome(entry: MatrixEntry, run: FlowRun, results: RunResults | None) -> CellOutcome:
     """A cell run of the pool (flows/pool_cells.py) as it ended, with the results its judging subflow
     wrote, as the same outcome an in-process cell gives."""
     state = run.state
@@ -149,7 +147,7 @@ def pool_outcome(entry: MatrixEntry, run: FlowRun, results: dict[str, Any] | Non
             flow_run_id=str(run.id),
             status="failed",
             message=_pool_failure(state, entry.config.result_path),
-            **(_counts(results) if results else CellCounts()),
+            **(_counts(results) if results is not None else CellCounts()),
         )
     outcome.endpoint = entry.endpoint
     if run.start_time is not None:
@@ -175,4 +173,5 @@ __all__ = [
     "completed_outcome",
     "outcome_of",
     "pool_outcome",
+    "subflow_results",
 ]

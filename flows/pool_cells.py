@@ -39,10 +39,10 @@ from judgebench_flows.calls.limits import EndpointUse, union_seconds
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.night_budget import NightBudget
-from judgebench_flows.data.outputs import published_results
 from judgebench_flows.flows.run_pages import night_date
 from judgebench_flows.judging.matrix import MatrixEntry, endpoint_of
 from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.scoring.run_results import RunResults, published_results
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
@@ -372,11 +372,10 @@ def server_lost_seconds() -> float:
         return DEFAULT_SERVER_LOST_SECONDS
 
 
-async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> dict[str, Any] | None:
+async def _results_of_run(entry: MatrixEntry, run_id: UUID) -> RunResults | None:
     """The cell's results.json if this cell run's judging subflow wrote it (not an earlier night's)."""
-
     for results in published_results(entry.config.result_path):  # each run of the cell: its own folder
-        subflow_id = (results.get("run") or {}).get("flow_run_id")
+        subflow_id = results.run.flow_run_id
         if subflow_id and await _is_subflow_of(UUID(subflow_id), run_id):
             return results
     return None
@@ -403,7 +402,7 @@ async def judge_cells_on_pool(
     deployment: str = ADHOC_DEPLOYMENT,
     night_budget: str | None = None,
     after_deadline_s: float = AFTER_DEADLINE_SECONDS,
-) -> list[tuple[FlowRun, dict[str, Any] | None]]:
+) -> list[tuple[FlowRun, RunResults | None]]:
     """Every cell as its own run of the ad-hoc deployment, all submitted at once (the pool's workers
     decide how many run side by side); once every run has ended, each run as it ended with the results
     its judging subflow wrote (None: none), in matrix order. `night_budget`: the night whose budget in

@@ -24,24 +24,29 @@ from prefect.exceptions import PrefectHTTPStatusError
 
 from judgebench_flows.calls.retry import RetryPolicy, deterministic_reason
 from judgebench_flows.core.errors import BatchRefused, RunFailed, UserError
+from judgebench_flows.scoring.run_results import RunResults
 
 
-def calls_went_unanswered(results: Mapping[str, Any] | None) -> bool:
+def calls_went_unanswered(results: RunResults | None) -> bool:
     """A run that measured too little because its calls got no answer (endpoint down, rate limited past
     its retries), not because the judge's answers were unparseable or the endpoint rejected the requests
     themselves (a context too long: `deterministic_reason`, never sent twice): asking again may work."""
-    invalid = (results or {}).get("invalid") or {}
-    rejected = sum(count for reason, count in (invalid.get("reasons") or {}).items() if deterministic_reason(reason))
-    failed = (invalid.get("failed_judgments") or 0) - rejected
-    return failed > 0 and failed >= (invalid.get("invalid_judgments") or 0) + rejected
+    if results is None:
+        return False
+    invalid = results.invalid
+    rejected = sum(count for reason, count in invalid.reasons.items() if deterministic_reason(reason))
+    failed = invalid.failed_judgments - rejected
+    return failed > 0 and failed >= invalid.invalid_judgments + rejected
 
 
-def is_transient(error: BaseException | None, results: Mapping[str, Any] | None = None) -> bool:
-    """Whether `error` (with the results the run published, if any) may not happen on a second attempt."""
+def is_transient(error: BaseException | None, results: RunResults | Mapping[str, Any] | None = None) -> bool:
+    """Whether `error` (with the results the run published, if any) may not happen on a second attempt.
+    `results` may be results.json's content as `RunFailed.results` carries it (core/ sits below the
+    model): it is checked here, once."""
     if error is None:
         return False
     if isinstance(error, RunFailed):  # measured too little: transient only if the endpoint did not answer
-        return calls_went_unanswered(results if results is not None else error.results)
+        return calls_went_unanswered(RunResults.checked(results if results is not None else error.results))
     if isinstance(error, UserError):  # bad input, a refused key or model, an unknown repository or ref
         return False
     if isinstance(error, PrefectHTTPStatusError):

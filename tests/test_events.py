@@ -17,10 +17,12 @@ from judgebench_flows.core.secrets import register_secret
 from judgebench_flows.flows.events import RunTrace, config_resource, night_status, run_payload, run_status
 from judgebench_flows.flows.retries import is_transient
 from judgebench_flows.judging.matrix import parse_matrix
+from judgebench_flows.scoring.run_results import RunResults
 from tests.conftest import CANARY_KEY, GPT4O_FILE
 
 
-def _results(accuracy: float = 0.5, regressed: bool | None = None, status: str = "completed") -> dict:
+def _document(accuracy: float = 0.5, regressed: bool | None = None, failed: bool = False) -> dict:
+    """results.json's content, as the judging flow returns it (`run.status` only on a failed run)."""
     regression = (
         None
         if regressed is None
@@ -42,8 +44,12 @@ def _results(accuracy: float = 0.5, regressed: bool | None = None, status: str =
         "usage": {"judgments": 40, "cost_usd": 0.12},
         "dataset": {"n_pairs": 20},
         "regression": regression,
-        "run": {"run_id": "r" * 32, "status": status},
+        "run": {"run_id": "r" * 32, **({"status": "failed"} if failed else {})},
     }
+
+
+def _results(accuracy: float = 0.5, regressed: bool | None = None, failed: bool = False) -> RunResults:
+    return RunResults.model_validate(_document(accuracy, regressed, failed))
 
 
 def _config(**extra) -> RunConfig:
@@ -54,7 +60,7 @@ def test_run_status_follows_results() -> None:
     assert run_status(_results(), None) == "completed"
     assert run_status(_results(regressed=False), None) == "completed"
     assert run_status(_results(regressed=True), None) == "regressed"
-    assert run_status(_results(status="failed"), None) == "failed"
+    assert run_status(_results(failed=True), None) == "failed"
     assert run_status(None, RuntimeError("x")) == "failed"
     assert night_status(["completed", "regressed"]) == "regressed"
     assert night_status(["regressed", "failed", "completed"]) == "failed"
@@ -126,6 +132,11 @@ def test_a_failure_another_attempt_follows_is_announced_as_retrying() -> None:
     assert run_event(_config(), None, RunTrace(), error=error)["event"] == "judgebench.run.failed"
     done = run_event(_config(), _results(), RunTrace(), retrying=True)  # only a failure is retried
     assert done["event"] == "judgebench.run.completed" and done["payload"]["retrying"] is False
+    # the judging flow hands on results.json's content (a dict): checked once, the same event
+    assert run_event(_config(), _document(), RunTrace(), retrying=True) == done
+    # content that is not a results.json never fails the run over its event: the run's error decides
+    unreadable = run_event(_config(), {"run": "?"}, RunTrace(), error=error)
+    assert unreadable["event"] == "judgebench.run.failed" and unreadable["payload"]["accuracy"] is None
 
 
 def test_only_passing_failures_are_retried() -> None:
@@ -140,6 +151,8 @@ def test_only_passing_failures_are_retried() -> None:
     garbage = {"invalid": {"failed_judgments": 0, "invalid_judgments": 30}}
     assert is_transient(RunFailed("too little"), unanswered)
     assert not is_transient(RunFailed("too little"), garbage)
+    assert is_transient(RunFailed("too little"), RunResults.model_validate(unanswered))  # read back typed
+    assert is_transient(RunFailed("too little", unanswered))  # what the error itself carries
     assert not is_transient(RunFailed("stopped early: all rejected"))  # nothing published: a refusal
     assert not is_transient(UserError("cannot clone /nowhere: does not exist"))
     assert not is_transient(FatalEndpointError("unknown model"))

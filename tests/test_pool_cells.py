@@ -252,7 +252,7 @@ def test_a_night_run_again_reuses_its_cell_runs(prefect_server, judgebench_repo,
         first = await judge_cells_on_pool(entries, None)
         again = await judge_cells_on_pool(entries, None)
         return [run.id for run, _ in first], [
-            (run.id, results["overall_accuracy"]["accuracy"]) for run, results in again
+            (run.id, results.overall_accuracy.accuracy if results else None) for run, results in again
         ]
 
     def night(path: str):

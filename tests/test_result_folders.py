@@ -80,7 +80,8 @@ def test_a_failed_run_keeps_its_folder_and_latest_stays_the_last_good_one(run_cl
 
 def test_results_written_under_the_old_name_are_still_read(tmp_path: Path) -> None:
     """The CLI wrote `judgebench.json` before; deployments `results.json`: one name now, the old one read."""
-    from judgebench_flows.data.outputs import latest_results, results_of_flow_run
+    from judgebench_flows.data.outputs import latest_results
+    from judgebench_flows.scoring.run_results import results_of_flow_run
 
     old = tmp_path / "results" / "r1"
     old.mkdir(parents=True)
@@ -88,5 +89,26 @@ def test_results_written_under_the_old_name_are_still_read(tmp_path: Path) -> No
     point_latest(str(tmp_path / "results" / "{run_id}"), "r1")
     layout = str(tmp_path / "results" / "{run_id}" / "results.json")
     assert latest_results(layout) == {"run": {"run_id": "r1", "flow_run_id": "f1"}}
-    assert results_of_flow_run(layout, "f1") == {"run": {"run_id": "r1", "flow_run_id": "f1"}}
+    found = results_of_flow_run(layout, "f1")
+    assert found is not None and (found.run.run_id, found.run.flow_run_id) == ("r1", "f1")
     assert results_of_flow_run(layout, "f2") is None
+
+
+def test_a_published_file_that_is_not_a_results_json_is_skipped_like_a_missing_one(tmp_path: Path) -> None:
+    """The runs' files are read back as `RunResults`, checked once where read: one that is JSON but not
+    a results.json (or not JSON at all) is passed over, and the runs around it are still found."""
+    from judgebench_flows.scoring.run_results import published_results, results_of_flow_run
+
+    for name, text in [
+        ("good", json.dumps({"run": {"run_id": "good", "flow_run_id": "f1"}, "overall_accuracy": {"accuracy": 0.5}})),
+        ("wrong", json.dumps({"run": {"run_id": "wrong", "flow_run_id": "f2", "status": "maybe"}})),
+        ("list", json.dumps([{"run": {"flow_run_id": "f3"}}])),
+        ("torn", '{"run": {"flow_run_id": "f4"'),
+    ]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(text)
+    layout = str(tmp_path / "{run_id}" / "results.json")
+    assert [r.run.run_id for r in published_results(layout)] == ["good"]
+    found = results_of_flow_run(layout, "f1")
+    assert found is not None and found.overall_accuracy.accuracy == 0.5
+    assert all(results_of_flow_run(layout, f) is None for f in ("f2", "f3", "f4"))

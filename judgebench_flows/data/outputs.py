@@ -13,7 +13,6 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pydantic import JsonValue
 
@@ -137,13 +136,12 @@ def latest_results(result_path: str) -> dict[str, JsonValue] | None:
         return None
 
 
-def published_results(result_path: str) -> Iterator[dict[str, Any]]:
-    """The results.json files the runs of a per-run layout published, finished or failed, newest first
-    (the newest SEARCHED_RUNS folders): which run wrote one is its `run.flow_run_id`."""
+def published_files(result_path: str) -> Iterator[str]:
+    """The results.json files the runs of a per-run layout may have published, finished or failed, newest
+    first (the newest SEARCHED_RUNS folders; `result_path` itself without `{run_id}`). Reading and checking
+    them is `scoring.run_results.published_results`: this layer does not know results.json's model."""
     if RUN_ID_FIELD not in result_path:
-        found = read_results(result_path)
-        if found is not None:
-            yield found
+        yield result_path
         return
     pattern = for_run(result_path, "*")
     patterns = [pattern, storage.join(storage.parent(pattern), OLD_RESULTS_FILE)]
@@ -155,19 +153,7 @@ def published_results(result_path: str) -> Iterator[dict[str, Any]]:
         paths: list[str] = [prefix + key for p in patterns for key in fs.glob(storage.filesystem(p)[1])]
     else:
         paths = sorted((p for one in patterns for p in glob.glob(one)), key=_modified, reverse=True)
-    for path in [p for p in paths if storage.name(storage.parent(p)) != LATEST][:SEARCHED_RUNS]:
-        found = read_results(path)
-        if found is not None:
-            yield found
-
-
-def results_of_flow_run(result_path: str, flow_run_id: str | None) -> dict[str, Any] | None:
-    """The results.json the flow run `flow_run_id` published (in its own folder, finished or failed)."""
-    if not flow_run_id:
-        return None
-    return next(
-        (r for r in published_results(result_path) if (r.get("run") or {}).get("flow_run_id") == flow_run_id), None
-    )
+    yield from [p for p in paths if storage.name(storage.parent(p)) != LATEST][:SEARCHED_RUNS]
 
 
 def mark_failed(folder: str | Path, reason: str) -> None:
@@ -235,9 +221,8 @@ __all__ = [
     "for_run",
     "latest_results",
     "mark_failed",
-    "published_results",
+    "published_files",
     "read_results",
-    "results_of_flow_run",
     "point_latest",
     "resolve_latest",
     "run_folders_root",

@@ -10,11 +10,13 @@ does not know are kept (the sections are `result_types.Section`s).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.data.outputs import published_files, read_results
 from judgebench_flows.scoring import metrics
 from judgebench_flows.scoring.result_types import (
     Consistency,
@@ -201,6 +203,17 @@ class RunResults(RunHeader):
             where = ".".join(str(part) for part in error["loc"]) or "the document"
             raise UserError(f"not a readable results.json: {where}: {error['msg']}") from None
 
+    @classmethod
+    def checked(cls, document: object) -> RunResults | None:
+        """results.json's content as read or handed on (a file's JSON, a subflow's return value, what
+        `RunFailed` carries), validated; None when it is not one (the caller treats it as no results)."""
+        if document is None or isinstance(document, RunResults):
+            return document
+        try:
+            return cls.model_validate(document)
+        except ValidationError:
+            return None
+
     @property
     def epoch_count(self) -> int:
         """How many times each pair was judged in each order (1 for a file without `epochs`)."""
@@ -213,3 +226,21 @@ class RunResults(RunHeader):
     def as_json(self) -> dict[str, Any]:
         """results.json's content (plain JSON types)."""
         return self.model_dump(mode="json")
+
+
+def published_results(result_path: str) -> Iterator[RunResults]:
+    """The results the runs of a per-run layout published, finished or failed, newest first
+    (`outputs.published_files`), each checked once, here: a file that is missing, not JSON or not a
+    results.json (a `run` that is not an object, say) is skipped, as if that folder had published nothing.
+    Which run wrote one is its `run.flow_run_id`."""
+    for path in published_files(result_path):
+        found = RunResults.checked(read_results(path))
+        if found is not None:
+            yield found
+
+
+def results_of_flow_run(result_path: str, flow_run_id: str | None) -> RunResults | None:
+    """The results.json the flow run `flow_run_id` published (in its own folder, finished or failed)."""
+    if not flow_run_id:
+        return None
+    return next((r for r in published_results(result_path) if r.run.flow_run_id == flow_run_id), None)

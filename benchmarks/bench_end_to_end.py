@@ -29,6 +29,7 @@ Run by hand; this is a measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -107,9 +108,13 @@ def reference_command(python: str, pairs: Path, concurrency: int, base_url: str,
     ]
 
 
+PHASES: list[dict[str, float]] = []  # each timed run's wall time and its results' run.timings
+
+
 def timed_run(command: list[str], run: Path, env: dict[str, str], cwd: Path) -> float:
-    """`judgebench run` timed with all it writes (results, JSONL, database, Prefect results) under `run`."""
-    return timed(
+    """`judgebench run` timed with all it writes (results, JSONL, database, Prefect results) under `run`;
+    its phases (results.json's run.timings beside the wall time) kept in PHASES."""
+    wall = timed(
         [
             *command,
             "--result-path",
@@ -121,6 +126,24 @@ def timed_run(command: list[str], run: Path, env: dict[str, str], cwd: Path) -> 
         ],
         {**env, "PREFECT_LOCAL_STORAGE_PATH": str(run / "prefect-results")},
         cwd,
+    )
+    timings = json.loads((run / "results.json").read_text())["run"]["timings"]
+    PHASES.append({"wall": wall, **{k: v for k, v in timings.items() if isinstance(v, (int, float))}})
+    return wall
+
+
+def print_phases(runs: list[dict[str, float]]) -> None:
+    """Where our runs' time went, median over `runs`: the flow's phases and the rest of the process
+    (start-up, Prefect's flow run, exit)."""
+    if not runs:
+        return
+    names = ["fetch_s", "load_s", "judge_s", "publish_s"]
+    median = {k: statistics.median(p.get(k, 0.0) for p in runs) for k in ["wall", *names]}
+    outside = statistics.median(p["wall"] - sum(p.get(k, 0.0) for k in names) for p in runs)
+    print(
+        "judgebench run phases (median of its runs): "
+        + ", ".join(f"{k.removesuffix('_s')} {median[k]:.2f} s" for k in names)
+        + f", outside the flow's phases {outside:.2f} s (start-up, flow run, exit)"
     )
 
 
@@ -217,6 +240,7 @@ def main() -> None:
         )
         print("wall time, median of runs (all runs)")
         print_walls(rows)
+        print_phases(PHASES[: args.repeat])  # the runs on the background server the warm-up started
     finally:
         if prefect_server is not None:
             stop(prefect_server)
@@ -269,6 +293,7 @@ def small_runs(args: argparse.Namespace) -> None:
             f"load average at the start {load_at_start:.1f}, at the end {os.getloadavg()[0]:.1f}"
         )
         print_walls(rows)
+        print_phases(PHASES[1 : 1 + args.repeat])  # the later runs
         ratio = statistics.median(rows[kept]) / statistics.median(rows[stand_in])
         print(f"ratio, later runs / stand-in: {ratio:.2f}")
     finally:

@@ -40,9 +40,11 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -175,7 +177,48 @@ def databases(server: str | None, work: Path) -> Iterator[tuple[str | None, str]
         admin.dispose()
 
 
-def run_night(path: Path, env: dict[str, str], profile: str | None) -> tuple[dict, float, float]:
+class InFlight:
+    """Each endpoint's calls in flight, sampled every 20 ms while the night runs: where its time went
+    unused (before its first call, below its limit, after its last call)."""
+
+    def __init__(self, servers: list) -> None:
+        self.servers, self.samples, self._stop = servers, [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> InFlight:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.samples.append((time.time(), [s.in_flight for s in self.servers]))
+
+    def idle_line(self, start: float, end: float, limit: int) -> str:
+        """Seconds from the flow run's start to each endpoint's first call, under its limit between its
+        first and last call, and from its last call to the flow run's end; medians over the endpoints."""
+        before, under, after = [], [], []
+        for k in range(len(self.servers)):
+            busy = [(t, n[k]) for t, n in self.samples if start <= t <= end]
+            calling = [t for t, n in busy if n > 0]
+            if not calling:
+                continue
+            first, last = calling[0], calling[-1]
+            before.append(first - start)
+            after.append(end - last)
+            between = [(t1 - t0, n) for (t0, n), (t1, _) in zip(busy, busy[1:], strict=False) if first <= t0 < last]
+            under.append(sum(dt * (limit - n) / limit for dt, n in between))
+        median = statistics.median
+        return (
+            f"endpoints' unused time (median): {median(before):.1f} s before the first call, "
+            f"{median(under):.1f} s of calls under the limit between, {median(after):.1f} s after the last call"
+        )
+
+
+def run_night(path: Path, env: dict[str, str], profile: str | None, log: str | None) -> tuple[dict, float, float]:
     """The night in a process of its own: what it printed, its spawn time (epoch) and its exit time.
     `profile`: py-spy samples the process (CPU only, every thread) into that file, as collapsed stacks."""
     command = [sys.executable, "-c", NIGHT, str(path)]
@@ -184,6 +227,8 @@ def run_night(path: Path, env: dict[str, str], profile: str | None) -> tuple[dic
     spawned = time.time()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     exited = time.time()
+    if log:
+        Path(log).write_text(done.stderr)
     if done.returncode != 0:
         raise SystemExit(f"the night's process failed ({done.returncode}): {done.stderr[-2000:]}")
     last = next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{"))
@@ -198,6 +243,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--profile", metavar="FILE", help="sample the night's process with py-spy into FILE")
+    parser.add_argument("--log", metavar="FILE", help="the night's log lines (Prefect's, at INFO) into FILE")
     parser.add_argument(
         "--postgres", metavar="URL", help="the Prefect server's and the results' databases on this PostgreSQL server"
     )
@@ -231,7 +277,7 @@ def measure(args: argparse.Namespace, data: Path, work: Path, prefect_db: str | 
     env.update(
         PREFECT_API_URL=api_url,
         PREFECT_LOCAL_STORAGE_PATH=str(work / "storage"),
-        PREFECT_LOGGING_LEVEL="WARNING",
+        PREFECT_LOGGING_LEVEL="INFO" if args.log else "WARNING",
         OPENAI_API_KEY="sk-bench",
     )
     os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_API_URL=api_url)
@@ -251,7 +297,8 @@ def measure(args: argparse.Namespace, data: Path, work: Path, prefect_db: str | 
         path.write_text(
             yaml.safe_dump(matrix([s.base_url for s in servers], batches.base_url, work, repo, args, results_db))
         )
-        night, spawned, exited = run_night(path, env, args.profile)
+        with InFlight(servers) as sampled:
+            night, spawned, exited = run_night(path, env, args.profile, args.log)
         if not night["completed"]:
             raise SystemExit(f"the night did not complete: {night['message']}")
         busiest = max(s.answered for s in servers)
@@ -283,6 +330,7 @@ def measure(args: argparse.Namespace, data: Path, work: Path, prefect_db: str | 
             print(f"  {errors.count(what)} x {what}")
         for number, server in enumerate(servers):
             print(f"endpoint {number}: {server.answered} calls, at most {server.max_in_flight} in flight")
+        print(sampled.idle_line(start.timestamp(), end.timestamp(), args.concurrency))
         cells = night["cells"]
         mean = sum(c["duration_s"] for c in cells) / len(cells)
         print(

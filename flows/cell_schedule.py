@@ -2,8 +2,13 @@
 
 A night is bound by its busiest endpoint, so a place among the cells in flight (`cells_in_flight`) goes
 to a cell of the endpoint with the most work left per cell it already has in flight, among the endpoints
-that have cells waiting and room under their limit (fewer cells in flight than calls its concurrency
-allows: a cell beyond that could not send a call). Cells listed endpoint by endpoint (a team's OpenAI
+that have cells waiting or starting and room under their limit (fewer cells in flight than calls its
+concurrency allows: a cell beyond that could not send a call). When that endpoint's cell is still
+starting, the place waits for it rather than going to an endpoint with less work left per cell (a tie
+goes to the ready cell): on a
+busy Prefect server the cells of one endpoint may be ready a few seconds after the others', and a place
+given away then leaves that endpoint without a cell until one ends (seen in a `team` night: the fourth
+endpoint called 16 s late and the night waited 6 s for it, docs/performance.md). Cells listed endpoint by endpoint (a team's OpenAI
 models, then its Anthropic ones) then start one per endpoint before any endpoint gets a second, and an
 endpoint whose cell ends gets the next place while it has more work left than the others: no endpoint
 idles while it has cells waiting and a place is free.
@@ -64,6 +69,7 @@ class CellSchedule:
         self._left: dict[str, float] = dict.fromkeys((cell.endpoint for cell in cells), 0.0)
         for cell in cells:
             self._left[cell.endpoint] += cell.work
+        self._concurrency = {cell.endpoint: cell.concurrency for cell in cells}
         self._in_flight: Counter[str] = Counter()
         self._ahead: Counter[str] = Counter()  # started ahead, not yet placed
         self._starting = 0  # started ahead, not yet ready to call
@@ -84,8 +90,12 @@ class CellSchedule:
         ready = {c.endpoint: c for c in reversed(self._waiting) if self._in_flight[c.endpoint] < c.concurrency}
         if not ready:
             return None
-        best = max(ready, key=lambda e: (self._left[e] / (self._in_flight[e] + 1), self._order[e]))
-        return ready[best]
+        coming = {e for e, n in self._ahead.items() if n > 0 and self._in_flight[e] < self._concurrency[e]}
+        best = max(
+            ready.keys() | coming,
+            key=lambda e: (self._left[e] / (self._in_flight[e] + 1), e in ready, self._order[e]),
+        )
+        return ready.get(best)  # None: the place waits for that endpoint's cell, still starting
 
     def _next_ahead(self) -> PlannedCell | None:
         """The cell to start next, ahead of its place: the same rule, the cells started ahead counted with

@@ -59,6 +59,7 @@ from judgebench_flows.flows.outcomes import CellOutcome, outcome_of, pool_outcom
 from judgebench_flows.flows.pool_cells import judge_cells_on_pool, pool_endpoint_usage
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line
 from judgebench_flows.flows.run_pages import night_date, nightly_run_name, say_link
+from judgebench_flows.flows.server_writes import queued_writes
 from judgebench_flows.judging.matrix import MatrixEntry, NightlyMatrix, load_matrix
 from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.scoring.formatting import percent as _pct
@@ -299,10 +300,13 @@ async def nightly_benchmarks(
         # --max-cost every cell's calls count toward the night's budget as they run.
         night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
         budgets = await night_budgets(entries, matrix.max_cost)
-        with running(night):
-            outcomes = await judge_cells(
-                entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night, night_date()
-            )
+        async with queued_writes() as writes:  # cells' runs created without Prefect's 2-32 s backoff on SQLite
+            with running(night):
+                outcomes = await judge_cells(
+                    entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night, night_date()
+                )
+        if writes is not None and writes.tries_again:
+            logger.info("%d Prefect writes tried again after a locked database", writes.tries_again)
         endpoints, budget = night.calls.endpoint_usage(), night.night_spend
     wall_s = round(time.monotonic() - started, 3)
     endpoints = with_busy_share(endpoints, wall_s)

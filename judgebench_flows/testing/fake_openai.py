@@ -669,6 +669,12 @@ class FakeOpenAIServer:
             return dict(self._status_counts)
 
     @property
+    def in_flight(self) -> int:
+        """The chat requests being handled now (a benchmark samples it to see an endpoint's idle time)."""
+        with self._lock:
+            return self._in_flight
+
+    @property
     def max_in_flight(self) -> int:
         """The most chat requests being handled at the same instant (from body read to response written),
         since start or `reset_counters`: what a client-side concurrency limit must keep bounded."""

@@ -8,6 +8,8 @@ saying why, when no server answers. `.ci/run` starts the server on CI machines.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -344,6 +346,27 @@ def test_database_from_before_migrations_upgrades_in_place(db_url):
     assert len(db.run_judgments(engine, "today")) == 2
     db._upgrade_schema(engine)  # again: already at head
     assert _alembic_version(engine) == head and _count(engine, "judgebench_schema") == 1
+
+
+def test_the_schema_head_the_package_checks_first_is_alembics_head(db_url, tmp_path):
+    """Opening a database at the newest schema skips Alembic (not even imported); the revision that check
+    compares with must be the migrations' head, or a new migration would never run."""
+    from alembic.script import ScriptDirectory
+
+    from judgebench_flows.data.engines import SCHEMA_HEAD
+
+    assert ScriptDirectory.from_config(db.migrations_config()).get_current_head() == SCHEMA_HEAD
+    path = tmp_path / "current.db"
+    db.open_database(f"sqlite:///{path}")  # created and migrated here
+    script = (
+        "import sys\n"
+        "from judgebench_flows.data import db\n"
+        f"db.open_database('sqlite:///{path}')\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
 
 
 def test_migrations_build_the_models_schema(db_url):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from alembic import context
 
-VERSION_TABLE = "judgebench_alembic_version"
+from judgebench_flows.data.engines import VERSION_TABLE
 
 context.configure(connection=context.config.attributes["connection"], version_table=VERSION_TABLE)
 with context.begin_transaction():

@@ -23,7 +23,7 @@ and the run's own state, artifacts and results still say everything.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -271,17 +271,15 @@ def drifted_event(event: RunEvent) -> RunEvent | None:
 
 def run_event(
     config: RunConfig,
-    results: RunResults | Mapping[str, Any] | None,
+    results: RunResults | None,
     trace: RunTrace,
     error: BaseException | None = None,
     flow_run_id: str | None = None,
     retrying: bool = False,
 ) -> RunEvent:
     """The run's `judgebench.run.<status>` event as name, resource and payload: `retrying` instead of
-    `failed` for a failure that another attempt follows. `results` may be results.json's content as the
-    judging flow has it (what it returns, what `RunFailed` carries): checked here, once; content that is
-    not a results.json is none, so that building the event never fails the run."""
-    payload = run_payload(RunResults.checked(results), error, trace, flow_run_id)
+    `failed` for a failure that another attempt follows."""
+    payload = run_payload(results, error, trace, flow_run_id)
     payload["retrying"] = retrying and payload["status"] == "failed"
     name = RUN_EVENT_PREFIX + ("retrying" if payload["retrying"] else payload["status"])
     return RunEvent(event=name, resource=config_resource(config, trace), payload=payload)

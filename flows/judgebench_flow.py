@@ -46,7 +46,7 @@ from judgebench_flows.data.outage import run_wait
 from judgebench_flows.data.run_lock import ConfigurationLock
 from judgebench_flows.flows.cache_scope import ReuseScope, cache_use, reuse_scope
 from judgebench_flows.flows.events import RunTrace, emit, run_event
-from judgebench_flows.flows.retries import is_transient
+from judgebench_flows.flows.retries import carried_results, is_transient
 from judgebench_flows.flows.run_files import (
     output_judge_name,
     parts_folder,
@@ -138,13 +138,13 @@ async def hold_configuration(engine: Engine, config_key: str, run_id: str) -> Co
     return lock
 
 
-def measured_too_little(results: dict[str, Any], max_failed_fraction: float) -> str | None:
+def measured_too_little(results: RunResults, max_failed_fraction: float) -> str | None:
     """Why the run is not a measurement (failed + invalid judgments above the allowed share), or None."""
-    judgments = results["usage"]["judgments"]
-    bad = results["invalid"]["failed_judgments"] + results["invalid"]["invalid_judgments"]
+    judgments = results.usage.judgments if results.usage is not None else 0
+    bad = results.invalid.failed_judgments + results.invalid.invalid_judgments
     if not judgments or bad / judgments <= max_failed_fraction:
         return None
-    reasons = "; ".join(f"{reason} ({count})" for reason, count in list(results["invalid"]["reasons"].items())[:3])
+    reasons = "; ".join(f"{reason} ({count})" for reason, count in list(results.invalid.reasons.items())[:3])
     return (
         f"{bad} of {judgments} judgments failed or were invalid ({bad / judgments:.1%}, more than "
         f"--max-failed-fraction {max_failed_fraction:g}): {reasons}"
@@ -403,12 +403,11 @@ async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False)
             say_link(run)
             results = await evaluate(config, trace, run)
     except BaseException as exc:
-        published = getattr(exc, "results", None)
-        retrying = retried_if_transient and is_transient(exc, published)
-        emit(run_event(config, published, trace, error=exc, flow_run_id=flow_run_id, retrying=retrying))
+        retrying = retried_if_transient and is_transient(exc)
+        emit(run_event(config, carried_results(exc), trace, error=exc, flow_run_id=flow_run_id, retrying=retrying))
         raise
     emit(run_event(config, results, trace, flow_run_id=flow_run_id))
-    return results
+    return results.as_json()
 
 
 def run_info(
@@ -508,7 +507,7 @@ async def wait_to_call(run: RunContext, clock: Stopwatch) -> float:
     return time.process_time()
 
 
-async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[str, Any]:
+async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunResults:
     """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes. `run`:
     the run's context (`run_context.RunContext`), in force while it judges."""
     logger = get_run_logger()
@@ -567,7 +566,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
         heard = heard_by(spec, config, run, sent)
         await note_cache_use(engine, reuse, config, heard, sink, results)
         await with_provenance(results, engine, provenance_of(spec, sink.judge, run, heard))
-        too_little = str(stopped) if stopped else measured_too_little(results.as_json(), config.max_failed_fraction)
+        too_little = str(stopped) if stopped else measured_too_little(results, config.max_failed_fraction)
         if too_little:
             results.run.status, results.run.failure = "failed", too_little
         clock.lap()
@@ -582,7 +581,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> dict[
             logger.warning(results.regression.message)  # type: ignore[union-attr]
         if too_little:  # published above, so it can be inspected; the run itself is not a measurement
             raise RunFailed(too_little, final)
-        return final
+        return results
     except BaseException as exc:
         record_stop(engine, run_id, exc, spec, parts_dir)
         raise

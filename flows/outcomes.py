@@ -112,8 +112,8 @@ def _run_folder(entry: MatrixEntry, results: RunResults) -> str:
 
 def completed_outcome(entry: MatrixEntry, results: RunResults, flow_run_id: str | None) -> CellOutcome:
     """A completed cell's outcome from its results: completed, regressed, or failed if it measured too little."""
-    # judgebench_flow's rule reads results.json's content, as the run itself applies it before publishing
-    too_little = measured_too_little(results.as_json(), entry.config.max_failed_fraction)
+    # judgebench_flow's rule, as the run itself applies it before publishing
+    too_little = measured_too_little(results, entry.config.max_failed_fraction)
     status: RunStatus = "failed" if too_little else "regressed" if results.regressed else "completed"
     return CellOutcome(
         name=entry.name,

@@ -16,9 +16,6 @@ Prefect server, lost) is Crashed and rescheduled by the automations (deployments
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import httpx
 from prefect.exceptions import PrefectHTTPStatusError
 
@@ -39,14 +36,21 @@ def calls_went_unanswered(results: RunResults | None) -> bool:
     return failed > 0 and failed >= invalid.invalid_judgments + rejected
 
 
-def is_transient(error: BaseException | None, results: RunResults | Mapping[str, Any] | None = None) -> bool:
-    """Whether `error` (with the results the run published, if any) may not happen on a second attempt.
-    `results` may be results.json's content as `RunFailed.results` carries it (core/ sits below the
-    model): it is checked here, once."""
+def carried_results(error: BaseException | None) -> RunResults | None:
+    """The results a `RunFailed` carries, checked: it holds results.json's content as a dict (core/ sits
+    below the model), so this is where that dict becomes `RunResults`, for the retry rule and the run's
+    event alike. None for any other error, or content that is not a results.json."""
+    return RunResults.checked(error.results) if isinstance(error, RunFailed) else None
+
+
+def is_transient(error: BaseException | None, published: RunResults | None = None) -> bool:
+    """Whether `error` may not happen on a second attempt. `published`: the results the run published as
+    read back from its results.json (a night's cell: its error crossed Prefect's pickling, which drops
+    what a `RunFailed` carries); without them, those `error` carries."""
     if error is None:
         return False
     if isinstance(error, RunFailed):  # measured too little: transient only if the endpoint did not answer
-        return calls_went_unanswered(RunResults.checked(results if results is not None else error.results))
+        return calls_went_unanswered(published if published is not None else carried_results(error))
     if isinstance(error, UserError):  # bad input, a refused key or model, an unknown repository or ref
         return False
     if isinstance(error, PrefectHTTPStatusError):
@@ -76,4 +80,4 @@ def failure_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}"
 
 
-__all__ = ["BenchmarkFailed", "calls_went_unanswered", "failure_line", "is_transient"]
+__all__ = ["BenchmarkFailed", "calls_went_unanswered", "carried_results", "failure_line", "is_transient"]

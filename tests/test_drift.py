@@ -338,7 +338,7 @@ def test_a_new_fingerprint_behind_the_same_name_is_caught_by_the_night(
         assert CANARY_KEY not in text
 
 
-def _results_with(status_regressed: bool, changed: bool) -> dict:
+def _results_with(status_regressed: bool, changed: bool) -> RunResults:
     results = RunResults(model="judge")
     results.run.run_id = "r" * 32
     results.provenance = _provenance({"fp_2": 4})
@@ -351,7 +351,7 @@ def _results_with(status_regressed: bool, changed: bool) -> dict:
         "regressed": status_regressed,
         "message": "a regression" if status_regressed else "within noise",
     }
-    return document
+    return RunResults.model_validate(document)
 
 
 def test_the_event_carries_the_drift_and_a_held_accuracy_with_a_new_fingerprint_is_its_own_event() -> None:

@@ -15,7 +15,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import FatalEndpointError, RunFailed, UserError
 from judgebench_flows.core.secrets import register_secret
 from judgebench_flows.flows.events import RunTrace, config_resource, night_status, run_payload, run_status
-from judgebench_flows.flows.retries import is_transient
+from judgebench_flows.flows.retries import carried_results, is_transient
 from judgebench_flows.judging.matrix import parse_matrix
 from judgebench_flows.scoring.run_results import RunResults
 from tests.conftest import CANARY_KEY, GPT4O_FILE
@@ -132,11 +132,16 @@ def test_a_failure_another_attempt_follows_is_announced_as_retrying() -> None:
     assert run_event(_config(), None, RunTrace(), error=error)["event"] == "judgebench.run.failed"
     done = run_event(_config(), _results(), RunTrace(), retrying=True)  # only a failure is retried
     assert done["event"] == "judgebench.run.completed" and done["payload"]["retrying"] is False
-    # the judging flow hands on results.json's content (a dict): checked once, the same event
-    assert run_event(_config(), _document(), RunTrace(), retrying=True) == done
+    # what a RunFailed carries (results.json's content, a dict) is checked once into RunResults: the same payload
+    failed = RunFailed("too little", _document())
+    carried = run_event(_config(), carried_results(failed), RunTrace(), error=failed)
+    assert carried["payload"] == run_event(_config(), _results(), RunTrace(), error=failed)["payload"]
+    assert carried["payload"]["accuracy"] == 0.5
     # content that is not a results.json never fails the run over its event: the run's error decides
-    unreadable = run_event(_config(), {"run": "?"}, RunTrace(), error=error)
-    assert unreadable["event"] == "judgebench.run.failed" and unreadable["payload"]["accuracy"] is None
+    unreadable = RunFailed("too little", {"run": "?"})
+    assert carried_results(unreadable) is None and carried_results(error) is None
+    event = run_event(_config(), carried_results(unreadable), RunTrace(), error=unreadable)
+    assert event["event"] == "judgebench.run.failed" and event["payload"]["accuracy"] is None
 
 
 def test_only_passing_failures_are_retried() -> None:
@@ -149,10 +154,12 @@ def test_only_passing_failures_are_retried() -> None:
     # measured too little because nothing answered: worth another try; because verdicts were garbage: not
     unanswered = {"invalid": {"failed_judgments": 30, "invalid_judgments": 0}}
     garbage = {"invalid": {"failed_judgments": 0, "invalid_judgments": 30}}
-    assert is_transient(RunFailed("too little"), unanswered)
-    assert not is_transient(RunFailed("too little"), garbage)
-    assert is_transient(RunFailed("too little"), RunResults.model_validate(unanswered))  # read back typed
+    # as read back from the run's results.json (a night's cell, whose error lost what it carried)
+    assert is_transient(RunFailed("too little"), RunResults.model_validate(unanswered))
+    assert not is_transient(RunFailed("too little"), RunResults.model_validate(garbage))
     assert is_transient(RunFailed("too little", unanswered))  # what the error itself carries
+    assert not is_transient(RunFailed("too little", garbage))
+    assert not is_transient(RunFailed("too little", {"invalid": "?"}))  # not a results.json: no results
     assert not is_transient(RunFailed("stopped early: all rejected"))  # nothing published: a refusal
     assert not is_transient(UserError("cannot clone /nowhere: does not exist"))
     assert not is_transient(FatalEndpointError("unknown model"))
@@ -178,3 +185,16 @@ def test_a_secret_inside_another_leaves_nothing_of_either() -> None:
     register_secret("inner-7731")
     register_secret("sk-outer-inner-7731-tail")
     assert redact("key sk-outer-inner-7731-tail and inner-7731") == "key *** and ***"
+
+
+def test_too_little_is_measured_on_the_typed_results() -> None:
+    from judgebench_flows.flows.judgebench_flow import measured_too_little
+
+    document = _document() | {"invalid": {"failed_judgments": 1, "invalid_judgments": 2, "reasons": {"no verdict": 2}}}
+    results = RunResults.model_validate(document)  # 3 of 40 judgments without a verdict: 7.5%
+    assert measured_too_little(results, 0.1) is None
+    too_little = measured_too_little(results, 0.05)
+    assert too_little == (
+        "3 of 40 judgments failed or were invalid (7.5%, more than --max-failed-fraction 0.05): no verdict (2)"
+    )
+    assert measured_too_little(RunResults.model_validate(document | {"usage": None}), 0.0) is None  # nothing judged

@@ -333,8 +333,9 @@ class RunConfig(BaseModel):
     @property
     def priced_model_name(self) -> str:
         """The model priced and shaped for: --priced-model (an Azure deployment's model), else --model as the
-        provider's price table names it (a Bedrock profile's model id)."""
-        return self.endpoint.priced_model or providers.get(self.endpoint.provider).priced_name(self.model)
+        provider's price table names it (a Bedrock profile's model id): `EndpointSettings.priced_name`, which
+        the calls' request rule is chosen by too."""
+        return self.endpoint.priced_name(self.model)
 
     def sampling_overrides(self) -> dict[str, float | int | str]:
         overrides: dict[str, float | int | str] = {}

@@ -247,6 +247,14 @@ class EndpointSettings(BaseModel):
         """The provider the run calls (one is always chosen once a `RunConfig` holds these settings)."""
         return providers.get(self.provider).name
 
+    def priced_name(self, model: str) -> str:
+        """The model a run calling `model` here is priced and its requests shaped for: --priced-model (an
+        Azure deployment's model, a gateway's alias), else `model` as the provider's price table names it (a
+        Bedrock profile's or ARN's model id; a `global.` profile kept, priced apart). One answer for the
+        settings' prices (`RunConfig.priced_model_name`) and the request rule the calls go out under
+        (`judging.shards.request_rule_of`): a run is never priced as one model and shaped as another."""
+        return self.priced_model or providers.get(self.provider).priced_name(model)
+
 
 ENDPOINT_OPTIONS = frozenset(EndpointSettings.model_fields)
 """The flat option names (CLI flags, deployment options) that belong to the endpoint settings."""

@@ -192,8 +192,11 @@ def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
 
 
 def request_rule_of(spec: JudgeSpec) -> RequestRule:
+    """The rule the spec's calls are shaped by: for the model the run is priced for (`priced_name`: a
+    deployment is shaped for the model it serves, a Bedrock profile for its model id), as the settings'
+    `RunConfig.priced_model_name` names it."""
     endpoint = spec.endpoint
-    model = endpoint.priced_model or spec.model  # a deployment is shaped for the model it serves
+    model = endpoint.priced_name(spec.model)
     return provider_rule(endpoint.provider, model, endpoint.request_style, tuple(endpoint.drop_params))
 
 

@@ -30,6 +30,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -67,8 +68,8 @@ class PrefectServer:
 
 def use_prefect_server() -> PrefectServer:
     """The configured server, or this PREFECT_HOME's background server (started now if none answers;
-    on a free port of its own if another home's server holds the configured one). Exported as
-    PREFECT_API_URL for subprocesses; `pointed_at` points this process's Prefect at it."""
+    on a free port of its own if another home's server holds the configured one). The environment is left
+    alone: `pointed_at` points this process's Prefect, and the subprocesses started in its block, at it."""
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
@@ -96,7 +97,6 @@ def use_prefect_server() -> PrefectServer:
                 api_url = _api_url(host, port)
             _start_background_server(home, host, port)
             _wait_until_answering(api_url, home, say_alive=True)
-    os.environ["PREFECT_API_URL"] = api_url  # for subprocesses (a local Dask cluster's workers)
     return PrefectServer(api_url, _background_pid(home))
 
 
@@ -193,13 +193,58 @@ def _move_to_free_port(home: Path, host: str, configured: int, taken: int) -> in
 @contextlib.contextmanager
 def pointed_at(server: PrefectServer) -> Iterator[None]:
     """This process's Prefect talks to `server` inside the block (Prefect's settings are fixed at import),
-    its logging set up as its settings say (runtime/quiet.py points them at runtime/logging.yml)."""
+    its logging set up as its settings say (runtime/quiet.py points them at runtime/logging.yml), and so do
+    the subprocesses started in it (a local Dask cluster's workers copy os.environ): PREFECT_API_URL names
+    `server` for the block only (`_exported`), so a notebook's next `evaluate()` and the user's own code
+    find the variable as it was (the user's own, or none), not a server that may since have moved."""
     from prefect.logging.configuration import ensure_logging_setup
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+    with _exported(server.api_url), temporary_settings(updates={PREFECT_API_URL: server.api_url}):
         ensure_logging_setup()
         yield
+
+
+class _Export:
+    """PREFECT_API_URL as it was before the first of the blocks in force, and each block's URL in order."""
+
+    def __init__(self) -> None:
+        self.before = os.environ.get(API_URL_VARIABLE)
+        self.blocks: list[tuple[object, str]] = []
+
+
+_export: _Export | None = None
+_export_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _exported(api_url: str) -> Iterator[None]:
+    """PREFECT_API_URL set to `api_url` inside the block, as before it after. os.environ is the process's:
+    blocks that overlap (`evaluate_async`) end in any order, so the variable names the latest block still
+    in force, and what was there before the first is put back when the last one ends."""
+    global _export
+    token = object()
+    with _export_lock:
+        if _export is None:
+            _export = _Export()
+        _export.blocks.append((token, api_url))
+        os.environ[API_URL_VARIABLE] = api_url
+    try:
+        yield
+    finally:
+        with _export_lock:
+            export, _export = _export, None
+            if export is not None:
+                export.blocks = [(t, url) for t, url in export.blocks if t is not token]
+                if export.blocks:  # another block still in force: its URL, the saved value kept for the last
+                    _export, os.environ[API_URL_VARIABLE] = export, export.blocks[-1][1]
+                elif export.before is None:
+                    os.environ.pop(API_URL_VARIABLE, None)
+                else:
+                    os.environ[API_URL_VARIABLE] = export.before
+
+
+API_URL_VARIABLE = "PREFECT_API_URL"
 
 
 def _background_pid(home: Path) -> int | None:

@@ -133,17 +133,17 @@ def timed_run(command: list[str], run: Path, env: dict[str, str], cwd: Path) -> 
 
 
 def print_phases(runs: list[dict[str, float]]) -> None:
-    """Where our runs' time went, median over `runs`: the flow's phases and the rest of the process
-    (start-up, Prefect's flow run, exit)."""
+    """Where our runs' time went, median over `runs`: the flow's phases up to judging and the rest of the
+    process (start-up, Prefect's flow run, publishing, exit)."""
     if not runs:
         return
-    names = ["fetch_s", "load_s", "judge_s", "publish_s"]
+    names = ["fetch_s", "load_s", "judge_s"]  # publish_s is set after results.json is written: not in it
     median = {k: statistics.median(p.get(k, 0.0) for p in runs) for k in ["wall", *names]}
     outside = statistics.median(p["wall"] - sum(p.get(k, 0.0) for k in names) for p in runs)
     print(
         "judgebench run phases (median of its runs): "
         + ", ".join(f"{k.removesuffix('_s')} {median[k]:.2f} s" for k in names)
-        + f", outside the flow's phases {outside:.2f} s (start-up, flow run, exit)"
+        + f", outside those {outside:.2f} s (start-up, Prefect's flow run, publishing, exit)"
     )
 
 

@@ -33,7 +33,9 @@ def test_two_identical_runs_at_once_pay_no_call_twice(tmp_path, prefect_server):
     data.write_text("".join(GPT4O_PATH.read_text().splitlines(keepends=True)[:PAIRS]))
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
     database = f"sqlite:///{tmp_path / 'r.db'}"
-    with FakeOpenAIServer(VERDICT, latency=0.1) as endpoint:
+    # 30 calls, 2 at a time, 0.5 s each: the first run holds its lock for about 8 s, longer than a loaded
+    # machine delays the second's start (at 0.1 s a call the runs missed each other in a full suite).
+    with FakeOpenAIServer(VERDICT, latency=0.5) as endpoint:
         runs = []
         for name in ("first", "second"):
             command = run_argv(

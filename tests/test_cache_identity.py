@@ -65,6 +65,17 @@ def test_shard_identities_are_pinned() -> None:
     )
 
 
+def test_a_priced_model_that_shapes_the_requests_keys_its_shards_apart() -> None:
+    """--priced-model chooses a deployment's request rule (o1-mini's takes no temperature, gpt-4o's does):
+    shards judged under one shape are not served to a run under the other; without it the key is as before."""
+    plain = _spec().cache_identity()
+    assert plain == "6316de89d95b0923053b7be8713e2a9746a6945172afb0e81cb89f997842bdaf"
+    as_o1 = _spec(priced_model="o1-mini").cache_identity()
+    as_4o = _spec(priced_model="gpt-4o").cache_identity()
+    assert len({plain, as_o1, as_4o}) == 3
+    assert _spec(priced_model="o1-mini").cache_identity() == as_o1
+
+
 def test_configuration_keys_are_pinned() -> None:
     assert RunConfig(model="m", base_url="http://h/v1").config_key() == "5668afc5e889e655"
     assert RunConfig(model="m", base_url="http://h/v1", provider="anthropic").config_key() == "848d3c9770031f9d"

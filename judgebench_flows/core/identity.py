@@ -117,11 +117,13 @@ class ShardIdentity:
     drop_params: Sequence[str] = ()
     provider: str = IMPLIED
     epochs: int = 1
+    # --priced-model (an Azure deployment's model): it chooses the request rule, so the shape of the requests
+    priced_model: str | None = None
 
 
 def shard_identity(shard: ShardIdentity) -> str:
-    """A shard's key (without its pairs' hash): the fields joined by NUL, request shaping and provider only
-    when not the defaults every earlier key implied."""
+    """A shard's key (without its pairs' hash): the fields joined by NUL, request shaping, provider, epochs
+    and --priced-model only when not the defaults every earlier key implied."""
     parts = [
         shard.judge_fingerprint,
         shard.model,
@@ -131,6 +133,7 @@ def shard_identity(shard: ShardIdentity) -> str:
         *added(repr((shard.request_style, sorted(shard.drop_params))), repr(("auto", []))),
         *added(cache_name(shard.provider), IMPLIED),
         *added(f"epochs={shard.epochs}", "epochs=1"),
+        *added(f"priced_model={shard.priced_model}", "priced_model=None"),
     ]
     return identity(SHARD, "\0".join(parts))
 

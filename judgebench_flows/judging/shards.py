@@ -97,6 +97,7 @@ class JudgeSpec(BaseModel):
                 endpoint.drop_params,
                 endpoint.provider_name,
                 self.epochs,
+                endpoint.priced_model,
             )
         )
 

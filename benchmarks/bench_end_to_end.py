@@ -23,6 +23,9 @@ as later runs that use the server the first one started; then a fully cached re-
 
     python benchmarks/bench_end_to_end.py --small 10 --latency 0.2 --concurrency 32 --repeat 3
 
+`--ours-arg=--no-head-start` times our runs without their head start (judging/head_start.py: the first
+pairs judged while Prefect starts), for an A/B in the same hour.
+
 Run by hand; this is a measurement, not a test.
 """
 
@@ -162,6 +165,12 @@ def main() -> None:
     )
     parser.add_argument("--small", type=int, help="small-run mode: judge the first N pairs (see above)")
     parser.add_argument("--busy-first-runs", type=int, help="N fresh first runs beside two busy processes")
+    parser.add_argument(
+        "--ours-arg",
+        action="append",
+        default=[],
+        help="an argument added to every `judgebench run` (repeatable), e.g. --ours-arg=--no-head-start",
+    )
     add_data_option(parser)
     args = parser.parse_args()
     args.data = benchmark_data(args.data)
@@ -196,6 +205,7 @@ def main() -> None:
             "--cache-dir",
             str(workdir / "clones"),
             "--no-progress",
+            *args.ours_arg,
         ]
 
         def ours(name: str, extra_env: dict[str, str]) -> float:
@@ -264,7 +274,7 @@ def small_runs(args: argparse.Namespace) -> None:
 
         def ours(pairs: Path, run: Path) -> float:
             command = [*JUDGEBENCH_RUN, "--model", "bench", "--data-path", str(pairs), "--base-url", base_url]
-            command += ["--concurrency", str(args.concurrency), "--no-progress"]
+            command += ["--concurrency", str(args.concurrency), "--no-progress", *args.ours_arg]
             return timed_run(command, run, env, workdir)
 
         def fresh() -> Path:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import time
 import uuid
@@ -57,6 +56,7 @@ from judgebench_flows.flows.run_files import (
 from judgebench_flows.flows.run_pages import judgebench_run_name, say_link
 from judgebench_flows.flows.run_usage import check_worst_case, cost_of_calls, priced_as, usage_of_run
 from judgebench_flows.flows.shard_runs import judge_shards
+from judgebench_flows.judging.head_start import HeadStart, Source, head_start_of, judge_label, run_row
 from judgebench_flows.judging.provenance import provenance_of
 from judgebench_flows.judging.run_context import RunContext, running
 from judgebench_flows.judging.shards import (
@@ -195,27 +195,20 @@ def record_stop(engine: Engine, run_id: str, exc: BaseException, spec: JudgeSpec
             db.update_run(engine, run_id, cost_usd=exc.spent, priced_as=priced_as(spec))
 
 
+JOURNALS_REPLAYED = "%d answers earlier runs kept in their journals are now in the call cache"
+
+
 async def open_results_database(config: RunConfig) -> Engine:
     """The results database, waited for within the run's --db-lost-timeout when it goes away
     (`data.outage.run_wait`, set by the flow), with the answers earlier runs kept in their journals while it
-    was away written into its call cache first."""
+    was away written into its call cache first, and runs whose process was killed no longer "running"."""
     engine = db.open_database(config.db_url)
     if config.endpoint.cache != "off":
         replayed = await asyncio.to_thread(db.cache_replay, engine, journal_dir(config.cache_dir, config.db_url))
         if replayed:
-            get_run_logger().info("%d answers earlier runs kept in their journals are now in the call cache", replayed)
+            get_run_logger().info(JOURNALS_REPLAYED, replayed)
+    await asyncio.to_thread(db.mark_crashed, engine)
     return engine
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-    """Where the pairs come from: a checkout of the benchmark at a commit, or a local file (`--data-path`)."""
-
-    data_path: str
-    data_file: str
-    templates_dir: str | None
-    repo_url: str | None = None
-    commit: str | None = None
 
 
 async def fetch(config: RunConfig, run: RunContext) -> Source:
@@ -246,11 +239,40 @@ async def pairs_of(source: Source, config: RunConfig, run: RunContext) -> PairIn
     return index
 
 
+async def configuration_held(
+    early: HeadStart | None,
+    run: RunContext,
+    source: Source,
+    spec: JudgeSpec,
+    index: PairIndex,
+    engine: Engine,
+    config_key: str,
+) -> ConfigurationLock:
+    """The configuration held for this run: by its head start when the flow adopts it, else taken now."""
+    adopting = early and await adopted(early, run, source, spec, index)
+    return adopting.lock if adopting else await hold_configuration(engine, config_key, spec.run_id or "")
+
+
+async def adopted(
+    early: HeadStart, run: RunContext, source: Source, spec: JudgeSpec, index: PairIndex
+) -> HeadStart | None:
+    """The run's head start (judging/head_start.py) when this flow judges exactly as it did: the same
+    spec (prompts, model, run id, cache scope), commit and pairs; its pairs are then the shards' own.
+    Otherwise (a branch moved between the two fetches) it is stopped, its answers kept in the call cache."""
+    if early.spec == spec and early.source == source and early.index.offsets == index.offsets:
+        early.adopted = True  # the flow records how the run ends
+        if early.replayed:
+            get_run_logger().info(JOURNALS_REPLAYED, early.replayed)
+        return early
+    get_run_logger().warning("the pairs judged while Prefect started were not this run's: they are judged again")
+    await early.close(run)
+    return None
+
+
 def run_header(config: RunConfig, source: Source, index: PairIndex) -> RunHeader:
-    external = config.external_judge_path and f"external:{Path(config.external_judge_path).stem}"
     return RunHeader(
         model=config.model,
-        judge_type=config.judge_template or external or config.judge_type,
+        judge_type=judge_label(config),
         dataset=DatasetInfo(
             repo_url=source.repo_url,
             commit=source.commit,
@@ -306,21 +328,8 @@ def record_start(
 ) -> None:
     """The run's row in the results database, "running" from now on (`judgebench history` shows it), with
     its outermost flow run: the cache answers it pays are reused by that flow run's later attempts."""
-    db.start_run(
-        engine,
-        run_id,
-        config_key=config_key,
-        judge_type=header.judge_type,
-        model=config.model,
-        repo_url=source.repo_url or config.data_path,
-        commit=source.commit,
-        data_file=source.data_file,
-        flow_run_id=flow_run_id,
-        root_flow_run_id=reuse.root_flow_run_id,
-        started=clock.started,
-        n_pairs=header.dataset.n_pairs,
-        config_json=RunConfig.model_validate(config.public_dict()).model_dump_json(),
-    )
+    row = run_row(config, source, header.dataset.n_pairs, config_key, clock.started)
+    db.start_run(engine, run_id, **row, flow_run_id=flow_run_id, root_flow_run_id=reuse.root_flow_run_id)
 
 
 def record_finish(
@@ -350,10 +359,11 @@ def record_finish(
 
 
 class Stopwatch:
-    """Wall-clock phases of the run (results.json's `run.timings`)."""
+    """Wall-clock phases of the run (results.json's `run.timings`); `started`: when the run began, its
+    head start's beginning where it had one (its calls began then)."""
 
-    def __init__(self) -> None:
-        self.started, self._last = datetime.now(timezone.utc), time.perf_counter()
+    def __init__(self, started: datetime | None = None) -> None:
+        self.started, self._last = started or datetime.now(timezone.utc), time.perf_counter()
 
     def lap(self) -> float:
         """Seconds since the previous lap (or the start)."""
@@ -512,11 +522,11 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
     the run's context (`run_context.RunContext`), in force while it judges."""
     logger = get_run_logger()
     install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
-    clock, run_id = Stopwatch(), uuid.uuid4().hex
+    early = head_start_of(run, config)  # the run's first pairs judged while Prefect started, if any
+    clock, run_id = (Stopwatch(early.started), early.run_id) if early else (Stopwatch(), uuid.uuid4().hex)
     layout, config = config.output_dir, with_run_paths(config, run_id)
     warn_if_retiring(config)
     engine = await open_results_database(config)
-    await asyncio.to_thread(db.mark_crashed, engine)  # runs whose process was killed stop looking "running"
     source = await fetch(config, run)
     trace.commit, trace.data_file = source.commit, source.data_file
     spec, reuse = await run_spec(config, source, run_id, clock.started, run)
@@ -528,7 +538,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(flow_run.id)
     trace.run_id, trace.config_key = run_id, config_key
-    lock = await hold_configuration(engine, config_key, run_id)
+    lock = await configuration_held(early, run, source, spec, index, engine, config_key)
     try:
         await asyncio.to_thread(
             record_start, engine, run_id, config, source, header, config_key, flow_run_id, clock, reuse

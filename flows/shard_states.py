@@ -3,14 +3,12 @@ its records from its final state, how many shards are in flight, and the callbac
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from prefect.states import State
 
-from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.records import JudgmentRecord
-from judgebench_flows.judging.shards import Shard, ShardRecords
+from judgebench_flows.judging.shards import Shard, ShardRecords, shards_in_flight
 from judgebench_flows.tasks.judge import ShardIncomplete
 
 ShardDone = Callable[[Shard, list[JudgmentRecord]], None]
@@ -36,19 +34,6 @@ async def shard_records(state: State) -> list[JudgmentRecord]:
     if isinstance(exc, BaseException):
         raise exc
     raise RuntimeError(f"shard ended in state {state.name}: {state.message}")
-
-
-# --batch: shards judged at once (all of a run's, in practice), so each round of calls is one batch.
-BATCH_SHARDS_IN_FLIGHT = 100_000
-
-
-def shards_in_flight(config: RunConfig) -> int:
-    """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
-    more: memory then holds a few shards, not the whole dataset."""
-    if config.endpoint.batch:  # --batch: every shard at once, so a round of calls is one batch
-        return BATCH_SHARDS_IN_FLIGHT
-    calls_per_shard = config.shard_size * (1 if config.single_game else 2)
-    return max(2, math.ceil(2 * config.endpoint.concurrency / calls_per_shard))
 
 
 __all__ = ["ShardDone", "shard_records", "shards_in_flight"]

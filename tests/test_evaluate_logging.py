@@ -3,8 +3,9 @@
 Each scenario runs in a fresh interpreter, as a notebook's kernel starts: Prefect reads its settings and
 sets its loggers' levels once per process, so the first `evaluate()` is the one that imports it. The calls
 are real and cheap: a custom judge file (which records what it sees while the call imports it, inside the
-quiet spell) and a data file that does not exist, which the run's checks refuse after Prefect is imported
-and set up, before any server or endpoint is needed.
+quiet spell) and a data file that does not exist, which the run's checks refuse before any server or
+endpoint is needed. The run imports Prefect only once its checks pass (runtime/run.py), so the judge file,
+loaded by those checks, imports it itself: the first call is still the one that sets Prefect up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 PROBE = """
 import logging, os, sys
+
+from prefect import flow  # Prefect set up inside the call, as the run's own import does once its checks pass
 
 sys.modules["__main__"].SEEN.append(
     {"prefect": logging.getLogger("prefect").level, "env": os.environ.get("PREFECT_LOGGING_LEVEL")}

@@ -165,9 +165,10 @@ def command_run(args: argparse.Namespace) -> int:
     # The run path (checks, server, its watch: a lost server is exit 5, the flow) is runtime/run.py's,
     # shared with evaluate(); this door says its lines, draws its bar and prints the results.
     from judgebench_flows.runtime.run import judge_run
-    from judgebench_flows.views.summaries import print_results
 
     results = judge_run(_run_config(args), _CommandHost(args.progress))
+    from judgebench_flows.views.summaries import print_results  # imported during the run (`imports_after`)
+
     print_results(results)
     return 1 if results.regressed else 0
 
@@ -175,6 +176,8 @@ def command_run(args: argparse.Namespace) -> int:
 class _CommandHost(RunHost):
     """The command's side of a run (runtime/run.py): its lines on stderr and its progress bar; the flow in
     the main thread, where Ctrl-C and SIGTERM reach it and the server watch's SIGTERM cancels it."""
+
+    imports_after = ("judgebench_flows.views.summaries",)
 
     def __init__(self, progress: bool) -> None:
         self.progress = progress

@@ -167,6 +167,11 @@ class RunConfig(BaseModel):
         "--alert-false-alarm-rate / N, so the night as a whole keeps the rate",
     )
     report: bool = Field(default=True, description="the HTML report")
+    head_start: bool = Field(
+        default=True,
+        description="judge the first pairs while Prefect starts (judging/head_start.py); --no-head-start: "
+        "the first call waits for the flow run",
+    )
     reward_backend: Literal["pooling", "transformers"] = Field(
         default="pooling",
         description="reward_model: vLLM's Pooling API at --base-url, or the model run here with transformers",

@@ -107,9 +107,19 @@ class ConfigurationLock:
                 on_wait(holder)
                 told = True
             time.sleep(POLL_SECONDS)
+        self._keep()
+        return time.monotonic() - started
+
+    def try_hold(self) -> bool:
+        """Hold the configuration if no live run holds it (True), without waiting."""
+        if try_hold(self.engine, self.config_key, self.run_id) is not None:
+            return False
+        self._keep()
+        return True
+
+    def _keep(self) -> None:
         self._thread = threading.Thread(target=self._renew, name="judgebench-run-lock", daemon=True)
         self._thread.start()
-        return time.monotonic() - started
 
     def _renew(self) -> None:
         while not self._stop.wait(RENEW_SECONDS):

@@ -19,8 +19,10 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
 from judgebench_flows.calls.caller import CallStats, ChatCaller
+from judgebench_flows.calls.heard import ShardHeard
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.pricing import NightSpend
+from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.judges.procedure import Judge
 
@@ -48,10 +50,22 @@ class Shared:
     value: Any = None
 
 
+@dataclasses.dataclass(eq=False)
+class EarlyJudgment:
+    """One pair judged ahead of its shard (`head_start`), and what its calls heard (served model, cache
+    sources), which the shard that takes it counts as its own."""
+
+    task: asyncio.Task[list[JudgmentRecord]]
+    heard: ShardHeard
+
+
 @dataclasses.dataclass
 class Runtime:
     judge: Judge
     caller: ChatCaller
+    # Pairs judged ahead of their shards while Prefect started (`head_start`), by pair id: the shard that
+    # reaches one awaits it instead of judging it.
+    early: dict[str, EarlyJudgment] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(eq=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
@@ -20,6 +21,7 @@ from pydantic import BaseModel, JsonValue
 
 from judgebench_flows.calls.caller import CallStats, ChatCaller
 from judgebench_flows.calls.global_limits import limit_names
+from judgebench_flows.calls.heard import heard_here
 from judgebench_flows.calls.providers import provider_rule, unserved
 from judgebench_flows.calls.request_rules import Adjustment, Learned, RequestReport, RequestRule
 from judgebench_flows.core.api_keys import read_api_key
@@ -35,7 +37,7 @@ from judgebench_flows.data.journal import AnswerJournal, journal_dir
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import Judge, Outcome
-from judgebench_flows.judging.run_context import ProgressHook, RunContext, Runtime
+from judgebench_flows.judging.run_context import EarlyJudgment, ProgressHook, RunContext, Runtime
 
 
 class JudgeSpec(BaseModel):
@@ -373,6 +375,17 @@ def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...], e
             yield keyed
 
 
+async def claim_early(early: EarlyJudgment) -> list[JudgmentRecord]:
+    """A pair judged ahead of its shard (`head_start`): its records, with what its calls heard counted in
+    the shard's own (`calls.heard`), as if the shard had judged it."""
+    records = await early.task
+    shard = heard_here.get()
+    if shard is not None:
+        shard.served.update(early.heard.served)
+        shard.cache_sources.update(early.heard.cache_sources)
+    return records
+
+
 async def judge_pairs(
     pairs: list[Pair],
     runtime: Runtime,
@@ -383,7 +396,8 @@ async def judge_pairs(
 ) -> list[JudgmentRecord]:
     """The records of these pairs, every epoch of a pair together (the metric scores a pair whole);
     `progress`: the run's hooks, told of each judgment of shard `shard_index`."""
-    await runtime.caller.prefetch(request_keys(pairs, runtime, orders, epochs))
+    early = {pair.pair_id: runtime.early.pop(pair.pair_id) for pair in pairs if pair.pair_id in runtime.early}
+    await runtime.caller.prefetch(request_keys([p for p in pairs if p.pair_id not in early], runtime, orders, epochs))
     tick = _no_progress
     if shard_index is not None and progress:
         planned = len(pairs) * len(orders) * epochs
@@ -392,11 +406,16 @@ async def judge_pairs(
             for hook in progress:
                 hook(shard_index, judgments, planned)
 
+    async def judged(pair: Pair) -> list[JudgmentRecord]:
+        if pair.pair_id not in early:
+            return await judge_pair(pair, runtime, orders, tick, epochs)
+        records = await claim_early(early[pair.pair_id])  # judged while Prefect started, by `judge_pair`
+        tick(len(records))
+        return records
+
     # Every pair ends before an error ends the shard: the answers of calls in flight when the run stops
     # (its budget spent, its first calls all rejected) are paid for, so they reach the call cache too.
-    per_pair = await asyncio.gather(
-        *(judge_pair(pair, runtime, orders, tick, epochs) for pair in pairs), return_exceptions=True
-    )
+    per_pair = await asyncio.gather(*(judged(pair) for pair in pairs), return_exceptions=True)
     await runtime.caller.flush()  # a shard counts as done only once its answers are in the cache
     for outcome in per_pair:
         if isinstance(outcome, BaseException):
@@ -410,6 +429,19 @@ def make_shards(index: PairIndex, shard_size: int, shuffle_seed: int | None = No
         Shard(index=i, path=index.path, offsets=index.offsets[start : start + shard_size], shuffle_seed=shuffle_seed)
         for i, start in enumerate(range(0, len(index.offsets), shard_size))
     ]
+
+
+# --batch: shards judged at once (all of a run's, in practice), so each round of calls is one batch.
+BATCH_SHARDS_IN_FLIGHT = 100_000
+
+
+def shards_in_flight(config: RunConfig) -> int:
+    """Enough shards at once to keep every connection busy (twice the calls the limit allows), and no
+    more: memory then holds a few shards, not the whole dataset."""
+    if config.endpoint.batch:  # --batch: every shard at once, so a round of calls is one batch
+        return BATCH_SHARDS_IN_FLIGHT
+    calls_per_shard = config.shard_size * (1 if config.single_game else 2)
+    return max(2, math.ceil(2 * config.endpoint.concurrency / calls_per_shard))
 
 
 def _endpoint_url(config: RunConfig) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import importlib
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -25,6 +26,9 @@ from judgebench_flows.runtime.server_watch import CANCEL_GRACE_SECONDS, RESUME
 if TYPE_CHECKING:  # imported where a run starts: the command's `--help` and its bad-option lines stay fast
     from judgebench_flows.core.config import RunConfig
     from judgebench_flows.judging.run_context import RunContext
+    from judgebench_flows.judging.shards import JudgeSpec, Shard
+    from judgebench_flows.runtime.prefect_server import PrefectServer
+    from judgebench_flows.runtime.server_watch import ServerWatch
     from judgebench_flows.scoring.run_results import RunResults
 
 T = TypeVar("T")
@@ -53,6 +57,9 @@ class RunHost:
 
     resume = RESUME  # how the run resumes, said when its server was lost
     cancel_run: Callable[[], None] | None = None
+    # Modules the door needs once the run is over (its results' view): imported in a thread while the run
+    # judges, not after it.
+    imports_after: tuple[str, ...] = ()
 
     def say_route(self, config: RunConfig) -> None:
         """The line naming the API the model's name chose (`config.routed()`), before the checks."""
@@ -79,38 +86,115 @@ def judge_run(config: RunConfig, host: RunHost) -> RunResults:
     """The JudgeBench flow with these settings, checked before the first call, on the run's Prefect server,
     watched; its results. A server lost during the run is `PrefectServerError` (the run marked failed)."""
     from judgebench_flows.core.secrets import install_log_redaction
-    from judgebench_flows.flows.judgebench_flow import judgebench_flow
     from judgebench_flows.judging.preflight import preflight
     from judgebench_flows.judging.run_context import RunContext, running
-    from judgebench_flows.runtime.prefect_server import PrefectServerError, pointed_at, use_prefect_server
-    from judgebench_flows.runtime.server_watch import ServerWatch, mark_run_failed
-    from judgebench_flows.scoring.run_results import RunResults
+    from judgebench_flows.runtime.prefect_server import PrefectServerError
+    from judgebench_flows.runtime.server_watch import mark_run_failed
 
     install_log_redaction()
     host.say_route(config)
     preflight(config)
     host.say_retirement(config)
-    server = use_prefect_server()
     run = RunContext()  # the run's state, which the door's progress display watches
-    # A Prefect server lost mid-run ends it, not a hang: the watch cancels the run (SIGTERM to the main
-    # thread, or the host's `cancel_run`), the run's own shutdown writes its cached answers, and this
-    # thread reports it below.
-    watch = ServerWatch(
-        server.api_url, server.pid, config.db_url, config.server_lost_seconds(), cancel=host.cancel_run
-    ).start()
+    served = Served(config, host)
     try:
-        with pointed_at(server), host.showing(config, run), running(run):
-            final = host.run_flow(lambda: judgebench_flow(config))
+        with host.showing(config, run), running(run):
+            final = host.run_flow(lambda: flow_started_early(config, run, served))
     except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
-        lost = watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
+        lost = served.lost(exc)
         if lost is None:
             raise
-        watch.disarm()
+        served.disarm()
         mark_run_failed(config.db_url, lost)
         raise PrefectServerError(f"{lost}; {host.resume}") from None
     finally:
-        watch.disarm()
+        served.disarm()
+    from judgebench_flows.scoring.run_results import RunResults
+
     return RunResults.model_validate(final)
+
+
+class Served:
+    """The run's Prefect server, found while its first calls go out, and the watch on it: a server lost
+    mid-run ends the run, not a hang (the watch cancels it: SIGTERM to the main thread, or the host's
+    `cancel_run`; the run's own shutdown writes its cached answers, and `judge_run` reports it)."""
+
+    def __init__(self, config: RunConfig, host: RunHost) -> None:
+        self.config, self.host = config, host
+        self.watch: ServerWatch | None = None
+
+    def find(self) -> PrefectServer:
+        """The server (`use_prefect_server`: Prefect's settings, started if it is this home's background
+        server and down); in a thread, beside the run's first calls."""
+        from judgebench_flows.runtime.prefect_server import use_prefect_server
+
+        return use_prefect_server()
+
+    def watched(self, server: PrefectServer) -> None:
+        """Watch `server` from now on (in the thread the run's loop runs in: the command's main thread)."""
+        from judgebench_flows.runtime.server_watch import ServerWatch
+
+        self.watch = ServerWatch(
+            server.api_url,
+            server.pid,
+            self.config.db_url,
+            self.config.server_lost_seconds(),
+            cancel=self.host.cancel_run,
+        ).start()
+
+    def lost(self, exc: BaseException) -> str | None:
+        """Why the run ended with `exc` if its server is gone (its watch said, or it does not answer now)."""
+        watch = self.watch
+        if watch is None:
+            return None
+        return watch.lost or (None if not isinstance(exc, Exception) or isinstance(exc, UserError) else watch.gone())
+
+    def disarm(self) -> None:
+        if self.watch is not None:
+            self.watch.disarm()
+
+
+FLOW_MODULE = "judgebench_flows.flows.judgebench_flow"
+
+
+async def held_in_shard_cache(spec: JudgeSpec, shards: list[Shard]) -> bool:
+    """`tasks.shard_cache.shard_results_held` for a head start, Prefect's results imported in a thread."""
+    shard_cache = await asyncio.to_thread(importlib.import_module, "judgebench_flows.tasks.shard_cache")
+    settings = spec.endpoint
+    return await shard_cache.shard_results_held(spec, shards, settings.cache, settings.cache_max_age)
+
+
+def _import_all(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        importlib.import_module(name)
+
+
+async def flow_started_early(config: RunConfig, run: RunContext, served: Served) -> dict[str, Any]:
+    """The JudgeBench flow, with the run's first pairs judged while Prefect and the flow are imported and
+    the flow run is created (`judging.head_start`): the imports run in threads, so this loop sends and
+    receives the first calls meanwhile, and the flow's shards take them over."""
+    from judgebench_flows.judging.head_start import head_start_of, prepare_head_start
+    from judgebench_flows.runtime.prefect_server import pointed_at
+
+    early = await prepare_head_start(config, run)
+    try:
+        server = await asyncio.to_thread(served.find)
+        served.watched(server)
+        with pointed_at(server):
+            if early is not None:
+                await early.start(run, held_in_shard_cache)
+            module = await asyncio.to_thread(importlib.import_module, FLOW_MODULE)
+            after = asyncio.ensure_future(asyncio.to_thread(_import_all, served.host.imports_after))
+            final = await module.judgebench_flow(config)
+        await after
+        return final
+    except BaseException as exc:
+        if (early := head_start_of(run)) is not None:  # stopped before its flow adopted it: recorded here
+            await early.stopped(exc)
+        raise
+    finally:
+        if (early := head_start_of(run)) is not None:  # what no shard took is cancelled, what was answered is cached
+            await early.close(run)
 
 
 class FlowThread:

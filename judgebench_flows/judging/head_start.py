@@ -1,16 +1,18 @@
 """A run's first judgments started while Prefect starts: the flow's shards take them over, none is sent twice.
 
-Measured (docs/performance.md): from the shell, a run's first call waited about 4.5 s on an idle machine,
-most of it importing Prefect and the flow (2.5-3 s) and Prefect creating the flow run, while JudgeBench's
-run_judge.py, whose start-up we must not trail, calls after its own imports. So the run path
-(`runtime.run.judge_run`), its checks passed and its server found, first judges the first shards' pairs
-here, in the event loop the flow will run in, then imports the flow (in a thread: the loop serves the
-calls meanwhile) and runs it. Each early pair is judged by the code a shard runs (`shards.judge_pair`),
-through the runtime the shard will find (`shards.runtime_for`: same spec, same loop, so the same client,
-connection limit, call cache and spend): the shard that reaches the pair awaits its task
-(`claim_early`) instead of judging it, and gets the records it would have made. Nothing is paid twice:
-an early pair's answers are remembered in the call cache as a shard's are, and a run stopped before its
-shards take them cancels what is left and writes what was answered (`HeadStart.close`).
+Measured (docs/performance.md): from the shell, a run's first call waited 4.8-6.4 s on an idle machine,
+for Prefect and the flow to be imported (about 3 s), the flow run to be created and its first shard task
+to start, while JudgeBench's run_judge.py, whose start-up we must not trail, calls after its own imports.
+So the run path (`runtime.run.flow_started_early`), its checks passed, makes the head start ready here
+(`prepare_head_start`: database, data, spec, configuration held; no call), finds its Prefect server, and
+starts it (`HeadStart.start`) in the event loop the flow will run in, then imports the flow in a thread
+(the loop serves the calls meanwhile) and runs it. Each early pair is judged by the code a shard runs
+(`shards.judge_pair`), through the runtime the shard will find (`shards.runtime_for`: same spec, same
+loop, so the same client, connection limit, call cache and spend): the shard that reaches the pair awaits
+its task (`shards.claim_early`) instead of judging it, and gets the records it would have made. Nothing is
+paid twice: nothing goes ahead of a shard Prefect's cache would serve whole (asked of its result store,
+which the server names), an early pair's answers are remembered in the call cache as a shard's are, and a
+run stopped before its shards take them cancels what is left and writes what was answered (`close`).
 
 Only where the flow would judge exactly as the head start does, and only after what the flow checks
 before paying: in process, synchronous calls, no --max-cost to hold the worst case against, no global

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -81,11 +81,10 @@ async def reuse_scope(endpoint: EndpointSettings, flow_run: FlowRun, started: da
     own = endpoint.cache_reuse == "this-run" or (
         endpoint.cache_reuse == "auto" and (root.deployment_id is not None or name in MEASURING_FLOWS)
     )
-    age = endpoint.max_age_seconds
     return ReuseScope(
         root_flow_run_id=str(root.id),
         scope=str(root.id) if own else None,
-        newer_than=started - timedelta(seconds=age) if age is not None else None,
+        newer_than=endpoint.reused_newer_than(started),
     )
 
 

@@ -38,7 +38,6 @@ from judgebench_flows.core.pricing import BudgetReached, retirement_notice
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
-from judgebench_flows.data.dataset import data_file_in
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
 from judgebench_flows.data.outage import run_wait
@@ -214,7 +213,7 @@ async def open_results_database(config: RunConfig) -> Engine:
 async def fetch(config: RunConfig, run: RunContext) -> Source:
     """The run's data and templates: a night's cells on one data file check its clone once (`run.once`)."""
     if config.data_path:
-        return Source(config.data_path, Path(config.data_path).name, config.templates_dir)
+        return Source.of(config)
     key = ("checkout", config.repo_url, config.ref, config.cache_dir)
     checkout, shared = await run.once(key, lambda: fetch_dataset(config.repo_url, config.ref, config.cache_dir))
     get_run_logger().info(
@@ -223,13 +222,7 @@ async def fetch(config: RunConfig, run: RunContext) -> Source:
         checkout.commit,
         " (checked once for the night)" if shared else "",
     )
-    return Source(
-        str(data_file_in(checkout, config.data_file)),
-        config.data_file,
-        config.templates_dir or str(checkout.templates_dir),
-        checkout.repo_url,
-        checkout.commit,
-    )
+    return Source.of(config, checkout)
 
 
 async def pairs_of(source: Source, config: RunConfig, run: RunContext) -> PairIndex:

@@ -9,6 +9,7 @@ holds the key itself.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -188,6 +189,11 @@ class EndpointSettings(BaseModel):
     def max_age_seconds(self) -> float | None:
         """`cache_max_age` in seconds (None: answers of any age are reused)."""
         return age_seconds(self.cache_max_age) if self.cache_max_age else None
+
+    def reused_newer_than(self, started: datetime) -> datetime | None:
+        """The oldest a cached answer a run started at `started` may reuse (None: any age)."""
+        age = self.max_age_seconds
+        return started - timedelta(seconds=age) if age is not None else None
 
     @field_validator("base_url")
     @classmethod

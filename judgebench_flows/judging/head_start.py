@@ -30,7 +30,7 @@ import sys
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.heard import hearing
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.data import db
-from judgebench_flows.data.dataset import data_file_in, fetch_repository
+from judgebench_flows.data.dataset import Checkout, data_file_in, fetch_repository
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex, select_pairs
 from judgebench_flows.data.run_lock import ConfigurationLock
@@ -64,6 +64,19 @@ class Source:
     templates_dir: str | None
     repo_url: str | None = None
     commit: str | None = None
+
+    @classmethod
+    def of(cls, config: RunConfig, checkout: Checkout | None = None) -> Source:
+        """The run's data file and templates in `checkout`, or its local file (`--data-path`) without one."""
+        if checkout is None:
+            return cls(config.data_path or "", Path(config.data_path or "").name, config.templates_dir)
+        return cls(
+            str(data_file_in(checkout, config.data_file)),
+            config.data_file,
+            config.templates_dir or str(checkout.templates_dir),
+            checkout.repo_url,
+            checkout.commit,
+        )
 
 
 @dataclasses.dataclass(eq=False)
@@ -212,23 +225,14 @@ def _inside_flow_run() -> bool:
 def source_of(config: RunConfig) -> Source:
     """The run's data and templates (git in the caller's thread: call it in one)."""
     if config.data_path:
-        return Source(config.data_path, Path(config.data_path).name, config.templates_dir)
-    checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
-    return Source(
-        str(data_file_in(checkout, config.data_file)),
-        config.data_file,
-        config.templates_dir or str(checkout.templates_dir),
-        checkout.repo_url,
-        checkout.commit,
-    )
+        return Source.of(config)
+    return Source.of(config, fetch_repository(config.repo_url, config.ref, config.cache_dir))
 
 
 def spec_for(config: RunConfig, source: Source, run: RunContext, run_id: str, started: datetime) -> JudgeSpec:
     """The spec the flow makes for a run reusing any run's answers (`flows.cache_scope.reuse_scope`)."""
-    age = config.endpoint.max_age_seconds
-    newer_than = started - timedelta(seconds=age) if age is not None else None
     return judge_spec(config, source.templates_dir, run).model_copy(
-        update={"run_id": run_id, "cache_scope": None, "cache_newer_than": newer_than}
+        update={"run_id": run_id, "cache_scope": None, "cache_newer_than": config.endpoint.reused_newer_than(started)}
     )
 
 

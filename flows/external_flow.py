@@ -20,6 +20,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import JsonValue
 
+from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.judges.external.config import ExternalJudgeConfig
 from judgebench_flows.judges.external.run import finish, preflight, shards
 from judgebench_flows.judges.external.scoring import RowResult
@@ -38,6 +39,7 @@ def _thread_pool(max_workers: int) -> TaskRunner[PrefectFuture[Any]]:
 @flow(name="external-judge", task_runner=_thread_pool(8))
 def external_judge_flow(config: ExternalJudgeConfig) -> dict[str, JsonValue]:
     """Score every row of config.data_path; write outputs and a summary; return the summary as a dict."""
+    settle_heap()  # the imports' objects out of the collector's walks (core/heap.py)
     logger = get_run_logger()
     prepared = preflight(config)
     pieces = shards(prepared.frame, config.shard_size)

@@ -34,6 +34,7 @@ from judgebench_flows.calls.global_limits import ensure_limits
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, RunFailed
+from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.core.pricing import BudgetReached, retirement_notice
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
@@ -398,6 +399,7 @@ async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False)
     (flows/events.py), whatever stopped it: automations, not this code, decide who hears of it.
     `retried_if_transient`: the caller runs it once more after a passing failure (flows/nightly.py), so
     such a failure is announced as `judgebench.run.retrying`, not `failed`."""
+    settle_heap()  # the imports' objects out of the collector's walks (core/heap.py)
     trace = RunTrace()
     flow_run_id = str(flow_run.id)
     try:

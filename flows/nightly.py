@@ -47,6 +47,7 @@ from pydantic import JsonValue
 
 from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY
+from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.core.pricing import NightSpend, format_usd, retirement_notice
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data.night_budget import NightTotals
@@ -272,6 +273,7 @@ async def nightly_benchmarks(
     `data_files` override the matrix file, e.g. to point a deployment at a local checkout offline.
     `retry_delay_seconds`: the wait before a configuration that failed for a passing reason runs again.
     """
+    settle_heap()  # the imports' objects out of the collector's walks (core/heap.py)
     logger = get_run_logger()
     say_link()
     started = time.monotonic()

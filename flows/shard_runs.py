@@ -19,7 +19,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.run_context import RunContext
-from judgebench_flows.judging.shards import JudgeSpec, Shard, close_runtimes
+from judgebench_flows.judging.shards import JudgeSpec, Shard, close_runtimes, expect_first_round
 from judgebench_flows.tasks.judge import shard_task
 
 
@@ -66,6 +66,7 @@ async def judge_in_process(
             records = await shard_records(state)
             await asyncio.to_thread(on_shard_done, shard, records)
 
+    expect_first_round(spec, run, len(shards))  # --batch: the first round goes once its lines are in
     workers = [asyncio.create_task(worker()) for _ in range(min(len(shards), shards_in_flight(config)))]
     try:
         await asyncio.gather(*workers)

@@ -4,7 +4,8 @@ The caller's policies stay as they are (call cache, request rules and their 400 
 only the wire changes. `post` puts the request in the next batch and waits for its line's answer:
 requests that arrive together (a run's first turns; then the follow-up turns their answers ask for) are
 gathered for `GATHER_SECONDS` after the last one, split at the provider's limits, submitted, and polled
-every `--batch-poll-seconds`. A line's outcome comes back to its call as a synchronous answer would:
+every `--batch-poll-seconds`. The first round goes sooner when the run's shards declared its lines
+(`batch_round`): as soon as every one of them is in. A line's outcome comes back to its call as a synchronous answer would:
 a 200's body, or the `CallError` its status and error body make, so a 5xx or rate-limited line is retried in a
 later batch within the retry budget, and an invalid one fails its judgment with the API's message.
 
@@ -26,6 +27,7 @@ posted after it), at most `sync_concurrency` at once. Answers sent synchronously
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -37,6 +39,7 @@ from typing import Any, Protocol
 from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 
+from judgebench_flows.calls.batch_round import FirstRound
 from judgebench_flows.calls.errors import CallError, http_error
 from judgebench_flows.calls.transport import JsonBody
 from judgebench_flows.core.completion import Completion, Sampling
@@ -204,6 +207,13 @@ class BatchTransport:
         self._sync_slots: asyncio.Semaphore | None = None
         self._sync_tasks: set[asyncio.Task[None]] = set()
         self.sync_calls = 0
+        # The first round's lines, declared by the run's shards: once all are in, the batch goes at once.
+        self.round = FirstRound()
+        self._round_in = asyncio.Event()
+
+    def line_id(self, messages: list[dict[str, str]], sampling: Sampling) -> str:
+        """The custom id of the line these (shaped) messages and sampling make."""
+        return batch_line_id(self.batches.body(messages, sampling))
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
@@ -213,6 +223,7 @@ class BatchTransport:
         body = self.batches.body(messages, sampling)
         cid = batch_line_id(body)
         if cid in self._answers:
+            self._arrived(cid)
             return self._answers[cid]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         waiters = self._waiting.setdefault(cid, [])
@@ -224,7 +235,13 @@ class BatchTransport:
                 self._go_synchronous([cid])
             else:
                 await self._place(cid)
+        self._arrived(cid)
         return await future
+
+    def _arrived(self, cid: str) -> None:
+        self.round.arrived(cid)
+        if self.round.complete():
+            self._round_in.set()
 
     async def _place(self, cid: str) -> None:
         """Re-attach the request to the stored batch that holds it, or queue it for the next batch."""
@@ -256,18 +273,24 @@ class BatchTransport:
         next_poll = loop.time() + self.poll_seconds
         tick = min(0.25, self.gather_seconds / 4)
         while self._queued or self._open:
-            await asyncio.sleep(tick)
+            with contextlib.suppress(asyncio.TimeoutError):  # woken early when the first round is in
+                await asyncio.wait_for(self._round_in.wait(), tick)
+            self._round_in.clear()
             if self.past_deadline():
                 await self._at_deadline()
                 return
-            if self._queued and loop.time() - self._last_post >= self.gather_seconds:
+            quiet = loop.time() - self._last_post >= self.gather_seconds
+            if self._queued and (quiet or self.round.complete()):
                 await self._submit_queued()
+            elif self.round.complete():  # all of it re-attached to stored batches or answered already
+                self.round.close()
             if self._open and loop.time() >= next_poll:
                 next_poll = loop.time() + self.poll_seconds
                 for batch_id in list(self._open):
                     await self._poll(batch_id)
 
     async def _submit_queued(self) -> None:
+        self.round.close()
         queued, self._queued = self._queued, []
         chunk: list[str] = []
         size = 0

@@ -117,6 +117,10 @@ class CallCache:
             self._count(self._paid_by.pop(key, ""))
         return hit
 
+    def answered(self, key: str) -> bool:
+        """Whether `lookup` would answer this key without a query: prefetched, or received by this run."""
+        return (self.reads and self._prefetched.get(key) is not None) or key in self._held
+
     def _count(self, paid_by: str) -> None:
         """A hit, under the run that paid it: the run's count, and the shard task's (`calls.heard`)."""
         self.sources[paid_by] += 1

@@ -21,6 +21,8 @@ from typing import Any, NoReturn
 from pydantic import JsonValue
 from sqlalchemy.engine import Engine
 
+from judgebench_flows.calls.batch import BatchTransport
+from judgebench_flows.calls.batch_round import FirstRound
 from judgebench_flows.calls.budget import AttemptLedger, not_sent_again
 from judgebench_flows.calls.cache import CallCache, request_key
 from judgebench_flows.calls.errors import CallError
@@ -200,6 +202,20 @@ class ChatCaller:
     async def prefetch(self, keys: Iterable[str]) -> None:
         """Load many cached answers in one query (a shard's worth), so lookups cost no round trip each."""
         await self.cache.prefetch(keys)
+
+    @property
+    def first_round(self) -> FirstRound | None:
+        """--batch: the lines the run's shards will post first (`calls.batch_round`); None otherwise."""
+        return self.transport.round if isinstance(self.transport, BatchTransport) else None
+
+    def line_to_post(self, messages: list[dict[str, str]], sampling: Sampling) -> str | None:
+        """--batch: the batch line this request will be, or None when the call cache answers it (after the
+        shard's prefetch): shaped by the rule in force, as `_post` will shape it."""
+        assert isinstance(self.transport, BatchTransport)
+        rule = self._learned.rule
+        if self.cache.answered(self._key_under(rule, messages, sampling)):
+            return None
+        return self.transport.line_id(*shape(rule, messages, sampling))
 
     async def complete(self, messages: list[dict[str, str]], sampling: Sampling) -> Completion:
         rule = self._learned.rule

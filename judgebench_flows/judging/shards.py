@@ -375,6 +375,34 @@ def request_keys(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...], e
             yield keyed
 
 
+def expect_first_round(spec: JudgeSpec, run: RunContext, shards: int) -> None:
+    """--batch: these `shards` start at once in this event loop, each to declare its first lines
+    (`declare_first_round`) before posting them."""
+    if spec.endpoint.batch and shards <= BATCH_SHARDS_IN_FLIGHT:
+        first = runtime_for(spec, run).caller.first_round
+        if first is not None:
+            first.expect(shards)
+
+
+def declare_first_round(pairs: list[Pair], runtime: Runtime, orders: tuple[int, ...], epochs: int = 1) -> None:
+    """--batch: the batch lines these pairs' first turns will post (those the prefetched cache does not
+    answer), declared to the run's first round, so its batch goes once they are in (`calls.batch_round`)."""
+    first = runtime.caller.first_round
+    if first is None or not first.open or runtime.judge.first_turn is None:
+        return  # a judge whose first turns are not known ahead leaves the round to the gather window
+    caller, sampling = runtime.caller, runtime.judge.sampling
+
+    def lines() -> Iterator[str]:
+        for epoch in range(epochs):
+            for messages in first_turns(pairs, runtime.judge, orders):
+                with epoch_of(epoch):
+                    line = caller.line_to_post(messages, sampling)
+                if line is not None:
+                    yield line
+
+    first.declare(lines())
+
+
 async def claim_early(early: EarlyJudgment) -> list[JudgmentRecord]:
     """A pair judged ahead of its shard (`head_start`): its records, with what its calls heard counted in
     the shard's own (`calls.heard`), as if the shard had judged it."""
@@ -397,7 +425,9 @@ async def judge_pairs(
     """The records of these pairs, every epoch of a pair together (the metric scores a pair whole);
     `progress`: the run's hooks, told of each judgment of shard `shard_index`."""
     early = {pair.pair_id: runtime.early.pop(pair.pair_id) for pair in pairs if pair.pair_id in runtime.early}
-    await runtime.caller.prefetch(request_keys([p for p in pairs if p.pair_id not in early], runtime, orders, epochs))
+    todo = [pair for pair in pairs if pair.pair_id not in early]
+    await runtime.caller.prefetch(request_keys(todo, runtime, orders, epochs))
+    declare_first_round(todo, runtime, orders, epochs)
     tick = _no_progress
     if shard_index is not None and progress:
         planned = len(pairs) * len(orders) * epochs

@@ -5,9 +5,10 @@ only the wire changes. `post` puts the request in the next batch and waits for i
 requests that arrive together (a run's first turns; then the follow-up turns their answers ask for) are
 gathered for `GATHER_SECONDS` after the last one, split at the provider's limits, submitted, and polled
 every `--batch-poll-seconds`. The first round goes sooner when the run's shards declared its lines
-(`batch_round`): as soon as every one of them is in. A line's outcome comes back to its call as a synchronous answer would:
-a 200's body, or the `CallError` its status and error body make, so a 5xx or rate-limited line is retried in a
-later batch within the retry budget, and an invalid one fails its judgment with the API's message.
+(`batch_round`): as soon as every one of them is in. A line's outcome comes back to its call as a
+synchronous answer would: a 200's body, or the `CallError` its status and error body make, so a 5xx or
+rate-limited line is retried in a later batch within the retry budget, and an invalid one fails its
+judgment with the API's message.
 
 Nothing paid twice: each line's custom id is a hash of its request body (`core.identity.batch_line_id`), and a batch's id and custom
 ids are stored (`data.db.BatchRow`) the moment it is created. A run killed, crashed or retried posts

@@ -1,6 +1,6 @@
 """A process that ran a flow keeps its start-up objects out of the garbage collector's walks (core/heap.py):
 frozen when the flow starts, and everything again at exit, so the interpreter's final collections have
-nothing to walk (about 0.9 s of a night's process, docs/performance.md)."""
+nothing to walk (docs/performance.md, "The process's heap and a batch's first round")."""
 
 from __future__ import annotations
 

@@ -3,11 +3,11 @@
 A process that runs our flows holds a few hundred thousand objects from its imports alone (Prefect,
 pydantic's schemas, SQLAlchemy, openai's types, numpy) that live until it exits. CPython's full
 collections walk every one of them, with the event loop stopped, and at exit the interpreter's final
-collections walk them again: a night's process spent longer exiting than it spends starting its flow
-run (docs/performance.md, "The process's heap and a batch's first round"). `gc.freeze` moves the objects
-alive now to a generation no collection visits; done once, when the first flow starts (imports
-finished, nothing judged yet), and again at exit, so finalization frees by reference count without
-walking the heap.
+collections walk them again: a night's process took about as long to exit as Prefect takes to start
+its flow run (docs/performance.md, "The process's heap and a batch's first round"). `gc.freeze` moves
+the objects alive now to a generation no collection visits; done once, when the first flow starts
+(imports finished, nothing judged yet), and again at exit, so finalization frees by reference count
+without walking the heap.
 
 The cost: cyclic garbage alive at those two moments is never collected, only reclaimed when the process
 ends. At the first flow's start that is what the imports left (small); at exit nothing is kept anyway.

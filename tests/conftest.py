@@ -9,10 +9,12 @@ exports PREFECT_API_URL so CLI subprocesses use it too (instead of each booting 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -190,3 +192,44 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].endswith(NO_DATA_REASON):
         report.longrepr = (str(Path(__file__).with_name("_benchmark_data.py")), 1, f"Skipped: {NO_DATA_REASON}")
     return report
+
+
+# The machine's PostgreSQL is shared by the suite's workers, and the outage tests stop it
+# (tests/test_database_outage.py): a file of them holds this lock exclusively, a file of tests that use
+# PostgreSQL holds it shared, each for the whole file (its module fixtures too: a Prefect server on
+# PostgreSQL lives across a file's tests), so no outage lands in another worker's test.
+PG_LOCK = Path(tempfile.gettempdir()) / "judgebench-tests-postgresql.lock"
+_pg_held: list[tuple[int, int]] = []  # (the lock file's descriptor, LOCK_SH or LOCK_EX) while held
+
+
+def _postgresql_use(item: pytest.Item) -> int | None:
+    if item.get_closest_marker("pg_outage"):
+        return fcntl.LOCK_EX
+    if item.get_closest_marker("postgres") or "postgresql_url" in getattr(item, "fixturenames", ()):
+        return fcntl.LOCK_SH
+    return None
+
+
+def _hold_postgresql(mode: int | None) -> None:
+    if _pg_held and _pg_held[0][1] == mode:
+        return
+    while _pg_held:
+        fd, _ = _pg_held.pop()
+        os.close(fd)  # closing the descriptor releases its lock
+    if mode is not None:
+        fd = os.open(PG_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(fd, mode)  # waits while another worker's file holds it the other way
+        _pg_held.append((fd, mode))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test file's use of PostgreSQL held from its first such test to its last test's teardown."""
+    uses = _postgresql_use(item)
+    if uses is not None and not (_pg_held and _pg_held[0][1] == fcntl.LOCK_EX):  # exclusive covers shared
+        _hold_postgresql(uses)
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or nextitem.path != item.path:
+            _hold_postgresql(None)

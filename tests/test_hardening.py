@@ -117,6 +117,7 @@ async def _prefect_record(flow_run_id: str) -> str:
     )
 
 
+@pytest.mark.postgres
 @requires_shared
 @pytest.mark.skipif(
     not _postgres_reachable(), reason="PostgreSQL on 127.0.0.1:5432 (trust auth, database test) not reachable"

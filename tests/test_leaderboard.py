@@ -649,6 +649,7 @@ def test_rescore_reads_our_own_outputs_shape(tmp_path, gpt4o_pairs) -> None:
     assert (rewritten[0]["decision"], rewritten[0]["status"]) == ("A>B", "ok") and rewritten[1]["status"] == "failed"
 
 
+@pytest.mark.postgres
 def test_a_password_given_in_db_url_is_used_to_connect(monkeypatch) -> None:
     """The CLI keeps a --db-url password out of what it passes on (core/credentials.stash); reading our
     runs for the leaderboard must still connect with it, as every other database reader does."""

@@ -94,3 +94,23 @@ def test_tracebacks_of_an_unreachable_prefect_api_stay_off_the_console_other_err
     assert keep.filter(record(openai.APIConnectionError(request=request)))  # the judge's endpoint: shown
     assert keep.filter(record(ValueError("a bug")))
     assert keep.filter(record(api_gone, "prefect.server"))  # not a run's record: left alone
+
+
+def test_prefects_crash_records_of_a_stopped_run_stay_off_the_console_from_every_run_logger() -> None:
+    """SIGTERM or Ctrl-C while Prefect starts the flow run (the head start judging already) is logged by
+    Prefect's engine logger, not the flow run's: `main`'s one line says it, Prefect's records do not."""
+    import logging
+
+    from judgebench_flows.runtime.quiet import HideRunErrorsReportedElsewhere
+
+    def record(message: str, logger: str) -> logging.LogRecord:
+        return logging.LogRecord(logger, logging.ERROR, __file__, 1, message, None, None)
+
+    keep = HideRunErrorsReportedElsewhere()
+    for logger in ("prefect.engine", "prefect.flow_runs"):
+        assert not keep.filter(record("Crash detected! Execution was aborted by a termination signal.", logger))
+        assert not keep.filter(
+            record("Finished in state Crashed('Execution was aborted by an interrupt signal.')", logger)
+        )
+    assert keep.filter(record("Crash detected! Execution was aborted by a termination signal.", "prefect.server"))
+    assert keep.filter(record("Finished in state Failed('a bug')", "prefect.engine"))

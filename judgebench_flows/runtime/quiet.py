@@ -23,6 +23,16 @@ from judgebench_flows.core.errors import UserError
 
 LOG_NAME = "judgebench-background.log"
 LOGGING_CONFIG = Path(__file__).with_name("logging.yml")
+# The loggers of a run's records: its flow's and tasks', and Prefect's engine, whose logger a flow run
+# uses until its own is set up (a SIGTERM while Prefect starts the flow run, its first pairs already
+# judged by the head start, is reported from there).
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "prefect.engine")
+# Prefect's crash messages for a run stopped by Ctrl-C or SIGTERM (prefect.states.exception_to_crashed_state).
+STOPPED_BY_SIGNAL = (
+    "cancelled by the runtime environment",
+    "aborted by a termination signal",
+    "aborted by an interrupt signal",
+)
 # httpx's transport errors: Prefect's client could not reach its API (the server stopped or restarts).
 API_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ReadTimeout", "ReadError", "RemoteProtocolError")
 
@@ -188,14 +198,14 @@ class HideRunErrorsReportedElsewhere(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or not record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
+        if record.levelno < logging.ERROR or not record.name.startswith(RUN_LOGGERS):
             return True
         if record.exc_info and isinstance(record.exc_info[1], UserError):
             return False
         if record.exc_info and api_unreachable(record.exc_info[1]):
             return False
         message = record.getMessage()
-        if "cancelled by the runtime environment" in message:  # Ctrl-C or SIGTERM: `main` says so in one line
+        if any(stopped in message for stopped in STOPPED_BY_SIGNAL):  # Ctrl-C or SIGTERM: `main` says so in one line
             return False
         # A shard with unparseable verdicts or failed calls is expected and reported in the results.
         names = _user_error_names() | {"ShardIncomplete", *API_UNREACHABLE}

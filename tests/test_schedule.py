@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +41,36 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# Prefect 3.9.1's server stores a worker's heartbeat in one deferred SQLite transaction that reads the work
+# pool, then upserts the worker row. When another connection writes in between, SQLite refuses the upsert at
+# once ("database is locked" without its busy wait); the server logs the refusal as an ERROR with its
+# traceback and closes the worker's channel, and the worker opens a new one and sends its next heartbeat.
+# Reproduced by a worker heartbeating every second beside a client creating flow runs, 18 such records in a
+# minute; the CI's whole suite met one under load.
+HEARTBEAT_REFUSED = ("Worker channel heartbeat persistence failed", "(sqlite3.OperationalError) database is locked")
+_RECORD_START = re.compile(r"^\d\d:\d\d:\d\d\.\d+ \| ")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")
+
+
+def _records(log: str) -> list[list[str]]:
+    """The server log's records: a timestamped line and the lines after it (a traceback) up to the next."""
+    records: list[list[str]] = []
+    for line in log.splitlines():
+        if _RECORD_START.match(line) or not records:
+            records.append([line])
+        else:
+            records[-1].append(line)
+    return records
+
+
+def _is_error(record: list[str]) -> bool:
+    return any("Traceback" in line or "| ERROR" in line or " ERROR " in line for line in record)
+
+
+def _summary(record: list[str]) -> list[str]:
+    return record[:1] + [line for line in record[1:] if _EXCEPTION_LINE.match(line)]
 
 
 class LiveServer:
@@ -97,10 +128,21 @@ class LiveServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def errors_in_log(self) -> list[str]:
-        return [
-            line for line in self.log().splitlines() if "Traceback" in line or "| ERROR" in line or " ERROR " in line
-        ]
+    def errors_in_log(self, *, refused_heartbeats_ok: bool = False) -> list[str]:
+        """Each error record of the log as its first line and its exception lines. With
+        `refused_heartbeats_ok`, SQLite's refusals of a worker's heartbeat (see HEARTBEAT_REFUSED) are left out:
+        the caller then shows that the worker's heartbeats land again."""
+        errors = [record for record in _records(self.log()) if _is_error(record)]
+        if refused_heartbeats_ok:
+            errors = [record for record in errors if not all(mark in "\n".join(record) for mark in HEARTBEAT_REFUSED)]
+        return ["\n".join(_summary(record)) for record in errors]
+
+    def worker_heartbeat_after(self, moment: datetime) -> bool:
+        workers = self.post(f"/work_pools/{POOL}/workers/filter", {})
+        return any(
+            w["status"] == "ONLINE" and datetime.fromisoformat(w["last_heartbeat_time"].replace("Z", "+00:00")) > moment
+            for w in workers
+        )
 
     def cli(
         self, *args: str, cwd: Path = ROOT, timeout: float = 300, env: dict[str, str] | None = None
@@ -248,6 +290,7 @@ def test_every_minute_schedule_runs_a_small_matrix_on_a_worker(live_server, judg
             "OPENAI_API_KEY": "sk-not-the-right-key-000",
             "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"),
             "PREFECT_WORKER_QUERY_SECONDS": "2",
+            "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
         }
         worker = subprocess.Popen(
             [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "nightly"],
@@ -275,6 +318,13 @@ def test_every_minute_schedule_runs_a_small_matrix_on_a_worker(live_server, judg
 
             # under load: a minute for the schedule, then the worker's subprocess imports and runs the flow
             finished = wait_for("a scheduled run finished by the worker", first_finished, 900, live_server)
+            after_the_run = datetime.now(timezone.utc)
+            wait_for(
+                "a worker heartbeat stored after the run",
+                lambda: live_server.worker_heartbeat_after(after_the_run),
+                120,
+                live_server,
+            )
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             try:
@@ -294,4 +344,34 @@ def test_every_minute_schedule_runs_a_small_matrix_on_a_worker(live_server, judg
     assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["total_samples"] == 3
     assert results["run"]["flow_run_id"] != finished["id"]  # the cell ran as a subflow of the scheduled run
     assert CANARY_KEY not in log and CANARY_KEY not in (cell / "latest" / "results.json").read_text()
-    assert not live_server.errors_in_log(), "\n".join(live_server.errors_in_log())
+    errors = live_server.errors_in_log(refused_heartbeats_ok=True)  # the worker's heartbeats landed again above
+    assert not errors, "\n".join(errors)
+
+
+def test_only_a_refused_heartbeat_is_left_out_of_the_errors(tmp_path):
+    """The log reader keeps every error record but SQLite's refusal of a heartbeat, and names each by its
+    exception, so a CI failure says what failed."""
+    server = LiveServer(tmp_path)
+    refused = [
+        "10:10:51.641 | ERROR   | prefect.server.utilities.worker_channel - "
+        "Worker channel heartbeat persistence failed: work_pool=p worker_name=w",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in f',
+        "sqlite3.OperationalError: database is locked",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "Traceback (most recent call last):",
+        "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked",
+    ]
+    other = [
+        "10:11:02.000 | ERROR   | prefect.server.services.scheduler - Unexpected error in: scheduler",
+        "Traceback (most recent call last):",
+        "sqlalchemy.exc.InvalidRequestError: no such thing",
+    ]
+    info = ["10:11:03.000 | INFO    | prefect.server - fine"]
+    server.log_path.write_text("\n".join(refused + other + info) + "\n")
+    assert server.errors_in_log(refused_heartbeats_ok=True) == [other[0] + "\n" + other[2]]
+    assert len(server.errors_in_log()) == 2
+    locked_elsewhere = [other[0], "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked"]
+    server.log_path.write_text("\n".join(locked_elsewhere) + "\n")
+    assert len(server.errors_in_log(refused_heartbeats_ok=True)) == 1

@@ -54,13 +54,32 @@ class Arrivals:
         return VERDICT
 
 
-def judged(tmp_path: Path, endpoint: FakeOpenAIServer, name: str, data: Path, *extra: str) -> dict:
+# Loaded first by the run's interpreter (PYTHONPATH): the flow's module takes SLOW_FLOW_IMPORT seconds more
+# to import, as on a cold disk, and says so in SLOW_FLOW_IMPORT_MARK. On a warm machine the first early call
+# arrived only 0.07 s before the flow run was created (0.56 s on a cold first run), a margin a loaded CI
+# machine once lost; a head start that waited for the flow run would wait out this delay too.
+SLOW_FLOW_IMPORT = """
+import os, sys, time
+class SlowFlowImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "judgebench_flows.flows.judgebench_flow":
+            sys.meta_path.remove(self)
+            open(os.environ["SLOW_FLOW_IMPORT_MARK"], "a").write(name + "\\n")
+            time.sleep(float(os.environ["SLOW_FLOW_IMPORT"]))
+        return None
+sys.meta_path.insert(0, SlowFlowImport())
+"""
+
+
+def judged(
+    tmp_path: Path, endpoint: FakeOpenAIServer, name: str, data: Path, *extra: str, env: dict[str, str] | None = None
+) -> dict:
     """`judgebench run` on `data` in a subprocess, its own database; its results.json."""
     out = tmp_path / name
     argv = [sys.executable, "-m", "judgebench_flows.cli.main", "run", "--data-path", str(data), "--model", "judge"]
     argv += ["--base-url", endpoint.base_url, "--concurrency", "8", "--no-progress", "--no-report"]
     argv += ["--db-url", f"sqlite:///{out}.db", "--result-path", f"{out}.json", "--output-dir", str(out), *extra]
-    env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(Path(f"{out}.json").read_text())
@@ -85,15 +104,24 @@ def flow_run_created(flow_run_id: str) -> float:
 @pytest.mark.slow
 def test_the_first_calls_go_out_before_the_flow_run_exists_and_are_paid_once(tmp_path, prefect_server):
     data = write_jsonl(tmp_path / "pairs.jsonl", [pair(i) for i in range(40)])  # 80 calls, 8 at a time
+    (probe := tmp_path / "probe").mkdir()
+    (probe / "sitecustomize.py").write_text(SLOW_FLOW_IMPORT)
+    mark = tmp_path / "slow-imports"
+    slow = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")])),
+        "SLOW_FLOW_IMPORT": "2",
+        "SLOW_FLOW_IMPORT_MARK": str(mark),
+    }
     arrivals = Arrivals()
     with FakeOpenAIServer(arrivals, latency=0.3) as endpoint:
-        early = judged(tmp_path, endpoint, "early", data)
+        early = judged(tmp_path, endpoint, "early", data, env=slow)
         assert max(endpoint.answered_keys().values()) == 1 and endpoint.answered == 80, "a call was paid twice"
         first_early = arrivals.times[0]
         arrivals.times.clear()
         # judged again, not served from the shards Prefect's cache now holds
-        late = judged(tmp_path, endpoint, "late", data, "--no-head-start", "--refresh-cache")
+        late = judged(tmp_path, endpoint, "late", data, "--no-head-start", "--refresh-cache", env=slow)
         first_late = arrivals.times[0]
+    assert mark.read_text().split() == ["judgebench_flows.flows.judgebench_flow"] * 2  # both runs were slowed
     assert first_early < flow_run_created(early["run"]["flow_run_id"])
     assert first_late > flow_run_created(late["run"]["flow_run_id"])  # the control: the check can fail
     usage = early["usage"]

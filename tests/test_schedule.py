@@ -158,15 +158,23 @@ class LiveServer:
         assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        response = httpx.post(f"{self.api_url}{path}", json=body, timeout=30)
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The API's answer, a 503 asked again as Prefect's own client does: a SQLite-backed server answers
+        503 when a write meets another writer (its transaction rolled back, so asking again pays nothing
+        twice); CI met one creating a deployment's run."""
+        for delay in (0.5, 1, 2, 4, 8, None):
+            response = httpx.request(method, f"{self.api_url}{path}", json=body, timeout=30)
+            if response.status_code != 503 or delay is None:
+                break
+            time.sleep(delay)
         response.raise_for_status()
         return response.json()
 
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("POST", path, body)
+
     def deployment(self, name: str) -> dict[str, Any]:
-        response = httpx.get(f"{self.api_url}/deployments/name/{name}", timeout=30)
-        response.raise_for_status()
-        return response.json()
+        return self.request("GET", f"/deployments/name/{name}")
 
     def flow_runs(self, deployment_id: str) -> list[dict[str, Any]]:
         return self.post(

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 
 from judgebench_flows.calls.caller import CallStats
 from judgebench_flows.calls.global_limits import ensure_limits
+from judgebench_flows.core import benchmarks
 from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, RunFailed
@@ -223,7 +224,7 @@ async def fetch(config: RunConfig, run: RunContext) -> Source:
         checkout.commit,
         " (checked once for the night)" if shared else "",
     )
-    return Source.of(config, checkout)
+    return await asyncio.to_thread(Source.of, config, checkout)  # another benchmark's judge may clone its prompts
 
 
 async def pairs_of(source: Source, config: RunConfig, run: RunContext) -> PairIndex:
@@ -283,12 +284,19 @@ class ShardSink:
     the tally now, then its records are let go, so memory holds the shards in flight, not the run."""
 
     def __init__(
-        self, engine: Engine, run_id: str, parts_dir: Path, spec: JudgeSpec, judge_name: str, run: RunContext
+        self,
+        engine: Engine,
+        run_id: str,
+        parts_dir: Path,
+        spec: JudgeSpec,
+        judge_name: str,
+        run: RunContext,
+        benchmark: str = benchmarks.DEFAULT,
     ) -> None:
         self.engine, self.run_id, self.parts_dir, self.judge_name = engine, run_id, parts_dir, judge_name
         self.run = run  # whose progress hooks hear each shard's final count
         self.judge = judge_of(spec, run)
-        self.tally = Tally()
+        self.tally = Tally.for_benchmark(benchmarks.get(benchmark))  # scored by its benchmark's official rule
         # Answers of shards served whole from Prefect's shard cache, by the run that judged them.
         self.shard_cache_sources: Counter[str] = Counter()
 
@@ -539,7 +547,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
             record_start, engine, run_id, config, source, header, config_key, flow_run_id, clock, reuse
         )
         parts_dir = parts_folder(config.output_dir, run_id)
-        sink = ShardSink(engine, run_id, parts_dir, spec, output_judge_name(config), run)
+        sink = ShardSink(engine, run_id, parts_dir, spec, output_judge_name(config), run, config.benchmark)
     except BaseException:
         lock.release()
         raise

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 
-from judgebench_flows.core import providers
+from judgebench_flows.core import benchmarks, providers
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.endpoint import ENDPOINT_OPTIONS, EndpointSettings
@@ -55,6 +55,11 @@ class RunConfig(BaseModel):
         json_schema_extra={"aliases": ["--judge_name"]},
     )
     judge_template: str | None = Field(default=None, description="custom judge class: path.py:Class or module:Class")
+    benchmark: str = Field(
+        default=benchmarks.DEFAULT,
+        description="the benchmark judged: judgebench or llmbar; its repository, pinned commit, data file and "
+        "official scoring are the defaults (docs/benchmarks.md)",
+    )
     model: str = Field(
         min_length=1,
         description="judge model name sent to the endpoint",
@@ -66,7 +71,11 @@ class RunConfig(BaseModel):
     ref: str | None = Field(
         default=DEFAULT_REF, description="commit, tag or branch to check out (default: a pinned JudgeBench commit)"
     )
-    data_file: str = Field(default=DEFAULT_DATA_FILE, description="data file inside the repository's data/ directory")
+    data_file: str = Field(
+        default=DEFAULT_DATA_FILE,
+        description="data file inside the repository's data/ directory, or the benchmark's subset "
+        "(llmbar: Natural, Adversarial/Neighbor, Adversarial/GPTInst, Adversarial/GPTOut, Adversarial/Manual)",
+    )
     data_path: str | None = Field(
         default=None, description="judge a local file, no clone", json_schema_extra={"aliases": ["--pairs"]}
     )
@@ -210,9 +219,12 @@ class RunConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _flat(self, handler: Any) -> dict[str, Any]:
         """Dumped flat, as before the endpoint was nested: results.json's `config`, the stored run
-        configuration and Prefect's parameters keep their shape, and validate back."""
+        configuration and Prefect's parameters keep their shape, and validate back. The benchmark is
+        written only when not JudgeBench, so a JudgeBench run's outputs are what they always were."""
         data = handler(self)
         data.update(data.pop("endpoint", None) or {})
+        if data.get("benchmark") == benchmarks.DEFAULT:
+            del data["benchmark"]
         return data
 
     @classmethod
@@ -228,6 +240,11 @@ class RunConfig(BaseModel):
     def option_names(cls) -> set[str]:
         """Every flat option a run takes (CLI flags, deployment `options`)."""
         return (set(cls.model_fields) - {"endpoint"}) | ENDPOINT_OPTIONS
+
+    @field_validator("benchmark")
+    @classmethod
+    def _known_benchmark(cls, value: str) -> str:
+        return benchmarks.check_name(value.strip().lower())
 
     @field_validator("repo_url", "db_url")
     @classmethod
@@ -266,6 +283,7 @@ class RunConfig(BaseModel):
     def _consistent(self) -> RunConfig:
         if self.task_runner == "dask" and not self.dask_address:
             raise ValueError("--task-runner dask needs --dask-address tcp://HOST:PORT")
+        self._benchmark_defaults()
         if self.endpoint.provider is None:
             self._route()
         if "result_path" not in self.model_fields_set:
@@ -273,6 +291,19 @@ class RunConfig(BaseModel):
             # puts them (a bucket too: a worker sharing no disk with its reader loses nothing).
             self.result_path = f"{self.output_dir.rstrip('/')}/results.json"
         return self
+
+    def _benchmark_defaults(self) -> None:
+        """Another benchmark's repository, pinned commit and default subset where the run names none."""
+        chosen = benchmarks.get(self.benchmark)
+        if chosen.name == benchmarks.DEFAULT:
+            return
+        given = self.model_fields_set
+        if "repo_url" not in given:
+            self.repo_url = chosen.repo_url
+        if "ref" not in given:
+            self.ref = chosen.ref
+        if "data_file" not in given:
+            self.data_file = chosen.default_data_file
 
     def _route(self) -> None:
         """No --provider: OpenAI-compatible at the URL the run or the environment gives, else the API
@@ -376,6 +407,7 @@ class RunConfig(BaseModel):
             "templates_dir": None if judge_fingerprint else self.templates_dir,
             "request": [self.endpoint.reasoning_effort, self.endpoint.request_style, sorted(self.endpoint.drop_params)],
             "provider": self.endpoint.provider_name,
+            **({"benchmark": self.benchmark} if self.benchmark != benchmarks.DEFAULT else {}),
         }
 
     def endpoint_identity(self) -> str | None:

@@ -155,6 +155,7 @@ class ConfigurationIdentity(TypedDict, total=False):
     templates_dir: str | None
     request: list[str | list[str] | None]
     provider: str
+    benchmark: str  # only when not JudgeBench, which every earlier key implied
 
 
 def configuration_key(fields: ConfigurationIdentity) -> str:

@@ -27,11 +27,12 @@ def flip(decision: str) -> str:
 
 
 def category_of(source: str) -> str:
-    """JudgeBench's category is the source's known prefix (mmlu-pro-law -> mmlu-pro); else the source."""
+    """JudgeBench's category is the source's known prefix (mmlu-pro-law -> mmlu-pro); a source named as a
+    folder is in its first folder (LLMBar's Adversarial/Neighbor -> Adversarial); else the source."""
     for category in CATEGORIES:
         if source == category or source.startswith(category + "-"):
             return category
-    return source
+    return source.split("/", 1)[0] if "/" in source.strip("/") else source
 
 
 class Pair(BaseModel):

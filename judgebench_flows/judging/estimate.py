@@ -277,7 +277,8 @@ def estimate_run(config: RunConfig, detect: float | None = None) -> Estimate:
     """`judgebench estimate`: the worst case of a run with this configuration and, when the results
     database holds a finished run of the same configuration, the expected cost. Clones the dataset like
     a run does (the commit is part of the configuration); calls no model."""
-    from judgebench_flows.data.dataset import data_file_in, fetch_repository
+    from judgebench_flows.data.benchmark_data import run_paths
+    from judgebench_flows.data.dataset import fetch_repository
     from judgebench_flows.data.loading import select_pairs
     from judgebench_flows.judging.shards import judge_spec
 
@@ -286,8 +287,8 @@ def estimate_run(config: RunConfig, detect: float | None = None) -> Estimate:
         path, templates_dir = config.data_path, config.templates_dir
     else:
         checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
-        path, templates_dir = str(data_file_in(checkout, config.data_file)), config.templates_dir
-        templates_dir, commit = templates_dir or str(checkout.templates_dir), checkout.commit
+        data, templates_dir = run_paths(config, checkout)
+        path, commit = str(data), checkout.commit
     spec = judge_spec(config, templates_dir)
     index = select_pairs(path, config.max_samples, config.seed)
     try:

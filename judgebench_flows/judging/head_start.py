@@ -39,7 +39,8 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.calls.heard import hearing
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.data import db
-from judgebench_flows.data.dataset import Checkout, data_file_in, fetch_repository
+from judgebench_flows.data.benchmark_data import run_paths
+from judgebench_flows.data.dataset import Checkout, fetch_repository
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex, select_pairs
 from judgebench_flows.data.run_lock import ConfigurationLock
@@ -70,10 +71,11 @@ class Source:
         """The run's data file and templates in `checkout`, or its local file (`--data-path`) without one."""
         if checkout is None:
             return cls(config.data_path or "", Path(config.data_path or "").name, config.templates_dir)
+        data, templates = run_paths(config, checkout)
         return cls(
-            str(data_file_in(checkout, config.data_file)),
+            str(data),
             config.data_file,
-            config.templates_dir or str(checkout.templates_dir),
+            templates,
             checkout.repo_url,
             checkout.commit,
         )

@@ -1,4 +1,9 @@
-"""The nightly benchmark matrix: judge types x models x data files, plus settings they all share.
+"""The nightly benchmark matrix: judge types x models x (benchmark, data file), plus settings they all share.
+
+Without `benchmarks:` the data files are JudgeBench's (`data_files`, `repo_url`, `ref`), as always. With
+it, each benchmark names its own subsets (default: all it publishes) and, optionally, its own repository and
+ref (default: its registry's, pinned); every judge type runs on every benchmark's pairs, each cell scored
+by its benchmark's official rule.
 
 It is read from a YAML file (deployments/nightly.yaml) by the nightly flow at run time, so changing what
 runs tonight is a commit, not a redeploy. It sits below the flows and the deployments, which both read it
@@ -19,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from judgebench_flows.core import providers
+from judgebench_flows.core import benchmarks, providers
 from judgebench_flows.core.api_keys import check_block_name, check_env_name
 from judgebench_flows.core.config import DEFAULT_DB_URL, SECRET_NAME_FIELDS, RunConfig, option_of
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY, EndpointSettings
@@ -171,12 +176,30 @@ def endpoint_of(config: RunConfig) -> str:
     return f"{config.endpoint.provider} {identity or '(default URL)'}"
 
 
+class BenchmarkSpec(BaseModel):
+    """A benchmark of the matrix: a name (`llmbar`) or a mapping with its `data_files`, `repo_url`, `ref`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    data_files: list[str] | None = Field(default=None, min_length=1)
+    repo_url: str | None = None
+    ref: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        return benchmarks.check_name(value.strip().lower())
+
+
 class NightlyMatrix(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     judge_types: list[str] = Field(min_length=1)
     models: list[ModelSpec] = Field(min_length=1)
-    data_files: list[str] = Field(min_length=1)
+    # JudgeBench's data files (required without `benchmarks:`, else JudgeBench's when it lists JudgeBench).
+    data_files: list[str] = Field(default_factory=list)
+    benchmarks: list[BenchmarkSpec] | None = Field(default=None, min_length=1)
     repo_url: str = DEFAULT_REPO_URL
     ref: str | None = DEFAULT_REF
     base_url: str | None = None
@@ -231,7 +254,40 @@ class NightlyMatrix(BaseModel):
     def _one_deadline(self) -> NightlyMatrix:
         if self.finish_by is not None and self.deadline_minutes is not None:
             raise ValueError("give one deadline: finish_by or deadline_minutes, not both")
+        if self.benchmarks is None and not self.data_files:
+            raise ValueError("data_files: give at least one data file (or `benchmarks:`)")
         return self
+
+    @field_validator("benchmarks", mode="before")
+    @classmethod
+    def _named(cls, values: Any) -> Any:
+        """A plain name is the benchmark with its defaults."""
+        return [{"name": v} if isinstance(v, str) else v for v in values] if isinstance(values, list) else values
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _distinct_benchmarks(cls, specs: list[BenchmarkSpec] | None) -> list[BenchmarkSpec] | None:
+        names = [spec.name for spec in specs or []]
+        if len(set(names)) != len(names):
+            raise ValueError("entries must be distinct")
+        for spec in specs or []:
+            for data_file in spec.data_files or []:
+                checked_name(data_file, MAX_NAME_CHARS)
+        return specs
+
+    def sources(self) -> list[tuple[str, str, str | None, str]]:
+        """Every (benchmark, repo_url, ref, data file) the night judges, in the matrix's order."""
+        if self.benchmarks is None:
+            return [(benchmarks.DEFAULT, self.repo_url, self.ref, data_file) for data_file in self.data_files]
+        found = []
+        for spec in self.benchmarks:
+            chosen = benchmarks.get(spec.name)
+            default = chosen.name == benchmarks.DEFAULT
+            data_files = spec.data_files or (self.data_files if default and self.data_files else chosen.data_files)
+            repo_url = spec.repo_url or (self.repo_url if default else chosen.repo_url)
+            ref = spec.ref if spec.ref is not None else (self.ref if default else chosen.ref)
+            found += [(chosen.name, repo_url, ref, data_file) for data_file in data_files]
+        return found
 
     def deadline(self, start: datetime) -> datetime | None:
         """The night's deadline for a night that started (or was scheduled) at `start` (aware)."""
@@ -309,12 +365,13 @@ class NightlyMatrix(BaseModel):
         `base_url` and `max_samples` override the file (the flow's parameters, for a quick manual run).
         """
         entries, specs = [], []
+        sources = self.sources()
         # The night's false-alarm rate is split over its cells (`scoring.alerts`), unless the matrix says.
-        cells = self.options.get("alert_cells") or len(self.judge_types) * len(self.models) * len(self.data_files)
+        cells = self.options.get("alert_cells") or len(self.judge_types) * len(self.models) * len(sources)
         for judge_type in self.judge_types:
             for spec in self.models:
-                for data_file in self.data_files:
-                    name = cell_name(judge_type, spec.name, data_file)
+                for benchmark, repo_url, ref, data_file in sources:
+                    name = cell_name(judge_type, spec.name, data_file, benchmark)
                     folder = storage.join(self.output_root, name)  # a path or an object-store URL
                     url = base_url or spec.base_url or (None if spec.provider else self.base_url)
                     config = _run_config(
@@ -323,8 +380,9 @@ class NightlyMatrix(BaseModel):
                             "judge_type": judge_type,
                             "model": spec.model,
                             "data_file": data_file,
-                            "repo_url": self.repo_url,
-                            "ref": self.ref,
+                            **({"benchmark": benchmark} if benchmark != benchmarks.DEFAULT else {}),
+                            "repo_url": repo_url,
+                            "ref": ref,
                             "base_url": url,
                             **_key_source(spec, self, url),
                             **{k: v for k, v in spec.model_dump(include=CELL_ENDPOINT).items() if v is not None},
@@ -404,11 +462,15 @@ def _run_config(options: RunOptions) -> RunConfig:
         raise UserError(f"{key}: {error['msg'].removeprefix('Value error, ')}{got}") from None
 
 
-def cell_name(judge_type: str, model: str, data_file: str) -> str:
+def cell_name(judge_type: str, model: str, data_file: str, benchmark: str = benchmarks.DEFAULT) -> str:
     """judge__model__data-file-stem: a configuration's subflow run name and output folder name; too long
     for a file name (a 300-character model), shortened with a hash of the whole as the single run's output
-    files are (`outputs.short_name`), so it fails before no call and two long names never share a folder."""
-    parts = (judge_type, model, Path(data_file).name.removesuffix(".jsonl"))
+    files are (`outputs.short_name`), so it fails before no call and two long names never share a folder.
+    Another benchmark's subset is named with its benchmark (`llmbar-Adversarial-Neighbor`)."""
+    data = (
+        Path(data_file).name.removesuffix(".jsonl") if benchmark == benchmarks.DEFAULT else f"{benchmark}-{data_file}"
+    )
+    parts = (judge_type, model, data)
     return short_name("__".join(_slug(part) for part in parts))
 
 
@@ -453,7 +515,7 @@ def _check_judge_types(matrix: NightlyMatrix, source: str) -> None:
 
     needs = {"custom": "judge_template", "external": "external_judge_path"}
     for judge_type in matrix.judge_types:
-        if judge_type not in JUDGE_TYPES:
+        if judge_type not in JUDGE_TYPES and not benchmarks.prefixed_judge(judge_type):
             raise UserError(
                 f"{source}: judge_types: unknown judge type '{judge_type}' (valid: {', '.join(JUDGE_TYPES)})"
             )
@@ -482,4 +544,4 @@ def load_matrix(path: str | Path) -> NightlyMatrix:
         raise with_line(exc, storage.shown(path), text) from None
 
 
-__all__ = ["NightlyMatrix", "MatrixEntry", "cell_name", "endpoint_of", "load_matrix", "parse_matrix"]
+__all__ = ["BenchmarkSpec", "NightlyMatrix", "MatrixEntry", "cell_name", "endpoint_of", "load_matrix", "parse_matrix"]

@@ -38,11 +38,12 @@ def _check_file_url(repo_url: str) -> None:
 
 def preflight(config: RunConfig) -> None:
     """Check everything checkable before Prefect starts: judge, templates, database, data, endpoint."""
+    from judgebench_flows.core.benchmarks import prefixed_judge
     from judgebench_flows.data import db
     from judgebench_flows.data.dataset import check_repo_url, is_pinned
     from judgebench_flows.judges import JUDGE_TYPES, get_judge
 
-    if config.judge_template is None and config.judge_type not in JUDGE_TYPES:
+    if config.judge_template is None and config.judge_type not in JUDGE_TYPES and not prefixed_judge(config.judge_type):
         raise UserError(f"unknown judge type '{config.judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
     if config.judge_template or config.judge_type == "external":
         get_judge(
@@ -112,20 +113,23 @@ def check_prices(config: RunConfig) -> None:
 def _warm_clone(config: RunConfig) -> None:
     """Clone a pinned commit now, while Prefect's server boots: the flow's fetch task then finds it in the
     cache, and a missing data file or prompt template is reported before any flow run exists."""
-    from judgebench_flows.data.dataset import data_file_in, fetch_repository
+    from judgebench_flows.data.benchmark_data import run_paths
+    from judgebench_flows.data.dataset import fetch_repository
     from judgebench_flows.judges import get_judge
 
     checkout = fetch_repository(config.repo_url, config.ref, config.cache_dir)
-    data_file_in(checkout, config.data_file)
+    _, templates = run_paths(config, checkout)
     if not config.judge_template and config.judge_type != "external":
-        get_judge(config.judge_type, config.templates_dir or checkout.templates_dir, model=config.model)
+        get_judge(config.judge_type, templates, model=config.model)
 
 
 def check_night(configs: Sequence[RunConfig]) -> None:
     """A night's repositories, refs and data files, checked once before its first cell: a wrong
     `data_files`, `repo_url` or `ref` fails the night at once with one line, instead of every cell one
     by one. Each (repository, ref) is fetched once (the cells then find it in the clone cache)."""
-    from judgebench_flows.data.dataset import Checkout, check_repo_url, data_file_in, fetch_repository
+    from judgebench_flows.core import benchmarks
+    from judgebench_flows.data.benchmark_data import pairs_file
+    from judgebench_flows.data.dataset import Checkout, check_repo_url, fetch_repository
     from judgebench_flows.data.outputs import check_directory, run_folders_root
 
     for root in dict.fromkeys(run_folders_root(config.output_dir) for config in configs):
@@ -143,7 +147,7 @@ def check_night(configs: Sequence[RunConfig]) -> None:
             _check_file_url(config.repo_url)
             checkouts[key] = fetch_repository(config.repo_url, config.ref, config.cache_dir)
         try:
-            data_file_in(checkouts[key], config.data_file)
+            pairs_file(benchmarks.get(config.benchmark), checkouts[key], config.data_file)
         except UserError as exc:
             raise UserError(f"data_files: {exc}") from None
 

@@ -126,8 +126,8 @@ def shift_test(
     return ShiftTest(n, float(cand_means.mean()), float(base_means.mean()), delta, se, p_value, alpha, detectable)
 
 
-def _correct(score: PairScore) -> tuple[bool, ...]:
-    return score.correct_by_epoch or (score.score > 0,)
+def _correct(score: PairScore) -> tuple[float, ...]:
+    return score.epoch_credits()
 
 
 def _consistent(score: PairScore) -> tuple[bool, ...]:

@@ -1,9 +1,13 @@
-"""JudgeBench's official metric, sliced overall, by category and by source, plus consistency.
+"""Each benchmark's official metric, sliced overall, by category and by source, plus consistency.
 
-For each pair: +1 for each verdict (the swapped order's mapped back to the pair) that equals the label,
+JudgeBench's rule (the default, `rule="judgebench"`), for each pair: +1 for each verdict (the swapped order's mapped back to the pair) that equals the label,
 -1 for each that equals the opposite label, 0 for ties and invalid ones; the pair is correct when the sum
 is positive. A judge that always answers "A>B" therefore scores 0 in two-order mode. Accuracy divides by
 all pairs judged (as JudgeBench does), so an invalid verdict costs accuracy rather than vanishing.
+
+LLMBar's rule (`rule="llmbar"`, its evaluate.py): each order's verdict is scored apart, right when it is
+the label; the accuracy is the mean of the two orders' (`correct_average`). A pair then holds two scored
+units per epoch (`PairScore.units`) and its correctness is the share of them right: 0, 0.5 or 1.
 
 A run feeds its judgments to a `Tally` shard by shard and lets them go: the tally keeps one small
 `PairScore` per pair and counters for the rest, so a run of 100,000 pairs holds a few MB here, not every
@@ -19,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from judgebench_flows.core.benchmarks import Benchmark
 from judgebench_flows.core.records import CATEGORIES, Accuracy, JudgmentRecord, flip
 from judgebench_flows.core.text import shorten
 from judgebench_flows.scoring.result_types import Consistency, Invalid, Usage
@@ -86,16 +91,27 @@ class PairScore:
     first_lean_by_epoch: tuple[int, ...] = ()
     # Per order, its decisions over the epochs (self-agreement: do two samples of one prompt agree?).
     decisions: tuple[tuple[str, ...], ...] = ()
+    # Units scored apart per epoch: 1 under JudgeBench's rule (the pair), the orders under LLMBar's; each
+    # entry of `correct_by_epoch` then counts that epoch's units judged right.
+    units: int = 1
+    label: str = ""  # the pair's label: what a benchmark's own statistics compare each order's verdict with
 
     @property
     def correct_count(self) -> int:
-        """In how many epochs the pair was judged correctly (JudgeBench's rule, each epoch apart)."""
-        return sum(self.correct_by_epoch) if self.correct_by_epoch else int(self.score > 0)
+        """How many of its units (epochs; under LLMBar's rule orders x epochs) were judged right."""
+        return int(sum(self.correct_by_epoch)) if self.correct_by_epoch else int(self.score > 0)
 
     @property
     def correctness(self) -> float:
-        """The share of epochs that judged the pair correctly: 1.0 or 0.0 with one epoch."""
-        return self.correct_count / self.epochs
+        """The share of its units judged right: 1.0 or 0.0 with one epoch under JudgeBench's rule."""
+        return self.correct_count / (self.epochs * self.units)
+
+    def epoch_credits(self) -> tuple[float, ...]:
+        """Each epoch's share of units judged right (0/1 under JudgeBench's rule): the per-epoch samples
+        the noise and the alerts read."""
+        if not self.correct_by_epoch:
+            return (float(self.score > 0),)
+        return tuple(c / self.units for c in self.correct_by_epoch)
 
     @property
     def consistency_share(self) -> float:
@@ -105,8 +121,8 @@ class PairScore:
 
     @property
     def correct(self) -> bool:
-        """Judged correctly: in more than half of its epochs (with one, JudgeBench's `score > 0`)."""
-        return 2 * self.correct_count > self.epochs
+        """Judged correctly: in more than half of its units (with one epoch, JudgeBench's `score > 0`)."""
+        return 2 * self.correct_count > self.epochs * self.units
 
 
 def shown_first(verdict: Verdict) -> bool | None:
@@ -138,16 +154,25 @@ def _sides(records: list[Verdict]) -> tuple[int, int]:
     return sum(1 for side in sides if side), sum(1 for side in sides if side is not None)
 
 
-def pair_scores(judgments: Iterable[Verdict]) -> dict[str, PairScore]:
+RULES = ("judgebench", "llmbar")
+
+
+def pair_scores(judgments: Iterable[Verdict], rule: str = "judgebench") -> dict[str, PairScore]:
     """Per pair: its source, category, score (each epoch's, summed), validity, whether its verdicts agree,
-    and with several epochs how many were correct and consistent and each order's decisions."""
+    and with several epochs how many were correct and consistent and each order's decisions. `rule`: the
+    benchmark's official rule (`Benchmark.rule`), which decides what counts as correct."""
     by_pair: dict[str, list[Verdict]] = defaultdict(list)
     for judgment in judgments:
         by_pair[judgment.pair_id].append(judgment)
-    return {pair_id: _pair_score(records) for pair_id, records in by_pair.items()}
+    return {pair_id: _pair_score(records, rule) for pair_id, records in by_pair.items()}
 
 
-def _pair_score(records: list[Verdict]) -> PairScore:
+def _orders_right(records: list[Verdict]) -> int:
+    """LLMBar's rule on one epoch: how many of its orders' verdicts are the label."""
+    return sum(r.status == "ok" and r.decision_for_pair == r.label for r in records)
+
+
+def _pair_score(records: list[Verdict], rule: str = "judgebench") -> PairScore:
     records.sort(key=lambda r: (epoch_of(r), r.order))
     by_epoch: dict[int, list[Verdict]] = defaultdict(list)
     for record in records:
@@ -156,6 +181,11 @@ def _pair_score(records: list[Verdict]) -> PairScore:
     scores = [_epoch_score(epoch) for epoch in epochs]
     consistent = [_epoch_consistent(epoch) for epoch in epochs]
     sides = [_sides(epoch) for epoch in epochs]
+    if rule == "llmbar":
+        units = max(len(epoch) for epoch in epochs)
+        correct: tuple[int, ...] = tuple(_orders_right(epoch) for epoch in epochs)
+    else:
+        units, correct = 1, tuple(score > 0 for score in scores)
     return PairScore(
         source=sys.intern(records[0].source),
         category=sys.intern(records[0].category),
@@ -166,10 +196,12 @@ def _pair_score(records: list[Verdict]) -> PairScore:
         first_position=sum(first for first, _ in sides),
         sided=sum(sided for _, sided in sides),
         epochs=len(epochs),
-        correct_by_epoch=tuple(score > 0 for score in scores),
+        correct_by_epoch=correct,
         consistent_by_epoch=tuple(consistent),
         first_lean_by_epoch=tuple(2 * first - sided for first, sided in sides),
         decisions=_decisions_by_order(epochs),
+        units=units,
+        label=records[0].label,
     )
 
 
@@ -185,12 +217,14 @@ def _decisions_by_order(epochs: list[list[Verdict]]) -> tuple[tuple[str, ...], .
 
 
 def accuracy_of(rows: list[PairScore]) -> Accuracy:
-    """The official accuracy, and with K epochs the mean of the K epochs' (each pair counts K times)."""
+    """The official accuracy, and with K epochs the mean of the K epochs' (each pair counts K times; under
+    LLMBar's rule each order too, so `correct_count` counts right verdicts)."""
     total = len(rows)
     epochs = max((r.epochs for r in rows), default=1)
+    units = max((r.units for r in rows), default=1)
     correct = sum(r.correct_count for r in rows)
     return Accuracy(
-        accuracy=round(correct / (total * epochs), 6) if total else None,
+        accuracy=round(correct / (total * epochs * units), 6) if total else None,
         correct_count=correct,
         valid_samples=sum(1 for r in rows if r.valid),
         total_samples=total,
@@ -204,17 +238,21 @@ def epoch_accuracies(rows: list[PairScore]) -> list[float]:
         return []
     epochs = max(r.epochs for r in rows)
     return [
-        round(sum(1 for r in rows if r.correct_by_epoch[e : e + 1] == (True,)) / len(rows), 6) for e in range(epochs)
+        round(sum(r.correct_by_epoch[e] / r.units for r in rows if e < len(r.correct_by_epoch)) / len(rows), 6)
+        for e in range(epochs)
     ]
 
 
-def slices(scores: dict[str, PairScore]) -> dict[str, dict[str, list[PairScore]]]:
-    """The pairs of each slice: overall, each category (the four JudgeBench ones always) and each source.
+def slices(
+    scores: dict[str, PairScore], categories: tuple[str, ...] = CATEGORIES
+) -> dict[str, dict[str, list[PairScore]]]:
+    """The pairs of each slice: overall, each category (the benchmark's own always, JudgeBench's four by
+    default) and each source.
 
     Pairs go in pair-id order, not the order shards happened to finish: the seeded bootstrap over a slice
     must give the same interval in-process and on Dask, and on every re-run."""
     rows = [scores[pair_id] for pair_id in sorted(scores)]
-    by_category: dict[str, list[PairScore]] = {c: [] for c in CATEGORIES}
+    by_category: dict[str, list[PairScore]] = {c: [] for c in categories}
     by_source: dict[str, list[PairScore]] = defaultdict(list)
     for row in rows:
         by_category.setdefault(row.category, []).append(row)
@@ -254,7 +292,15 @@ class Tally:
     All judgments of a pair must arrive in the same `add` (a shard holds whole pairs).
     """
 
-    def __init__(self, report_limit: int = 5000, problem_limit: int = 2000):
+    def __init__(
+        self,
+        report_limit: int = 5000,
+        problem_limit: int = 2000,
+        rule: str = "judgebench",
+        categories: tuple[str, ...] = CATEGORIES,
+    ):
+        self.rule = rule  # the benchmark's official rule (`Benchmark.rule`)
+        self.categories = categories  # the slices every result shows (`Benchmark.categories`)
         self.scores: dict[str, PairScore] = {}
         self.invalid = 0
         self.failed = 0
@@ -269,13 +315,18 @@ class Tally:
         self._problem_limit = problem_limit
 
     @classmethod
+    def for_benchmark(cls, benchmark: Benchmark) -> Tally:
+        """A run's tally, scored by its benchmark's official rule and sliced by its categories."""
+        return cls(rule=benchmark.rule, categories=benchmark.categories)
+
+    @classmethod
     def of(cls, judgments: Iterable[JudgmentRecord], report_limit: int = 5000) -> Tally:
         tally = cls(report_limit=report_limit)
         tally.add(list(judgments))
         return tally
 
     def add(self, judgments: list[JudgmentRecord]) -> None:
-        self.scores.update(pair_scores(judgments))
+        self.scores.update(pair_scores(judgments, self.rule))
         problem_pairs = set()
         for j in judgments:
             self.usage["judgments"] += 1

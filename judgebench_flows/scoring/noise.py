@@ -6,7 +6,8 @@ precise than it is, and two runs of an unchanged judge look like a change. Follo
 Bars to Evals", 2024), a pair is the unit: its K epochs and both orders are one cluster, and the variance
 of the accuracy splits into the spread between pairs and the judge's noise within a pair:
 
-- per pair i, correctness c_ik in {0, 1} for each epoch k (JudgeBench's rule on that epoch's orders) and
+- per pair i, correctness c_ik in {0, 1} for each epoch k (JudgeBench's rule on that epoch's orders; under
+  LLMBar's the share of its orders right, 0, 0.5 or 1) and
   its mean m_i over the K epochs;
 - within (the judge's noise): the mean over pairs of the unbiased variance of c_ik, K/(K-1) * m_i(1-m_i);
 - between (which pairs are hard): var(m_i) - within / K, at least 0;
@@ -52,7 +53,7 @@ def _self_agreement(scores: Sequence[PairScore]) -> float | None:
 def correctness_matrix(scores: Sequence[PairScore]) -> np.ndarray:
     """Pairs x epochs of 0/1 correctness, for the pairs judged in every epoch of the widest."""
     epochs = max((s.epochs for s in scores), default=1)
-    rows = [s.correct_by_epoch for s in scores if len(s.correct_by_epoch) == epochs]
+    rows = [s.epoch_credits() for s in scores if len(s.correct_by_epoch) == epochs]
     return np.asarray(rows, dtype=float).reshape(len(rows), epochs)
 
 
@@ -118,6 +119,7 @@ def as_epochs(runs: Sequence[dict[str, PairScore]]) -> list[PairScore]:
                 decisions=tuple(
                     tuple(d for p in parts if o < len(p.decisions) for d in p.decisions[o]) for o in range(orders)
                 ),
+                units=first.units,
             )
         )
     return merged

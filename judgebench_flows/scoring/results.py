@@ -55,7 +55,7 @@ def _same_counts(a: SliceAccuracy, b: SliceAccuracy) -> bool:
 
 def build_results(tally: metrics.Tally, *, seed: int, bootstrap_resamples: int, skipped_rows: int = 0) -> Measured:
     """results.json's measurement: accuracy (with 95% bootstrap intervals) and diagnostics."""
-    parts = metrics.slices(tally.scores)
+    parts = metrics.slices(tally.scores, tally.categories)
     sliced = partial(slice_accuracy, seed=seed, resamples=bootstrap_resamples)
     everyone = parts["overall"]["overall"]
     epochs = max((score.epochs for score in everyone), default=1)

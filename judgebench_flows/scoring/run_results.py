@@ -15,9 +15,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from judgebench_flows.core import benchmarks
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.data.outputs import published_files, read_results
 from judgebench_flows.scoring import metrics
+from judgebench_flows.scoring.official import official_statistics
 from judgebench_flows.scoring.result_types import (
     Consistency,
     Drift,
@@ -140,8 +142,15 @@ class RunHeader(Section):
 
 
 class RunResults(RunHeader):
-    _optional = frozenset({"outputs", "provenance", "drift", "epochs", "epoch_accuracy", "noise"})
+    _optional = frozenset(
+        {"outputs", "provenance", "drift", "epochs", "epoch_accuracy", "noise", "benchmark", "scoring", "official"}
+    )
 
+    # Another benchmark than JudgeBench (whose runs have none of these three): its name, how it scores a
+    # run, and its own statistics as its code writes them (LLMBar's statistics.json: `scoring.official`).
+    benchmark: str | None = None
+    scoring: str | None = None
+    official: dict[str, str | float] | None = None
     overall_accuracy: SliceAccuracy = Field(default_factory=SliceAccuracy)
     category_accuracy: dict[str, SliceAccuracy] = {}
     source_accuracy: dict[str, SliceAccuracy] = {}
@@ -185,6 +194,7 @@ class RunResults(RunHeader):
             measured.noise = noise
         return cls(
             **header.model_dump(),
+            **official_of(tally),
             **measured.model_dump(exclude={"usage", "epochs"}),
             epochs=measured.epochs if measured.epochs > 1 else None,
             usage=Usage.model_validate(totals),
@@ -244,3 +254,16 @@ def results_of_flow_run(result_path: str, flow_run_id: str | None) -> RunResults
     if not flow_run_id:
         return None
     return next((r for r in published_results(result_path) if r.run.flow_run_id == flow_run_id), None)
+
+
+def official_of(tally: metrics.Tally) -> dict[str, object]:
+    """results.json's `benchmark`, `scoring` and `official` for a run of another benchmark than JudgeBench
+    (none for JudgeBench, whose results.json is what it always was)."""
+    chosen = next((b for b in benchmarks.BENCHMARKS.values() if b.rule == tally.rule), None)
+    if chosen is None or chosen.name == benchmarks.DEFAULT:
+        return {}
+    return {
+        "benchmark": chosen.name,
+        "scoring": chosen.scoring,
+        "official": official_statistics(tally.rule, tally.scores),
+    }

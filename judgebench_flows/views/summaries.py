@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from judgebench_flows.core import benchmarks
 from judgebench_flows.core.pricing import format_usd
 from judgebench_flows.core.text import printable
 from judgebench_flows.scoring.compare import verdict_in_words
@@ -38,14 +39,24 @@ def _problems(results: RunResults) -> str | None:
     return f"{failed} failed and {unparsed} invalid of {judgments} judgments; top reasons: {reasons}"
 
 
+def official_line(official: dict[str, str | float]) -> str:
+    """A benchmark's own statistics in one line, its keys and values as its code writes them."""
+    shown = (f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}" for key, value in official.items())
+    return "official: " + "; ".join(shown)
+
+
 def print_results(results: RunResults) -> None:
     # names from the command line or a stored run: their control characters escaped, never markup
     epochs = f", mean of {results.epoch_count} epochs" if results.epoch_count > 1 else ""
+    title = benchmarks.get(results.benchmark).title if results.benchmark in benchmarks.BENCHMARKS else "JudgeBench"
     table = Table(
-        title=f"JudgeBench: {escape(printable(results.judge_type))} / {escape(printable(results.model))}{epochs}"
+        title=f"{title}: {escape(printable(results.judge_type))} / {escape(printable(results.model))}{epochs}"
     )
-    # with epochs, "correct" counts pair-epochs: correct / (total x epochs) is the accuracy
+    # with epochs, "correct" counts pair-epochs: correct / (total x epochs) is the accuracy; under LLMBar's
+    # rule it counts right verdicts (each order scored apart)
+    units = "verdicts" if results.official is not None else ""
     correct = "correct" if results.epoch_count == 1 else f"correct of {results.epoch_count}x"
+    correct = f"{correct} {units}".strip()
     for column in ("slice", "accuracy", "95% CI", correct, "valid", "total"):
         table.add_column(column, justify="left" if column == "slice" else "right")
     rows = [("overall", results.overall_accuracy), *results.category_accuracy.items()]
@@ -56,6 +67,10 @@ def print_results(results: RunResults) -> None:
         shown = _pct(acc.accuracy) if measured else "n/a"
         table.add_row(name, shown, ci, str(acc.correct_count), str(acc.valid_samples), str(acc.total_samples))
     out.print(table)
+    if results.scoring:
+        out.print(printable(f"scored by {results.scoring}"), markup=False)
+    if results.official:
+        out.print(printable(official_line(results.official)), markup=False)
     problems = _problems(results)
     if problems:
         out.print(f"[bold yellow]{escape(printable(problems))}[/]")  # reasons quote the endpoint's words

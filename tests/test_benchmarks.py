@@ -1,0 +1,231 @@
+"""Benchmarks as a unit: `--benchmark llmbar` takes LLMBar's repository, pinned commit, subsets and
+official rule, JudgeBench stays what it was, and a night's matrix holds both."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from judgebench_flows.core import benchmarks
+from judgebench_flows.core.config import RunConfig
+from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.records import JudgmentRecord, category_of
+from judgebench_flows.data.benchmark_data import pairs_file, run_paths
+from judgebench_flows.data.dataset import fetch_repository
+from judgebench_flows.data.loading import load_pairs
+from judgebench_flows.judging.matrix import parse_matrix
+from judgebench_flows.scoring import metrics
+from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import SHARED, VERDICTS, git, oracle_responder, requires_shared
+
+LLMBAR_ENV = "JUDGEBENCH_LLMBAR_TEST_DATA"
+LLMBAR = Path(os.environ.get(LLMBAR_ENV) or SHARED.parent / "llmbar")
+SUBSET_SIZES = {
+    "Natural": 100,
+    "Adversarial/Neighbor": 134,
+    "Adversarial/GPTInst": 92,
+    "Adversarial/GPTOut": 47,
+    "Adversarial/Manual": 46,
+}
+requires_llmbar = pytest.mark.skipif(
+    not (LLMBAR / "Dataset" / "LLMBar" / "Natural" / "dataset.json").is_file(),
+    reason=f"LLMBar data not found: git clone https://github.com/princeton-nlp/LLMBar and set {LLMBAR_ENV} to that folder",
+)
+
+
+def llmbar_repo(tmp_path: Path) -> str:
+    """A git repository of the LLMBar data (as a user clones GitHub); its path."""
+    path = tmp_path / "LLMBar"
+    shutil.copytree(LLMBAR, path, ignore=shutil.ignore_patterns(".git", "result.json"))
+    git("init", "-q", "-b", "main", cwd=path)
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "data", cwd=path)
+    return str(path)
+
+
+def test_llmbar_takes_its_own_repository_commit_and_subset():
+    config = RunConfig(model="m", benchmark="llmbar", base_url="http://127.0.0.1:9/v1")
+    assert config.repo_url == benchmarks.LLMBAR.repo_url
+    assert config.ref == "900616bff90b6c6c8e1681f7d079250637c55992"
+    assert config.data_file == "Natural"
+    dumped = config.model_dump()
+    assert dumped["benchmark"] == "llmbar" and RunConfig.model_validate(dumped).config_key() == config.config_key()
+    given = RunConfig(
+        model="m", benchmark="llmbar", data_file="Adversarial/GPTOut", ref="abc1234", base_url="http://h/v1"
+    )
+    assert (given.data_file, given.ref) == ("Adversarial/GPTOut", "abc1234")
+
+
+def test_judgebench_runs_keep_their_settings_dump_and_history_key():
+    plain = RunConfig(model="m", base_url="http://127.0.0.1:9/v1")
+    named = RunConfig(model="m", base_url="http://127.0.0.1:9/v1", benchmark="judgebench")
+    assert "benchmark" not in plain.model_dump() and "benchmark" not in named.model_dump()
+    assert plain.config_key() == named.config_key()
+    other = RunConfig(model="m", base_url="http://127.0.0.1:9/v1", benchmark="llmbar", repo_url=plain.repo_url)
+    assert other.config_key() != plain.config_key()  # another rule: another history
+
+
+def test_an_unknown_benchmark_is_one_line_naming_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown benchmark 'llmbarr' \(known: judgebench, llmbar\)"):
+        RunConfig(model="m", benchmark="llmbarr")
+
+
+def _record(pair_id: str, order: int, decision_for_pair: str, label: str = "A>B", status: str = "ok"):
+    return JudgmentRecord(
+        pair_id=pair_id,
+        order=order,
+        source="Adversarial/Neighbor",
+        category=category_of("Adversarial/Neighbor"),
+        label=label,
+        status=status,
+        decision_for_pair=decision_for_pair if status == "ok" else "",
+        judge_model="m",
+    )
+
+
+def test_llmbars_rule_scores_each_order_apart_and_judgebenchs_the_pair():
+    records = [
+        *(_record("right", o, "A>B") for o in (0, 1)),  # both orders right
+        _record("half", 0, "A>B"),  # right shown first, wrong swapped: LLMBar 0.5, JudgeBench 0 (tie)
+        _record("half", 1, "B>A"),
+        _record("invalid", 0, "A>B"),  # right, then no verdict: LLMBar 0.5, JudgeBench correct (+1)
+        _record("invalid", 1, "", status="invalid"),
+        *(_record("wrong", o, "B>A") for o in (0, 1)),
+    ]
+    llmbar = metrics.Tally.for_benchmark(benchmarks.LLMBAR)
+    llmbar.add(records)
+    judgebench = metrics.Tally()
+    judgebench.add(records)
+    overall = metrics.accuracy_of(list(llmbar.scores.values()))
+    assert (overall.accuracy, overall.correct_count, overall.total_samples) == (0.5, 4, 4)  # 4 of 8 verdicts
+    assert llmbar.scores["half"].correctness == 0.5 and not llmbar.scores["half"].correct
+    assert metrics.accuracy_of(list(judgebench.scores.values())).accuracy == 0.5  # right and invalid pairs
+    assert judgebench.scores["invalid"].correct and not judgebench.scores["half"].correct
+    parts = metrics.slices(llmbar.scores, llmbar.categories)
+    assert list(parts["category"]) == ["Natural", "Adversarial"] and len(parts["category"]["Adversarial"]) == 4
+
+
+def test_category_of_keeps_judgebench_sources_and_groups_llmbar_subsets():
+    assert category_of("mmlu-pro-law") == "mmlu-pro" and category_of("livecodebench") == "livecodebench"
+    assert category_of("Adversarial/GPTInst") == "Adversarial" and category_of("Natural") == "Natural"
+
+
+@requires_llmbar
+def test_every_llmbar_subset_becomes_pairs_and_an_unknown_one_names_the_rest(tmp_path):
+    checkout = fetch_repository(llmbar_repo(tmp_path), "HEAD", tmp_path / "cache")
+    for subset, size in SUBSET_SIZES.items():
+        loaded = load_pairs(pairs_file(benchmarks.LLMBAR, checkout, subset))
+        assert len(loaded.pairs) == size and not loaded.skipped
+        raw = json.loads((LLMBAR / "Dataset/LLMBar" / subset / "dataset.json").read_text())
+        first, pair = raw[0], loaded.pairs[0]
+        assert (pair.question, pair.response_A, pair.response_B) == (
+            first["input"],
+            first["output_1"],
+            first["output_2"],
+        )
+        assert pair.label == {1: "A>B", 2: "B>A"}[first["label"]] and pair.source == subset
+        assert pair.pair_id == f"{subset}/0"
+    with pytest.raises(UserError, match=r"--data-file 'Adversarial/Nope': no LLMBar subset .*available: "):
+        pairs_file(benchmarks.LLMBAR, checkout, "Adversarial/Nope")
+
+
+@requires_llmbar
+@requires_shared
+def test_a_judge_of_another_benchmark_reads_its_own_prompts(tmp_path):
+    """JudgeBench's arena_hard on LLMBar's pairs: the pairs from the LLMBar checkout, the prompts from
+    JudgeBench's (given here as --templates-dir; else its pinned clone)."""
+    checkout = fetch_repository(llmbar_repo(tmp_path), "HEAD", tmp_path / "cache")
+    templates = str(SHARED / "utils" / "templates")
+    config = RunConfig(
+        model="m", benchmark="llmbar", data_file="Natural", templates_dir=templates, base_url="http://h/v1"
+    )
+    data, prompts = run_paths(config, checkout)
+    assert data.name.startswith("Natural@") and prompts == templates
+
+
+def test_a_matrix_runs_every_judge_on_every_benchmarks_subsets():
+    matrix = parse_matrix(
+        {
+            "judge_types": ["arena_hard"],
+            "models": ["gpt-4o-mini"],
+            "benchmarks": [
+                "judgebench",
+                {"name": "llmbar", "data_files": ["Natural", "Adversarial/Neighbor"], "ref": "HEAD"},
+            ],
+            "data_files": ["dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl"],
+            "base_url": "http://127.0.0.1:9/v1",
+        }
+    )
+    cells = {entry.name: entry.config for entry in matrix.entries()}
+    assert sorted(cells) == [
+        "arena_hard__gpt-4o-mini__dataset=judgebench,response_model=gpt-4o-2024-05-13",
+        "arena_hard__gpt-4o-mini__llmbar-Adversarial_Neighbor",
+        "arena_hard__gpt-4o-mini__llmbar-Natural",
+    ]
+    natural = cells["arena_hard__gpt-4o-mini__llmbar-Natural"]
+    assert (natural.benchmark, natural.repo_url, natural.ref) == ("llmbar", benchmarks.LLMBAR.repo_url, "HEAD")
+    judgebench = cells["arena_hard__gpt-4o-mini__dataset=judgebench,response_model=gpt-4o-2024-05-13"]
+    assert judgebench.benchmark == "judgebench" and judgebench.ref == benchmarks.JUDGEBENCH.ref
+    assert natural.alert_cells == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"benchmarks": ["nope"]}, "benchmarks.0.name: unknown benchmark 'nope'"),
+        ({"benchmarks": ["llmbar", "llmbar"]}, "benchmarks: entries must be distinct"),
+        ({"data_files": []}, "give at least one data file"),
+    ],
+)
+def test_a_bad_benchmarks_axis_is_one_line(change, message):
+    data = {"judge_types": ["vanilla"], "models": ["m"], "data_files": ["x.jsonl"], **change}
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_matrix(data)
+
+
+@pytest.mark.slow
+@requires_llmbar
+@requires_shared
+def test_an_llmbar_run_is_scored_by_llmbars_rule_and_says_so(run_cli, tmp_path):
+    repo = llmbar_repo(tmp_path)
+    checkout = fetch_repository(repo, "HEAD", tmp_path / "probe")
+    rows = [json.loads(line) for line in pairs_file(benchmarks.LLMBAR, checkout, "Adversarial/GPTOut").open()]
+    # Right on both orders of a seeded 70% of the pairs, wrong on both of the rest.
+    with FakeOpenAIServer(oracle_responder(rows, VERDICTS["arena_hard"], accuracy=0.7, seed=3)) as server:
+        result = run_cli(
+            "run",
+            "--benchmark",
+            "llmbar",
+            "--repo-url",
+            repo,
+            "--ref",
+            "HEAD",
+            "--data-file",
+            "Adversarial/GPTOut",
+            "--templates-dir",
+            str(SHARED / "utils" / "templates"),
+            "--model",
+            "judge",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--no-report",
+            "--db-url",
+            f"sqlite:///{tmp_path}/j.db",
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "LLMBar: arena_hard / judge" in result.stdout and "scored by LLMBar's rule" in result.stdout
+    results = json.loads(next((tmp_path / "results").glob("*/results.json")).read_text())
+    assert results["benchmark"] == "llmbar" and results["scoring"].startswith("LLMBar's rule")
+    official, overall = results["official"], results["overall_accuracy"]
+    assert results["dataset"]["n_pairs"] == 47 and overall["total_samples"] == 47
+    right = overall["correct_count"]  # right verdicts, each order scored apart
+    assert overall["accuracy"] == round(right / 94, 6) and 0.5 < overall["accuracy"] < 0.9
+    first, swapped = (int(official[key].split(" / ")[0]) for key in ("correct_False", "correct_True"))
+    assert first + swapped == right and official["correct_False"] == f"{first} / 47 = {100 * first / 47:.1f}%"
+    assert list(results["category_accuracy"]) == ["Natural", "Adversarial"]
+    assert results["source_accuracy"]["Adversarial/GPTOut"]["total_samples"] == 47

@@ -229,3 +229,65 @@ def test_an_llmbar_run_is_scored_by_llmbars_rule_and_says_so(run_cli, tmp_path):
     assert first + swapped == right and official["correct_False"] == f"{first} / 47 = {100 * first / 47:.1f}%"
     assert list(results["category_accuracy"]) == ["Natural", "Adversarial"]
     assert results["source_accuracy"]["Adversarial/GPTOut"]["total_samples"] == 47
+
+
+@pytest.mark.slow
+@requires_llmbar
+@requires_shared
+def test_a_night_of_both_benchmarks_judges_them_side_by_side_each_with_its_own_history(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path
+):
+    import yaml
+
+    from judgebench_flows.data import db
+    from tests._helpers import run_night
+    from tests.conftest import GPT4O_FILE
+
+    repo = llmbar_repo(tmp_path)
+    checkout = fetch_repository(repo, "HEAD", tmp_path / "probe")
+    rows = [json.loads(line) for line in pairs_file(benchmarks.LLMBAR, checkout, "Adversarial/GPTOut").open()]
+    db_url = f"sqlite:///{tmp_path}/history.db"
+    url, sha = judgebench_repo
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        yaml.safe_dump(
+            {
+                "judge_types": ["vanilla"],
+                "models": ["judge"],
+                "benchmarks": [
+                    {"name": "judgebench", "data_files": [GPT4O_FILE], "repo_url": url, "ref": sha},
+                    {"name": "llmbar", "data_files": ["Adversarial/GPTOut"], "repo_url": repo, "ref": "HEAD"},
+                ],
+                "db_url": db_url,
+                "output_root": str(tmp_path / "nightly"),
+                "max_samples": 6,
+                "concurrency": 8,
+                "options": {
+                    "cache_dir": str(tmp_path / "cache"),
+                    "bootstrap_resamples": 100,
+                    "templates_dir": str(SHARED / "utils" / "templates"),  # vanilla's prompts on both
+                    "cache": "off",  # the second night pays again: a measurement of its own
+                },
+            }
+        )
+    )
+    oracle = oracle_responder([*gpt4o_pairs, *rows], VERDICTS["vanilla"])
+    with FakeOpenAIServer(oracle, latency=0.3) as server:
+        os.environ["OPENAI_BASE_URL"] = server.base_url
+        try:
+            first, second = run_night(matrix), run_night(matrix)
+        finally:
+            del os.environ["OPENAI_BASE_URL"]
+    assert first.is_completed() and second.is_completed(), (first, second)
+    runs = db.list_runs(db.open_database(db_url))
+    by_key: dict[str, list] = {}
+    for run in sorted(runs, key=lambda r: r.started):
+        by_key.setdefault(run.config_key, []).append(run)
+    assert sorted(len(chain) for chain in by_key.values()) == [2, 2] and all(r.status == "completed" for r in runs)
+    tonight = [chain[1] for chain in by_key.values()]
+    a, b = tonight
+    assert a.started < b.finished and b.started < a.finished  # the two cells judged side by side
+    for chain in by_key.values():
+        results = json.loads(chain[1].results_json)
+        assert results["regression"]["baseline_run_id"] == chain[0].run_id  # its own benchmark's history
+        assert results.get("benchmark") == ("llmbar" if chain[1].data_file == "Adversarial/GPTOut" else None)

@@ -67,12 +67,22 @@ class Evaluation(RunResults):
         ).set_index(["scope", "name"])
 
     def by_category(self) -> pd.DataFrame:
-        """Accuracy per JudgeBench category (mmlu-pro, livebench-reasoning, ...), indexed by category."""
+        """Accuracy per category (JudgeBench's mmlu-pro, livebench-reasoning, ...; LLMBar's Natural and
+        Adversarial), indexed by category."""
         return _slices(self.category_accuracy, "category").drop(columns="scope").set_index("name")
 
     def by_source(self) -> pd.DataFrame:
         """Accuracy per source of the questions (the data's `source` field), indexed by source."""
         return _slices(self.source_accuracy, "source").drop(columns="scope").set_index("name")
+
+    def official_statistics(self) -> pd.Series:
+        """The benchmark's own statistics, keys and values as its code writes them: LLMBar's statistics.json
+        fields (`official`: "correct_average" "94.5%", the kappas, ...); for JudgeBench, whose official
+        number is the accuracy results.json always held, `accuracy` alone."""
+        import pandas as pd
+
+        official = self.official or {"accuracy": self.overall_accuracy.accuracy}
+        return pd.Series(official, name=self.benchmark or "judgebench", dtype=object)
 
     def by_epoch(self) -> pd.DataFrame:
         """Each epoch's official accuracy (`--epochs K`; one row with one epoch), indexed by epoch, and the

@@ -207,8 +207,26 @@ class OverallView(BaseModel):
     unit: str = "pairs"  # what `correct` and `total` count: pairs, or with epochs each pair's epochs
 
 
-def _overall_view(overall: SliceAccuracy) -> OverallView:
+def benchmark_title(name: str | None) -> str:
+    """The benchmark as a page names it (JudgeBench for runs that name none)."""
+    from judgebench_flows.core import benchmarks
+
+    return benchmarks.get(name).title if name in benchmarks.BENCHMARKS else "JudgeBench"
+
+
+def _overall_view(overall: SliceAccuracy, orders_apart: bool = False) -> OverallView:
+    """`orders_apart`: a benchmark whose rule scores each order's verdict apart (LLMBar's): its correct
+    count is of verdicts, two a pair."""
     epochs = overall.epochs or 1  # with --epochs K each pair counts K times: correct_count is over pair-epochs
+    if orders_apart:
+        total, unit = (
+            overall.total_samples * epochs * 2,
+            f"verdicts ({overall.total_samples} pairs, each order scored apart)",
+        )
+    elif epochs == 1:
+        total, unit = overall.total_samples, "pairs"
+    else:
+        total, unit = overall.total_samples * epochs, f"pair-epochs ({overall.total_samples} pairs x {epochs} epochs)"
     return OverallView(
         accuracy=_pct(overall.accuracy),
         interval=(
@@ -217,9 +235,9 @@ def _overall_view(overall: SliceAccuracy) -> OverallView:
             else None
         ),
         correct=_count(overall.correct_count),
-        total=_count(overall.total_samples * epochs),
+        total=_count(total),
         valid=_count(overall.valid_samples),
-        unit="pairs" if epochs == 1 else f"pair-epochs ({overall.total_samples} pairs x {epochs} epochs)",
+        unit=unit,
     )
 
 
@@ -344,10 +362,16 @@ def build_context(
     return {
         "title": " · ".join(part for part in (results.judge_type, results.model, dataset.data_file) if part)
         or "JudgeBench run",
+        "benchmark": benchmark_title(results.benchmark),
+        "scoring": results.scoring,
+        "official": [
+            (key, f"{value:.6f}" if isinstance(value, float) else str(value))
+            for key, value in (results.official or {}).items()
+        ],
         "judge_type": results.judge_type or "–",
         "model": results.model or "–",
         "dataset": _dataset_view(dataset),
-        "overall": _overall_view(overall),
+        "overall": _overall_view(overall, orders_apart=results.official is not None),
         "consistency": None
         if not consistency
         else {

@@ -51,7 +51,7 @@ class RunConfig(BaseModel):
     judge_type: str = Field(
         default="arena_hard",
         description="arena_hard, vanilla, auto_j, prometheus_2, skywork_critic, compass_judger, judge_lm, "
-        "panda_lm, reward_model, custom, external",
+        "panda_lm, reward_model, custom, external, or an LLMBar evaluator llmbar:<Strategy> (llmbar:Vanilla, ...)",
         json_schema_extra={"aliases": ["--judge_name"]},
     )
     judge_template: str | None = Field(default=None, description="custom judge class: path.py:Class or module:Class")

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from judgebench_flows.core import benchmarks
 from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.core.text import printable
@@ -257,10 +258,25 @@ def _accuracy_cell(run: RunRow) -> str:
     return _pct(run.overall_accuracy) + (f" ±{sd * 100:.1f}" if sd is not None else "")
 
 
-def _data_label(data_file: str | None) -> str:
-    """A JudgeBench data file by its response model (the part that differs), any other by its name."""
+def _data_label(data_file: str | None, config_json: str | None = None) -> str:
+    """A JudgeBench data file by its response model (the part that differs), another benchmark's subset
+    with its benchmark's name (`LLMBar Adversarial/GPTOut`), any other by its name."""
     dataset, response_model = data_file_parts(data_file)
-    return f"{response_model} pairs" if response_model and dataset == "judgebench" else (data_file or "")
+    if response_model and dataset == "judgebench":
+        return f"{response_model} pairs"
+    benchmark = _benchmark_of(config_json)
+    return f"{benchmarks.get(benchmark).title} {data_file or ''}".strip() if benchmark else (data_file or "")
+
+
+def _benchmark_of(config_json: str | None) -> str | None:
+    """The benchmark a stored run judged when not JudgeBench (its configuration names it), else None."""
+    if not config_json or '"benchmark"' not in config_json:
+        return None
+    try:
+        name = json.loads(config_json).get("benchmark")
+    except (ValueError, AttributeError):
+        return None
+    return name if name in benchmarks.BENCHMARKS and name != benchmarks.DEFAULT else None
 
 
 def _bias(run: RunRow) -> str:
@@ -306,7 +322,7 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
                 started,
                 _shown(run.judge_type),
                 _shown(run.model),
-                _shown(_data_label(run.data_file)),
+                _shown(_data_label(run.data_file, run.config_json)),
                 _shown((run.commit or "")[:8]),
                 run.status,
                 _accuracy_cell(run),
@@ -322,7 +338,7 @@ def print_history(runs: Sequence[RunRow], console: Console | None = None) -> Non
             cost = run_cost_text(run.cost_usd, run.priced_as)
             served = _served(run)
             table.add_row(
-                f"{run.run_id}\n{_shown(run.judge_type)} / {_shown(run.model)}\n{_shown(_data_label(run.data_file))}"
+                f"{run.run_id}\n{_shown(run.judge_type)} / {_shown(run.model)}\n{_shown(_data_label(run.data_file, run.config_json))}"
                 + (f"\nendpoint said: {served}" if served else ""),
                 started,
                 run.status + (f"\ncommit\n{_shown(run.commit[:8])}" if run.commit else ""),

@@ -227,7 +227,7 @@ def test_a_failed_auxiliary_call_fails_the_pair_but_a_filtered_one_is_empty(eval
 
     model = Model(filtered)
     outcomes = run(judge, model, (0,))
-    assert outcomes[0].status == "ok"
+    assert outcomes[0].status == "ok" and len(outcomes[0].completions) == 3  # the refusal counted as a call
     assert model.requests[-1][0][-1]["content"].endswith("Questions: \nReference:")  # both empty, as LLMBar took them
 
 

@@ -36,7 +36,7 @@ import pytest
 from judgebench_flows.core.records import Pair
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.llmbar import LLMBAR_STRATEGIES, SWAP_STRATEGIES, explanations, load_strategy
-from judgebench_flows.judging.shards import _record
+from judgebench_flows.judging.shards import Runtime, judge_pairs
 from judgebench_flows.scoring.llmbar_statistics import llmbar_rows, llmbar_statistics
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import chat_caller
@@ -200,21 +200,17 @@ def replay(folder: str, strategy: str, subset: str) -> None:
         caller = chat_caller(base_url=server.base_url, model=model, concurrency=16, cache_mode="off")
 
         async def judge_all() -> list[Any]:
-            try:
-                outcomes = await asyncio.gather(*(judge.judge(pair, (0, 1), caller) for pair in pairs))
+            try:  # as a shard judges them: the run's prefetch, records and cache flush
+                return await judge_pairs(pairs, Runtime(judge, caller), (0, 1))
             finally:
                 await caller.aclose()
-            return [
-                _record(p, order, o, model)
-                for p, two in zip(pairs, outcomes, strict=True)
-                for order, o in enumerate(two)
-            ]
 
         records = asyncio.run(judge_all())
     assert not stand_in.unknown, f"{len(stand_in.unknown)} requests LLMBar never sent, first: {stand_in.unknown[0]}"
     seen = Counter(key(body["messages"]) for body in stand_in.seen)
     assert set(seen) == set(book.requests), f"{len(set(book.requests) - set(seen))} of LLMBar's requests never sent"
     assert seen == book.sent  # each as often as LLMBar sent it: nothing retried, nothing shared that it asked apart
+    assert sum(record.calls for record in records) == len(stand_in.seen)  # every call counted once
     for body in stand_in.seen:
         expected = book.requests[key(body["messages"])]
         assert body["model"] == model

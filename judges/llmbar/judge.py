@@ -204,6 +204,8 @@ class LLMBarJudge:
                 text = "" if answer.finish_reason == "content_filter" else answer.text
                 values[f"auxiliary_input_{index}"] = strip_reasoning(text).strip()
             elif isinstance(answer, CallFailed) and CONTENT_POLICY in str(answer):
+                # The refusal is the call's answer: counted as a call (no tokens, no key: never cached).
+                shared.append(Completion("", finish_reason="content_filter"))
                 values[f"auxiliary_input_{index}"] = ""
             elif isinstance(answer, CallFailed):
                 failure = failure or answer

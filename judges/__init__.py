@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges.builtin import BUILTIN_JUDGES, PromptJudge
 from judgebench_flows.judges.custom import CustomJudge, ParseFailed
+from judgebench_flows.judges.llmbar import JUDGE_PREFIX as LLMBAR_PREFIX
+from judgebench_flows.judges.llmbar import LLMBAR_STRATEGIES, LLMBarJudge, llmbar_judge
 from judgebench_flows.judges.procedure import Judge, Sampling
 from judgebench_flows.judges.prompts import TemplateSet
 from judgebench_flows.judges.reward import REWARD_JUDGE_TYPE, RewardJudge
@@ -23,7 +25,14 @@ from judgebench_flows.judges.tokenized import TOKENIZED_JUDGES, TokenizedJudge, 
 if TYPE_CHECKING:  # the external judges' package is imported when an external judge is asked for
     from judgebench_flows.judges.external.config import UserMapping
 
-JUDGE_TYPES: tuple[str, ...] = (*BUILTIN_JUDGES, *TOKENIZED_JUDGES, REWARD_JUDGE_TYPE, "custom", "external")
+JUDGE_TYPES: tuple[str, ...] = (
+    *BUILTIN_JUDGES,
+    *TOKENIZED_JUDGES,
+    REWARD_JUDGE_TYPE,
+    "custom",
+    "external",
+    *(LLMBAR_PREFIX + strategy for strategy in LLMBAR_STRATEGIES),
+)
 
 
 def get_judge(
@@ -39,6 +48,8 @@ def get_judge(
 ):
     """The judge for `judge_type`, with prompts from `templates_dir` (a checkout's utils/templates).
 
+    `llmbar:<Strategy>` is one of LLMBar's evaluators (judges.llmbar), read from `templates_dir` as a
+    checkout's LLMEvaluator/evaluators folder; `model` picks its configuration and tokenizer.
     `model` is needed only by judges that load something of the model's own (judge_lm and panda_lm its
     tokenizer, reward_model with the local backend its weights); preflight checks pass None.
     `sampling_overrides` replace a prompted judge's sampling parameters (other judges sample nothing);
@@ -54,6 +65,10 @@ def get_judge(
         from judgebench_flows.judges.external.pairwise import ExternalPairwiseJudge
 
         return ExternalPairwiseJudge(external_judge_path, external_judge_function, external_judge_config)
+    if judge_type.startswith(LLMBAR_PREFIX):
+        # LLMBar's evaluators: `templates_dir` is a checkout's LLMEvaluator/evaluators folder.
+        strategy = judge_type.removeprefix(LLMBAR_PREFIX)
+        return llmbar_judge(strategy, templates_dir, model, sampling_overrides)
     if judge_type == "custom":
         raise UserError("--judge-type custom needs --judge-template path.py:Class or module:Class")
     if judge_type in TOKENIZED_JUDGES:
@@ -76,6 +91,8 @@ def _with_sampling(judge: PromptJudge, overrides: Sampling | None) -> PromptJudg
 __all__ = [
     "JUDGE_TYPES",
     "BUILTIN_JUDGES",
+    "LLMBAR_STRATEGIES",
+    "LLMBarJudge",
     "TOKENIZED_JUDGES",
     "CustomJudge",
     "Judge",
@@ -85,4 +102,5 @@ __all__ = [
     "TemplateSet",
     "TokenizedJudge",
     "get_judge",
+    "llmbar_judge",
 ]

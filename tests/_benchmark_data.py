@@ -60,3 +60,21 @@ def find_benchmark_data() -> Path | None:
         return BESIDE_REPO
     clone = _pinned_clone()
     return clone if clone is not None and _has_data(clone) else None
+
+
+# LLMBar (princeton-nlp/LLMBar): its Dataset/LLMBar (data, published results) and LLMEvaluator/evaluators.
+LLMBAR_ENV_VAR = "JUDGEBENCH_LLMBAR_TEST_DATA"
+LLMBAR_BESIDE_REPO = Path(__file__).resolve().parents[2] / "shared" / "llmbar"
+LLMBAR_FILE = Path("Dataset") / "LLMBar" / "Natural" / "dataset.json"
+LLMBAR_MISSING = (
+    f"LLMBar data not found: git clone https://github.com/princeton-nlp/LLMBar and set {LLMBAR_ENV_VAR} to that folder"
+)
+
+
+def find_llmbar_data() -> Path:
+    """The LLMBar checkout the tests read: `JUDGEBENCH_LLMBAR_TEST_DATA`, else ../shared/llmbar (it may
+    lack the data: `llmbar_data_available` in conftest says)."""
+    given = os.environ.get(LLMBAR_ENV_VAR)
+    if given and given != "none":
+        return Path(given).expanduser().resolve()
+    return LLMBAR_BESIDE_REPO

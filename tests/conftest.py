@@ -23,7 +23,17 @@ import pytest
 
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from judgebench_flows.testing.oracle import VERDICTS, oracle_responder, shown_pair  # noqa: F401 - the tests import them from here
-from tests._benchmark_data import BESIDE_REPO, ENV_VAR, GPT4O_FILE, MISSING_DATA, find_benchmark_data
+from tests._benchmark_data import (
+    BESIDE_REPO,
+    ENV_VAR,
+    GPT4O_FILE,
+    LLMBAR_ENV_VAR,
+    LLMBAR_FILE,
+    LLMBAR_MISSING,
+    MISSING_DATA,
+    find_benchmark_data,
+    find_llmbar_data,
+)
 
 SHARED = find_benchmark_data() or BESIDE_REPO
 CLAUDE_FILE = "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
@@ -58,6 +68,20 @@ NO_DATA_REASON = (
     else MISSING_DATA
 )
 requires_shared = pytest.mark.skipif(not shared_data_available(), reason=NO_DATA_REASON)
+
+LLMBAR = find_llmbar_data()
+
+
+def llmbar_data_available() -> bool:
+    return (LLMBAR / LLMBAR_FILE).is_file()
+
+
+NO_LLMBAR_REASON = (
+    f"{LLMBAR_ENV_VAR}={os.environ[LLMBAR_ENV_VAR]} has no {LLMBAR_FILE}: point it at an LLMBar checkout"
+    if os.environ.get(LLMBAR_ENV_VAR, "none") != "none" and not llmbar_data_available()
+    else LLMBAR_MISSING
+)
+requires_llmbar = pytest.mark.skipif(not llmbar_data_available(), reason=NO_LLMBAR_REASON)
 
 
 def git(*args: str, cwd: Path) -> str:

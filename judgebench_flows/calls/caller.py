@@ -30,7 +30,7 @@ from judgebench_flows.calls.heard import heard_here
 from judgebench_flows.calls.limits import CallLimits, endpoint_label
 from judgebench_flows.calls.other_apis import RawScoreCheck
 from judgebench_flows.calls.providers import model_api
-from judgebench_flows.calls.request_rules import STANDARD, Adjustment, RequestRule, shape
+from judgebench_flows.calls.request_rules import STANDARD, Adjustment, RequestRule, not_sent, shape
 from judgebench_flows.calls.retry import RetryPolicy
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.calls.transport import BadAnswerBody
@@ -433,6 +433,8 @@ class ChatCaller:
             self.spend.check()
         rule = self._learned.rule
         sent_messages, params = shape(rule, messages, sampling)
+        for name in not_sent(sampling, params, rule):  # a judge's logit_bias a provider takes no part in
+            self._learned.note_not_sent(name)
         sent.append((rule, sent_messages, params))
         return await self.transport.post(sent_messages, params)
 

@@ -38,7 +38,7 @@ SYSTEM_END = "\n<|END_SYSTEM_MESSAGE|>\n\n"
 
 class Adjustment(TypedDict):
     """One change a run made to a rule after a 400 (or a parameter an endpoint ignored): the parameter,
-    what was done (`FOLDED`, `RENAMED`, `DROPPED`, `IGNORED`) and the endpoint's words, secrets redacted."""
+    what was done (`FOLDED`, `RENAMED`, `DROPPED`, `IGNORED`, `NOT_SENT`) and the endpoint's words, secrets redacted."""
 
     param: str
     action: str
@@ -153,12 +153,23 @@ def shape(
     return messages, params
 
 
+def not_sent(sampling: Sampling, params: Sampling, rule: RequestRule) -> list[str]:
+    """The parameters of `NOTED_WHEN_NOT_SENT` a judge asked for that `rule` left out of the request."""
+    renames = dict(rule.rename)
+    return [name for name in sampling if name in NOTED_WHEN_NOT_SENT and renames.get(name, name) not in params]
+
+
 ADJUSTABLE_CODES = ("unsupported_parameter", "unsupported_value")
 # What an adjustment did, as recorded (results.json's `run.requests.adjustments[].action`).
 FOLDED = "folded the system message into the first user turn"
 RENAMED = "sent as max_completion_tokens"
 DROPPED = "dropped"
 IGNORED = "ignored by the endpoint"  # sent, accepted, not acted on (no beam search): noted, nothing changed
+NOT_SENT = "not sent: the request rule takes no such parameter"  # the judge asked for it: noted, nothing changed
+# Parameters a judge's own protocol relies on, whose leaving out by a request rule (a provider without
+# them, --drop-params, a reasoning model's rule) changes what is measured: the run's report says so.
+# LLMBar's judges force their answer's form with `logit_bias`.
+NOTED_WHEN_NOT_SENT = frozenset({"logit_bias"})
 # How servers other than OpenAI's say a parameter is not accepted, in words only (LiteLLM's
 # `UnsupportedParamsError: O-series models don't support temperature=0.0` with code "400" and no param;
 # pydantic's "Extra inputs are not permitted" from vLLM and other FastAPI servers; "unrecognized request
@@ -271,7 +282,7 @@ class Learned:
                 elif action == DROPPED:
                     original = next((k for k, v in renames.items() if v == param), param)
                     self.rule = replace(rule, drop=rule.drop | {original})
-                elif action != IGNORED:  # not an adjustment this code makes (another version's): nothing to apply
+                elif action != IGNORED and not action.startswith(NOT_SENT):  # another version's: nothing to apply
                     continue
                 self._note(param, action, str(change.get("endpoint_said") or ""))
                 added.append(self.adjustments[-1])
@@ -284,6 +295,15 @@ class Learned:
             if any(a["param"] == param and a["action"] == IGNORED for a in self.adjustments):
                 return False
             self._note(param, IGNORED, observed)
+            return True
+
+    def note_not_sent(self, param: str) -> bool:
+        """Record, once, that the rule leaves out `param`, which the judge asked for (`NOTED_WHEN_NOT_SENT`):
+        the run's report names it. True the first time."""
+        with self._lock:
+            if any(a["param"] == param and a["action"].startswith(NOT_SENT) for a in self.adjustments):
+                return False
+            self._note(param, f"{NOT_SENT} ({self.rule.name})", "")
             return True
 
     def report(self) -> RequestReport:
@@ -305,6 +325,7 @@ __all__ = [
     "Learned",
     "RequestReport",
     "fold_system",
+    "not_sent",
     "rule_for",
     "shape",
 ]

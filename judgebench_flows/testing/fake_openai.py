@@ -52,7 +52,9 @@ from judgebench_flows.testing.oracle import VERDICTS, load_pairs, oracle_respond
 
 Responder = Callable[[dict], "str | dict"]
 """Gets the parsed request JSON body, returns the assistant message content, or a dict with `content` and
-optionally `reasoning_content`, `finish_reason` and `reasoning_tokens` (a reasoning model's answer)."""
+optionally `reasoning_content`, `finish_reason` and `reasoning_tokens` (a reasoning model's answer), or a
+dict with `status` (400 or more), `message` and optionally `code`: this request refused with that error (a
+content filter's refusal of one prompt, say)."""
 
 DEFAULT_ANSWER = "My final verdict is [[A>B]]"
 CHAT_PATH = "/v1/chat/completions"
@@ -1047,6 +1049,10 @@ class FakeOpenAIServer:
         if scripted is None:
             return
         text, extra = scripted
+        if int(extra.get("status") or 200) >= 400:  # the responder refuses this request
+            error = _error_body(str(extra.get("message") or ""), "invalid_request_error", extra.get("code"))
+            self._reply(handler, int(extra["status"]), error)
+            return
         prompt_tokens = sum(_word_count(t) for t in _message_texts(body))
         reasoning_tokens = int(extra.get("reasoning_tokens") or 0)
         completion_tokens = _word_count(text) + reasoning_tokens

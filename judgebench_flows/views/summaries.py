@@ -79,12 +79,9 @@ def print_results(results: RunResults) -> None:
         out.print(f"[bold red]run failed: {escape(printable(run.failure))}[/]")
     for change in run.requests.adjustments() if run.requests else []:
         # whole, wrapped at words by the console; the server's words are not markup
+        said = f" (the endpoint said: {change.endpoint_said})" if change.endpoint_said else ""  # none: our rule's
         out.print(
-            printable(
-                f"request adjusted for {results.model}: {change.param} {change.action} "
-                f"(the endpoint said: {change.endpoint_said})"
-            ),
-            markup=False,
+            printable(f"request adjusted for {results.model}: {change.param} {change.action}{said}"), markup=False
         )
     dataset, invalid, usage = results.dataset, results.invalid, results.usage or Usage()
     consistency = results.consistency or Consistency()

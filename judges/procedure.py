@@ -85,6 +85,25 @@ class Judge(Protocol):
         answers of judgments that reached a verdict; a failed or unparseable call is never a decision."""
 
 
+@dataclass(frozen=True)
+class PlannedCall:
+    """One call a pair's judgment may make, as `estimate` prices it before any call: its request, with
+    what earlier answers it carries left out and counted in `carried_tokens` at their caps (an
+    auxiliary generation's answer in an LLMBar comparison, two explanations in its synthesis)."""
+
+    messages: Messages
+    sampling: Sampling
+    carried_tokens: int = 0
+
+
+@runtime_checkable
+class PlansCalls(Protocol):
+    """A judge whose judgment is more than one request per order (LLMBar's auxiliary generations and
+    syntheses): it lists every call a pair may cost at most, so `estimate` and budgets count them all."""
+
+    def planned_calls(self, pair: Pair, orders: tuple[int, ...]) -> list[PlannedCall]: ...
+
+
 class Prompted(Protocol):
     """What `judge_one_order` needs: a judge that formats a prompt and parses the model's answer."""
 

@@ -20,10 +20,8 @@ from judgebench_flows.data.loading import load_pairs
 from judgebench_flows.judging.matrix import parse_matrix
 from judgebench_flows.scoring import metrics
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
-from tests.conftest import SHARED, VERDICTS, git, oracle_responder, requires_shared
+from tests.conftest import LLMBAR, SHARED, VERDICTS, git, oracle_responder, requires_llmbar, requires_shared
 
-LLMBAR_ENV = "JUDGEBENCH_LLMBAR_TEST_DATA"
-LLMBAR = Path(os.environ.get(LLMBAR_ENV) or SHARED.parent / "llmbar")
 SUBSET_SIZES = {
     "Natural": 100,
     "Adversarial/Neighbor": 134,
@@ -31,10 +29,6 @@ SUBSET_SIZES = {
     "Adversarial/GPTOut": 47,
     "Adversarial/Manual": 46,
 }
-requires_llmbar = pytest.mark.skipif(
-    not (LLMBAR / "Dataset" / "LLMBar" / "Natural" / "dataset.json").is_file(),
-    reason=f"LLMBar data not found: git clone https://github.com/princeton-nlp/LLMBar and set {LLMBAR_ENV} to that folder",
-)
 
 
 def llmbar_repo(tmp_path: Path) -> str:
@@ -291,3 +285,120 @@ def test_a_night_of_both_benchmarks_judges_them_side_by_side_each_with_its_own_h
         results = json.loads(chain[1].results_json)
         assert results["regression"]["baseline_run_id"] == chain[0].run_id  # its own benchmark's history
         assert results.get("benchmark") == ("llmbar" if chain[1].data_file == "Adversarial/GPTOut" else None)
+
+
+@requires_llmbar
+@pytest.mark.parametrize(
+    ("strategy", "calls_per_pair"),
+    [("Vanilla", 2), ("Metrics_Reference", 4), ("Swap", 4)],  # + 2 auxiliaries; + a synthesis per order
+)
+def test_estimate_counts_every_call_an_llmbar_strategy_may_make(tmp_path, strategy, calls_per_pair):
+    from judgebench_flows.judging.estimate import estimate_run
+
+    config = RunConfig(
+        model="gpt-4-0613",
+        benchmark="llmbar",
+        repo_url=llmbar_repo(tmp_path),
+        ref="HEAD",
+        data_file="Adversarial/Manual",
+        judge_type=f"llmbar:{strategy}",
+        base_url="http://127.0.0.1:9/v1",
+        cache_dir=str(tmp_path / "cache"),
+        db_url=f"sqlite:///{tmp_path}/none.db",
+        epochs=2,
+    )
+    estimate = estimate_run(config)
+    assert (estimate.pairs, estimate.judgments) == (46, 46 * 2 * 2)
+    assert estimate.requests == 46 * calls_per_pair * 2  # every epoch pays its calls again
+    caps = {"Vanilla": 2 * 50, "Metrics_Reference": 150 + 384 + 2 * 50, "Swap": 2 * 300 + 2 * 50}[strategy]
+    assert estimate.output_tokens == 46 * caps * 2  # each answer at its config's max_tokens
+
+
+@pytest.mark.slow
+@requires_llmbar
+@requires_shared
+def test_an_llmbar_strategy_judges_judgebench_pairs_by_judgebenchs_rule(
+    run_cli, judgebench_repo, gpt4o_pairs, tmp_path
+):
+    """LLMBar's Vanilla prompt (from LLMBar's evaluators, here its folder as --templates-dir) on JudgeBench's
+    GPT-4o pairs: the requests carry LLMBar's settings, the run is JudgeBench's and scored by its rule."""
+    seen: list[dict] = []
+    answer = oracle_responder(gpt4o_pairs, lambda first: "Output (a)" if first else "Output (b)")
+
+    def respond(body: dict) -> str:
+        seen.append(body)
+        return answer(body)
+
+    url, sha = judgebench_repo
+    with FakeOpenAIServer(respond) as server:
+        result = run_cli(
+            "run",
+            "--judge-type",
+            "llmbar:Vanilla",
+            "--templates-dir",
+            str(LLMBAR / "LLMEvaluator" / "evaluators"),
+            "--repo-url",
+            url,
+            "--ref",
+            sha,
+            "--max-samples",
+            "10",
+            "--model",
+            "gpt-4-0613",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--no-report",
+            "--db-url",
+            f"sqlite:///{tmp_path}/j.db",
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(next((tmp_path / "results").glob("*/results.json")).read_text())
+    assert results["judge_type"] == "llmbar:Vanilla" and "benchmark" not in results and "official" not in results
+    assert results["overall_accuracy"]["accuracy"] == 1.0 and results["overall_accuracy"]["correct_count"] == 10
+    assert len(seen) == 20 and all(body["max_tokens"] == 50 and body["temperature"] == 0.0 for body in seen)
+    assert all(body["logit_bias"] and set(body["logit_bias"].values()) == {-100, 7} for body in seen)
+    assert [m["role"] for m in seen[0]["messages"]] == ["system", "user"]
+
+
+@pytest.mark.slow
+@requires_llmbar
+@pytest.mark.parametrize("strategy", ["Swap", "Metrics_Reference"])
+def test_an_llmbar_runs_official_statistics_are_llmbars_own_file(run_cli, tmp_path, strategy):
+    """`judgebench run --benchmark llmbar` against a stand-in answering each request with LLMBar's published
+    completion: results.json's `official` is the subset's statistics.json, field for field."""
+    from tests.test_llmbar_replay import Published, StandIn, published, statistics_match
+
+    book = Published("GPT-4", strategy)
+    book.load("Adversarial/Manual")
+    stand_in = StandIn(book.requests)
+    with FakeOpenAIServer(stand_in) as server:
+        result = run_cli(
+            "run",
+            "--benchmark",
+            "llmbar",
+            "--repo-url",
+            llmbar_repo(tmp_path),
+            "--ref",
+            "HEAD",
+            "--data-file",
+            "Adversarial/Manual",
+            "--judge-type",
+            f"llmbar:{strategy}",
+            "--model",
+            "gpt-4",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--no-report",
+            "--max-failed-fraction",
+            "1",
+            "--db-url",
+            f"sqlite:///{tmp_path}/j.db",
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not stand_in.unknown, stand_in.unknown[:1]
+    results = json.loads(next((tmp_path / "results").glob("*/results.json")).read_text())
+    want = published("Adversarial/Manual", "GPT-4", strategy, "statistics.json")
+    assert statistics_match(results["official"], want), (results["official"], want)
+    assert results["overall_accuracy"]["accuracy"] == round(float(want["correct_average"].rstrip("%")) / 100, 6)

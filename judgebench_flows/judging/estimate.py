@@ -29,7 +29,7 @@ from judgebench_flows.core.pricing import MESSAGE_OVERHEAD_TOKENS, PricedAs, est
 from judgebench_flows.core.records import FINISHED, Pair
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import read_pairs_at
-from judgebench_flows.judges.procedure import Judge, Messages, Prompted
+from judgebench_flows.judges.procedure import Judge, Messages, PlannedCall, PlansCalls, Prompted, Sampling
 from judgebench_flows.judging.shards import JudgeSpec, build_judge, request_rule_of
 from judgebench_flows.scoring.alerts import DEFAULT_WITHIN_VARIANCE, detectable_drop, epochs_to_detect
 from judgebench_flows.scoring.noise import stored_noise_figure
@@ -103,9 +103,12 @@ def _prompt_tokens(messages: Messages) -> int:
     return sum(estimate_tokens(m.get("content") or "") + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
-def output_cap(spec: JudgeSpec, judge: Judge, messages: Messages, price: PricedAs | None) -> int | None:
-    """The most tokens one answer may have: what the request sends, else the model's own cap."""
-    _, params = shape(request_rule_of(spec), messages, dict(judge.sampling))
+def output_cap(
+    spec: JudgeSpec, judge: Judge, messages: Messages, price: PricedAs | None, sampling: Sampling | None = None
+) -> int | None:
+    """The most tokens one answer may have: what the request sends (`sampling`, else the judge's), else
+    the model's own cap."""
+    _, params = shape(request_rule_of(spec), messages, dict(judge.sampling if sampling is None else sampling))
     params = wire_params(spec.endpoint.provider, spec.model, params)
     cap = params.get("max_completion_tokens") or params.get("max_tokens")
     return int(cap) if isinstance(cap, (int, float, str)) and cap else price.max_output_tokens if price else None
@@ -181,10 +184,25 @@ def _add_judgment(estimate: Estimate, spec: JudgeSpec, judge: Judge, pair: Pair,
         estimate.output_tokens += turns * cap
 
 
+def _add_planned(estimate: Estimate, spec: JudgeSpec, judge: Judge, calls: list[PlannedCall]) -> None:
+    """A pair of a judge that plans its calls (`PlansCalls`): every call it may make, each answer at its cap."""
+    for planned in calls:
+        estimate.requests += 1
+        estimate.prompt_tokens += _prompt_tokens(planned.messages) + planned.carried_tokens
+        cap = output_cap(spec, judge, planned.messages, spec.price, planned.sampling)
+        if cap is None or estimate.output_tokens is None:
+            estimate.output_tokens = None
+        else:
+            estimate.output_tokens += cap
+
+
 def worst_case(spec: JudgeSpec, path: str, offsets: list[int], engine: Engine | None = None) -> Estimate:
     """Every judgment of these pairs the call cache in `engine` does not answer, sent with each answer
-    at its cap (no engine, or a run that does not read the cache: every judgment)."""
+    at its cap (no engine, or a run that does not read the cache: every judgment). A judge that plans its
+    calls (LLMBar's) is priced by all of them, none taken from the cache: a worst case."""
     judge = build_judge(spec)
+    if isinstance(judge, PlansCalls):
+        return _planned_worst_case(spec, judge, path, offsets)
     cache = (
         CallCacheView(spec, judge, engine)
         if engine is not None and spec.endpoint.cache == "use" and judge.first_turn is not None
@@ -202,6 +220,17 @@ def worst_case(spec: JudgeSpec, path: str, offsets: list[int], engine: Engine | 
             for i, (pair, messages) in enumerate(judgments):
                 if i not in answered:
                     _add_judgment(estimate, spec, judge, pair, messages)
+    return estimate
+
+
+def _planned_worst_case(spec: JudgeSpec, judge: PlansCalls, path: str, offsets: list[int]) -> Estimate:
+    estimate = Estimate(spec.model, 0, 0, 0, 0, spec.price, epochs=spec.epochs, pairs=len(offsets))
+    for chunk in _chunks(path, offsets):
+        for pair in chunk:
+            calls = judge.planned_calls(pair, spec.orders)
+            for _ in range(spec.epochs):
+                estimate.judgments += len(spec.orders)
+                _add_planned(estimate, spec, cast(Judge, judge), calls)
     return estimate
 
 

@@ -32,7 +32,7 @@ from judgebench_flows.core.completion import CallFailed, Completion, Sampling
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.judges.llmbar.config import Messages, Stage, Strategy, load_strategy
 from judgebench_flows.judges.parsing import strip_reasoning
-from judgebench_flows.judges.procedure import ModelCall, Outcome
+from judgebench_flows.judges.procedure import ModelCall, Outcome, PlannedCall
 
 if TYPE_CHECKING:
     from judgebench_flows.core.records import Pair
@@ -165,6 +165,26 @@ class LLMBarJudge:
             parts.append(json.dumps(self.sampling_overrides, sort_keys=True))
         return "|".join(parts)
 
+    def planned_calls(self, pair: Pair, orders: tuple[int, ...]) -> list[PlannedCall]:
+        """Every call a pair may cost at most: its auxiliary generations, each comparison asked (both for
+        Swap) carrying the auxiliary answers at their caps, and for Swap each order's synthesis carrying
+        two explanations at the comparison's cap (it runs only when the orders disagree)."""
+        blank = {f"auxiliary_input_{i}": "" for i, _ in enumerate(self.auxiliaries)}
+        calls = [PlannedCall(stage.render(input=pair.question), self.sampling_of(stage)) for stage in self.auxiliaries]
+        aux_tokens = sum(_cap(self.sampling_of(stage)) for stage in self.auxiliaries)
+        for order in sorted({*orders, 0, 1}) if self.swap else orders:
+            shown = _shown(pair, order)
+            messages = self.comparison.render(input=pair.question, **blank, output_1=shown[0], output_2=shown[1])
+            calls.append(PlannedCall(messages, self.sampling, aux_tokens))
+        if self.swap:
+            synthesis = self.strategy.stages[1]
+            explained = {"explanation_1": "", "explanation_2": ""}
+            for order in orders:
+                shown = _shown(pair, order)
+                messages = synthesis.render(input=pair.question, **explained, output_1=shown[0], output_2=shown[1])
+                calls.append(PlannedCall(messages, self.sampling_of(synthesis), 2 * _cap(self.sampling)))
+        return calls
+
     async def judge(self, pair: Pair, orders: tuple[int, ...], call: ModelCall) -> list[Outcome]:
         started = time.perf_counter()
         shared: list[Completion] = []
@@ -220,7 +240,7 @@ class LLMBarJudge:
 
     async def _ask(self, stage: Stage, pair: Pair, order: int, values: dict[str, str], call: ModelCall) -> _Asked:
         """One order's request of `stage`: its answer and winner (in this order's own terms)."""
-        shown = (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+        shown = _shown(pair, order)
         messages = stage.render(**values, output_1=shown[0], output_2=shown[1])
         asked = _Asked(prompt=next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
         try:
@@ -266,6 +286,17 @@ class LLMBarJudge:
             return Outcome("ok", decision, asked.prompt, asked.text, None, list(asked.own), elapsed)
         error = NO_VERDICT.format(asked.patterns)
         return Outcome("invalid", "", asked.prompt, asked.text, error, list(asked.own), elapsed)
+
+
+def _shown(pair: Pair, order: int) -> tuple[str, str]:
+    """The responses as `order` shows them: (Output (a), Output (b))."""
+    return (pair.response_A, pair.response_B) if order == 0 else (pair.response_B, pair.response_A)
+
+
+def _cap(sampling: Sampling) -> int:
+    """The most tokens an answer of these settings has (its max_tokens; 0 when it sets none)."""
+    cap = sampling.get("max_tokens") or sampling.get("max_completion_tokens") or 0
+    return int(cap) if isinstance(cap, int | float) else 0
 
 
 def _all_failed(orders: tuple[int, ...], reason: str, shared: list[Completion], elapsed: float) -> list[Outcome]:

@@ -42,6 +42,9 @@ class Outcome:
     latency_s: float = 0.0
     # A reward model's scores of [the first shown response, the second]; None for every other judge.
     scores: list[float] | None = None
+    # Calls of this judgment that got no answer: one for a failed judgment unless the judge says (a call
+    # shared by both orders fails once: LLMBar's auxiliary generation counts in the first order only).
+    failed_calls: int | None = None
 
 
 class ModelCall(Protocol):

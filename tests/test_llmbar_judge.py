@@ -216,6 +216,7 @@ def test_a_failed_auxiliary_call_fails_the_pair_but_a_filtered_one_is_empty(eval
     down = Model(lambda user: CallFailed("connection refused") if user.startswith("Questions for") else "Hello.")
     outcomes = run(judge, down)
     assert [o.status for o in outcomes] == ["failed", "failed"] and len(counted(outcomes)) == 1  # the reference
+    assert [o.failed_calls for o in outcomes] == [1, 0]  # the failed metrics call, counted once for the pair
     assert down.remembered == []
 
     def filtered(user: str) -> Any:

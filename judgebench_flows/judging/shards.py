@@ -293,13 +293,20 @@ def _record(pair: Pair, order: int, outcome: Outcome, model: str, epoch: int = 0
         response=outcome.response,
         error=outcome.error,
         latency_s=round(outcome.latency_s, 4),
-        calls=len(outcome.completions) + (1 if outcome.status == "failed" else 0),
+        calls=len(outcome.completions) + _failed_calls(outcome),
         cached_calls=sum(1 for c in outcome.completions if c.cached),
         prompt_tokens=sum(c.prompt_tokens for c in outcome.completions),
         completion_tokens=sum(c.completion_tokens for c in outcome.completions),
         reasoning_tokens=sum(c.reasoning_tokens for c in outcome.completions),
         scores=outcome.scores,
     )
+
+
+def _failed_calls(outcome: Outcome) -> int:
+    """The calls of a judgment that got no answer (a failed one's last call, unless its judge counted them)."""
+    if outcome.failed_calls is not None:
+        return outcome.failed_calls
+    return 1 if outcome.status == "failed" else 0
 
 
 def _no_progress(judgments: int) -> None:

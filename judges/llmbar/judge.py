@@ -188,10 +188,9 @@ class LLMBarJudge:
     async def judge(self, pair: Pair, orders: tuple[int, ...], call: ModelCall) -> list[Outcome]:
         started = time.perf_counter()
         shared: list[Completion] = []
-        try:
-            values = await self._auxiliary_inputs(pair.question, call, shared)
-        except CallFailed as exc:
-            return _all_failed(orders, str(exc), shared, time.perf_counter() - started)
+        values, failures = await self._auxiliary_inputs(pair.question, call, shared)
+        if failures:
+            return _all_failed(orders, failures, shared, time.perf_counter() - started)
         asked = sorted({*orders, 0, 1}) if self.swap else list(orders)
         answers = await asyncio.gather(*(self._ask(self.comparison, pair, order, values, call) for order in asked))
         judged = dict(zip(asked, answers, strict=True))
@@ -211,13 +210,16 @@ class LLMBarJudge:
             await call.remember(list(remembered.values()))
         return outcomes
 
-    async def _auxiliary_inputs(self, question: str, call: ModelCall, shared: list[Completion]) -> dict[str, str]:
-        """`input` and each `auxiliary_input_<i>`, asked concurrently (each depends on the question only)."""
+    async def _auxiliary_inputs(
+        self, question: str, call: ModelCall, shared: list[Completion]
+    ) -> tuple[dict[str, str], list[CallFailed]]:
+        """`input` and each `auxiliary_input_<i>`, asked concurrently (each depends on the question only),
+        and the auxiliary calls that failed (then the pair fails)."""
         answers = await asyncio.gather(
             *(self._auxiliary(stage, question, call) for stage in self.auxiliaries), return_exceptions=True
         )
         values = {"input": question}
-        failure: CallFailed | None = None
+        failures: list[CallFailed] = []
         for index, answer in enumerate(answers):
             if isinstance(answer, Completion):
                 shared.append(answer)
@@ -228,12 +230,10 @@ class LLMBarJudge:
                 shared.append(Completion("", finish_reason="content_filter"))
                 values[f"auxiliary_input_{index}"] = ""
             elif isinstance(answer, CallFailed):
-                failure = failure or answer
+                failures.append(answer)
             else:
                 raise answer
-        if failure is not None:
-            raise failure
-        return values
+        return values, failures
 
     async def _auxiliary(self, stage: Stage, question: str, call: ModelCall) -> Completion:
         return await call.complete(stage.render(input=question), self.sampling_of(stage))
@@ -299,10 +299,24 @@ def _cap(sampling: Sampling) -> int:
     return int(cap) if isinstance(cap, int | float) else 0
 
 
-def _all_failed(orders: tuple[int, ...], reason: str, shared: list[Completion], elapsed: float) -> list[Outcome]:
-    """Every order failed by a failed auxiliary call; the answered ones still counted (first outcome)."""
+def _all_failed(
+    orders: tuple[int, ...], failures: list[CallFailed], shared: list[Completion], elapsed: float
+) -> list[Outcome]:
+    """Every order failed by a failed auxiliary call; the answered ones and the failed ones counted once
+    (in the first outcome)."""
+    reason = str(failures[0])
     return [
-        Outcome("failed", "", "", "", reason, list(shared) if i == 0 else [], elapsed) for i, _ in enumerate(orders)
+        Outcome(
+            "failed",
+            "",
+            "",
+            "",
+            reason,
+            list(shared) if i == 0 else [],
+            elapsed,
+            failed_calls=len(failures) if i == 0 else 0,
+        )
+        for i, _ in enumerate(orders)
     ]
 
 

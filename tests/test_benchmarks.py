@@ -265,8 +265,18 @@ def test_a_night_of_both_benchmarks_judges_them_side_by_side_each_with_its_own_h
             }
         )
     )
-    oracle = oracle_responder([*gpt4o_pairs, *rows], VERDICTS["vanilla"])
-    with FakeOpenAIServer(oracle, latency=0.3) as server:
+    judgebench_oracle = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"])
+    llmbar_questions = {row["question"] for row in rows}
+
+    def respond(body: dict) -> str:
+        """Right on JudgeBench's pairs; on LLMBar's always for the output shown first (half its verdicts
+        right under LLMBar's rule, a tie every pair under JudgeBench's)."""
+        prompt = body["messages"][-1]["content"]
+        if any(question in prompt for question in llmbar_questions):
+            return VERDICTS["vanilla"](True)
+        return judgebench_oracle(body)
+
+    with FakeOpenAIServer(respond, latency=0.3) as server:
         os.environ["OPENAI_BASE_URL"] = server.base_url
         try:
             first, second = run_night(matrix), run_night(matrix)
@@ -283,8 +293,20 @@ def test_a_night_of_both_benchmarks_judges_them_side_by_side_each_with_its_own_h
     assert a.started < b.finished and b.started < a.finished  # the two cells judged side by side
     for chain in by_key.values():
         results = json.loads(chain[1].results_json)
-        assert results["regression"]["baseline_run_id"] == chain[0].run_id  # its own benchmark's history
-        assert results.get("benchmark") == ("llmbar" if chain[1].data_file == "Adversarial/GPTOut" else None)
+        regression = results["regression"]
+        assert regression["baseline_run_id"] == chain[0].run_id  # its own benchmark's history
+        llmbar = chain[1].data_file == "Adversarial/GPTOut"
+        assert results.get("benchmark") == ("llmbar" if llmbar else None)
+        # the baseline is scored by the cell's own rule: LLMBar's 50%, not JudgeBench's 0% for these verdicts
+        expected = 0.5 if llmbar else 1.0
+        assert (regression["baseline_accuracy"], regression["candidate_accuracy"]) == (expected, expected)
+        assert not regression["regressed"]
+    from judgebench_flows.scoring.compare import compare_runs
+
+    llmbar_chain = next(chain for chain in by_key.values() if chain[0].data_file == "Adversarial/GPTOut")
+    comparison = compare_runs(db_url, llmbar_chain[0].run_id, llmbar_chain[1].run_id)
+    assert [s.name for s in comparison.slices] == ["overall", "Natural", "Adversarial"]
+    assert (comparison.slices[0].a, comparison.slices[0].b, comparison.slices[2].n) == (0.5, 0.5, 6)
 
 
 @requires_llmbar

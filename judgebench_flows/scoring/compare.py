@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Engine
 
+from judgebench_flows.core import benchmarks
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.pricing import run_cost_text
 from judgebench_flows.core.records import CATEGORIES, FINISHED, JudgmentRecord
@@ -41,14 +42,20 @@ def verdict_in_words(delta: float | None, p_value: float | None, alpha: float = 
 
 
 def paired_slices(
-    a: dict[str, float], b: dict[str, float], scores: dict[str, metrics.PairScore], common: list[str], *, seed: int
+    a: dict[str, float],
+    b: dict[str, float],
+    scores: dict[str, metrics.PairScore],
+    common: list[str],
+    *,
+    seed: int,
+    categories: tuple[str, ...] = CATEGORIES,
 ) -> list[SliceComparison]:
     """Overall and per-category accuracy of A and B on their common pairs, the difference with its paired
     bootstrap 95% interval and exact McNemar p-value, and the verdict in words. The four category tests
     are Holm-adjusted together (`p_adjusted`): four tests at 5% each would call a noise difference
     "better" one time in six; overall is one test and stays as it is."""
     slices = []
-    for name in ["overall", *CATEGORIES]:
+    for name in ["overall", *categories]:
         ids = [p for p in common if name == "overall" or scores[p].category == name]
         row = SliceComparison(name=name, n=len(ids))
         if ids:
@@ -128,9 +135,14 @@ def compare_runs(db_url: str, run_a: str, run_b: str, seed: int = 42) -> Compari
                 f"run {run.run_id[:8]}: its judgments are no longer kept (`judgebench retention` deletes judgment "
                 "rows older than its --keep-days); its accuracy stays in `judgebench history` and `judgebench report`"
             )
-    scores_a, scores_b = metrics.pair_scores(records_a), metrics.pair_scores(records_b)
+    # each run scored by its benchmark's rule (two runs of different benchmarks share no pairs)
+    rule_a, rule_b = (benchmarks.of_stored_config(run.config_json).rule for run in (a, b))
+    scores_a, scores_b = metrics.pair_scores(records_a, rule_a), metrics.pair_scores(records_b, rule_b)
     common = sorted(set(scores_a) & set(scores_b))
-    slices = paired_slices(correctness_of(scores_a), correctness_of(scores_b), scores_a, common, seed=seed)
+    categories = benchmarks.of_stored_config(b.config_json).categories
+    slices = paired_slices(
+        correctness_of(scores_a), correctness_of(scores_b), scores_a, common, seed=seed, categories=categories
+    )
     verdicts_a, verdicts_b = _verdicts_by_pair(records_a), _verdicts_by_pair(records_b)
     labels = {r.pair_id: r.label for r in records_a}
     flipped = [

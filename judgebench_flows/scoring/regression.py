@@ -25,8 +25,9 @@ def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def recent_runs(engine: Engine, config_key: str, run_id: str, limit: int) -> list[Baseline]:
-    """The configuration's `limit` newest finished runs before this one, newest first, each scored."""
+def recent_runs(engine: Engine, config_key: str, run_id: str, limit: int, rule: str = "judgebench") -> list[Baseline]:
+    """The configuration's `limit` newest finished runs before this one, newest first, each scored by its
+    benchmark's `rule` (a configuration is one benchmark's: its key holds it)."""
     rows = [
         r for r in db.list_runs(engine, limit=limit + 1, config_key=config_key, statuses=FINISHED) if r.run_id != run_id
     ]
@@ -35,8 +36,11 @@ def recent_runs(engine: Engine, config_key: str, run_id: str, limit: int) -> lis
     found = []
     for row in rows:
         scores = pair_scores(
-            FileVerdict(pair_id, order, source, category, label, status, decision or "", epoch)
-            for pair_id, order, source, category, label, status, decision, epoch in verdicts.get(row.run_id, ())
+            (
+                FileVerdict(pair_id, order, source, category, label, status, decision or "", epoch)
+                for pair_id, order, source, category, label, status, decision, epoch in verdicts.get(row.run_id, ())
+            ),
+            rule,
         )
         if scores:
             found.append((row.run_id, scores))
@@ -178,7 +182,7 @@ def regression_against_baseline(
 ) -> Regression | None:
     """This run against its configuration's recent finished runs (None without one, or without resamples)."""
     if baselines is None:
-        baselines = recent_runs(engine, config_key, run_id, config.baseline_runs)
+        baselines = recent_runs(engine, config_key, run_id, config.baseline_runs, tally.rule)
     if not baselines or not config.bootstrap_resamples:
         return None
     return compare_with_recent(tally.scores, baselines, plan_of(config), config.regression_min_drop)
@@ -202,7 +206,7 @@ def against_recent_runs(
     engine: Engine, config: RunConfig, config_key: str, run_id: str, tally: Tally
 ) -> tuple[Regression | None, JudgeNoise | None]:
     """The run's regression check and its judge's noise, from one read of its recent runs."""
-    baselines = recent_runs(engine, config_key, run_id, config.baseline_runs)
+    baselines = recent_runs(engine, config_key, run_id, config.baseline_runs, tally.rule)
     regression = regression_against_baseline(engine, config, config_key, run_id, tally, baselines)
     return regression, run_noise(tally.scores, baselines, changed=bool(regression and regression.regressed))
 

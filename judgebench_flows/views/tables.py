@@ -264,19 +264,8 @@ def _data_label(data_file: str | None, config_json: str | None = None) -> str:
     dataset, response_model = data_file_parts(data_file)
     if response_model and dataset == "judgebench":
         return f"{response_model} pairs"
-    benchmark = _benchmark_of(config_json)
-    return f"{benchmarks.get(benchmark).title} {data_file or ''}".strip() if benchmark else (data_file or "")
-
-
-def _benchmark_of(config_json: str | None) -> str | None:
-    """The benchmark a stored run judged when not JudgeBench (its configuration names it), else None."""
-    if not config_json or '"benchmark"' not in config_json:
-        return None
-    try:
-        name = json.loads(config_json).get("benchmark")
-    except (ValueError, AttributeError):
-        return None
-    return name if name in benchmarks.BENCHMARKS and name != benchmarks.DEFAULT else None
+    benchmark = benchmarks.of_stored_config(config_json)
+    return data_file or "" if benchmark.name == benchmarks.DEFAULT else f"{benchmark.title} {data_file or ''}".strip()
 
 
 def _bias(run: RunRow) -> str:

@@ -7,6 +7,8 @@ when its checkout holds pairs in a shape not known yet, a reader in `data/benchm
 
 from __future__ import annotations
 
+import json
+
 from judgebench_flows.core.benchmarks.base import Benchmark
 from judgebench_flows.core.benchmarks.judgebench import JUDGEBENCH
 from judgebench_flows.core.benchmarks.llmbar import LLMBAR
@@ -35,6 +37,18 @@ def prefixed_judge(judge_type: str) -> bool:
     """Whether `judge_type` is a benchmark's own prefixed judge (`llmbar:Vanilla`): its name is checked when
     its benchmark's prompts are read, not against the built-in judge types."""
     return any(benchmark.owns_judge(judge_type) for benchmark in BENCHMARKS.values())
+
+
+def of_stored_config(config_json: str | None) -> Benchmark:
+    """The benchmark a stored run judged, from its configuration's JSON (the results database's
+    `config_json`, results.json's `config`): a run of JudgeBench names none."""
+    if not config_json or '"benchmark"' not in config_json:
+        return get(DEFAULT)
+    try:
+        name = json.loads(config_json).get("benchmark")
+    except (ValueError, AttributeError):
+        return get(DEFAULT)
+    return BENCHMARKS.get(name, get(DEFAULT)) if isinstance(name, str) else get(DEFAULT)
 
 
 def home_of_judge(judge_type: str) -> Benchmark | None:

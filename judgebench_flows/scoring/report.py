@@ -207,6 +207,14 @@ class OverallView(BaseModel):
     unit: str = "pairs"  # what `correct` and `total` count: pairs, or with epochs each pair's epochs
 
 
+def _official_view(results: RunResults) -> list[tuple[str, str]]:
+    """The benchmark's own statistics (results.json's `official`), each value as its code wrote it."""
+    return [
+        (key, f"{value:.6f}" if isinstance(value, float) else str(value))
+        for key, value in (results.official or {}).items()
+    ]
+
+
 def benchmark_title(name: str | None) -> str:
     """The benchmark as a page names it (JudgeBench for runs that name none)."""
     from judgebench_flows.core import benchmarks
@@ -364,10 +372,7 @@ def build_context(
         or "JudgeBench run",
         "benchmark": benchmark_title(results.benchmark),
         "scoring": results.scoring,
-        "official": [
-            (key, f"{value:.6f}" if isinstance(value, float) else str(value))
-            for key, value in (results.official or {}).items()
-        ],
+        "official": _official_view(results),
         "judge_type": results.judge_type or "–",
         "model": results.model or "–",
         "dataset": _dataset_view(dataset),

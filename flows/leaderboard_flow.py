@@ -70,9 +70,11 @@ async def nightly_leaderboard_section(configs: Sequence[Any], run_ids: Sequence[
     """
     if not configs:
         return ""
-    config = configs[0]
+    # JudgeBench's board when the night judged it (a night of several benchmarks: its first JudgeBench cell)
+    config = next((c for c in configs if getattr(c, "benchmark", "judgebench") == "judgebench"), configs[0])
     try:
         settings = LeaderboardSettings(
+            benchmark=getattr(config, "benchmark", "judgebench"),
             repo_url=config.repo_url,
             ref=config.ref,
             cache_dir=config.cache_dir,

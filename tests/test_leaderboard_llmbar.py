@@ -332,3 +332,35 @@ def test_fewer_than_three_shared_judges_say_so_instead_of_a_tau(llmbar_published
     (agreement,) = view.agreements
     assert agreement.shared_judges == 0 and agreement.tau is None
     assert agreement.note == "0 shared judges: too few for a rank correlation (3 needed)"
+
+
+@requires_shared
+def test_cli_across_writes_json_and_csv_and_refuses_one_boards_options(llmbar_published, published, tmp_path) -> None:  # noqa: F811
+    repos = (
+        "--judgebench-repo-url",
+        published["url"],
+        "--judgebench-ref",
+        published["sha"],
+        "--llmbar-repo-url",
+        llmbar_published["url"],
+        "--llmbar-ref",
+        llmbar_published["sha"],
+    )
+    common = ("--cache-dir", str(tmp_path / "cache"), "--db-url", f"sqlite:///{tmp_path / 'no.db'}")
+    result = run_cli(
+        "leaderboard", "--across", *repos, *common, "--bootstrap-resamples", "20", "--format", "csv", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert {row["benchmark"] for row in rows} == {"judgebench", "llmbar"}
+    assert len([row for row in rows if row["benchmark"] == "llmbar"]) == STRATEGIES
+    view = json.loads((tmp_path / "results" / "leaderboard_across.json").read_text())
+    assert view["agreements"][0]["shared_judges"] == 0 and view["agreements"][0]["tau"] is None
+    assert view["boards"]["llmbar"]["commit"] == llmbar_published["sha"]
+    for bad, named in (
+        (("--across", "--repo-url", published["url"]), "--repo-url"),
+        (("--llmbar-repo-url", llmbar_published["url"]), "--llmbar-repo-url"),
+    ):
+        refused = run_cli("leaderboard", *bad, *common, cwd=tmp_path)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert named in refused.stderr

@@ -69,6 +69,7 @@ def percent(text: str) -> float:
 
 def test_every_published_row_equals_llmbars_correct_average(llmbar_published, tmp_path) -> None:
     from judgebench_flows.scoring.leaderboard import build_leaderboard
+    from judgebench_flows.scoring.leaderboard_text import markdown
 
     board = build_leaderboard(settings(llmbar_published, tmp_path, bootstrap_resamples=100))
     assert board.benchmark == "llmbar" and board.categories == ["Natural", "Adversarial"]
@@ -109,6 +110,11 @@ def test_every_published_row_equals_llmbars_correct_average(llmbar_published, tm
     assert vanilla.averages["Adversarial"] == pytest.approx(adversarial, abs=1e-6)
     best = board.averages[0]
     assert best.judge_model == "gpt-4-0613"  # GPT-4's strategies lead on the adversarial sets, as in the paper
+    text = markdown(board)  # the flow's artifact
+    assert text.startswith("LLMBar ") and "### Subset Adversarial/GPTInst" in text and "mmlu-pro" not in text
+    assert (
+        "### Averages as LLMBar's paper reports them" in text and text.count("| llmbar:") == 5 * STRATEGIES + STRATEGIES
+    )
 
 
 def llmbar_run(engine, run_id: str, subset: str, model: str, skill: float, started: datetime, seed: int) -> float:

@@ -36,9 +36,12 @@ async def leaderboard_flow(
     seed: int = 42,
     bootstrap_resamples: int = 2000,
     prices: str | None = None,
+    benchmark: str = "judgebench",
 ) -> Leaderboard:
-    """Score the checkout's published outputs and our latest runs; JSON, HTML and a markdown artifact."""
+    """Score the checkout's published judges and our latest runs on its benchmark; JSON, HTML and a
+    markdown artifact."""
     settings = LeaderboardSettings(
+        benchmark=benchmark,
         repo_url=repo_url,
         ref=ref,
         cache_dir=cache_dir,
@@ -52,7 +55,7 @@ async def leaderboard_flow(
     await acreate_markdown_artifact(
         markdown(board) + f"\n\nHTML: `{outputs['html']}`",
         key=LEADERBOARD_ARTIFACT_KEY,
-        description=f"JudgeBench leaderboard: {len(board.entries)} judges",
+        description=f"{'LLMBar' if board.benchmark == 'llmbar' else 'JudgeBench'} leaderboard: {len(board.entries)} judges",
     )
     get_run_logger().info("leaderboard of %d judges: %s", len(board.entries), outputs["html"])
     return board
@@ -67,9 +70,11 @@ async def nightly_leaderboard_section(configs: Sequence[Any], run_ids: Sequence[
     """
     if not configs:
         return ""
-    config = configs[0]
+    # JudgeBench's board when the night judged it (a night of several benchmarks: its first JudgeBench cell)
+    config = next((c for c in configs if getattr(c, "benchmark", "judgebench") == "judgebench"), configs[0])
     try:
         settings = LeaderboardSettings(
+            benchmark=getattr(config, "benchmark", "judgebench"),
             repo_url=config.repo_url,
             ref=config.ref,
             cache_dir=config.cache_dir,

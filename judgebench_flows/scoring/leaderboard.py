@@ -15,19 +15,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
+from judgebench_flows.core import benchmarks
+from judgebench_flows.core.benchmarks import Benchmark
 from judgebench_flows.core.config import DEFAULT_DB_URL
 from judgebench_flows.core.config_defaults import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.pricing import format_usd, retirement_of
 from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring import metrics
+from judgebench_flows.scoring.leaderboard_llmbar import JudgeAverages
 from judgebench_flows.scoring.published import (
     FileVerdict,
     data_file_parts,
@@ -40,7 +43,7 @@ from judgebench_flows.scoring.published import (
 )
 from judgebench_flows.scoring.result_types import Consistency, Section, SliceAccuracy
 from judgebench_flows.scoring.run_results import RunResults
-from judgebench_flows.scoring.stats import mcnemar_exact
+from judgebench_flows.scoring.stats import McNemarResult, mcnemar_exact, paired_sign_test
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -80,8 +83,10 @@ class Entry(Section):
     fields), then where ranking placed it. A published row has `file` and `duplicate_lines`, ours
     `status`, `date`, `data_file` and `cost`; only the fields given are written, in this order."""
 
-    response_model: str
+    response_model: str = ""  # JudgeBench's rows: the model that wrote the pair's responses
     dataset: str
+    subset: str | None = None  # another benchmark's rows: the subset judged (LLMBar's `Adversarial/Neighbor`)
+    evaluator: str | None = None  # LLMBar's published rows: its evaluator folder (`GPT-4`, `ChatGPT`)
     judge_name: str
     judge_model: str
     origin: Literal["published", "run"]
@@ -117,13 +122,30 @@ class Entry(Section):
     _given_only = True
 
     @classmethod
-    def scored(cls, verdicts: Sequence[metrics.Verdict], *, seed: int, resamples: int, **identity: Any) -> Entry:
-        """The entry of these verdicts, scored (`score_verdicts`; `known`: a run's stored slices)."""
+    def scored(
+        cls,
+        verdicts: Sequence[metrics.Verdict],
+        *,
+        seed: int,
+        resamples: int,
+        benchmark: Benchmark = benchmarks.JUDGEBENCH,
+        **identity: Any,
+    ) -> Entry:
+        """The entry of these verdicts, scored by the benchmark's rule (`score_verdicts`; `known`: a run's
+        stored slices)."""
         known = identity.pop("known", None)
-        scores = metrics.pair_scores(verdicts)
-        scored = score_verdicts(verdicts, seed=seed, resamples=resamples, known=known, scores=scores)
+        scores = metrics.pair_scores(verdicts, benchmark.rule)
+        scored = score_verdicts(
+            verdicts,
+            seed=seed,
+            resamples=resamples,
+            known=known,
+            scores=scores,
+            rule=benchmark.rule,
+            categories=benchmark.categories,
+        )
         entry = cls(**identity, **dict(scored))
-        entry._correct = distinct_correctness(scores)
+        entry._correct = distinct_correctness(scores, benchmark.rule)
         return entry
 
 
@@ -138,9 +160,10 @@ class Tiers(BaseModel):
 
 
 class Leaderboard(Section):
-    """The leaderboard JSON document (`build_leaderboard`); `outputs` once written."""
+    """The leaderboard JSON document (`build_leaderboard`); `outputs` once written. Another benchmark's
+    board names it (`benchmark`, `scoring`) and holds each judge's paper averages (`averages`)."""
 
-    _optional = frozenset({"outputs", "unread"})
+    _optional = frozenset({"outputs", "unread", "benchmark", "scoring", "averages"})
 
     generated: str
     dataset: BoardDataset
@@ -155,10 +178,16 @@ class Leaderboard(Section):
     outputs: dict[str, str] | None = None
     # Published files that could not be scored, each with its reason (the notes name the first few).
     unread: list[dict[str, str]] | None = None
+    benchmark: str | None = None
+    scoring: str | None = None
+    averages: list[JudgeAverages] | None = None
 
 
-def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[Entry], str | None]:
-    """Our latest finished run of each configuration, scored; and a note when there are none to read.
+def read_runs(
+    db_url: str, *, seed: int, resamples: int, benchmark: Benchmark = benchmarks.JUDGEBENCH
+) -> tuple[list[Entry], str | None]:
+    """Our latest finished run of each configuration on `benchmark`, scored by its rule; and a note when
+    there are none to read.
 
     Read-only, through the results database's one reader (`db.open_read_only`): nothing is created, and
     missing tables mean no runs, not an error.
@@ -171,7 +200,7 @@ def read_runs(db_url: str, *, seed: int, resamples: int) -> tuple[list[Entry], s
     if engine is None:
         return [], note
     try:
-        return _latest_runs(engine, seed=seed, resamples=resamples), None
+        return _latest_runs(engine, seed=seed, resamples=resamples, benchmark=benchmark), None
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise UserError(f"--db-url {db.safe_url(db_url)}: cannot read the database: {reason}") from None
@@ -236,10 +265,30 @@ def endpoint_said(results: RunResults) -> dict[str, str]:
     return said
 
 
-def _latest_runs(engine: Engine, *, seed: int, resamples: int) -> list[Entry]:
+def benchmark_of_run(row: Any) -> str:
+    """The benchmark a stored run judged: its configuration names it when not JudgeBench (a JudgeBench
+    run's stored configuration has no `benchmark` key, as before benchmarks were a unit)."""
+    try:
+        config = json.loads(row.config_json or "{}")
+    except ValueError:
+        return benchmarks.DEFAULT
+    name = config.get("benchmark") if isinstance(config, dict) else None
+    return name if isinstance(name, str) and name else benchmarks.DEFAULT
+
+
+def _run_group(benchmark: Benchmark, row: Any, verdicts: Sequence[FileVerdict]) -> dict[str, str]:
+    """How a run's row is named and grouped: JudgeBench's by the response model of its data file,
+    another benchmark's by the subset its pairs come from."""
+    if benchmark.name == benchmarks.DEFAULT:
+        dataset, response_model = data_file_parts(row.data_file)
+        return {"response_model": response_model or row.data_file or "unknown", "dataset": dataset}
+    return {"dataset": benchmark.name, "subset": verdicts[0].source or row.data_file or "unknown"}
+
+
+def _latest_runs(engine: Engine, *, seed: int, resamples: int, benchmark: Benchmark) -> list[Entry]:
     from judgebench_flows.data import db
 
-    latest = db.latest_finished_runs(engine)
+    latest = [row for row in db.latest_finished_runs(engine) if benchmark_of_run(row) == benchmark.name]
     verdicts_of = db.runs_verdicts(engine, [row.run_id for row in latest])
     entries = []
     for row in latest:
@@ -250,16 +299,15 @@ def _latest_runs(engine: Engine, *, seed: int, resamples: int) -> list[Entry]:
         if not verdicts:
             continue  # e.g. a CLEAR-style external run: no JudgeBench pairs to place in this table
         results = _stored_results(row.results_json)
-        dataset, response_model = data_file_parts(row.data_file)
         when = row.finished or row.started
         known = stored_slices(row, results, seed=seed, resamples=resamples)
         entry = Entry.scored(
             verdicts,
             seed=seed,
             resamples=resamples,
+            benchmark=benchmark,
             known=known,
-            response_model=response_model or row.data_file or "unknown",
-            dataset=dataset,
+            **_run_group(benchmark, row, verdicts),
             judge_name=row.judge_type,
             judge_model=row.model,
             origin="run",
@@ -335,11 +383,23 @@ TIER_METHOD = (
 )
 
 
-def distinct_correctness(scores: Mapping[str, metrics.PairScore]) -> dict[str, float]:
+LLMBAR_TIER_METHOD = (
+    "exact sign test (two-sided) of each row against the best row of the current tier, on the same pairs, "
+    "over each pair's share of orders judged right (LLMBar's rule); a row starts the next tier when "
+    "p < alpha / m, m = the tiered rows of its table minus one (Bonferroni)"
+)
+
+
+def tier_method(rule: str) -> str:
+    return LLMBAR_TIER_METHOD if rule == "llmbar" else TIER_METHOD
+
+
+def distinct_correctness(scores: Mapping[str, metrics.PairScore], rule: str = "judgebench") -> dict[str, float]:
     """pair id -> 1.0 when judged correctly (of `metrics.pair_scores`): once per pair (a published file's
-    repeated line, scored under `id#n`, is not another pair), what two rows are compared on."""
+    repeated line, scored under `id#n`, is not another pair), what two rows are compared on. Under
+    LLMBar's rule a pair's share of orders judged right (0, 0.5 or 1): what its accuracy averages."""
     return {
-        pair_id: 1.0 if score.correct else 0.0
+        pair_id: score.correctness if rule == "llmbar" else 1.0 if score.correct else 0.0
         for pair_id, score in scores.items()
         if not ("#" in pair_id and pair_id.rsplit("#", 1)[0] in scores)
     }
@@ -351,7 +411,7 @@ def _identity(entry: Entry) -> Identity:
     )
 
 
-def assign_tiers(members: list[Entry], alpha: float = TIER_ALPHA) -> None:
+def assign_tiers(members: list[Entry], alpha: float = TIER_ALPHA, rule: str = "judgebench") -> None:
     """Significance tiers of one ranked table (`members` best first): tier 1 is the best row and every row
     not significantly worse than it; the first row that is significantly worse starts tier 2 and is the
     row the next ones are tested against, and so on.
@@ -360,7 +420,11 @@ def assign_tiers(members: list[Entry], alpha: float = TIER_ALPHA) -> None:
     best row that covers the whole data file. Any other row (missing lines, other pairs) gets tier None.
     Each tiered row but the first is tested once, so there are m = tiered rows - 1 tests, and a row is
     significantly worse when its exact McNemar p-value is below alpha / m (Bonferroni): the chance that
-    noise alone splits a table of equally good judges stays under alpha."""
+    noise alone splits a table of equally good judges stays under alpha. Under LLMBar's rule a pair's
+    figure is its share of orders judged right, and the test the exact sign test over them."""
+    paired_test: Callable[[Mapping[str, float], Mapping[str, float]], McNemarResult] = (
+        paired_sign_test if rule == "llmbar" else mcnemar_exact
+    )
     for entry in members:
         entry.tier = None
     measured = [e for e in members if e._correct and _accuracy(e) >= 0]
@@ -373,7 +437,7 @@ def assign_tiers(members: list[Entry], alpha: float = TIER_ALPHA) -> None:
     tier, leader = 1, tiered[0]
     leader.tier = 1
     for entry in tiered[1:]:
-        test = mcnemar_exact(leader._correct, entry._correct)
+        test = paired_test(leader._correct, entry._correct)
         against = _identity(leader)
         if test.p_value < alpha / tests and _accuracy(entry) < _accuracy(leader):
             tier, leader = tier + 1, entry
@@ -393,7 +457,10 @@ def _accuracy(entry: Entry) -> float:
 
 
 def group_key(entry: Entry) -> str:
-    """Entries are ranked among judges of the same response pairs: JudgeBench's GPT-4o and Claude sets differ."""
+    """Entries are ranked among judges of the same response pairs: JudgeBench's GPT-4o and Claude sets
+    differ; another benchmark's rows by their subset."""
+    if entry.subset is not None:
+        return entry.subset
     return _group_of(entry.dataset, entry.response_model)
 
 
@@ -433,11 +500,18 @@ def distinct_pairs(entry: Entry) -> int:
 SUBSET_GROUP = "{group}: runs on a subset, not ranked"
 
 
-def rank(entries: Iterable[Entry], benchmark_pairs: Mapping[str, int] | None = None) -> list[Entry]:
-    """Entries grouped by response-model dataset (largest group first), best overall accuracy first, with
-    their rank in the group (ties share a rank). With the benchmark's sizes, runs on fewer pairs than their
-    data file holds (`--max-samples`, a slice) go to a group of their own after the ranked ones, rank None.
-    Ranked rows get their significance `tier` (`assign_tiers`)."""
+def rank(
+    entries: Iterable[Entry],
+    benchmark_pairs: Mapping[str, int] | None = None,
+    *,
+    order: Sequence[str] = (),
+    rule: str = "judgebench",
+) -> list[Entry]:
+    """Entries grouped by response-model dataset (largest group first; `order`: groups in this order
+    first, a benchmark's subsets), best overall accuracy first, with their rank in the group (ties share a
+    rank). With the benchmark's sizes, runs on fewer pairs than their data file holds (`--max-samples`, a
+    slice) go to a group of their own after the ranked ones, rank None. Ranked rows get their
+    significance `tier` (`assign_tiers`, by the benchmark's `rule`)."""
     groups: dict[str, list[Entry]] = {}
     subsets: set[str] = set()
     for entry in entries:
@@ -447,7 +521,12 @@ def rank(entries: Iterable[Entry], benchmark_pairs: Mapping[str, int] | None = N
             subsets.add(key)
         groups.setdefault(key, []).append(entry)
     ordered: list[Entry] = []
-    for key in sorted(groups, key=lambda k: (k in subsets, -len(groups[k]), k)):
+
+    def place(key: str) -> int:
+        base = key.split(":", 1)[0] if key in subsets else key
+        return order.index(base) if base in order else len(order)
+
+    for key in sorted(groups, key=lambda k: (k in subsets, place(k), -len(groups[k]), k)):
         members = sorted(
             groups[key], key=lambda e: (-_accuracy(e), e.origin != "published", e.judge_name, e.judge_model)
         )
@@ -461,7 +540,7 @@ def rank(entries: Iterable[Entry], benchmark_pairs: Mapping[str, int] | None = N
             for entry in members:
                 entry.tier = None
         else:
-            assign_tiers(members)
+            assign_tiers(members, rule=rule)
         ordered.extend(members)
     return ordered
 
@@ -470,11 +549,16 @@ class LeaderboardSettings(BaseModel):
     """What a leaderboard is built from; no secrets (the repo URL is stored without credentials). Each
     field is a `judgebench leaderboard` option (cli/options.py), its description the help text."""
 
+    benchmark: str = Field(
+        default=benchmarks.DEFAULT,
+        description="whose leaderboard: judgebench or llmbar; its repository and pinned commit are the defaults",
+    )
     repo_url: str = Field(
-        default=DEFAULT_REPO_URL, description="git URL, file:// URL or local path of the JudgeBench repository"
+        default=DEFAULT_REPO_URL,
+        description="git URL, file:// URL or local path of the benchmark's repository (default: the benchmark's)",
     )
     ref: str | None = Field(
-        default=DEFAULT_REF, description="commit, tag or branch (default: the pinned JudgeBench commit)"
+        default=DEFAULT_REF, description="commit, tag or branch (default: the benchmark's pinned commit)"
     )
     cache_dir: str | None = Field(default=None, description="where cloned repositories are kept")
     db_url: str = Field(default=DEFAULT_DB_URL, description="results database to read our runs from (read only)")
@@ -488,6 +572,22 @@ class LeaderboardSettings(BaseModel):
         description="YAML or JSON price file over the bundled table: its shutdown_date entries add or correct "
         "the retirement dates the leaderboard marks",
     )
+
+    @field_validator("benchmark")
+    @classmethod
+    def _known_benchmark(cls, value: str) -> str:
+        return benchmarks.check_name(value.strip().lower())
+
+    @model_validator(mode="after")
+    def _benchmark_defaults(self) -> LeaderboardSettings:
+        """Another benchmark's repository and pinned commit where none is given (as `RunConfig` does)."""
+        chosen = benchmarks.get(self.benchmark)
+        if chosen.name != benchmarks.DEFAULT:
+            if "repo_url" not in self.model_fields_set:
+                self.repo_url = chosen.repo_url
+            if "ref" not in self.model_fields_set:
+                self.ref = chosen.ref
+        return self
 
 
 def no_published_outputs(repo_url: str, ref: str | None) -> str:
@@ -511,9 +611,13 @@ def published_missing_note(repo_url: str, ref: str | None) -> str:
 
 
 def build_leaderboard(settings: LeaderboardSettings) -> Leaderboard:
-    """Fetch the checkout, score its outputs/ files and our runs; the leaderboard JSON document."""
+    """Fetch the checkout, score its published judges and our runs on its benchmark; the leaderboard JSON
+    document."""
     from judgebench_flows.data.dataset import fetch_repository
 
+    benchmark = benchmarks.get(settings.benchmark)
+    if benchmark.layout == "llmbar":
+        return _llmbar_board(settings, benchmark)
     checkout = fetch_repository(settings.repo_url, settings.ref, settings.cache_dir)
     published = (checkout.path / "outputs").is_dir()
     unread: list[tuple[str, str]] = []
@@ -526,8 +630,22 @@ def build_leaderboard(settings: LeaderboardSettings) -> Leaderboard:
     missing = [] if published else [published_missing_note(settings.repo_url, settings.ref)]
     notes = missing + ([unread_note(len(entries), unread)] if unread else []) + ([note] if note else [])
     sizes = benchmark_sizes(checkout.path)
+    return _board(settings, checkout, notes, sizes, unread, rank([*entries, *ours], sizes))
+
+
+def _board(
+    settings: LeaderboardSettings,
+    checkout: Any,
+    notes: list[str],
+    sizes: dict[str, int],
+    unread: list[tuple[str, str]],
+    ranked: list[Entry],
+    benchmark: Benchmark | None = None,
+    **more: Any,
+) -> Leaderboard:
     from sqlalchemy.engine import make_url
 
+    other = benchmark is not None and benchmark.name != benchmarks.DEFAULT
     return Leaderboard(
         generated=datetime.now(timezone.utc).isoformat(),
         dataset=BoardDataset(repo_url=checkout.repo_url, commit=checkout.commit),
@@ -535,12 +653,66 @@ def build_leaderboard(settings: LeaderboardSettings) -> Leaderboard:
         notes=notes,
         seed=settings.seed,
         bootstrap_resamples=settings.bootstrap_resamples,
-        categories=list(CATEGORIES),
+        categories=list(benchmark.categories if benchmark else CATEGORIES),
         benchmark_pairs=sizes,
-        tiers=Tiers(alpha=TIER_ALPHA, method=TIER_METHOD),
+        tiers=Tiers(alpha=TIER_ALPHA, method=tier_method(benchmark.rule if benchmark else "judgebench")),
         unread=[{"file": name, "reason": reason} for name, reason in unread] or None,
-        entries=mark_retirements(rank([*entries, *ours], sizes), settings.prices),
+        entries=mark_retirements(ranked, settings.prices),
+        benchmark=benchmark.name if benchmark and other else None,
+        scoring=benchmark.scoring if benchmark and other else None,
+        **more,
     )
+
+
+def _llmbar_board(settings: LeaderboardSettings, benchmark: Benchmark) -> Leaderboard:
+    """LLMBar's board: its published result.json files and our LLMBar runs, by subset, by LLMBar's rule,
+    with each judge's Natural and Adversarial averages."""
+    from judgebench_flows.data.dataset import fetch_repository, public_url
+    from judgebench_flows.scoring import leaderboard_llmbar as llmbar
+
+    checkout = fetch_repository(settings.repo_url, settings.ref, settings.cache_dir)
+    unread: list[tuple[str, str]] = []
+    seed, resamples = settings.seed, settings.bootstrap_resamples
+    entries = [
+        Entry.scored(
+            result.verdicts,
+            seed=seed,
+            resamples=resamples,
+            benchmark=benchmark,
+            dataset=benchmark.name,
+            subset=result.subset,
+            evaluator=result.evaluator,
+            judge_name=result.judge_name,
+            judge_model=result.judge_model,
+            origin="published",
+            run_id=None,
+            file=result.file,
+            mode="both-orders",
+        )
+        for result in llmbar.published_results(checkout.path, unread)
+    ]
+    ours, note = read_runs(settings.db_url, seed=seed, resamples=resamples, benchmark=benchmark)
+    missing = (
+        []
+        if entries
+        else [
+            f"published judges not shown: --repo-url {public_url(settings.repo_url)} at --ref "
+            f"{settings.ref or 'its default branch'} has no readable result.json under "
+            "Dataset/LLMBar/<subset>/evaluators/ (a clone of LLMBar has them)"
+        ]
+    )
+    if missing and not ours and settings.require_published:
+        raise UserError(missing[0].replace("published judges not shown: ", "no judges to list: "))
+    statistics = llmbar.statistics_note(checkout.path)
+    notes = (
+        missing
+        + ([unread_note(len(entries), unread)] if unread else [])
+        + ([statistics] if statistics else [])
+        + ([note] if note else [])
+    )
+    sizes = llmbar.subset_sizes(checkout.path)
+    ranked = rank([*entries, *ours], sizes, order=benchmark.data_files, rule=benchmark.rule)
+    return _board(settings, checkout, notes, sizes, unread, ranked, benchmark, averages=llmbar.paper_averages(ranked))
 
 
 def mark_retirements(entries: list[Entry], prices_file: str | None) -> list[Entry]:

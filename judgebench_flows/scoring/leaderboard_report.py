@@ -77,10 +77,10 @@ def _cell(acc: SliceAccuracy | None) -> Cell:
     )
 
 
-def _sort_keys() -> list[dict[str, str]]:
+def _sort_keys(categories: Sequence[str] = CATEGORIES) -> list[dict[str, str]]:
     keys = [{"id": "k0", "name": "overall"}]
-    keys += [{"id": f"k{i + 1}", "name": category} for i, category in enumerate(CATEGORIES)]
-    keys += [{"id": f"k{len(CATEGORIES) + 1}", "name": "judge"}, {"id": f"k{len(CATEGORIES) + 2}", "name": "pairs"}]
+    keys += [{"id": f"k{i + 1}", "name": category} for i, category in enumerate(categories)]
+    keys += [{"id": f"k{len(categories) + 1}", "name": "judge"}, {"id": f"k{len(categories) + 2}", "name": "pairs"}]
     return keys
 
 
@@ -114,7 +114,7 @@ class Row(BaseModel):
     categories: list[Cell]
 
 
-def _row(entry: Entry) -> Row:
+def _row(entry: Entry, categories: Sequence[str] = CATEGORIES) -> Row:
     return Row(
         rank=entry.rank or "",
         tier=entry.tier or "",
@@ -129,13 +129,14 @@ def _row(entry: Entry) -> Row:
         mode=entry.mode or "",
         pairs=entry.pairs,
         overall=_cell(entry.overall_accuracy),
-        categories=[_cell(entry.category_accuracy.get(c)) for c in CATEGORIES],
+        categories=[_cell(entry.category_accuracy.get(c)) for c in categories],
     )
 
 
 def build_context(board: Leaderboard) -> dict[str, object]:
     """The leaderboard template's variables by name (only the template reads them)."""
-    keys = _sort_keys()
+    categories = list(board.categories)
+    keys = _sort_keys(categories)
     groups = []
     for index, (name, members) in enumerate(groups_of(board.entries).items()):
         groups.append(
@@ -144,7 +145,9 @@ def build_context(board: Leaderboard) -> dict[str, object]:
                 "name": name,
                 "count": len(members),
                 "ours": sum(1 for m in members if m.origin == "run"),
-                "bodies": [{"key": k["id"], "rows": [_row(e) for e in _sorted(members, k["name"])]} for k in keys],
+                "bodies": [
+                    {"key": k["id"], "rows": [_row(e, categories) for e in _sorted(members, k["name"])]} for k in keys
+                ],
             }
         )
     return {
@@ -154,7 +157,11 @@ def build_context(board: Leaderboard) -> dict[str, object]:
         "notes": board.notes,
         "seed": board.seed,
         "resamples": board.bootstrap_resamples,
-        "categories": list(CATEGORIES),
+        "categories": categories,
+        "title": "LLMBar" if board.benchmark == "llmbar" else "JudgeBench",
+        "rule": board.benchmark or "judgebench",
+        "group_label": "Subset" if board.benchmark == "llmbar" else "Responses by",
+        "averages": _averages(board),
         "keys": keys,
         "groups": groups,
         "whisker": {
@@ -166,6 +173,29 @@ def build_context(board: Leaderboard) -> dict[str, object]:
             "start": _x(0.0),
         },
     }
+
+
+def _averages(board: Leaderboard) -> dict[str, object] | None:
+    """LLMBar's averages per judge for the page: the subsets' and the two headline figures as cells."""
+    if not board.averages:
+        return None
+    subsets = list(board.averages[0].subsets)
+    rows = [
+        {
+            "judge": row.judge_name,
+            "model": row.judge_model,
+            "origin": row.origin,
+            "cells": [_percent_text(row.subsets.get(s)) for s in subsets]
+            + [_percent_text(row.averages.get("Natural")), _percent_text(row.averages.get("Adversarial"))],
+        }
+        for row in board.averages
+    ]
+    return {"columns": [*subsets, "Natural", "Adversarial"], "rows": rows}
+
+
+def _percent_text(value: float | None) -> str:
+    number = _num(value)
+    return "–" if number is None else f"{number * 100:.1f}"
 
 
 def render_leaderboard(board: Leaderboard) -> str:

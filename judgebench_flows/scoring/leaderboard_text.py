@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from functools import partial
 
-from judgebench_flows.core.records import CATEGORIES
 from judgebench_flows.scoring.formatting import percent
 from judgebench_flows.scoring.leaderboard import (
     Entry,
@@ -61,8 +60,13 @@ def groups_of(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
 def markdown(board: Leaderboard, highlight: Iterable[str] = ()) -> str:
     """Markdown tables per response-model dataset (for Prefect artifacts); rows of `highlight` run ids in bold."""
     marked = set(highlight)
+    categories = tuple(board.categories)
+    llmbar = board.benchmark == "llmbar"
     lines = [
-        f"JudgeBench {board.dataset.repo_url} at {board.dataset.commit[:12]}; accuracy in %, 95% bootstrap interval; "
+        f"LLMBar {board.dataset.repo_url} at {board.dataset.commit[:12]}; accuracy in % (LLMBar's correct_average), "
+        "95% bootstrap interval; tier: not significantly worse than the tier's best row (exact sign test, Bonferroni)."
+        if llmbar
+        else f"JudgeBench {board.dataset.repo_url} at {board.dataset.commit[:12]}; accuracy in %, 95% bootstrap interval; "
         "tier: not significantly worse than the tier's best row (exact McNemar, Bonferroni)."
     ]
     for note in board.notes:
@@ -70,19 +74,38 @@ def markdown(board: Leaderboard, highlight: Iterable[str] = ()) -> str:
     for group, members in groups_of(board.entries).items():
         lines += [
             "",
-            f"### Responses by {group}",
+            f"### {'Subset' if llmbar else 'Responses by'} {group}",
             "",
-            "| # | tier | judge | model | origin | pairs | overall | 95% CI | " + " | ".join(CATEGORIES) + " |",
-            "|---|---|---|---|---|---|---|---|" + "---|" * len(CATEGORIES),
+            "| # | tier | judge | model | origin | pairs | overall | 95% CI | " + " | ".join(categories) + " |",
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(categories),
         ]
         for e in members:
             bold = "**" if e.run_id in marked else ""
-            cats = " | ".join(_pct(_category(e, c).accuracy) for c in CATEGORIES)
+            cats = " | ".join(_pct(_category(e, c).accuracy) for c in categories)
             lines.append(
                 f"| {e.rank or '-'} | {e.tier or '-'} | {bold}{e.judge_name}{bold} | {bold}{model_label(e)}{bold} | {who(e)} | {e.pairs} | "
                 f"{bold}{_pct(e.overall_accuracy.accuracy)}{bold} | {_interval(e.overall_accuracy)} | {cats} |"
             )
-    return "\n".join(lines)
+    return "\n".join(lines + _averages_markdown(board))
+
+
+def _averages_markdown(board: Leaderboard) -> list[str]:
+    """LLMBar's averages per judge as its paper reports them (no lines for a board without them)."""
+    if not board.averages:
+        return []
+    subsets = list(board.averages[0].subsets)
+    lines = [
+        "",
+        "### Averages as LLMBar's paper reports them (Adversarial: mean of its four subsets)",
+        "",
+        "| judge | model | origin | " + " | ".join(subsets) + " | Natural | Adversarial |",
+        "|---|---|---|" + "---|" * (len(subsets) + 2),
+    ]
+    for row in board.averages:
+        figures = [_pct(row.subsets.get(s)) for s in subsets]
+        figures += [_pct(row.averages.get("Natural")), _pct(row.averages.get("Adversarial"))]
+        lines.append(f"| {row.judge_name} | {row.judge_model} | {row.origin} | " + " | ".join(figures) + " |")
+    return lines
 
 
 def _category(entry: Entry, category: str) -> SliceAccuracy:

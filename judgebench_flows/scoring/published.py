@@ -259,6 +259,8 @@ def score_verdicts(
     resamples: int,
     known: Mapping[tuple[str, str], SliceAccuracy] | None = None,
     scores: dict[str, metrics.PairScore] | None = None,
+    rule: str = "judgebench",
+    categories: tuple[str, ...] = CATEGORIES,
 ) -> Scored:
     """Overall and per-category accuracy with bootstrap intervals, plus consistency and invalid counts,
     computed exactly as a run's results.json computes them (same metric, same seeded bootstrap).
@@ -266,20 +268,21 @@ def score_verdicts(
     `known`: the slices a run stored, by (scope, name) as its metric rows ("overall"/"overall",
     "category"/name), scored with this `seed` and `resamples`: a slice whose counts match takes its
     stored interval (`slice_accuracy`), the same numbers without drawing them again. `scores`: the
-    verdicts' `metrics.pair_scores`, when the caller has them already."""
-    scores = metrics.pair_scores(verdicts) if scores is None else scores
-    parts = metrics.slices(scores)
+    verdicts' `metrics.pair_scores`, when the caller has them already. `rule` and `categories`: the
+    benchmark's official rule and slices (`Benchmark.rule`, `Benchmark.categories`; JudgeBench's by default)."""
+    scores = metrics.pair_scores(verdicts, rule) if scores is None else scores
+    parts = metrics.slices(scores, categories)
     stored = known or {}
 
     def sliced(scope: str, name: str, members: list[metrics.PairScore]) -> SliceAccuracy:
         return slice_accuracy(members, seed, resamples, stored.get((scope, name)))
 
-    categories = {name: sliced("category", name, members) for name, members in parts["category"].items()}
+    sliced_categories = {name: sliced("category", name, members) for name, members in parts["category"].items()}
     return Scored(
         pairs=len(scores),
         overall_accuracy=sliced("overall", "overall", parts["overall"]["overall"]),
         category_accuracy={
-            name: categories[name] for name in [*CATEGORIES, *sorted(set(categories) - set(CATEGORIES))]
+            name: sliced_categories[name] for name in [*categories, *sorted(set(sliced_categories) - set(categories))]
         },
         consistency=metrics.consistency(scores),
         invalid_judgments=sum(1 for v in verdicts if v.status == "invalid"),

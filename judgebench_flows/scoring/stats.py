@@ -191,6 +191,20 @@ def mcnemar_exact(a: Mapping[str, float], b: Mapping[str, float]) -> McNemarResu
     )
 
 
+def paired_sign_test(a: Mapping[str, float], b: Mapping[str, float]) -> McNemarResult:
+    """Exact two-sided sign test over the pairs both mappings hold (pair_id -> a pair's share of units
+    judged right: LLMBar scores each order apart, so 0, 0.5 or 1): discordant pairs are those where one
+    side scored more. With 1.0/0.0 values it is `mcnemar_exact`."""
+    shared = set(a) & set(b)
+    a_only = sum(1 for pid in shared if a[pid] > b[pid])
+    b_only = sum(1 for pid in shared if b[pid] > a[pid])
+    return McNemarResult(
+        p_value=exact_binomial_two_sided(a_only, a_only + b_only),
+        discordant_a_only=a_only,
+        discordant_b_only=b_only,
+    )
+
+
 def holm_adjusted(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the input's order: the i-th smallest of m is multiplied by
     (m - i), made non-decreasing, capped at 1. Rejecting where adjusted < alpha controls the chance of any

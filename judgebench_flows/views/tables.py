@@ -66,30 +66,73 @@ def _interval(low: float | None, high: float | None) -> str:
 
 
 def print_leaderboard(board: Leaderboard, console: Console | None = None) -> None:
-    """One table per response-model dataset (runs on a subset in tables of their own, unranked)."""
+    """One table per response-model dataset (another benchmark's: per subset; runs on a subset in tables
+    of their own, unranked); LLMBar's board then each judge's averages as its paper reports them."""
     console = console or stdout_console()
-    console.print(
-        f"JudgeBench {_shown(_short_source(board.dataset.repo_url))} @ {board.dataset.commit[:12]}: "
-        "accuracy in % (JudgeBench's metric), 95% bootstrap interval; tier: not significantly worse than "
-        "the tier's best row (exact McNemar test on the same pairs, Bonferroni-corrected)"
-    )
+    llmbar = board.benchmark == "llmbar"
+    source = f"{_shown(_short_source(board.dataset.repo_url))} @ {board.dataset.commit[:12]}"
+    if llmbar:
+        console.print(
+            f"LLMBar {source}: accuracy in % (LLMBar's correct_average: each order's verdict scored apart), "
+            "95% bootstrap interval over pairs; tier: not significantly worse than the tier's best row (exact "
+            "sign test on the same pairs, Bonferroni-corrected)"
+        )
+    else:
+        console.print(
+            f"JudgeBench {source}: "
+            "accuracy in % (JudgeBench's metric), 95% bootstrap interval; tier: not significantly worse than "
+            "the tier's best row (exact McNemar test on the same pairs, Bonferroni-corrected)"
+        )
     for note in board.notes:
         console.print(f"[dim]{_shown(note)}[/]")  # a note may quote a file of the cloned repository
     wide = console.width >= WIDE_LEADERBOARD
+    categories = tuple(board.categories)
     for group, members in groups_of(board.entries).items():
         full = board.benchmark_pairs.get(group)
-        title = f"responses by {group}" + (f" ({full} pairs)" if full else "")
-        console.print(_leaderboard_table(title, members, wide, console.width))
+        title = f"{'subset' if llmbar else 'responses by'} {group}" + (f" ({full} pairs)" if full else "")
+        console.print(_leaderboard_table(title, members, wide, console.width, categories))
+    if board.averages is not None:
+        console.print(_averages_table(board, wide))
     if not wide:
         console.print(
-            "[dim]columns in %: overall and per category (mmlu-pro, livebench reasoning and math, livecodebench); "
-            "--format csv or leaderboard.html for every column[/]"
+            (
+                "[dim]columns in %: overall and per category (Natural, Adversarial); "
+                if llmbar
+                else "[dim]columns in %: overall and per category (mmlu-pro, livebench reasoning and math, livecodebench); "
+            )
+            + "--format csv or leaderboard.html for every column[/]"
         )
 
 
-def _leaderboard_table(title: str, members: Sequence[Entry], wide: bool, width: int) -> Table:
+def _averages_table(board: Leaderboard, wide: bool) -> Table:
+    """LLMBar's figures per judge as its paper reports them: Natural, each adversarial subset, and
+    Adversarial, the mean of the four."""
+    table = _table("averages as LLMBar's paper reports them (Adversarial: mean of its four subsets)", wide)
+    table.add_column("judge / model / origin" if not wide else "judge", overflow="fold")
+    if wide:
+        table.add_column("model", overflow="fold")
+        table.add_column("origin", overflow="fold")
+    subsets = list(board.averages[0].subsets) if board.averages else []
+    shown = [s.rsplit("/", 1)[-1] for s in subsets]
+    for name in (*shown, "Natural avg" if not wide else "Natural", "Adversarial"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in board.averages or []:
+        names = (
+            [_shown(row.judge_name), _shown(row.judge_model), row.origin]
+            if wide
+            else [f"{_shown(row.judge_name)} / {_shown(row.judge_model)} / {row.origin}"]
+        )
+        figures = [_pct(row.subsets.get(s)) for s in subsets]
+        figures += [_pct(row.averages.get("Natural")), _pct(row.averages.get("Adversarial"))]
+        table.add_row(*names, *figures, style="bold" if row.origin == "run" else None)
+    return table
+
+
+def _leaderboard_table(
+    title: str, members: Sequence[Entry], wide: bool, width: int, all_categories: Sequence[str] = CATEGORIES
+) -> Table:
     table = _table(title, wide)
-    categories = [SHORT_CATEGORY.get(c, c) for c in CATEGORIES] if wide or width >= 92 else []
+    categories = [SHORT_CATEGORY.get(c, c) for c in all_categories] if wide or width >= 92 else []
     if wide:
         for name in ("#", "tier", "judge", "model", "origin", "pairs"):
             table.add_column(name, justify="right" if name in ("#", "tier", "pairs") else "left", overflow="fold")
@@ -102,7 +145,7 @@ def _leaderboard_table(title: str, members: Sequence[Entry], wide: bool, width: 
     for e in members:
         scores = [_pct(e.overall_accuracy.accuracy), _interval(e.overall_accuracy.ci_low, e.overall_accuracy.ci_high)]
         if categories:
-            scores += [_pct(_accuracy_in(e, c)) for c in CATEGORIES]
+            scores += [_pct(_accuracy_in(e, c)) for c in all_categories]
         rank = str(e.rank) if e.rank else "-"
         tier = str(e.tier) if e.tier else "-"
         judge, model, origin = _shown(e.judge_name), _shown(model_label(e)), _shown(who(e))
@@ -166,8 +209,16 @@ def _accuracy_in(entry: Entry, category: str) -> float | None:
     return acc.accuracy if acc else None
 
 
+def leaderboard_fields(board: Leaderboard) -> tuple[str, ...]:
+    """The CSV's columns: LEADERBOARD_FIELDS with the board's own categories in JudgeBench's place."""
+    if list(board.categories) == list(CATEGORIES):
+        return LEADERBOARD_FIELDS
+    start = LEADERBOARD_FIELDS.index(CATEGORIES[0])
+    return (*LEADERBOARD_FIELDS[:start], *board.categories, *LEADERBOARD_FIELDS[start + len(CATEGORIES) :])
+
+
 def leaderboard_rows(board: Leaderboard) -> Iterable[dict[str, Cell]]:
-    """One flat row per entry, accuracies as fractions (the CSV's rows, keyed by LEADERBOARD_FIELDS)."""
+    """One flat row per entry, accuracies as fractions (the CSV's rows, keyed by `leaderboard_fields`)."""
     for e in board.entries:
         overall = e.overall_accuracy
         yield {
@@ -185,7 +236,7 @@ def leaderboard_rows(board: Leaderboard) -> Iterable[dict[str, Cell]]:
             "ci_low": overall.ci_low,
             "ci_high": overall.ci_high,
             "noise_sd": e.noise_sd,
-            **{c: _accuracy_in(e, c) for c in CATEGORIES},
+            **{c: _accuracy_in(e, c) for c in board.categories},
             "cost": e.cost,
             "shutdown_date": e.retirement.shutdown_date if e.retirement else None,
             "drift": e.drift,
@@ -341,6 +392,7 @@ __all__ = [
     "HISTORY_FIELDS",
     "LEADERBOARD_FIELDS",
     "history_rows",
+    "leaderboard_fields",
     "leaderboard_rows",
     "print_history",
     "print_leaderboard",

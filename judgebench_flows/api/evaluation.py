@@ -81,7 +81,7 @@ class Evaluation(RunResults):
         number is the accuracy results.json always held, `accuracy` alone."""
         import pandas as pd
 
-        official = self.official or {"accuracy": self.overall_accuracy.accuracy}
+        official: dict[str, str | float | None] = {**(self.official or {"accuracy": self.overall_accuracy.accuracy})}
         return pd.Series(official, name=self.benchmark or "judgebench", dtype=object)
 
     def by_epoch(self) -> pd.DataFrame:

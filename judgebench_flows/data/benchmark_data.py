@@ -84,7 +84,8 @@ def llmbar_rows(path: Path, subset: str) -> list[dict[str, object]]:
 def _pair_row(instance: object, subset: str, index: int) -> dict[str, object]:
     if not isinstance(instance, dict):
         return {"pair_id": f"{subset}/{index}", "llmbar_row": instance}
-    label = {1: "A>B", 2: "B>A"}.get(instance.get("label"), instance.get("label"))  # type: ignore[call-overload]
+    given = instance.get("label")
+    label = {1: "A>B", 2: "B>A"}.get(given, given) if isinstance(given, int) else given  # else the loader names it
     return {
         "pair_id": f"{subset}/{index}",
         "source": subset,

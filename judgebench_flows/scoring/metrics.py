@@ -85,7 +85,7 @@ class PairScore:
     sided: int = 0
     epochs: int = 1
     # Each epoch's correctness (JudgeBench's `score > 0`, epoch by epoch) and order consistency.
-    correct_by_epoch: tuple[bool, ...] = ()
+    correct_by_epoch: tuple[int, ...] = ()  # booleans under JudgeBench's rule, right orders under LLMBar's
     consistent_by_epoch: tuple[bool, ...] = ()
     # Each epoch's lean to the response shown first: 2 x (verdicts for it) - (verdicts that chose a side).
     first_lean_by_epoch: tuple[int, ...] = ()

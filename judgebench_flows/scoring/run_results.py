@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
+from typing_extensions import TypedDict
 
 from judgebench_flows.core import benchmarks
 from judgebench_flows.core.errors import UserError
@@ -194,10 +195,10 @@ class RunResults(RunHeader):
             measured.noise = noise
         return cls(
             **header.model_dump(),
-            **official_of(tally),
             **measured.model_dump(exclude={"usage", "epochs"}),
             epochs=measured.epochs if measured.epochs > 1 else None,
             usage=Usage.model_validate(totals),
+            **official_of(tally),
             regression=regression,
             run=run,
         )
@@ -256,7 +257,7 @@ def results_of_flow_run(result_path: str, flow_run_id: str | None) -> RunResults
     return next((r for r in published_results(result_path) if r.run.flow_run_id == flow_run_id), None)
 
 
-def official_of(tally: metrics.Tally) -> dict[str, object]:
+def official_of(tally: metrics.Tally) -> OfficialFields:
     """results.json's `benchmark`, `scoring` and `official` for a run of another benchmark than JudgeBench
     (none for JudgeBench, whose results.json is what it always was)."""
     chosen = next((b for b in benchmarks.BENCHMARKS.values() if b.rule == tally.rule), None)
@@ -267,3 +268,9 @@ def official_of(tally: metrics.Tally) -> dict[str, object]:
         "scoring": chosen.scoring,
         "official": official_statistics(tally.rule, tally.scores),
     }
+
+
+class OfficialFields(TypedDict, total=False):
+    benchmark: str
+    scoring: str
+    official: dict[str, str | float] | None

@@ -30,26 +30,23 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.core.errors import (
-    BatchRefused,
-    EndpointUnreachable,
-    InfrastructureLost,
-    PathNotWritable,
-    RunFailed,
+from judgebench_flows.core.errors import (  # noqa: F401 - the exit codes, by their names here too
+    EXIT_BATCH_REFUSED,
+    EXIT_BUDGET,
+    EXIT_BUG,
+    EXIT_ENDPOINT_UNREACHABLE,
+    EXIT_NOT_WRITABLE,
+    EXIT_REGRESSION,
+    EXIT_RUN_FAILED,
+    EXIT_SERVER,
+    EXIT_USER_ERROR,
+    KnownError,
     UserError,
 )
-from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.core.text import for_terminal, wrapped
-from judgebench_flows.runtime.prefect_server import PrefectServerError
 from judgebench_flows.runtime.quiet import quiet_prefect
 from judgebench_flows.runtime.run import RunHost
 
-EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
-EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
-EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
-EXIT_BATCH_REFUSED = 7  # --batch: the provider refused a batch as a whole, for a reason not in our input
-EXIT_NOT_WRITABLE = 8  # a path the run writes cannot be written (disk full, permission): the line names it
-EXIT_ENDPOINT_UNREACHABLE = 9  # no call answered for --endpoint-lost-timeout, every attempt failed to connect
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM): how service managers and CI stop a process
 RESUME_LINE = "answered calls are cached; run the same command again to resume"
@@ -369,46 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _raise_terminated)  # a stop request ends like Ctrl-C: one line, not a traceback
     try:
         return commands[args.command](args)
-    except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost
+    except KnownError as exc:  # each knows its line and exit code (core/errors.py; README, Exit codes)
         from judgebench_flows.core.secrets import redact
 
-        _error_line(f"stopped: {redact(str(exc))}")
-        return EXIT_BUDGET
-    except BatchRefused as exc:  # before UserError, its base
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}")
-        return EXIT_USER_ERROR if exc.our_input else EXIT_BATCH_REFUSED
-    except InfrastructureLost as exc:  # before UserError, its base: the results database was lost
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}; run the same command again to resume")
-        return EXIT_SERVER
-    except PathNotWritable as exc:  # before UserError, its base: a full disk or no permission mid-run
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(
-            f"error: {redact(str(exc))}; answers received are kept: {exc.remedy} and run the same command again"
-        )
-        return EXIT_NOT_WRITABLE
-    except EndpointUnreachable as exc:  # before UserError, its base
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}")
-        return EXIT_ENDPOINT_UNREACHABLE
-    except RunFailed as exc:  # before UserError, its base: the run measured too little
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"run failed: {redact(str(exc))}")
-        return EXIT_RUN_FAILED
-    except UserError as exc:
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}")
-        return EXIT_USER_ERROR
-    except PrefectServerError as exc:
-        _error_line(f"error: {exc}")
-        return EXIT_SERVER
+        _error_line(redact(exc.line()))
+        return exc.exit_code
     except KeyboardInterrupt:
         _error_line(f"interrupted: {RESUME_LINE}")
         return EXIT_INTERRUPTED

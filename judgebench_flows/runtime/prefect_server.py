@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from judgebench_flows.core.errors import EXIT_SERVER, KnownError
 from judgebench_flows.core.text import wrapped
 from judgebench_flows.runtime.server_watch import alive, answers, seconds_from_env
 
@@ -54,8 +55,10 @@ PORT_FILE = "judgebench-server-port"
 ALIVE_EVERY_SECONDS = 10.0  # how often a first boot says it is still starting
 
 
-class PrefectServerError(Exception):
+class PrefectServerError(KnownError):
     """The Prefect server could not start, or stopped during the run: not bad input (exit 5, not 2)."""
+
+    exit_code = EXIT_SERVER
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -125,8 +126,8 @@ def no_process_left_behind(tmp_path_factory) -> Iterator[None]:
     from tests._processes import stop_processes_of_homes_under
 
     stopped = stop_processes_of_homes_under(root)
-    if stopped:
-        print(f"\nconftest: stopped {len(stopped)} process(es) left behind by tests: {stopped}", file=sys.stderr)
+    if stopped:  # in the warnings summary: a test left them, and should stop what it starts
+        warnings.warn(f"stopped {len(stopped)} process(es) that tests left running: {stopped}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

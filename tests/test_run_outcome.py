@@ -166,3 +166,27 @@ def test_last_error_log_goes_to_the_runs_cache_dir(monkeypatch, tmp_path: Path, 
     assert str(tmp_path / "mine" / "last-error.log") in capsys.readouterr().err
     assert "Traceback" in (tmp_path / "mine" / "last-error.log").read_text()
     assert not (tmp_path / "default").exists()
+
+
+def test_the_commands_sigterm_handler_lasts_as_long_as_the_command(monkeypatch, capsys) -> None:
+    """main() in a long-lived process (a test, a notebook) puts the SIGTERM handler it replaced back when the
+    command ends, and a SIGTERM during the command still ends it with 143 and one line."""
+    import os
+    import signal
+
+    def mine(signum, frame):
+        raise AssertionError("the process's own handler ran during the command")
+
+    def stopped(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not end the command")
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        monkeypatch.setattr(cli, "command_history", stopped)
+        for _ in range(2):  # the second command's SIGTERM is its own, not taken for the first's
+            assert cli.main(["history"]) == cli.EXIT_TERMINATED == 143
+            assert capsys.readouterr().err.startswith("stopped by SIGTERM")
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -362,10 +364,31 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.retention import COMMANDS as RETENTION_COMMANDS
 
     commands.update(RETENTION_COMMANDS)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)  # a stop request ends like Ctrl-C: one line, not a traceback
+    with _sigterm_ends_the_command():
+        return _run_command(commands[args.command], args)
+
+
+@contextlib.contextmanager
+def _sigterm_ends_the_command() -> Iterator[None]:
+    """SIGTERM ends the command like Ctrl-C (one line, not a traceback) for as long as it runs; the handler
+    it replaced is put back after, so a process that calls `main()` (a test, a notebook) keeps its own, and
+    the next command's first SIGTERM is its own again."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return commands[args.command](args)
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _run_command(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """The command, and how it ends: its code, or a known error's line and code (core/errors.py), Ctrl-C,
+    SIGTERM, or a bug's one line (exit 3)."""
+    try:
+        return command(args)
     except KnownError as exc:  # each knows its line and exit code (core/errors.py; README, Exit codes)
         from judgebench_flows.core.secrets import redact
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec
 
 from judgebench_flows.api.evaluation import Evaluation
-from judgebench_flows.core.config import RunConfig, build_config
+from judgebench_flows.core.config import RunConfig, run_settings
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.runtime.run import FlowThread, RunHost, RunInterrupted, judge_run, retirement, stop_requested
 
@@ -151,11 +151,9 @@ def run_config(
             f"evaluate(): unknown option {unknown[0]!r} (the options are `judgebench run`'s, as field names)"
         )
     given = {**options, **judge_options(judge, options), "data_path": data_path and os.fspath(data_path)}
-    if given.get("judge_type") == "external" and not model:
-        model = "external"  # a pairwise external judge deciding JudgeBench pairs: no endpoint, as the command
-    if not model:
-        raise UserError("evaluate(): model= is required (the judge model's name at the endpoint)")
-    return build_config(model=model, **given)
+    return run_settings(
+        {**given, "model": model}, "evaluate(): model= is required (the judge model's name at the endpoint)"
+    )
 
 
 def judge_options(judge: str | type | None, options: dict[str, object]) -> dict[str, object]:

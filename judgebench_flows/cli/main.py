@@ -154,9 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from judgebench_flows.core.secrets import install_log_redaction
-
-    install_log_redaction()
     from judgebench_flows.judging.preflight import holds_judgebench_pairs
 
     if args.judge_type == "external" and not holds_judgebench_pairs(args.data_path):
@@ -195,14 +192,11 @@ class _CommandHost(RunHost):
 
 def _run_config(args: argparse.Namespace):
     from judgebench_flows.cli.options import given_options
-    from judgebench_flows.core.config import RunConfig, build_config
+    from judgebench_flows.core.config import RunConfig, run_settings
 
-    options = given_options(args, RunConfig)
-    if args.judge_type == "external":  # a pairwise external judge deciding JudgeBench pairs, no endpoint
-        options["model"] = options.get("model") or "external"
-    if not options.get("model"):
-        raise UserError("--model is required (the judge model name the endpoint serves)")
-    return build_config(**options)
+    return run_settings(
+        given_options(args, RunConfig), "--model is required (the judge model name the endpoint serves)"
+    )
 
 
 def command_estimate(args: argparse.Namespace) -> int:
@@ -233,9 +227,7 @@ def _say_route(config: Any, to: Any = None) -> None:
 
 def _say_retirement(config: Any, to: Any = None) -> None:
     """One line when the judge model is past its provider's shutdown date or within 30 days of it."""
-    from judgebench_flows.core.pricing import retirement_notice
-
-    notice = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
+    notice = config.retirement_notice()
     if notice:  # as the route line: wrapped in estimate's output, one line on stderr but on a terminal
         line = f"warning: {notice}"
         print(wrapped(line) if to is sys.stdout else for_terminal(line), file=to or sys.stderr)
@@ -265,12 +257,14 @@ def _run_external(args: argparse.Namespace) -> int:
     if args.shard_size is not None:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
+    from judgebench_flows.core.secrets import install_log_redaction
     from judgebench_flows.flows.external_flow import run_external
-    from judgebench_flows.runtime.prefect_server import pointed_at, use_prefect_server
+    from judgebench_flows.runtime.run import watched_run
     from judgebench_flows.views.summaries import print_external_summary
 
-    with pointed_at(use_prefect_server()):
-        print_external_summary(run_external(config))
+    install_log_redaction()
+    # on the run's Prefect server, watched as a JudgeBench run is: a server lost mid-run is exit 5, not a hang
+    print_external_summary(watched_run(lambda: run_external(config), RunHost()))
     return 0
 
 

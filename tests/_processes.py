@@ -38,10 +38,24 @@ def processes_of_homes_under(root: Path) -> list[int]:
     return found
 
 
+def described(pid: int) -> str:
+    """`pid (its command line)`, for the line that names what a test left running."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return str(pid)
+    return f"{pid} ({' '.join(os.fsdecode(arg) for arg in args if arg)[:120]})"
+
+
 def stop_processes_of_homes_under(root: Path) -> list[int]:
     """SIGTERM to each process `processes_of_homes_under(root)`, SIGKILL to any still running after the
     grace; the pids it found."""
     found = processes_of_homes_under(root)
+    return stop(found)
+
+
+def stop(found: list[int]) -> list[int]:
+    """SIGTERM to each of `found`, SIGKILL to any still running after GRACE_SECONDS; `found`."""
     for pid in found:
         with_signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS

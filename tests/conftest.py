@@ -123,11 +123,13 @@ def no_process_left_behind(tmp_path_factory) -> Iterator[None]:
     Torn down last (set up first), after the session's own Prefect server has stopped; says what it stopped."""
     root = tmp_path_factory.getbasetemp()
     yield
-    from tests._processes import stop_processes_of_homes_under
+    from tests._processes import described, processes_of_homes_under, stop
 
-    stopped = stop_processes_of_homes_under(root)
-    if stopped:  # in the warnings summary: a test left them, and should stop what it starts
-        warnings.warn(f"stopped {len(stopped)} process(es) that tests left running: {stopped}", stacklevel=1)
+    left = processes_of_homes_under(root)
+    if left:  # in the warnings summary: a test left them, and should stop what it starts
+        said = "; ".join(described(pid) for pid in left)
+        stop(left)
+        warnings.warn(f"stopped {len(left)} process(es) that tests left running: {said}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

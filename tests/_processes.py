@@ -23,8 +23,19 @@ def _home_of(pid: int) -> Path | None:
     return None
 
 
+def _own_helper(pid: int) -> bool:
+    """This interpreter's multiprocessing resource tracker (started for a local Dask cluster's workers):
+    it ends with this process, nothing a test left."""
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        args = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return False
+    return parent == os.getpid() and b"multiprocessing.resource_tracker" in args
+
+
 def processes_of_homes_under(root: Path) -> list[int]:
-    """Live processes but this one whose PREFECT_HOME lies under `root`."""
+    """Live processes but this one (and its own helpers) whose PREFECT_HOME lies under `root`."""
     if not Path("/proc/self/environ").exists():
         return []
     root = root.resolve()
@@ -33,7 +44,7 @@ def processes_of_homes_under(root: Path) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         home = _home_of(int(entry.name))
-        if home is not None and (home == root or root in home.resolve().parents):
+        if home is not None and (home == root or root in home.resolve().parents) and not _own_helper(int(entry.name)):
             found.append(int(entry.name))
     return found
 

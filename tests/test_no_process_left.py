@@ -41,3 +41,20 @@ def test_processes_of_the_sessions_homes_are_found_and_stopped(tmp_path: Path, m
         for process in started.values():
             process.kill()
             process.wait()
+
+
+def test_this_interpreters_resource_tracker_is_not_a_leftover(tmp_path: Path, monkeypatch) -> None:
+    """A local Dask cluster's workers start multiprocessing's resource tracker in this process: it ends with
+    this process, and is not reported as left behind."""
+    from multiprocessing import resource_tracker
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
+    tracker = resource_tracker._resource_tracker
+    if tracker._pid is not None:
+        pytest.skip("this process's resource tracker already runs, with another environment")
+    tracker.ensure_running()
+    try:
+        assert tracker._pid is not None
+        assert tracker._pid not in processes_of_homes_under(tmp_path)
+    finally:
+        tracker._stop()

@@ -31,6 +31,7 @@ from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.net import connect_error
+from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.run_context import WORKER_PLUGIN, RunContext
 from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, heard_on_worker, merge_adjustments
@@ -101,74 +102,109 @@ def _judge_all(
     stop: threading.Event,
 ) -> None:
     """Submit shards while workers have room (and, with the global limit, while slots are free), hand
-    each to `on_shard_done` as it finishes, and give its slots back then.
+    each to `on_shard_done` as it finishes, and give its slots back then (`_Dispatch`); until all are
+    done, or `stop` cancels those in flight. Dask's futures are looked at without blocking, at a poll
+    that backs off while none finishes (so a stop and free slots are seen within POLL_MAX_SECONDS)."""
+    dispatch = _Dispatch(runner, task, shards, spec, config, run, slots)
+    dispatch.fill()
+    idle = POLL_MIN_SECONDS
+    while dispatch.busy:
+        if stop.is_set():
+            dispatch.cancel()
+            return
+        done = dispatch.ready()
+        if not done:  # shards still judging, or the limit full of other runs' slots: look for room again
+            time.sleep(idle)
+            idle = min(POLL_MAX_SECONDS, 2 * idle)
+            dispatch.fill()
+            continue
+        idle = POLL_MIN_SECONDS
+        for future in done:
+            on_shard_done(*dispatch.collect(future))
+        dispatch.fill()
+
+
+class _Dispatch:
+    """One run's shards on a Dask cluster: which wait, which are in flight (with the slots each holds).
 
     With the global limit, this process holds each shard's slots: `--concurrency` split over the worker
     threads there are when it is sent, its share being the shard's own limit on the worker. A worker that
     dies holds none: Dask runs its shards elsewhere, under the slots already taken for them.
     """
-    from distributed import as_completed
 
-    client = runner.client
-    pending = list(reversed(shards))
-    submitted: dict[Any, tuple[Shard, int | None]] = {}
-    finished = as_completed([], loop=client.loop)
-    limit = spec.endpoint.concurrency
-    without_limit = max(shards_in_flight(config), 2 * _threads(client))
+    def __init__(
+        self,
+        runner: Any,
+        task: Any,
+        shards: list[Shard],
+        spec: JudgeSpec,
+        config: RunConfig,
+        run: RunContext,
+        slots: SlotLeases | None,
+    ) -> None:
+        from distributed import as_completed
 
-    def submit(shard: Shard, shard_spec: JudgeSpec, handle: int | None) -> None:
+        self.runner, self.task, self.spec, self.run, self.slots = runner, task, spec, run, slots
+        self.client = runner.client
+        self.pending = list(reversed(shards))
+        self.submitted: dict[Any, tuple[Shard, int | None]] = {}
+        self.finished = as_completed([], loop=self.client.loop)
+        self.without_limit = max(shards_in_flight(config), 2 * _threads(self.client))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.submitted or self.pending)
+
+    def submit(self, shard: Shard, shard_spec: JudgeSpec, handle: int | None) -> None:
         # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
         parameters: ShardParameters = {"shard": shard, "spec": shard_spec}
-        known = adjustments_of(spec, run)  # learned on the workers so far, merged below
+        known = adjustments_of(self.spec, self.run)  # learned on the workers so far, merged below
         if known:
             parameters["known"] = known
-        future = runner.submit(task, parameters=dict(parameters)).wrapped_future
-        submitted[future] = (shard, handle)
-        finished.add(future)
+        future = self.runner.submit(self.task, parameters=dict(parameters)).wrapped_future
+        self.submitted[future] = (shard, handle)
+        self.finished.add(future)
 
-    def fill() -> None:
-        while pending:
+    def fill(self) -> None:
+        """Submit waiting shards while the workers have room (and slots are free, with the global limit)."""
+        spec, slots = self.spec, self.slots
+        while self.pending:
             if slots is None:
-                if len(submitted) >= without_limit:
+                if len(self.submitted) >= self.without_limit:
                     return
-                submit(pending.pop(), spec, None)
+                self.submit(self.pending.pop(), spec, None)
                 continue
-            threads = _threads(client)
-            if len(submitted) >= threads:
+            threads = _threads(self.client)
+            if len(self.submitted) >= threads:
                 return
-            share = max(1, limit // threads)
+            share = max(1, spec.endpoint.concurrency // threads)
             handle = slots.try_take(share)
             if handle is None:
                 return
             endpoint = spec.endpoint.model_copy(update={"concurrency": share})
-            submit(pending.pop(), spec.model_copy(update={"endpoint": endpoint}), handle)
+            self.submit(self.pending.pop(), spec.model_copy(update={"endpoint": endpoint}), handle)
 
-    fill()
-    idle = POLL_MIN_SECONDS
-    while submitted or pending:
-        if stop.is_set():
-            client.cancel(list(submitted))
-            return
-        done = finished.next_batch(block=False) if finished.has_ready() else []
-        if not done:  # shards still judging, or the limit full of other runs' slots: look for room again
-            time.sleep(idle)
-            idle = min(POLL_MAX_SECONDS, 2 * idle)
-            fill()
-            continue
-        idle = POLL_MIN_SECONDS
-        for future in done:
-            shard, handle = submitted.pop(future)
-            try:
-                records = asyncio.run(shard_records(_final_state(future)))
-            finally:
-                if slots is not None and handle is not None:
-                    slots.give_back(handle)
-            # A shard judged on a worker (complete or not) carries its worker's adjustments; one served
-            # from Prefect's cache carries none, as in-process.
-            merge_adjustments(spec, run, getattr(records, "adjustments", ()))
-            run.heard_on_workers.setdefault(spec.run_id or "", CallStats()).add(heard_on_worker(records))
-            on_shard_done(shard, records)
-        fill()
+    def ready(self) -> list[Any]:
+        """The futures finished since last asked (none: an empty list, at once)."""
+        return self.finished.next_batch(block=False) if self.finished.has_ready() else []
+
+    def cancel(self) -> None:
+        self.client.cancel(list(self.submitted))
+
+    def collect(self, future: Any) -> tuple[Shard, list[JudgmentRecord]]:
+        """A finished shard and its records; its slots given back, its worker's adjustments and calls heard
+        merged into the run."""
+        shard, handle = self.submitted.pop(future)
+        try:
+            records = asyncio.run(shard_records(_final_state(future)))
+        finally:
+            if self.slots is not None and handle is not None:
+                self.slots.give_back(handle)
+        # A shard judged on a worker (complete or not) carries its worker's adjustments; one served from
+        # Prefect's cache carries none, as in-process.
+        merge_adjustments(self.spec, self.run, getattr(records, "adjustments", ()))
+        self.run.heard_on_workers.setdefault(self.spec.run_id or "", CallStats()).add(heard_on_worker(records))
+        return shard, records
 
 
 class RunOnWorkers(WorkerPlugin):

@@ -36,7 +36,7 @@ from judgebench_flows.core.artifact_keys import configuration_slug
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, RunFailed
 from judgebench_flows.core.heap import settle_heap
-from judgebench_flows.core.pricing import BudgetReached, retirement_notice
+from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.core.records import JudgmentRecord
 from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
@@ -478,7 +478,7 @@ async def with_provenance(results: RunResults, engine: Engine, provenance: Prove
 def warn_if_retiring(config: RunConfig) -> None:
     """A model past or near its provider's shutdown date, in the run's log (deployments' runs: the CLI
     says it before the flow starts)."""
-    retiring = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
+    retiring = config.retirement_notice()
     if retiring:
         get_run_logger().warning(retiring)
 

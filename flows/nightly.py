@@ -48,7 +48,7 @@ from pydantic import JsonValue
 from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY
 from judgebench_flows.core.heap import settle_heap
-from judgebench_flows.core.pricing import NightSpend, format_usd, retirement_notice
+from judgebench_flows.core.pricing import NightSpend, format_usd
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data.night_budget import NightTotals
 from judgebench_flows.flows.adhoc_flow import judgebench_adhoc
@@ -155,8 +155,8 @@ def retirements(entries: list[MatrixEntry]) -> list[str]:
     notices: dict[str, str] = {}
     for entry in entries:
         config = entry.config
-        if config.needs_endpoint and config.model not in notices:
-            notice = retirement_notice(config.priced_model_name, config.prices)
+        if config.model not in notices:
+            notice = config.retirement_notice()
             if notice:
                 notices[config.model] = notice
     return list(notices.values())

@@ -4,6 +4,37 @@ A custom judge is any class with `format(question, answer_A, answer_B) -> messag
 `parse(text) -> decision`. Its output is checked on every call: a wrong message shape or a decision outside
 A>B / B>A / A=B / "" stops the run with one clear line, because a silently wrong decision would corrupt
 every number downstream. `parse` raising on one odd answer only makes that judgment invalid.
+
+The contract (docs/judges.md), the plug-in point for a judge of one's own:
+
+    format(question, answer_A, answer_B):
+        Args:
+            question: The pair's question.
+            answer_A, answer_B: The two responses, in the order this judgment shows them (each pair is
+                judged in both orders).
+        Returns:
+            The chat messages to send: a list of {"role": ..., "content": ...}.
+
+    parse(text):
+        Args:
+            text: The model's answer (a `<think>` scratchpad already removed).
+        Returns:
+            "A>B", "B>A", "A=B", or "" when the answer gives no verdict (counted invalid, never a decision).
+
+    sampling (optional class attribute): the request's sampling, e.g. {"temperature": 0.0, "max_tokens": 1024}.
+
+Examples:
+    A judge in `my_judge.py`, run with `judgebench run --judge-template my_judge.py:Short` or
+    `judgebench_flows.evaluate(judge=Short, ...)`::
+
+        class Short:
+            sampling = {"temperature": 0.0, "max_tokens": 16}
+
+            def format(self, question, answer_A, answer_B):
+                return [{"role": "user", "content": f"{question}\n[A] {answer_A}\n[B] {answer_B}\nAnswer [[A]] or [[B]]."}]
+
+            def parse(self, text):
+                return {"[[A]]": "A>B", "[[B]]": "B>A"}.get(text.strip(), "")
 """
 
 from __future__ import annotations

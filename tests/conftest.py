@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -138,6 +139,23 @@ def fake_server() -> Iterator[FakeOpenAIServer]:
         yield server
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind(tmp_path_factory) -> Iterator[None]:
+    """Every process still running at the session's end whose PREFECT_HOME the session created (under its
+    temporary directory) is stopped: a Prefect background server a run started in a test's home outlives the
+    test that forgot it, and a newcomer's test run would leave it behind (hundreds of MB, busy at times).
+    Torn down last (set up first), after the session's own Prefect server has stopped; says what it stopped."""
+    root = tmp_path_factory.getbasetemp()
+    yield
+    from tests._processes import described, processes_of_homes_under, stop
+
+    left = processes_of_homes_under(root)
+    if left:  # in the warnings summary: a test left them, and should stop what it starts
+        said = "; ".join(described(pid) for pid in left)
+        stop(left)
+        warnings.warn(f"stopped {len(left)} process(es) that tests left running: {said}", stacklevel=1)
+
+
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory) -> Iterator[str]:
     """One temporary Prefect API server for the session; its URL is exported for subprocesses."""
@@ -191,6 +209,15 @@ def run_cli(tmp_path, prefect_server) -> Callable[..., subprocess.CompletedProce
     return run
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--file-order",
+        default="long-first",
+        help="order of the test files: long-first (default), reversed (of long-first), or shuffle:SEED; "
+        "each file's tests keep their order. A test that passes only in one order depends on another's leftovers.",
+    )
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """A test that needs a Prefect server runs whole flows: it belongs to the full suite, not the quick
     loop (`pytest -m "not slow"`), whether or not its author remembered the mark."""
@@ -198,6 +225,24 @@ def pytest_collection_modifyitems(config, items) -> None:
         if "prefect_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
     _long_files_first(items)
+    _file_order(items, config.getoption("--file-order"))
+
+
+def _file_order(items: list[pytest.Item], order: str) -> None:
+    """`--file-order reversed` or `shuffle:SEED`: the files in another order, each file's tests in theirs."""
+    if order == "long-first":
+        return
+    files = list(dict.fromkeys(item.path for item in items))
+    if order == "reversed":
+        files.reverse()
+    elif order.startswith("shuffle:") and order.removeprefix("shuffle:").isdigit():
+        import random
+
+        random.Random(int(order.removeprefix("shuffle:"))).shuffle(files)
+    else:
+        raise pytest.UsageError(f"--file-order {order}: expected long-first, reversed or shuffle:SEED")
+    rank = {path: n for n, path in enumerate(files)}
+    items.sort(key=lambda item: rank[item.path])
 
 
 def _long_files_first(items: list[pytest.Item]) -> None:

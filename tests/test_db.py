@@ -438,3 +438,25 @@ def test_concurrent_first_opens_migrate_once(db_url):
     assert _count(engine, "judgebench_alembic_version") == 1
     assert {"runs", "judgments", "call_cache"} <= set(sa.inspect(engine).get_table_names())
     engine.dispose()
+
+
+def test_a_long_lived_process_keeps_the_last_engines_only(tmp_path) -> None:
+    """A notebook that opens many databases holds at most MAX_ENGINES engines: the oldest is disposed (its
+    pooled connections closed) and still works if a run holds it; the next open of its URL makes a new one."""
+    from judgebench_flows.data import engines
+
+    urls = [f"sqlite:///{tmp_path}/db{n}.db" for n in range(engines.MAX_ENGINES + 2)]
+    opened = [db.open_database(url) for url in urls]
+    try:
+        kept = [url for url in urls if url in engines._engines]
+        assert kept == urls[2:], "not the last MAX_ENGINES opened"
+        assert opened[0].pool.checkedin() == 0, "the evicted engine's connections were kept"
+        with opened[0].connect() as connection:  # disposed, still usable by a run that holds it
+            assert connection.execute(sa.text("SELECT 1")).scalar() == 1
+        assert db.open_database(urls[0]) is not opened[0]
+        assert db.open_database(urls[-1]) is opened[-1]
+    finally:
+        for url in urls:
+            engine = engines._engines.pop(url, None)
+            if engine is not None:
+                engine.dispose()

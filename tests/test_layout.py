@@ -1,8 +1,8 @@
 """The package's shape: one import name, and layers that only point down.
 
 core types -> data and storage -> model calls | scoring -> judges -> judging -> views (what a person
-reads) | tasks -> flows -> deployments | runtime (the run path both doors share) -> CLI -> the Python
-entry point (api). A module may import its own
+reads) | tasks -> flows -> deployments | runtime (the run path both doors share) -> the two doors: the CLI and
+the Python entry point (api), neither importing the other. A module may import its own
 layer and the layers below it, never one above nor a sibling on its rung: that is what lets a judge be
 tested without Prefect and a model client without judges. The stand-ins (`testing/`) sit outside: nothing
 in the package imports them.
@@ -33,8 +33,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # deployments: schedules and automations; runtime: the run path under the command and evaluate() (the
     # Prefect server, its watch, a quiet Prefect), so the library never imports the command line
     ("deployments", "runtime"),
-    ("cli",),
-    ("api",),  # the Python entry point (`judgebench_flows.evaluate`): what `judgebench run` does, as a function
+    # the two doors, side by side: the command line and the Python entry point (`judgebench_flows.evaluate`,
+    # what `judgebench run` does, as a function); what both need lives below them (runtime)
+    ("cli", "api"),
 )
 RUNG = {package: rung for rung, packages in enumerate(LAYERS) for package in packages}
 BELOW: dict[str, set[str]] = {

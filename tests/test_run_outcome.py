@@ -91,6 +91,57 @@ def test_unexpected_error_exits_3_with_one_line_and_the_traceback_in_a_log(monke
     assert "Traceback" in (tmp_path / "last-error.log").read_text()
 
 
+def _known_endings() -> list[tuple[Exception, int, str]]:
+    """Each known ending, its exit code and its line exactly as the command printed them before the
+    mapping moved into the error classes (README, Exit codes)."""
+    from judgebench_flows.core.errors import (
+        BatchRefused,
+        EndpointUnreachable,
+        FatalEndpointError,
+        InfrastructureLost,
+        PathNotWritable,
+        RunFailed,
+        UserError,
+    )
+    from judgebench_flows.core.pricing import BudgetReached
+    from judgebench_flows.data.outage import DatabaseLost
+    from judgebench_flows.runtime.prefect_server import PrefectServerError
+
+    return [
+        (UserError("--x: bad"), 2, "error: --x: bad"),
+        (FatalEndpointError("the key was refused"), 2, "error: the key was refused"),
+        (RunFailed("8 of 10 failed"), 4, "run failed: 8 of 10 failed"),
+        (PrefectServerError("the server went"), 5, "error: the server went"),
+        (InfrastructureLost("gone"), 5, "error: gone; run the same command again to resume"),
+        (DatabaseLost("db gone"), 5, "error: db gone; run the same command again to resume"),
+        (BudgetReached("spent $1.00", spent=1.0), 6, "stopped: spent $1.00"),
+        (BatchRefused("refused"), 7, "error: refused"),
+        (BatchRefused("unknown model", our_input=True), 2, "error: unknown model"),
+        (
+            PathNotWritable("--output-dir", "/x", "No space left on device"),
+            8,
+            "error: --output-dir: cannot write to '/x' (No space left on device); answers received are kept: "
+            "free space and run the same command again",
+        ),
+        (EndpointUnreachable("no answer"), 9, "error: no answer"),
+    ]
+
+
+@pytest.mark.parametrize("exc, code, line", _known_endings(), ids=lambda value: type(value).__name__)
+def test_each_known_ending_carries_its_exit_code_and_line(exc, code, line, monkeypatch, capsys) -> None:
+    import pickle
+
+    def ends(args):
+        raise exc
+
+    monkeypatch.setattr(cli, "command_history", ends)
+    monkeypatch.setattr(cli, "for_terminal", lambda text: text)  # unwrapped, as on a pipe
+    assert cli.main(["history"]) == code
+    assert capsys.readouterr().err == line + "\n"
+    again = pickle.loads(pickle.dumps(exc))  # as Prefect and Dask carry it across processes
+    assert (again.exit_code, again.line()) == (code, line)
+
+
 def test_run_failed_is_exit_4_and_documented() -> None:
     assert cli.EXIT_RUN_FAILED == 4 and "4 the run measured too little" in cli.__doc__
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -115,3 +166,27 @@ def test_last_error_log_goes_to_the_runs_cache_dir(monkeypatch, tmp_path: Path, 
     assert str(tmp_path / "mine" / "last-error.log") in capsys.readouterr().err
     assert "Traceback" in (tmp_path / "mine" / "last-error.log").read_text()
     assert not (tmp_path / "default").exists()
+
+
+def test_the_commands_sigterm_handler_lasts_as_long_as_the_command(monkeypatch, capsys) -> None:
+    """main() in a long-lived process (a test, a notebook) puts the SIGTERM handler it replaced back when the
+    command ends, and a SIGTERM during the command still ends it with 143 and one line."""
+    import os
+    import signal
+
+    def mine(signum, frame):
+        raise AssertionError("the process's own handler ran during the command")
+
+    def stopped(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not end the command")
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        monkeypatch.setattr(cli, "command_history", stopped)
+        for _ in range(2):  # the second command's SIGTERM is its own, not taken for the first's
+            assert cli.main(["history"]) == cli.EXIT_TERMINATED == 143
+            assert capsys.readouterr().err.startswith("stopped by SIGTERM")
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -15,12 +15,16 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from judgebench_flows.runtime.prefect_server import PID_FILE
+from judgebench_flows.runtime.server_watch import alive
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+from tests._runs import background_pid
 
 SEES = "import os; print(os.environ.get('PREFECT_API_URL'))"
 
@@ -155,7 +159,23 @@ def test_evaluate_leaves_prefect_api_url_as_it_was(tmp_path: Path, prefect_serve
     )
     (tmp_path / "pairs.jsonl").write_text(_pairs())
     mine = f"http://localhost:{port}/api"  # the same server under another name: the user's own value
-    with FakeOpenAIServer("[[A>B]]") as endpoint:
-        got = fresh(textwrap.dedent(CALLS).format(sees=SEES), tmp_path, env, endpoint.base_url, mine)
+    home = Path(env["PREFECT_HOME"])
+    assert not (home / PID_FILE).exists(), "a background server of the session's PREFECT_HOME was running before"
+    try:
+        with FakeOpenAIServer("[[A>B]]") as endpoint:
+            got = fresh(textwrap.dedent(CALLS).format(sees=SEES), tmp_path, env, endpoint.base_url, mine)
+    finally:
+        # A run that took the session's (busy) server for a stranger's started one of its own in this home:
+        # stopped here, not left to outlive the suite.
+        started = (home / PID_FILE).exists()
+        if started:
+            pid = background_pid(home)
+            subprocess.run(
+                [sys.executable, "-m", "prefect", "server", "stop"], env=env, capture_output=True, timeout=120
+            )
+            waited = time.monotonic() + 60
+            while alive(pid) and time.monotonic() < waited:
+                time.sleep(0.2)
+    assert not started, "evaluate() started a second server in the session's PREFECT_HOME"
     assert got["first"] == {"inside": f"http://127.0.0.1:{port}/api", "after": None}, got
     assert got["second"] == {"inside": mine, "after": mine}, got

@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec
 
 from judgebench_flows.api.evaluation import Evaluation
-from judgebench_flows.core.config import RunConfig, build_config
+from judgebench_flows.core.config import RunConfig, run_settings
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.runtime.run import FlowThread, RunHost, RunInterrupted, judge_run, retirement, stop_requested
 
@@ -76,18 +76,39 @@ def evaluate(
 ) -> Evaluation:
     """Judge JudgeBench's pairs as `judgebench run` does and return the results (docs/python-api.md).
 
-    - `model`: the judge model's name at the endpoint (`--model`).
-    - `judge`: a built-in judge's name (`"arena_hard"`, the default, `"vanilla"`, ... as `--judge-type`), a
-      custom judge as `"path.py:Class"` or `"module:Class"` (`--judge-template`), or the custom judge class
-      itself, defined at the top level of a module, a script or a notebook (docs/judges.md). Give the judge
-      once: `judge=` with `judge_type=` or `judge_template=` is refused.
-    - `data_path`: a local file of pairs (`--data-path`); without it the pinned JudgeBench checkout is cloned.
-    - `progress`: a progress bar on stderr; `verbose`: Prefect's own logs (else warnings only).
-    - every other keyword: the `judgebench run` option of that name (`--base-url` is `base_url`), None
-      (left out) meaning the command's default; `judgebench run --help` says what each does.
+    Args:
+        model: The judge model's name at the endpoint (`--model`). Required, but for an external judge.
+        judge: A built-in judge's name (`"arena_hard"`, the default, `"vanilla"`, ... as `--judge-type`), a
+            custom judge as `"path.py:Class"` or `"module:Class"` (`--judge-template`), or the custom judge
+            class itself, defined at the top level of a module, a script or a notebook (docs/judges.md).
+            Give the judge once: `judge=` with `judge_type=` or `judge_template=` is refused.
+        data_path: A local file of pairs (`--data-path`); without it the pinned JudgeBench checkout is cloned.
+        progress: A progress bar on stderr.
+        verbose: Prefect's own logs (else warnings only).
+        **options: Every other keyword is the `judgebench run` option of that name (`--base-url` is
+            `base_url`), None (left out) meaning the command's default; `judgebench run --help` says what
+            each does.
 
-    Returns the run's `Evaluation`. Ctrl-C (a notebook's stop button) stops the run within seconds and raises
-    `RunInterrupted`: the calls answered are cached, and the same call again sends only the others.
+    Returns:
+        The run's `Evaluation`: results.json's fields, typed, and pandas views of them (`accuracy()`,
+        `by_category()`, `judgments()`).
+
+    Raises:
+        UserError: Bad input, before any call (the command's exit 2), one line naming the option.
+        RunFailed: The run measured too little (exit 4); what it published is in `.results`.
+        BudgetReached: `max_cost` spent (exit 6); the same call with a larger budget resumes.
+        PrefectServerError: The Prefect server could not start or was lost during the run (exit 5).
+        RunInterrupted: Ctrl-C (a notebook's stop button) stopped the run within seconds; the calls
+            answered are cached, and the same call again sends only the others.
+
+    Examples:
+        >>> import judgebench_flows
+        >>> evaluation = judgebench_flows.evaluate(
+        ...     model="gpt-4o-mini", judge="arena_hard", max_samples=20, max_cost=1.0
+        ... )  # doctest: +SKIP
+        >>> evaluation.overall_accuracy.accuracy  # doctest: +SKIP
+        0.65
+        >>> evaluation.by_category()  # doctest: +SKIP
     """
     return _evaluate(**locals())  # every argument above, by its name
 # fmt: on
@@ -130,12 +151,33 @@ def _in_a_thread(function: Callable[P, Evaluation]) -> Callable[P, Coroutine[Any
         finally:
             stop_requested.reset(token)
 
-    awaited.__doc__ = (
-        "`await evaluate_async(...)`: `evaluate` (the same arguments) in a worker thread, so the caller's event "
-        "loop goes on while the run judges; cancelling the awaiting task stops the run."
-    )
+    awaited.__doc__ = EVALUATE_ASYNC_DOC
     return awaited
 
+
+EVALUATE_ASYNC_DOC = """`evaluate` awaited: the same run in a worker thread, so the caller's event loop (a notebook's, a
+web server's) goes on while the run judges.
+
+Args:
+    **kwargs: `evaluate`'s keywords, the same names and meanings (`model`, `judge`, `data_path`, and every
+        `judgebench run` option by its field name).
+
+Returns:
+    The run's `Evaluation`, as `evaluate` returns it.
+
+Raises:
+    UserError, RunFailed, BudgetReached, PrefectServerError: as `evaluate`.
+    asyncio.CancelledError: The awaiting task was cancelled (a notebook's stop button); the run was stopped
+        as Ctrl-C stops it, its answered calls cached.
+
+Examples:
+    >>> import asyncio, judgebench_flows
+    >>> async def main():
+    ...     return await judgebench_flows.evaluate_async(model="gpt-4o-mini", max_samples=20)
+    >>> evaluation = asyncio.run(main())  # doctest: +SKIP
+    >>> evaluation.usage.judgments  # doctest: +SKIP
+    40
+"""
 
 evaluate_async = _in_a_thread(evaluate)
 
@@ -152,11 +194,9 @@ def run_config(
             f"evaluate(): unknown option {unknown[0]!r} (the options are `judgebench run`'s, as field names)"
         )
     given = {**options, **judge_options(judge, options), "data_path": data_path and os.fspath(data_path)}
-    if given.get("judge_type") == "external" and not model:
-        model = "external"  # a pairwise external judge deciding JudgeBench pairs: no endpoint, as the command
-    if not model:
-        raise UserError("evaluate(): model= is required (the judge model's name at the endpoint)")
-    return build_config(model=model, **given)
+    return run_settings(
+        {**given, "model": model}, "evaluate(): model= is required (the judge model's name at the endpoint)"
+    )
 
 
 def judge_options(judge: str | type | None, options: dict[str, object]) -> dict[str, object]:

@@ -43,7 +43,24 @@ JUDGMENT_COLUMNS = [
 class Evaluation(RunResults):
     """What `evaluate` returns: every field of results.json, typed (`overall_accuracy`,
     `category_accuracy`, `source_accuracy`, `consistency`, `epochs`, `noise`, `invalid`, `usage`,
-    `regression`, `run`, `outputs`), and pandas views of them."""
+    `regression`, `run`, `outputs`), and pandas views of them.
+
+    The frames are built from the typed fields when asked for, so the object stays results.json (`as_json()`
+    writes it back) and the judgments are the run's rows in its results database (no prompt text).
+
+    Attributes:
+        overall_accuracy: JudgeBench's accuracy over every pair, with its seeded 95% bootstrap interval.
+        category_accuracy: The same per category (mmlu-pro, livebench-reasoning, ...).
+        usage: What the run sent and paid: judgments, calls, cached calls, tokens, cost.
+        run: The run's identity: its id, Prefect flow run, status and timings.
+
+    Examples:
+        >>> evaluation = judgebench_flows.evaluate(model="gpt-4o-mini", max_samples=20)  # doctest: +SKIP
+        >>> evaluation.overall_accuracy.accuracy, evaluation.overall_accuracy.ci_low  # doctest: +SKIP
+        (0.65, 0.5)
+        >>> evaluation.accuracy().loc["category"]  # doctest: +SKIP
+        >>> evaluation.judgments()[["pair_id", "decision_for_pair", "label"]]  # doctest: +SKIP
+    """
 
     _judgments: list[JudgmentRecord] = PrivateAttr(default_factory=list)
 

@@ -41,18 +41,39 @@ OWN = frozenset({"model", "judge", "data_path", "progress", "verbose"})
 
 DOCSTRING = '''    """Judge JudgeBench's pairs as `judgebench run` does and return the results (docs/python-api.md).
 
-    - `model`: the judge model's name at the endpoint (`--model`).
-    - `judge`: a built-in judge's name (`"arena_hard"`, the default, `"vanilla"`, ... as `--judge-type`), a
-      custom judge as `"path.py:Class"` or `"module:Class"` (`--judge-template`), or the custom judge class
-      itself, defined at the top level of a module, a script or a notebook (docs/judges.md). Give the judge
-      once: `judge=` with `judge_type=` or `judge_template=` is refused.
-    - `data_path`: a local file of pairs (`--data-path`); without it the pinned JudgeBench checkout is cloned.
-    - `progress`: a progress bar on stderr; `verbose`: Prefect's own logs (else warnings only).
-    - every other keyword: the `judgebench run` option of that name (`--base-url` is `base_url`), None
-      (left out) meaning the command's default; `judgebench run --help` says what each does.
+    Args:
+        model: The judge model's name at the endpoint (`--model`). Required, but for an external judge.
+        judge: A built-in judge's name (`"arena_hard"`, the default, `"vanilla"`, ... as `--judge-type`), a
+            custom judge as `"path.py:Class"` or `"module:Class"` (`--judge-template`), or the custom judge
+            class itself, defined at the top level of a module, a script or a notebook (docs/judges.md).
+            Give the judge once: `judge=` with `judge_type=` or `judge_template=` is refused.
+        data_path: A local file of pairs (`--data-path`); without it the pinned JudgeBench checkout is cloned.
+        progress: A progress bar on stderr.
+        verbose: Prefect's own logs (else warnings only).
+        **options: Every other keyword is the `judgebench run` option of that name (`--base-url` is
+            `base_url`), None (left out) meaning the command's default; `judgebench run --help` says what
+            each does.
 
-    Returns the run's `Evaluation`. Ctrl-C (a notebook's stop button) stops the run within seconds and raises
-    `RunInterrupted`: the calls answered are cached, and the same call again sends only the others.
+    Returns:
+        The run's `Evaluation`: results.json's fields, typed, and pandas views of them (`accuracy()`,
+        `by_category()`, `judgments()`).
+
+    Raises:
+        UserError: Bad input, before any call (the command's exit 2), one line naming the option.
+        RunFailed: The run measured too little (exit 4); what it published is in `.results`.
+        BudgetReached: `max_cost` spent (exit 6); the same call with a larger budget resumes.
+        PrefectServerError: The Prefect server could not start or was lost during the run (exit 5).
+        RunInterrupted: Ctrl-C (a notebook's stop button) stopped the run within seconds; the calls
+            answered are cached, and the same call again sends only the others.
+
+    Examples:
+        >>> import judgebench_flows
+        >>> evaluation = judgebench_flows.evaluate(
+        ...     model="gpt-4o-mini", judge="arena_hard", max_samples=20, max_cost=1.0
+        ... )  # doctest: +SKIP
+        >>> evaluation.overall_accuracy.accuracy  # doctest: +SKIP
+        0.65
+        >>> evaluation.by_category()  # doctest: +SKIP
     """'''
 
 

@@ -15,10 +15,8 @@ from collections.abc import Callable
 
 import httpx
 
-from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.errors import EXIT_SERVER, UserError
 from judgebench_flows.core.text import for_terminal
-
-EXIT_SERVER = 5  # as cli/main.py: the Prefect server could not be reached
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -23,33 +23,32 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from judgebench_flows.core.errors import (
-    BatchRefused,
-    EndpointUnreachable,
-    InfrastructureLost,
-    PathNotWritable,
-    RunFailed,
+from judgebench_flows.core.errors import (  # noqa: F401 - the exit codes, by their names here too
+    EXIT_BATCH_REFUSED,
+    EXIT_BUDGET,
+    EXIT_BUG,
+    EXIT_ENDPOINT_UNREACHABLE,
+    EXIT_NOT_WRITABLE,
+    EXIT_REGRESSION,
+    EXIT_RUN_FAILED,
+    EXIT_SERVER,
+    EXIT_USER_ERROR,
+    KnownError,
     UserError,
 )
-from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.core.text import for_terminal, wrapped
-from judgebench_flows.runtime.prefect_server import PrefectServerError
 from judgebench_flows.runtime.quiet import quiet_prefect
 from judgebench_flows.runtime.run import RunHost
 
-EXIT_REGRESSION, EXIT_USER_ERROR, EXIT_BUG, EXIT_RUN_FAILED = 1, 2, 3, 4
-EXIT_SERVER = 5  # the Prefect server could not start or stopped during the run: the input was fine, run again
-EXIT_BUDGET = 6  # the run spent its --max-cost and stopped; a larger budget resumes it
-EXIT_BATCH_REFUSED = 7  # --batch: the provider refused a batch as a whole, for a reason not in our input
-EXIT_NOT_WRITABLE = 8  # a path the run writes cannot be written (disk full, permission): the line names it
-EXIT_ENDPOINT_UNREACHABLE = 9  # no call answered for --endpoint-lost-timeout, every attempt failed to connect
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM): how service managers and CI stop a process
 RESUME_LINE = "answered calls are cached; run the same command again to resume"
@@ -155,9 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from judgebench_flows.core.secrets import install_log_redaction
-
-    install_log_redaction()
     from judgebench_flows.judging.preflight import holds_judgebench_pairs
 
     if args.judge_type == "external" and not holds_judgebench_pairs(args.data_path):
@@ -196,14 +192,11 @@ class _CommandHost(RunHost):
 
 def _run_config(args: argparse.Namespace):
     from judgebench_flows.cli.options import given_options
-    from judgebench_flows.core.config import RunConfig, build_config
+    from judgebench_flows.core.config import RunConfig, run_settings
 
-    options = given_options(args, RunConfig)
-    if args.judge_type == "external":  # a pairwise external judge deciding JudgeBench pairs, no endpoint
-        options["model"] = options.get("model") or "external"
-    if not options.get("model"):
-        raise UserError("--model is required (the judge model name the endpoint serves)")
-    return build_config(**options)
+    return run_settings(
+        given_options(args, RunConfig), "--model is required (the judge model name the endpoint serves)"
+    )
 
 
 def command_estimate(args: argparse.Namespace) -> int:
@@ -234,9 +227,7 @@ def _say_route(config: Any, to: Any = None) -> None:
 
 def _say_retirement(config: Any, to: Any = None) -> None:
     """One line when the judge model is past its provider's shutdown date or within 30 days of it."""
-    from judgebench_flows.core.pricing import retirement_notice
-
-    notice = retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
+    notice = config.retirement_notice()
     if notice:  # as the route line: wrapped in estimate's output, one line on stderr but on a terminal
         line = f"warning: {notice}"
         print(wrapped(line) if to is sys.stdout else for_terminal(line), file=to or sys.stderr)
@@ -266,12 +257,14 @@ def _run_external(args: argparse.Namespace) -> int:
     if args.shard_size is not None:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
+    from judgebench_flows.core.secrets import install_log_redaction
     from judgebench_flows.flows.external_flow import run_external
-    from judgebench_flows.runtime.prefect_server import pointed_at, use_prefect_server
+    from judgebench_flows.runtime.run import watched_run
     from judgebench_flows.views.summaries import print_external_summary
 
-    with pointed_at(use_prefect_server()):
-        print_external_summary(run_external(config))
+    install_log_redaction()
+    # on the run's Prefect server, watched as a JudgeBench run is: a server lost mid-run is exit 5, not a hang
+    print_external_summary(watched_run(lambda: run_external(config), RunHost()))
     return 0
 
 
@@ -365,50 +358,36 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.retention import COMMANDS as RETENTION_COMMANDS
 
     commands.update(RETENTION_COMMANDS)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)  # a stop request ends like Ctrl-C: one line, not a traceback
+    with _sigterm_ends_the_command():
+        return _run_command(commands[args.command], args)
+
+
+@contextlib.contextmanager
+def _sigterm_ends_the_command() -> Iterator[None]:
+    """SIGTERM ends the command like Ctrl-C (one line, not a traceback) for as long as it runs; the handler
+    it replaced is put back after, so a process that calls `main()` (a test, a notebook) keeps its own, and
+    the next command's first SIGTERM is its own again."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return commands[args.command](args)
-    except BudgetReached as exc:  # before UserError, its base: the run spent its --max-cost
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _run_command(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """The command, and how it ends: its code, or a known error's line and code (core/errors.py), Ctrl-C,
+    SIGTERM, or a bug's one line (exit 3)."""
+    try:
+        return command(args)
+    except KnownError as exc:  # each knows its line and exit code (core/errors.py; README, Exit codes)
         from judgebench_flows.core.secrets import redact
 
-        _error_line(f"stopped: {redact(str(exc))}")
-        return EXIT_BUDGET
-    except BatchRefused as exc:  # before UserError, its base
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}")
-        return EXIT_USER_ERROR if exc.our_input else EXIT_BATCH_REFUSED
-    except InfrastructureLost as exc:  # before UserError, its base: the results database was lost
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}; run the same command again to resume")
-        return EXIT_SERVER
-    except PathNotWritable as exc:  # before UserError, its base: a full disk or no permission mid-run
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(
-            f"error: {redact(str(exc))}; answers received are kept: {exc.remedy} and run the same command again"
-        )
-        return EXIT_NOT_WRITABLE
-    except EndpointUnreachable as exc:  # before UserError, its base
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}")
-        return EXIT_ENDPOINT_UNREACHABLE
-    except RunFailed as exc:  # before UserError, its base: the run measured too little
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"run failed: {redact(str(exc))}")
-        return EXIT_RUN_FAILED
-    except UserError as exc:
-        from judgebench_flows.core.secrets import redact
-
-        _error_line(f"error: {redact(str(exc))}")
-        return EXIT_USER_ERROR
-    except PrefectServerError as exc:
-        _error_line(f"error: {exc}")
-        return EXIT_SERVER
+        _error_line(redact(exc.line()))
+        return exc.exit_code
     except KeyboardInterrupt:
         _error_line(f"interrupted: {RESUME_LINE}")
         return EXIT_INTERRUPTED

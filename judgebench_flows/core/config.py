@@ -373,6 +373,13 @@ class RunConfig(BaseModel):
         the calls' request rule is chosen by too."""
         return self.endpoint.priced_name(self.model)
 
+    def retirement_notice(self) -> str | None:
+        """The judge model's retirement notice (its provider's shutdown date past or within 30 days), if the
+        run calls a model at all: the one place every door and flow gets it from."""
+        from judgebench_flows.core.pricing import retirement_notice
+
+        return retirement_notice(self.priced_model_name, self.prices) if self.needs_endpoint else None
+
     def sampling_overrides(self) -> dict[str, float | int | str]:
         overrides: dict[str, float | int | str] = {}
         if self.temperature is not None:
@@ -450,6 +457,18 @@ def option_of(loc: tuple[int | str, ...]) -> str:
 def build_config(**options: Any) -> RunConfig:
     """RunConfig from CLI/deployment options, turning validation errors into one line naming the option."""
     return validated(RunConfig, options)
+
+
+def run_settings(options: Mapping[str, Any], model_required: str) -> RunConfig:
+    """A run's settings from a door's options (the command's given options, `evaluate()`'s keywords): an
+    external judge deciding JudgeBench pairs calls no endpoint, so its model is "external" unless named;
+    any other run needs its model, else `model_required` (the door's own words for it) as a UserError."""
+    given = dict(options)
+    if given.get("judge_type") == "external" and not given.get("model"):
+        given["model"] = "external"
+    if not given.get("model"):
+        raise UserError(model_required)
+    return build_config(**given)
 
 
 def validated(model: type[ModelT], options: Mapping[str, object]) -> ModelT:

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict
 
-from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.errors import EXIT_BUDGET, UserError
 from judgebench_flows.core.safe_yaml import NotReadable, read_limited
 from judgebench_flows.core.safe_yaml import load as load_yaml
 from judgebench_flows.core.yaml_lines import with_line
@@ -270,6 +270,9 @@ def run_cost_text(cost: float | None, priced_as: str | None) -> str:
 class BudgetReached(UserError):
     """The run spent its --max-cost: it stopped, keeping what it judged (answers cached; the same
     command with a larger budget resumes without paying for them again). Exit code 6."""
+
+    exit_code = EXIT_BUDGET
+    prefix = "stopped"
 
     def __init__(self, message: str, spent: float | None = None):
         super().__init__(message)

@@ -36,7 +36,29 @@ def category_of(source: str) -> str:
 
 
 class Pair(BaseModel):
-    """One JudgeBench response pair, as in its data/*.jsonl files (unknown extra fields are kept)."""
+    """One JudgeBench response pair, as in its data/*.jsonl files (unknown extra fields are kept).
+
+    The plug-in point for a benchmark of one's own: any JSONL file of rows with these fields is judged as
+    JudgeBench's are (`--data-path` / `evaluate(data_path=...)`); a row that does not validate is skipped,
+    named by its line and counted (data/loading.py).
+
+    Attributes:
+        pair_id: Unique in the file (a duplicate stops the run).
+        source: Where the pair comes from (e.g. "mmlu-pro-law"); its category is derived from it.
+        question: The question both responses answer.
+        response_A, response_B: The two responses.
+        label: The better response: "A>B" or "B>A".
+        original_id, response_model: Optional provenance, kept in the results.
+
+    Examples:
+        A row of a pairs file::
+
+            {"pair_id": "p1", "source": "mmlu-pro-law", "question": "...", "response_A": "...",
+             "response_B": "...", "label": "A>B"}
+
+        >>> Pair.model_validate_json(line).category  # doctest: +SKIP
+        'mmlu-pro'
+    """
 
     model_config = ConfigDict(extra="allow", frozen=True)
 

@@ -1,4 +1,5 @@
-"""Opening the results database: one engine per URL per process, its schema migrated on open (Alembic,
+"""Opening the results database: one engine per URL per process (the last MAX_ENGINES used kept: an
+older one is disposed, so a notebook that opens many databases does not hold them all), its schema migrated on open (Alembic,
 `data/migrations`), the read-only ways to open it that leave no trace, writes retried through passing
 trouble and a database that is away waited for (`outage`), and the runs whose process ended without
 finishing them (crash detection).
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,8 +34,21 @@ from judgebench_flows.data.schema import JudgmentRow, RunRow, table_of, utcnow
 if TYPE_CHECKING:  # imported where a migration runs: most opens find the schema current and need none of it
     from alembic.config import Config as AlembicConfig
 
-_engines: dict[str, Engine] = {}
+# The engines of the databases opened last, oldest first; one evicted beyond MAX_ENGINES is disposed (its
+# pooled connections closed: a connection a run still holds goes on, and the next open makes a new engine).
+MAX_ENGINES = 8
+_engines: OrderedDict[str, Engine] = OrderedDict()
 _engines_lock = threading.Lock()
+
+
+def _kept(url: str, engine: Engine) -> Engine:
+    """`engine` kept as the newest for `url` (lock held), the oldest disposed beyond MAX_ENGINES."""
+    _engines[url] = engine
+    _engines.move_to_end(url)
+    while len(_engines) > MAX_ENGINES:
+        _, oldest = _engines.popitem(last=False)
+        oldest.dispose()
+    return engine
 
 
 def safe_url(url: str) -> str:
@@ -180,10 +195,11 @@ def _upgrade_schema(engine: Engine) -> None:
 
 
 def open_database(url: str) -> Engine:
-    """An engine for `url` with the schema migrated to the newest version; one per URL per process."""
+    """An engine for `url` with the schema migrated to the newest version; one per URL per process (of the
+    last MAX_ENGINES opened)."""
     with _engines_lock:
         if url in _engines:
-            return _engines[url]
+            return _kept(url, _engines[url])
         parsed = _parse_url(url)
         try:
             if parsed.get_backend_name() == "sqlite":
@@ -196,8 +212,7 @@ def open_database(url: str) -> Engine:
             _upgrade_schema(engine)
         except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
             raise _cannot_open(url, exc) from None
-        _engines[url] = engine
-        return engine
+        return _kept(url, engine)
 
 
 def open_existing(url: str) -> Engine | None:

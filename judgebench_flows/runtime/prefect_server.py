@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from judgebench_flows.core.errors import EXIT_SERVER, KnownError
 from judgebench_flows.core.text import wrapped
 from judgebench_flows.runtime.server_watch import alive, answers, seconds_from_env
 
@@ -54,8 +55,10 @@ PORT_FILE = "judgebench-server-port"
 ALIVE_EVERY_SECONDS = 10.0  # how often a first boot says it is still starting
 
 
-class PrefectServerError(Exception):
+class PrefectServerError(KnownError):
     """The Prefect server could not start, or stopped during the run: not bad input (exit 5, not 2)."""
+
+    exit_code = EXIT_SERVER
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def use_prefect_server() -> PrefectServer:
     with _locked(home / LOCK_FILE):
         port = _remembered_port(home, configured) or configured
         api_url = _api_url(host, port)
-        if answers(api_url, timeout=2.0) and serves_home(api_url, home):
+        if _home_server_answers(host, port, api_url, home):
             _check_ui(api_url, home)  # this home's server, running: the common case
         elif alive(_background_pid(home)):
             _wait_until_answering(api_url, home)  # booting (started by hand, or by a run killed while waiting)
@@ -120,10 +123,25 @@ def _home_answer(api_url: str, home: Path) -> bool | None:
     return isinstance(theirs, str) and _same_path(Path(theirs).expanduser(), home)
 
 
-def _says_it_serves_home(api_url: str, home: Path) -> bool:
+def _home_server_answers(host: str, port: int, api_url: str, home: Path) -> bool:
+    """Whether this home's server answers on host:port. A busy machine's server can be slow to answer: a
+    held port is asked again with a longer timeout, and a server that answers without giving its settings in
+    time is asked again (up to BUSY_ANSWER_SECONDS), so this home's own server is not taken for a stranger's
+    and a second server of this home started beside it (on another port, outliving the run that started it)."""
+    if not answers(api_url, timeout=2.0) and not (_taken(host, port) and answers(api_url, timeout=HEALTH_TIMEOUT)):
+        return False
+    return _says_it_serves_home(api_url, home, within=BUSY_ANSWER_SECONDS)
+
+
+HEALTH_TIMEOUT = 10.0  # a held port's second chance to answer /health
+BUSY_ANSWER_SECONDS = 60.0  # how long a server that answers /health is asked for its settings
+
+
+def _says_it_serves_home(api_url: str, home: Path, within: float | None = None) -> bool:
     """`serves_home` of a server this home is booting, asked again while it gives no answer in time (a
-    5 s timeout under load is not a stranger's server), up to the start timeout."""
-    ceiling = time.monotonic() + seconds_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT)
+    5 s timeout under load is not a stranger's server), up to `within` seconds (default: the start timeout)."""
+    limit = seconds_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT) if within is None else within
+    ceiling = time.monotonic() + limit
     while (said := _home_answer(api_url, home)) is None and time.monotonic() < ceiling:
         time.sleep(1.0)
     return said is True

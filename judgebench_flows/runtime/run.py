@@ -16,7 +16,7 @@ import contextvars
 import importlib
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -76,10 +76,9 @@ class RunHost:
 
 
 def retirement(config: RunConfig) -> str | None:
-    """The judge model's retirement notice (its provider's shutdown date past or within 30 days), if any."""
-    from judgebench_flows.core.pricing import retirement_notice
-
-    return retirement_notice(config.priced_model_name, config.prices) if config.needs_endpoint else None
+    """The judge model's retirement notice (its provider's shutdown date past or within 30 days), if any
+    (`RunConfig.retirement_notice`, the one place it is computed)."""
+    return config.retirement_notice()
 
 
 def judge_run(config: RunConfig, host: RunHost) -> RunResults:
@@ -88,40 +87,64 @@ def judge_run(config: RunConfig, host: RunHost) -> RunResults:
     from judgebench_flows.core.secrets import install_log_redaction
     from judgebench_flows.judging.preflight import preflight
     from judgebench_flows.judging.run_context import RunContext, running
-    from judgebench_flows.runtime.prefect_server import PrefectServerError
-    from judgebench_flows.runtime.server_watch import mark_run_failed
 
-    install_log_redaction()
+    install_log_redaction()  # the run's one install below the doors (the flow's is for a deployment's worker)
     host.say_route(config)
     preflight(config)
     host.say_retirement(config)
     run = RunContext()  # the run's state, which the door's progress display watches
-    served = Served(config, host)
-    try:
+    served = Served(host, config.db_url, config.server_lost_seconds())
+    with served.ends_if_lost():
         with host.showing(config, run), running(run):
             final = host.run_flow(lambda: flow_started_early(config, run, served))
-    except BaseException as exc:  # cancelled by the watch, or Prefect's retries gave up on a stopped server
-        lost = served.lost(exc)
-        if lost is None:
-            raise
-        served.disarm()
-        mark_run_failed(config.db_url, lost)
-        raise PrefectServerError(f"{lost}; {host.resume}") from None
-    finally:
-        served.disarm()
     from judgebench_flows.scoring.run_results import RunResults
 
     return RunResults.model_validate(final)
 
 
+def watched_run(work: Callable[[], T], host: RunHost, db_url: str | None = None) -> T:
+    """`work` (a flow called in this thread, e.g. the external-table flow) on the run's Prefect server,
+    watched as `judge_run`'s flow is: a server lost mid-run ends it with `PrefectServerError` (exit 5 for
+    the command), not a hang; Prefect's settings point at the server inside."""
+    from judgebench_flows.runtime.prefect_server import pointed_at
+    from judgebench_flows.runtime.server_watch import lost_timeout
+
+    served = Served(host, db_url, lost_timeout())
+    with served.ends_if_lost():
+        server = served.find()
+        served.watched(server)
+        with pointed_at(server):
+            return work()
+
+
 class Served:
     """The run's Prefect server, found while its first calls go out, and the watch on it: a server lost
     mid-run ends the run, not a hang (the watch cancels it: SIGTERM to the main thread, or the host's
-    `cancel_run`; the run's own shutdown writes its cached answers, and `judge_run` reports it)."""
+    `cancel_run`; the run's own shutdown writes its cached answers, and `ends_if_lost` reports it)."""
 
-    def __init__(self, config: RunConfig, host: RunHost) -> None:
-        self.config, self.host = config, host
+    def __init__(self, host: RunHost, db_url: str | None, lost_seconds: float) -> None:
+        self.host, self.db_url, self.lost_seconds = host, db_url, lost_seconds
         self.watch: ServerWatch | None = None
+
+    @contextlib.contextmanager
+    def ends_if_lost(self) -> Iterator[None]:
+        """The run inside the block: if it ended because its server was lost (cancelled by the watch, or
+        Prefect's retries gave up on a stopped server), the run is marked failed and `PrefectServerError`
+        says so and how to resume; the watch is disarmed as the block ends, whatever happened."""
+        from judgebench_flows.runtime.prefect_server import PrefectServerError
+        from judgebench_flows.runtime.server_watch import mark_run_failed
+
+        try:
+            yield
+        except BaseException as exc:
+            lost = self.lost(exc)
+            if lost is None:
+                raise
+            self.disarm()
+            mark_run_failed(self.db_url, lost)
+            raise PrefectServerError(f"{lost}; {self.host.resume}") from None
+        finally:
+            self.disarm()
 
     def find(self) -> PrefectServer:
         """The server (`use_prefect_server`: Prefect's settings, started if it is this home's background
@@ -137,8 +160,8 @@ class Served:
         self.watch = ServerWatch(
             server.api_url,
             server.pid,
-            self.config.db_url,
-            self.config.server_lost_seconds(),
+            self.db_url,
+            self.lost_seconds,
             cancel=self.host.cancel_run,
         ).start()
 
@@ -286,5 +309,6 @@ __all__ = [
     "RunInterrupted",
     "judge_run",
     "retirement",
+    "watched_run",
     "stop_requested",
 ]

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from judgebench_flows.core.errors import EXIT_SERVER  # the Prefect server could not start or stopped
+
 LOST_TIMEOUT_ENV = "JUDGEBENCH_SERVER_LOST_TIMEOUT"
 DEFAULT_LOST_TIMEOUT = 120.0
-EXIT_SERVER = 5  # as the command's (cli/main.py): the Prefect server could not start or stopped
 POLL_SECONDS = 0.5  # how often the server's process is checked (a /proc read)
 HEALTH_EVERY_SECONDS = 5.0  # how often the server is asked whether it answers
 HEALTH_TIMEOUT_SECONDS = 10.0

@@ -143,6 +143,27 @@ class RunHeader(Section):
 
 
 class RunResults(RunHeader):
+    """A run's results: results.json as a typed model, what the command prints, the report shows and
+    `evaluate` returns (as its subclass `Evaluation`). Built once from the run's tally (`aggregate`); fields
+    written only when they apply (`_optional`) are left out of the file when empty.
+
+    Attributes:
+        benchmark: The benchmark judged, when not JudgeBench (`llmbar`); scoring: its rule in a sentence.
+        official: That benchmark's own statistics as its code writes them (LLMBar's statistics.json).
+        overall_accuracy: Accuracy over every pair (the benchmark's official rule) with its 95% interval.
+        category_accuracy: Per category; source_accuracy: per source of the pairs.
+        consistency: How often the two orders of a pair agreed (position bias).
+        invalid: Judgments whose answer did not parse (never counted as a verdict).
+        usage: Calls, cached calls, paid calls, tokens and cost.
+        regression: Against the baseline run, when there is one.
+
+    Examples:
+        >>> from pathlib import Path
+        >>> results = RunResults.model_validate_json(Path("results/latest/results.json").read_text())  # doctest: +SKIP
+        >>> results.overall_accuracy.accuracy, results.usage.paid_calls  # doctest: +SKIP
+        (0.65, 40)
+    """
+
     _optional = frozenset(
         {"outputs", "provenance", "drift", "epochs", "epoch_accuracy", "noise", "benchmark", "scoring", "official"}
     )

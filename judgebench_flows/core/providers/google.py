@@ -25,8 +25,23 @@ GEMINI = Provider(
 )
 
 
-@functools.cache
 def _adc_project() -> str | None:
+    """The project of the Application Default Credentials in force now: read once per credentials file as
+    it is (path and modification time), not once per process. A notebook that points
+    GOOGLE_APPLICATION_CREDENTIALS at another project's file between two `evaluate()` calls judges on that
+    project, not on the first one's."""
+    path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or ""
+    try:
+        modified = os.stat(path).st_mtime_ns if path else 0
+    except OSError:
+        modified = -1  # missing: google-auth says so, in default_credentials's one line
+    return _project_of(path, modified)
+
+
+@functools.lru_cache(maxsize=8)  # bounded: a long-lived process keeps the last few credentials files' projects
+def _project_of(path: str, modified: int) -> str | None:
+    """The project of the credentials file `path` as of `modified` (the cache's key; google-auth reads the
+    file from GOOGLE_APPLICATION_CREDENTIALS, which names `path`)."""
     from judgebench_flows.core.google_adc import default_credentials
 
     return default_credentials()[1]

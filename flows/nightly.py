@@ -244,6 +244,7 @@ async def judge_night_on_pool(
         matrix.deadline(night_start()),
         night_budget=budget.night if budget else None,
         after_deadline_s=matrix.after_deadline_minutes * 60,
+        pending_timeout_s=matrix.pending_timeout_minutes * 60,
     )
     outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
     endpoints = await pool_endpoint_usage([run.id for run, _ in ended])

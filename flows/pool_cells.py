@@ -110,9 +110,12 @@ async def judge_pool_cell(cell: PoolCell, retry_delay_seconds: float) -> tuple[M
     what its endpoint saw reported for the night (`report_endpoint_usage`)."""
     from prefect.runtime import flow_run
 
+    from judgebench_flows.flows.cell_preflight import refusal
     from judgebench_flows.flows.cell_runs import judge_cell
 
     entry = pool_cell_entry(cell)
+    if (refused := await refusal(entry)) is not None:  # checked on this worker, where its keys are
+        return entry, *refused
     # the endpoint's limit, shared with the night's other cells on any worker
     held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
     # a pool night's budget: the cell reserves its worst case there before any call (data/night_budget.py)

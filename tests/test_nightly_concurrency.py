@@ -349,3 +349,63 @@ def test_a_cells_check_refuses_a_wrong_key_and_a_dead_endpoint_in_one_line_each(
     assert wrong is not None and wrong.startswith(f"error: the endpoint {address} rejected the API key")
     assert wrong.endswith("check $JB_WRONG_KEY") and "sk-not-the-key" not in wrong
     assert down is not None and down.startswith(f"error: cannot reach the endpoint {dead[: -len('/v1')]}: ")
+
+
+NIGHT_SCRIPT = """
+import asyncio, sys
+from judgebench_flows.flows.nightly import nightly_benchmarks
+state = asyncio.run(nightly_benchmarks(sys.argv[1], retry_delay_seconds=0, return_state=True))
+sys.exit(0 if state.is_completed() else 1)
+"""
+
+
+@pytest.mark.slow
+def test_twin_nights_started_together_pay_each_call_once(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path
+) -> None:
+    """Two identical nights started at once, each in its own process (a scheduled night and a manual run
+    of the same matrix), 4 cells x 20 pairs on one endpoint at concurrency 8: each configuration is
+    judged by one night while the other waits for it (`data/run_lock`) and then reuses that twin's
+    answers, as its message says: 160 calls, each paid once. The endpoint's `concurrency` is each night's
+    process's own (docs/operations-deployments.md), so the endpoint may see up to twice it."""
+    import os
+
+    url, sha = judgebench_repo
+    models = ["judge-a", "judge-b", "judge-c", "judge-d"]
+    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), latency=0.3) as endpoint:
+        matrix = {
+            **BASE,
+            "repo_url": url,
+            "ref": sha,
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_root": str(tmp_path / "nightly"),
+            "max_samples": 20,
+            "concurrency": 8,
+            "base_url": endpoint.base_url,
+            "models": models,
+            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 100},
+        }
+        path = tmp_path / "night.yaml"
+        path.write_text(yaml.safe_dump(matrix))
+        env = {**os.environ, "PREFECT_API_URL": prefect_server, "OPENAI_API_KEY": CANARY_KEY}
+        nights = [
+            subprocess.Popen(
+                [sys.executable, "-c", NIGHT_SCRIPT, str(path)],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        logs = [night.communicate(timeout=600)[0] for night in nights]
+        snapshot = endpoint.snapshot()
+    assert [night.returncode for night in nights] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    both = "\n".join(logs)
+    waits = both.count("of the same configuration (on ")
+    reused = both.count("of the same configuration tonight (")
+    assert reused >= waits >= 1, both[-5000:]  # every wait ended reusing the twin's answers
+    assert snapshot["distinct_answered"] == snapshot["answered"] == len(models) * 40, snapshot  # each call paid once
+    assert snapshot["max_in_flight"] <= 2 * 8, snapshot  # each night's process holds its own limit of 8
+    print(f"{waits} cells waited for their twin; most in flight {snapshot['max_in_flight']}")

@@ -21,6 +21,7 @@ from judgebench_flows.core.config import DEFAULT_DATA_FILE, DEFAULT_DB_URL, buil
 from judgebench_flows.core.endpoint import DEFAULT_CONCURRENCY
 from judgebench_flows.data.dataset import DEFAULT_REF, DEFAULT_REPO_URL
 from judgebench_flows.data.outputs import RUN_ID_FIELD
+from judgebench_flows.flows.cell_preflight import refusal
 from judgebench_flows.flows.cell_runs import judge_cell
 from judgebench_flows.flows.outcomes import CellOutcome, cell_published_results, subflow_results
 from judgebench_flows.flows.pool_cells import PoolCell, judge_pool_cell
@@ -101,7 +102,7 @@ async def judgebench_adhoc(
         api_key_secret=api_key_secret,
     )
     entry = MatrixEntry(name=Path(folder.replace(RUN_ID_FIELD, "")).name, config=config)
-    outcome, state = await judge_cell(entry, retry_delay_seconds)
+    outcome, state = (await refusal(entry)) or await judge_cell(entry, retry_delay_seconds)
     return await adhoc_ending(entry, outcome, state)
 
 

@@ -2,7 +2,9 @@
 
 A night measures tonight's judges: a model served under one name changes behind it, so a night (and a
 deployment's ad-hoc run) reuses only the answers paid under its own outermost flow run, which its cells'
-retries, its reschedule after a crash (Prefect keeps the flow run's id) and a twin started meanwhile share.
+retries and its reschedule after a crash (Prefect keeps the flow run's id) share, and those of its twins:
+runs of the same configuration it waited for, or that were running when it started or started since (a
+scheduled night and a manual run of the same matrix; flows/judgebench_flow.py `twins_admitted`).
 A command-line run keeps reusing any run's answers (a repeated command resumes). `--cache-reuse` says
 otherwise, and `--cache-max-age` bounds the age of what is reused either way.
 """
@@ -36,6 +38,7 @@ class ReuseScope:
     root_flow_run_id: str
     scope: str | None
     newer_than: datetime | None
+    root_started: datetime | None = None  # when the outermost flow run started (a night's start)
 
 
 # A flow run's outermost flow run and its flow's name, by the flow run's id: fixed once the run exists, so a
@@ -85,6 +88,7 @@ async def reuse_scope(endpoint: EndpointSettings, flow_run: FlowRun, started: da
         root_flow_run_id=str(root.id),
         scope=str(root.id) if own else None,
         newer_than=endpoint.reused_newer_than(started),
+        root_started=root.start_time or root.created,
     )
 
 

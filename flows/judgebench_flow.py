@@ -120,9 +120,10 @@ def stop_request(exc: BaseException) -> str | None:
     return None
 
 
-async def hold_configuration(engine: Engine, config_key: str, run_id: str) -> ConfigurationLock:
+async def hold_configuration(engine: Engine, config_key: str, run_id: str) -> tuple[ConfigurationLock, list[str]]:
     """This run judges its configuration alone in this results database (`data/run_lock`): an identical
-    run in progress is waited for, saying so in one line, and its answers then come from the call cache."""
+    run in progress is waited for, saying so in one line, and its answers then come from the call cache
+    (a night's run admits them into its reuse: `twins_admitted`). Returns the lock and the runs waited for."""
     logger = get_run_logger()
 
     def waiting(holder: Any) -> None:
@@ -135,8 +136,35 @@ async def hold_configuration(engine: Engine, config_key: str, run_id: str) -> Co
         )
 
     lock = ConfigurationLock(engine, config_key, run_id)
-    await asyncio.to_thread(lock.hold, waiting)
-    return lock
+    waited = await asyncio.to_thread(lock.hold, waiting)
+    return lock, waited
+
+
+async def twins_admitted(
+    spec: JudgeSpec, waited: list[str], engine: Engine, config_key: str, reuse: ReuseScope
+) -> JudgeSpec:
+    """The spec of a night's (or deployment run's) run with its twins' answers admitted into its reuse:
+    the runs of the same configuration it waited for, and those running when its night started or
+    started since (`db.twin_runs`). Its reuse is otherwise its own flow run's only, so a twin night started
+    alongside would pay every call its twin had just paid, which the waiting message promises it will not."""
+    if spec.cache_scope is None:  # any run's answers are reused already
+        return spec
+    since = reuse.root_started
+    twins = (
+        [*waited, *(await asyncio.to_thread(db.twin_runs, engine, config_key, since, spec.run_id or ""))]
+        if since
+        else waited
+    )
+    twins = list(dict.fromkeys(twins))
+    if not twins:
+        return spec
+    get_run_logger().info(
+        "answers of %d run%s of the same configuration tonight (%s) are reused as this run's own",
+        len(twins),
+        "s" if len(twins) > 1 else "",
+        ", ".join(run_id[:8] for run_id in twins),
+    )
+    return spec.model_copy(update={"cache_twins": tuple(twins)})
 
 
 def measured_too_little(results: RunResults, max_failed_fraction: float) -> str | None:
@@ -242,10 +270,11 @@ async def configuration_held(
     index: PairIndex,
     engine: Engine,
     config_key: str,
-) -> ConfigurationLock:
-    """The configuration held for this run: by its head start when the flow adopts it, else taken now."""
+) -> tuple[ConfigurationLock, list[str]]:
+    """The configuration held for this run (by its head start when the flow adopts it, else taken now) and
+    the identical runs it waited for."""
     adopting = early and await adopted(early, run, source, spec, index)
-    return adopting.lock if adopting else await hold_configuration(engine, config_key, spec.run_id or "")
+    return (adopting.lock, []) if adopting else await hold_configuration(engine, config_key, spec.run_id or "")
 
 
 async def adopted(
@@ -541,7 +570,8 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(flow_run.id)
     trace.run_id, trace.config_key = run_id, config_key
-    lock = await configuration_held(early, run, source, spec, index, engine, config_key)
+    lock, waited = await configuration_held(early, run, source, spec, index, engine, config_key)
+    spec = await twins_admitted(spec, waited, engine, config_key, reuse)
     try:
         await asyncio.to_thread(
             record_start, engine, run_id, config, source, header, config_key, flow_run_id, clock, reuse

@@ -52,6 +52,7 @@ from judgebench_flows.core.pricing import NightSpend, format_usd
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data.night_budget import NightTotals
 from judgebench_flows.flows.adhoc_flow import judgebench_adhoc
+from judgebench_flows.flows.cell_preflight import in_matrix_order, refused_cells
 from judgebench_flows.flows.cell_runs import cell_flow, judge_cell, subflow_state
 from judgebench_flows.flows.cell_schedule import CellSchedule, PlannedCell, planned_judgments
 from judgebench_flows.flows.events import NightRefused, emit_night_event
@@ -244,6 +245,7 @@ async def judge_night_on_pool(
         matrix.deadline(night_start()),
         night_budget=budget.night if budget else None,
         after_deadline_s=matrix.after_deadline_minutes * 60,
+        pending_timeout_s=matrix.pending_timeout_minutes * 60,
     )
     outcomes = [pool_outcome(e, run, results) for e, (run, results) in zip(entries, ended, strict=True)]
     endpoints = await pool_endpoint_usage([run.id for run, _ in ended])
@@ -298,15 +300,21 @@ async def nightly_benchmarks(
     if matrix.cells == "pool":  # each cell its own run of the ad-hoc deployment, on any worker of the pool
         outcomes, endpoints, budget = await judge_night_on_pool(entries, matrix)
     else:
+        unable = await refused_cells(entries)  # each cell's preflight, at once: a cell that cannot run fails now
+        for entry in entries:
+            if entry.name in unable:
+                logger.error("%s: failed (%s)", entry.title, unable[entry.name])
+        runnable = [e for e in entries if e.name not in unable]
         # One run context for the night: its cells share each endpoint's limit, and with a night's
         # --max-cost every cell's calls count toward the night's budget as they run.
         night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
-        budgets = await night_budgets(entries, matrix.max_cost)
+        budgets = await night_budgets(runnable, matrix.max_cost)
         async with queued_writes() as writes:  # cells' runs created without Prefect's 2-32 s backoff on SQLite
             with running(night):
-                outcomes = await judge_cells(
-                    entries, budgets, matrix.cells_in_flight, retry_delay_seconds, night, night_date()
+                judged = await judge_cells(
+                    runnable, budgets, matrix.cells_in_flight, retry_delay_seconds, night, night_date()
                 )
+        outcomes = in_matrix_order(entries, unable, judged)
         if writes is not None and writes.tries_again:
             logger.info("%d Prefect writes tried again after a locked database", writes.tries_again)
         endpoints, budget = night.calls.endpoint_usage(), night.night_spend

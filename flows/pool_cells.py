@@ -64,6 +64,13 @@ CANCEL_WAIT_SECONDS = 120.0
 # (`judgebench automations install`) a few seconds later, under the same id: the night waits this long
 # for that before it takes the crash as the cell's end.
 CRASH_GRACE_SECONDS = 60.0
+# A cell run a worker took (Pending) but whose flow never began (no Running state, so no heartbeat for the
+# crash automations to miss) is taken as crashed after this long: its worker or its process died while it
+# downloaded or imported the flow. The night then schedules it again (`AwaitingRetry`, same id), at most
+# MAX_PENDING_RESCHEDULES times, then marks it Crashed. The matrix's `pending_timeout_minutes` default:
+# generous, since a worker may pull an image or install packages before the flow's import.
+PENDING_TIMEOUT_SECONDS = 15 * 60.0
+MAX_PENDING_RESCHEDULES = 2
 
 
 class PoolCell(BaseModel):
@@ -103,9 +110,12 @@ async def judge_pool_cell(cell: PoolCell, retry_delay_seconds: float) -> tuple[M
     what its endpoint saw reported for the night (`report_endpoint_usage`)."""
     from prefect.runtime import flow_run
 
+    from judgebench_flows.flows.cell_preflight import refusal
     from judgebench_flows.flows.cell_runs import judge_cell
 
     entry = pool_cell_entry(cell)
+    if (refused := await refusal(entry)) is not None:  # checked on this worker, where its keys are
+        return entry, *refused
     # the endpoint's limit, shared with the night's other cells on any worker
     held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
     # a pool night's budget: the cell reserves its worst case there before any call (data/night_budget.py)
@@ -255,10 +265,14 @@ class ServerLost(Exception):
 class CellRunWatch:
     """What the night has done to its cell runs at its deadline and its bound (`wait_for_runs`)."""
 
-    def __init__(self, deadline: datetime | None, bound: datetime) -> None:
-        self.deadline, self.bound = deadline, bound
+    def __init__(
+        self, deadline: datetime | None, bound: datetime, pending_timeout_s: float = PENDING_TIMEOUT_SECONDS
+    ) -> None:
+        self.deadline, self.bound, self.pending_timeout_s = deadline, bound, pending_timeout_s
         self.cancel_asked: dict[UUID, float] = {}  # run -> when the night asked it to stop (monotonic)
         self.reasons: dict[UUID, str] = {}  # run -> why the night stopped it
+        self.pending_since: dict[UUID, tuple[UUID, float]] = {}  # run -> (its Pending state, first seen)
+        self.pending_retries: dict[UUID, int] = {}  # run -> how often the night scheduled it again
 
     def explained(self, run: FlowRun) -> FlowRun:
         """A run the night stopped, with the night's reason as its state's message (its worker's own
@@ -288,6 +302,8 @@ class CellRunWatch:
             await client.set_flow_run_state(run.id, Cancelling(message=message), force=True)
             self.cancel_asked[run.id] = time.monotonic()
             return None
+        if run.id not in self.cancel_asked and await self.stuck_pending(client, run):
+            return None
         if now >= self.bound and run.id not in self.cancel_asked:
             if self.deadline is not None:
                 minutes = (self.bound - self.deadline).total_seconds() / 60
@@ -305,12 +321,61 @@ class CellRunWatch:
             return await client.read_flow_run(run.id)
         return None
 
+    async def stuck_pending(self, client: Any, run: FlowRun) -> bool:
+        """Whether the run stayed Pending (a worker took it; its flow never began, so it sends no heartbeat)
+        for `pending_timeout_s` since the night first saw that state, and was taken as crashed: scheduled
+        again under the same id for any worker, at most MAX_PENDING_RESCHEDULES times, else marked Crashed
+        (the night's crash grace then ends the cell)."""
+        from prefect.states import AwaitingRetry, Crashed
+
+        state = run.state
+        if state is None or not state.is_pending():
+            self.pending_since.pop(run.id, None)
+            return False
+        seen = self.pending_since.get(run.id)
+        if seen is None or seen[0] != state.id:  # a new Pending state (a worker took it again): a new window
+            self.pending_since[run.id] = (state.id, time.monotonic())
+            return False
+        if time.monotonic() - seen[1] < self.pending_timeout_s:
+            return False
+        del self.pending_since[run.id]
+        why = (
+            f"Pending for {self.pending_timeout_s:.0f} s without starting (no heartbeat): its worker or its "
+            "process died while downloading or importing the flow"
+        )
+        retries = self.pending_retries.get(run.id, 0)
+        if retries >= MAX_PENDING_RESCHEDULES:
+            message = f"{why}; scheduled again {retries} times already"
+            await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+        else:
+            self.pending_retries[run.id] = retries + 1
+            message = (
+                f"taken as crashed: {why}; scheduled again for any worker ({retries + 1} of {MAX_PENDING_RESCHEDULES})"
+            )
+            await client.set_flow_run_state(run.id, AwaitingRetry(message=message), force=True)
+        _night_logger().warning("%s: %s", run.name, message)
+        return True
+
+
+def _night_logger() -> Any:
+    """The night's run logger, or this module's outside a flow run."""
+    import logging
+
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
+
 
 async def wait_for_runs(
     run_ids: list[UUID],
     deadline: datetime | None,
     after_deadline_s: float = AFTER_DEADLINE_SECONDS,
     lost_after: float | None = None,
+    pending_timeout_s: float = PENDING_TIMEOUT_SECONDS,
 ) -> dict[UUID, FlowRun]:
     """Every cell run as it ended, asking every `POLL_SECONDS`. At the night's `deadline` the runs no
     worker has started are cancelled (the night starts nothing more); the runs still going
@@ -318,11 +383,12 @@ async def wait_for_runs(
     at most `CANCEL_WAIT_SECONDS`, then marked Cancelled: no cell run is left running. A server that stops
     answering (restarted, or its machine rebooting) is waited for up to `lost_after` seconds
     (`--server-lost-timeout`'s default), then `ServerLost`: the cell runs keep their own state on the
-    server, and a night run again waits for them."""
+    server, and a night run again waits for them. A run Pending longer than `pending_timeout_s` (its
+    worker died before its flow began) is scheduled again (`CellRunWatch.stuck_pending`)."""
     from prefect.client.orchestration import get_client
 
     lost_after = server_lost_seconds() if lost_after is None else lost_after
-    watch = CellRunWatch(deadline, night_bound(deadline, after_deadline_s))
+    watch = CellRunWatch(deadline, night_bound(deadline, after_deadline_s), pending_timeout_s)
     finished: dict[UUID, FlowRun] = {}
     crashed_since: dict[UUID, float] = {}
     silent_since: float | None = None
@@ -402,12 +468,14 @@ async def judge_cells_on_pool(
     deployment: str = ADHOC_DEPLOYMENT,
     night_budget: str | None = None,
     after_deadline_s: float = AFTER_DEADLINE_SECONDS,
+    pending_timeout_s: float = PENDING_TIMEOUT_SECONDS,
 ) -> list[tuple[FlowRun, RunResults | None]]:
     """Every cell as its own run of the ad-hoc deployment, all submitted at once (the pool's workers
     decide how many run side by side); once every run has ended, each run as it ended with the results
     its judging subflow wrote (None: none), in matrix order. `night_budget`: the night whose budget in
     the results database the cells reserve their worst cases from (`night_budget.NightBudget`). At the
-    `deadline`, cell runs not started are cancelled; those still running `after_deadline_s` later too."""
+    `deadline`, cell runs not started are cancelled; those still running `after_deadline_s` later too; a
+    cell run Pending longer than `pending_timeout_s` is taken as crashed and scheduled again."""
     from prefect import get_run_logger
     from prefect.deployments import arun_deployment
 
@@ -447,7 +515,7 @@ async def judge_cells_on_pool(
     started = time.monotonic()
     bound = night_bound(deadline, after_deadline_s)
     logger.info("%d cells submitted to %s; waiting for them until %s", len(run_ids), deployment, bound)
-    finished = await wait_for_runs(run_ids, deadline, after_deadline_s)
+    finished = await wait_for_runs(run_ids, deadline, after_deadline_s, pending_timeout_s=pending_timeout_s)
     ended = [finished[run_id] for run_id in run_ids]
     logger.info("cells on the pool took %.1f s", time.monotonic() - started)
     return [(run, await _results_of_run(entry, run.id)) for entry, run in zip(entries, ended, strict=True)]

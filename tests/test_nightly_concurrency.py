@@ -231,3 +231,181 @@ def test_a_night_listed_endpoint_by_endpoint_starts_a_cell_on_every_endpoint_fir
     first_wave, second_wave = outcomes[:3], outcomes[3:]
     assert len({o["endpoint"] for o in first_wave}) == 3, [(o["name"], o["wait_s"]) for o in outcomes]
     assert min(o["wait_s"] for o in second_wave) > max(o["wait_s"] for o in first_wave)
+
+
+def _night_log(state) -> list[tuple[float, str]]:
+    """The night's own log records (time, message), oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=30)  # logs are sent in the background
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+        )
+    return sorted((log.timestamp.timestamp(), log.message) for log in logs)
+
+
+@pytest.mark.slow
+def test_cells_that_cannot_run_fail_at_the_nights_start_while_the_others_judge(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+) -> None:
+    """A night with one cell whose key the endpoint refuses and one whose endpoint is down (a closed port),
+    listed after a batch cell held until the night's deadline and a slow synchronous cell, one cell in
+    flight: each of the two fails within seconds of the night's start with its preflight's one line, never
+    reaching its turn, and the other two complete."""
+    from tests._s3 import free_port
+
+    url, sha = judgebench_repo
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    monkeypatch.setenv("JB_WRONG_KEY", "sk-not-the-key-0000")
+    oracle = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"])
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    with (
+        FakeOpenAIServer(oracle, latency=1.0, api_key=CANARY_KEY) as endpoint,
+        FakeBatchServer(oracle, hold=True) as batches,
+    ):
+        matrix = {
+            **BASE,
+            "repo_url": url,
+            "ref": sha,
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_root": str(tmp_path / "nightly"),
+            "max_samples": 6,
+            "concurrency": 1,
+            "cells_in_flight": 1,
+            "deadline_minutes": 0.5,
+            "models": [
+                {"model": "judge-batch", "base_url": batches.base_url, "batch": True},
+                {"model": "judge-slow", "base_url": endpoint.base_url},
+                {"model": "judge-wrong-key", "base_url": endpoint.base_url, "api_key_env": "JB_WRONG_KEY"},
+                {"model": "judge-dead", "base_url": dead},
+            ],
+            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 100, "batch_poll_seconds": 0.5},
+        }
+        path = tmp_path / "night.yaml"
+        path.write_text(yaml.safe_dump(matrix))
+        state = run_night(path)
+        assert endpoint.answered == 12 and endpoint.snapshot()["requests"] >= 12  # the slow cell's calls only
+    assert state.is_failed() and "2 of 4 configurations need a look" in state.message, repr(state)
+    log = _night_log(state)
+    start = log[0][0]
+    refused = {
+        model: [
+            (at - start, message) for at, message in log if f"· {model} ·" in message and "failed (error:" in message
+        ]
+        for model in ("judge-wrong-key", "judge-dead")
+    }
+    assert all(len(lines) == 1 for lines in refused.values()), log
+    (wrong_at, wrong), (dead_at, down) = refused["judge-wrong-key"][0], refused["judge-dead"][0]
+    assert wrong_at < 15 and dead_at < 15, log  # at the night's start, not at their turn
+    assert re.search(r"rejected the API key \(HTTP 401.*\); check \$JB_WRONG_KEY\)$", wrong), wrong
+    assert "sk-not-the-key" not in wrong
+    assert re.search(rf"cannot reach the endpoint http://127\.0\.0\.1:{dead.split(':')[2][:-3]}: ", down), down
+    summary = night_summary(state)
+    assert summary.count("| completed | 100.00%") == 2 and summary.count("**FAILED**") == 2, summary
+    done = [at - start for at, message in log if re.search(r"judge-(slow|batch) · .*: completed", message)]
+    assert len(done) == 2 and min(done) > max(wrong_at, dead_at), log  # the bad cells did not wait for these
+
+
+def test_a_cells_check_refuses_a_wrong_key_and_a_dead_endpoint_in_one_line_each(tmp_path, monkeypatch) -> None:
+    """What a pool night's cell run and an ad-hoc run check on their worker before judging
+    (flows/cell_preflight.refusal): the key the endpoint refuses and the endpoint nobody listens on, each one
+    line naming where the key came from or the address; the right key passes, and no call is paid."""
+    from judgebench_flows.core.config import build_config
+    from judgebench_flows.flows.cell_preflight import check_line
+    from judgebench_flows.judging.matrix import MatrixEntry
+    from tests._s3 import free_port
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    monkeypatch.setenv("JB_WRONG_KEY", "sk-not-the-key-0000")
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    with FakeOpenAIServer("ok", api_key=CANARY_KEY) as endpoint:
+        entries = [
+            MatrixEntry(
+                name=model,
+                config=build_config(
+                    judge_type="vanilla",
+                    model=model,
+                    data_path=str(tmp_path / "pairs.jsonl"),  # not read by the check
+                    base_url=url,
+                    db_url=f"sqlite:///{tmp_path}/h.db",
+                    result_path=str(tmp_path / model / "results.json"),
+                    output_dir=str(tmp_path / model),
+                    api_key_env=key_env,
+                ),
+            )
+            for model, url, key_env in (
+                ("right", endpoint.base_url, None),
+                ("wrong", endpoint.base_url, "JB_WRONG_KEY"),
+                ("dead", dead, None),
+            )
+        ]
+        right, wrong, down = (check_line(entry) for entry in entries)
+        assert endpoint.answered == 0
+        address = endpoint.base_url
+    assert right is None
+    assert wrong is not None and wrong.startswith(f"error: the endpoint {address} rejected the API key")
+    assert wrong.endswith("check $JB_WRONG_KEY") and "sk-not-the-key" not in wrong
+    assert down is not None and down.startswith(f"error: cannot reach the endpoint {dead[: -len('/v1')]}: ")
+
+
+NIGHT_SCRIPT = """
+import asyncio, sys
+from judgebench_flows.flows.nightly import nightly_benchmarks
+state = asyncio.run(nightly_benchmarks(sys.argv[1], retry_delay_seconds=0, return_state=True))
+sys.exit(0 if state.is_completed() else 1)
+"""
+
+
+@pytest.mark.slow
+def test_twin_nights_started_together_pay_each_call_once(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path
+) -> None:
+    """Two identical nights started at once, each in its own process (a scheduled night and a manual run
+    of the same matrix), 4 cells x 20 pairs on one endpoint at concurrency 8: each configuration is
+    judged by one night while the other waits for it (`data/run_lock`) and then reuses that twin's
+    answers, as its message says: 160 calls, each paid once. The endpoint's `concurrency` is each night's
+    process's own (docs/operations-deployments.md), so the endpoint may see up to twice it."""
+    import os
+
+    url, sha = judgebench_repo
+    models = ["judge-a", "judge-b", "judge-c", "judge-d"]
+    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), latency=0.3) as endpoint:
+        matrix = {
+            **BASE,
+            "repo_url": url,
+            "ref": sha,
+            "db_url": f"sqlite:///{tmp_path}/history.db",
+            "output_root": str(tmp_path / "nightly"),
+            "max_samples": 20,
+            "concurrency": 8,
+            "base_url": endpoint.base_url,
+            "models": models,
+            "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 100},
+        }
+        path = tmp_path / "night.yaml"
+        path.write_text(yaml.safe_dump(matrix))
+        env = {**os.environ, "PREFECT_API_URL": prefect_server, "OPENAI_API_KEY": CANARY_KEY}
+        nights = [
+            subprocess.Popen(
+                [sys.executable, "-c", NIGHT_SCRIPT, str(path)],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        logs = [night.communicate(timeout=600)[0] for night in nights]
+        snapshot = endpoint.snapshot()
+    assert [night.returncode for night in nights] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    both = "\n".join(logs)
+    waits = both.count("of the same configuration (on ")
+    reused = both.count("of the same configuration tonight (")
+    assert reused >= waits >= 1, both[-5000:]  # every wait ended reusing the twin's answers
+    assert snapshot["distinct_answered"] == snapshot["answered"] == len(models) * 40, snapshot  # each call paid once
+    assert snapshot["max_in_flight"] <= 2 * 8, snapshot  # each night's process holds its own limit of 8
+    print(f"{waits} cells waited for their twin; most in flight {snapshot['max_in_flight']}")

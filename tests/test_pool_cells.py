@@ -9,6 +9,7 @@ The endpoint is the bundled OpenAI-compatible server answering the labelled verd
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -64,12 +65,13 @@ def _pool_night(
     latency: float = 0.2,
     extra: dict | None = None,
     meanwhile=None,
+    worker_env: dict[str, str] | None = None,
 ):
     """A `cells: pool` night of `models` on one endpoint (concurrency 2) that knows `known`, run with one
     real worker that runs up to `worker_limit` flow runs at once: (night's state, endpoint's counters,
     worker's log). `night`: a flow of the matrix path run instead of the nightly flow; `extra`: more
     matrix keys; `meanwhile`: called with the worker's process and the endpoint in a thread of its own
-    while the night runs."""
+    while the night runs; `worker_env`: more of the worker's environment."""
     from judgebench_flows.deployments.deploy import deploy_all
     from judgebench_flows.flows.nightly import nightly_benchmarks
 
@@ -106,6 +108,7 @@ def _pool_night(
                 "PREFECT_API_URL": prefect_server,
                 "OPENAI_API_KEY": CANARY_KEY,
                 "PREFECT_WORKER_QUERY_SECONDS": "2",
+                **(worker_env or {}),
             },
             stdout=worker_log.open("wb"),
             stderr=subprocess.STDOUT,
@@ -117,8 +120,9 @@ def _pool_night(
             night = night or (lambda path: nightly_benchmarks(path, retry_delay_seconds=0, return_state=True))
             state = asyncio.run(night(str(path)))
         finally:
-            os.killpg(worker.pid, signal.SIGCONT)  # a worker stopped by the test, to be ended
-            os.killpg(worker.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # a worker killed by the test is gone already
+                os.killpg(worker.pid, signal.SIGCONT)  # a worker stopped by the test, to be ended
+                os.killpg(worker.pid, signal.SIGTERM)
             try:
                 worker.wait(30)
             except subprocess.TimeoutExpired:
@@ -353,3 +357,128 @@ def test_a_pool_night_ends_its_cell_runs_at_its_deadline(
     assert unstarted, [(r.name, r.state.message) for r in runs]  # the worker ran one at a time: 2 or 3 waited
     assert snapshot["answered"] < 12  # nothing finished: no cell got through its 12 calls
     assert summary.count("**FAILED**") == 3, summary
+
+
+# On the worker's PYTHONPATH: the first flow run process to import the cell's flow sleeps in that import
+# (its run Pending, as while a slow worker downloads or imports the flow) and writes its pid to the mark.
+PENDING_IMPORT = """
+import os, sys, time
+class HeldImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "judgebench_flows.flows.pool_cells" and os.environ.get("PREFECT__FLOW_RUN_ID"):
+            sys.meta_path.remove(self)
+            try:
+                mark = os.open(os.environ["PENDING_IMPORT_MARK"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return None
+            os.write(mark, str(os.getpid()).encode())
+            os.close(mark)
+            time.sleep(3600)
+        return None
+sys.meta_path.insert(0, HeldImport())
+"""
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL a worker and every process below it (its flow runs start sessions of their own), frozen
+    first so that none starts another meanwhile: a machine going away."""
+    from tests.test_pool_team import _descendants, _signal
+
+    _signal(root, signal.SIGSTOP)
+    doomed: set[int] = set()
+    while found := _descendants(root) - doomed:
+        for pid in found:
+            _signal(pid, signal.SIGSTOP)
+        doomed |= found
+    for pid in {root, *doomed}:
+        _signal(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_cell_run_whose_worker_dies_while_it_is_pending_is_run_again(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch
+):
+    """The worker is killed while its one cell run is Pending (its process importing the flow): no heartbeat
+    was ever sent, so only the night's `pending_timeout_minutes` finds it. The night schedules it again,
+    a new worker runs both cells, and the night completes in minutes, not at its 24 h bound."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    (probe := tmp_path / "probe").mkdir()
+    (probe / "sitecustomize.py").write_text(PENDING_IMPORT)
+    mark = tmp_path / "held-import"
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(probe), os.environ.get("PYTHONPATH")])),
+        "PENDING_IMPORT_MARK": str(mark),
+    }
+    replacement: list[subprocess.Popen[bytes]] = []
+    held: list[int] = []
+
+    def kill_while_pending(worker: subprocess.Popen[bytes], server: FakeOpenAIServer) -> None:
+        deadline = time.monotonic() + 300
+        while not (mark.exists() and mark.read_text()):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        held.append(int(mark.read_text()))
+        _kill_tree(worker.pid)  # the worker and its Pending run's process, before any call
+        replacement.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--work-queue", "adhoc"],
+                cwd=tmp_path,
+                env={
+                    **os.environ,
+                    **env,
+                    "PREFECT_API_URL": prefect_server,
+                    "OPENAI_API_KEY": CANARY_KEY,
+                    "PREFECT_WORKER_QUERY_SECONDS": "2",
+                },
+                stdout=(tmp_path / "worker-2.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    models = MODELS[:2]
+    started = time.monotonic()
+    try:
+        state, snapshot, log = _pool_night(
+            prefect_server,
+            judgebench_repo,
+            gpt4o_pairs,
+            tmp_path,
+            models,
+            set(models),
+            worker_limit=1,  # the killed worker holds one cell run, Pending
+            extra={"pending_timeout_minutes": 0.75},
+            meanwhile=kill_while_pending,
+            worker_env=env,
+        )
+    finally:
+        for worker in replacement:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(30)
+    took = time.monotonic() - started
+    log += (tmp_path / "worker-2.log").read_text(errors="replace") if replacement else ""
+    assert held and replacement, "no cell run was held Pending"
+    assert state.is_completed(), f"{state!r}\n{log[-5000:]}"
+    assert snapshot["distinct_answered"] == snapshot["answered"] == 2 * 12, snapshot  # nothing paid twice
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[state.state_details.flow_run_id])
+            )
+        )
+        histories = {r.id: client.read_flow_run_states(r.id) for r in runs}
+    assert len(runs) == 2 and all(r.state.is_completed() for r in runs), [(r.name, r.state) for r in runs]
+    retried = [
+        s.message
+        for states in histories.values()
+        for s in states
+        if s.name == "AwaitingRetry" and (s.message or "").startswith("taken as crashed: Pending for 45 s")
+    ]
+    assert len(retried) == 1, {r.name: [(s.name, s.message) for s in histories[r.id]] for r in runs}
+    print(f"night took {took:.0f} s; {retried[0]}")

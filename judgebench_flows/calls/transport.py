@@ -180,6 +180,18 @@ class Transport:
             return None
         return model_entry_in(listing, self.model)
 
+    async def key_refused(self, timeout: float) -> CallError | None:
+        """The endpoint's refusal of the key (HTTP 401 or 403 to an authenticated `GET /models`, which costs
+        nothing), for the check before a night's cells call; None when it took the key or said nothing
+        about it (no listing, another error, no answer within `timeout`: the calls will tell)."""
+        try:
+            await self.clients[0].get("/models", cast_to=dict, options={"timeout": timeout})
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            return openai_call_error(exc)
+        except (openai.APIError, json.JSONDecodeError):
+            return None
+        return None
+
     @staticmethod
     def read(response: Any) -> Completion:
         return completion_from(response)

@@ -67,6 +67,7 @@ from judgebench_flows.data.queries import (
     save_metrics,
     save_run,
     start_run,
+    twin_runs,
     update_run,
     verdicts_query,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "run_metrics",
     "run_verdicts",
     "runs_by_id",
+    "twin_runs",
     "runs_verdicts",
     "safe_url",
     "save_judgments",

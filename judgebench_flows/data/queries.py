@@ -265,10 +265,13 @@ class CacheReuse:
     deployment run's: its retries and reschedules; None: any run's), written at or after `newer_than`.
 
     Keys stay what they are (`core.identity`): who paid and when are the row's own columns, so a night
-    that may not reuse yesterday's answer pays again and its answer replaces it under the same key."""
+    that may not reuse yesterday's answer pays again and its answer replaces it under the same key.
+    `twins`: runs of the same configuration this run waited for (`data/run_lock`, another night's cell
+    started alongside): their answers are admitted too, whatever flow run they were paid under."""
 
     scope: str | None = None
     newer_than: datetime | None = None
+    twins: tuple[str, ...] = ()
 
 
 ANY_RUN = CacheReuse()
@@ -278,8 +281,9 @@ def cache_get_many(engine: Engine, keys: list[str], reuse: CacheReuse = ANY_RUN)
     """The call cache's rows of these keys that `reuse` allows; a database away is waited for (`outage`)."""
     query = select(CallCacheRow)
     if reuse.scope is not None:
+        own = col(RunRow.root_flow_run_id) == reuse.scope
         query = query.join(RunRow, col(RunRow.run_id) == col(CallCacheRow.paid_by)).where(
-            RunRow.root_flow_run_id == reuse.scope
+            sa.or_(own, col(CallCacheRow.paid_by).in_(reuse.twins)) if reuse.twins else own
         )
     if reuse.newer_than is not None:
         query = query.where(col(CallCacheRow.created) >= as_utc(reuse.newer_than))
@@ -293,6 +297,21 @@ def cache_get_many(engine: Engine, keys: list[str], reuse: CacheReuse = ANY_RUN)
         return found
 
     return patiently(read, WHERE)
+
+
+def twin_runs(engine: Engine, config_key: str, since: datetime, run_id: str) -> list[str]:
+    """Other runs of the configuration that were running at `since` (a night's start) or started after:
+    a twin night's cells, whose answers are as fresh as the night's own."""
+    query = select(RunRow.run_id).where(
+        col(RunRow.config_key) == config_key,
+        col(RunRow.run_id) != run_id,
+        sa.or_(
+            sa.and_(col(RunRow.finished).is_(None), col(RunRow.status) == "running"),
+            col(RunRow.finished) >= as_utc(since),
+        ),
+    )
+    with Session(engine) as session:
+        return sorted(session.exec(query))
 
 
 def runs_by_id(engine: Engine, run_ids: Iterable[str]) -> dict[str, RunRow]:

@@ -98,17 +98,17 @@ class ConfigurationLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def hold(self, on_wait: Callable[[sa.Row], None]) -> float:
-        """Wait until this run holds the configuration; `on_wait` hears once of the run it waits for.
-        Returns the seconds waited."""
-        started, told = time.monotonic(), False
+    def hold(self, on_wait: Callable[[sa.Row], None]) -> list[str]:
+        """Wait until this run holds the configuration; `on_wait` hears once of each run it waits for.
+        Returns those runs' ids (none: it waited for nobody)."""
+        waited: list[str] = []
         while (holder := try_hold(self.engine, self.config_key, self.run_id)) is not None:
-            if not told:
+            if holder.run_id not in waited:
                 on_wait(holder)
-                told = True
+                waited.append(holder.run_id)
             time.sleep(POLL_SECONDS)
         self._keep()
-        return time.monotonic() - started
+        return waited
 
     def try_hold(self) -> bool:
         """Hold the configuration if no live run holds it (True), without waiting."""

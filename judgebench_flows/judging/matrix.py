@@ -226,6 +226,9 @@ class NightlyMatrix(BaseModel):
     # A pool night (`cells: pool`) at its deadline cancels the cell runs no worker has started; those still
     # running this many minutes after it are cancelled too (their workers stop them).
     after_deadline_minutes: float = Field(default=60.0, ge=0, le=24 * 60)
+    # A pool night's cell run a worker took but whose flow has not begun (Pending: downloading or importing
+    # it; no heartbeat yet) this many minutes is taken as crashed and scheduled again (flows/pool_cells.py).
+    pending_timeout_minutes: float = Field(default=15.0, gt=0, le=24 * 60)
     # Where cells run: `process`, side by side in the night's own process; `pool`, each as its own run
     # of the ad-hoc deployment, spread over the work pool's workers, every endpoint's limit held across
     # them by a Prefect global concurrency limit (flows/pool_cells.py).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from judgebench_flows.core import providers
@@ -77,6 +78,70 @@ def preflight(config: RunConfig) -> None:
     if config.needs_endpoint:
         check_credentials(config)
         check_endpoint_reachable(config.resolved_base_url())
+
+
+def check_cell(config: RunConfig, timeout: float = 5.0) -> None:
+    """A night's (or a deployment's) cell checked as a single run's preflight checks its configuration,
+    before its first call: its judge loads, its price (with a budget), its credentials are there, its
+    endpoint is reachable and takes its key (a refused key is otherwise found by the cell's first call,
+    possibly hours into the night). The night's repositories and data files are `check_night`'s."""
+    from judgebench_flows.data.dataset import is_pinned
+
+    _check_judge(config)
+    if not config.data_path and is_pinned(config.ref):
+        _warm_clone(config)  # the night fetched it: the clone cache has it; its templates load the judge
+    check_prices(config)
+    if config.needs_endpoint:
+        check_credentials(config)
+        check_endpoint_reachable(config.resolved_base_url(), timeout)
+        check_key_accepted(config, timeout)
+
+
+def _check_judge(config: RunConfig) -> None:
+    """The judge loads (its type is known; a template, external judge or templates folder is read)."""
+    from judgebench_flows.judges import JUDGE_TYPES, get_judge
+
+    if config.judge_template is None and config.judge_type not in JUDGE_TYPES:
+        raise UserError(f"unknown judge type '{config.judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
+    if config.judge_template or config.judge_type == "external":
+        get_judge(
+            config.judge_type,
+            None,
+            config.judge_template,
+            config.external_judge_path,
+            config.external_judge_function,
+            config.external_judge_config,
+        )
+    elif config.data_path or config.templates_dir:
+        get_judge(config.judge_type, config.templates_dir, model=config.model)
+
+
+def check_key_accepted(config: RunConfig, timeout: float = 5.0) -> None:
+    """The endpoint takes the run's key: a wire that can ask without paying (the OpenAI-compatible one's
+    `GET /models`, whatever API the judge then calls) asks once; a 401 or 403 is the line the run's first
+    call would have stopped with."""
+    import asyncio
+
+    from judgebench_flows.calls.providers import model_api
+    from judgebench_flows.core.api_keys import describe, read_api_key
+
+    settings, base_url = config.endpoint, config.resolved_base_url()
+    key = read_api_key(settings.api_key_env, settings.api_key_secret, provider=settings.provider)
+    wire = model_api(settings.provider_name, base_url, config.model, key, timeout, 1, settings=settings)
+    probe = getattr(wire, "key_refused", None)
+    if probe is None:
+        return
+
+    async def ask() -> Any:
+        try:
+            return await probe(timeout)
+        finally:
+            await wire.aclose()
+
+    refused = asyncio.run(ask())
+    if refused is not None:
+        source = describe(settings.api_key_env, settings.api_key_secret, settings.provider)
+        raise refused.fatal_error(base_url, config.model, key_source=source)
 
 
 def check_local_folders(config: RunConfig) -> None:
@@ -169,4 +234,12 @@ def holds_judgebench_pairs(data_path: str | None) -> bool:
     return False
 
 
-__all__ = ["check_endpoint_reachable", "check_night", "check_prices", "holds_judgebench_pairs", "preflight"]
+__all__ = [
+    "check_cell",
+    "check_endpoint_reachable",
+    "check_key_accepted",
+    "check_night",
+    "check_prices",
+    "holds_judgebench_pairs",
+    "preflight",
+]

@@ -62,6 +62,9 @@ class JudgeSpec(BaseModel):
     # `cache_newer_than` (the run's start less --cache-max-age). A scope also separates the shard cache.
     cache_scope: str | None = None
     cache_newer_than: datetime | None = None
+    # Runs of the same configuration this run waited for (`data/run_lock`): their answers are reused too,
+    # whatever flow run paid them (part of no cache key).
+    cache_twins: tuple[str, ...] = ()
     external_judge_path: str | None = None
     external_judge_function: str = "evaluate"
     external_judge_config: dict[str, object] = {}  # the user's judge's alone: no shape of ours
@@ -84,7 +87,7 @@ class JudgeSpec(BaseModel):
         return self.endpoint.base_url or "local:"
 
     def reuse(self) -> db.CacheReuse:
-        return db.CacheReuse(self.cache_scope, self.cache_newer_than)
+        return db.CacheReuse(self.cache_scope, self.cache_newer_than, self.cache_twins)
 
     def cache_identity(self) -> str:
         endpoint = self.endpoint

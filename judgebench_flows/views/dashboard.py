@@ -35,7 +35,7 @@ from typing import Any
 
 from jinja2 import Template
 from jinja2.sandbox import SandboxedEnvironment
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 
@@ -55,6 +55,9 @@ PAGE_NAME = "dashboard.html"
 DEFAULT_BENCHMARK = "judgebench"  # a run whose configuration names none: every run before LLMBar
 FLIPS_SHOWN = 40  # per configuration and direction; the count says how many there were
 ANSWER_CHARS = 1200  # of each verdict's answer shown beside a flipped pair
+# Nights the grid has a column for, newest; the charts below it show every night of the page. A year's
+# 17,520 table cells took Chromium seconds to lay out; 60 nights of 48 configurations open in under one.
+GRID_NIGHTS = 60
 
 # What a night's regression check said, in the order the legend lists it: symbol, word, what it means.
 ALERTS: dict[str, tuple[str, str, str]] = {
@@ -214,7 +217,8 @@ def anchor(run_id: str, pair_id: str) -> str:
     return f"v-{run_id[:8]}-{re.sub(r'[^A-Za-z0-9_-]', '_', pair_id)}"
 
 
-class GridCell(BaseModel):
+@dataclass(slots=True)
+class GridCell:
     alert: str
     text: str
     title: str
@@ -257,7 +261,7 @@ class SmallChart(BaseModel):
     chart: Chart | None
 
 
-class ConfigView(BaseModel):
+class ConfigView(BaseModel, arbitrary_types_allowed=True):
     id: str
     title: str
     judge_type: str
@@ -276,6 +280,7 @@ class ConfigView(BaseModel):
     flips_text: str
     message: str
     cells: list[GridCell]
+    cells_html: Markup
     trend: Chart | None
     bias: Chart | None
     small: list[SmallChart]
@@ -319,40 +324,46 @@ def _configs(nights: Sequence[Night]) -> list[_Config]:
 
 
 def _cell(run: Any | None, label: str) -> GridCell:
+    """A night's cell: its mark and accuracy, and in its title the word, the change, the noise, the drop
+    the check could see and a failure's reason."""
     if run is None:
         return GridCell(alert="none", text=ALERTS["none"][0], title=f"{label}: not run")
     alert = alert_of(run)
     symbol, word, _ = ALERTS[alert]
     accuracy = finite(run.overall_accuracy)
-    shown = percent(accuracy, sign="") if accuracy is not None and alert != "failed" else ""
+    measured = accuracy is not None and alert != "failed"
     parts = [f"{label}: {word}"]
-    if accuracy is not None:
+    if measured:
         parts.append(percent(accuracy))
-    if finite(run.delta) is not None:
-        parts.append(f"{_pts(run.delta)} against its baseline")
-    if run.noise_sd is not None:
-        parts.append(f"noise {_noise_text(run.noise_sd)} pts")
-    if finite(run.detectable_drop) is not None and run.detectable_drop <= 1:
-        parts.append(f"sees a drop of {run.detectable_drop * 100:.1f} pts")
+    delta, sd, seen = finite(run.delta), finite(run.noise_sd), finite(run.detectable_drop)
+    if delta is not None:
+        parts.append(f"change {_pts(delta)}")
+    if sd is not None:
+        parts.append(f"noise {_noise_text(sd)}")
+    if seen is not None and seen <= 1:
+        parts.append(f"sees a drop of {seen * 100:.1f}")
     if alert == "failed" and run.message:
         parts.append(shorten(one_line(run.message), 160))
-    return GridCell(alert=alert, text=f"{symbol}{shown}", title=" · ".join(parts))
+    return GridCell(
+        alert=alert, text=symbol + (percent(accuracy, sign="") if measured else ""), title=" · ".join(parts)
+    )
 
 
-def _point(run: Any | None, label: str, previous_served: str | None) -> Point:
+def _point(run: Any | None, cell: GridCell, label: str, previous_served: str | None) -> Point:
+    """The night on the configuration's charts (`cell`: its grid cell, which says its alert)."""
     if run is None:
-        return Point(title=f"{label}: not run")
-    cell = _cell(run, label)
+        return Point(title=cell.title)
     sd, base = finite(run.noise_sd), finite(run.baseline_accuracy)
     changed = None
     if run.drift:
         changed = f"{label}: the endpoint changed: {one_line(run.drift)}"
     elif run.served_as and previous_served and run.served_as != previous_served:
         changed = f"{label}: the endpoint said {one_line(run.served_as)} (before: {one_line(previous_served)})"
+    measured = cell.alert != "failed"
     return Point(
-        accuracy=finite(run.overall_accuracy) if cell.alert != "failed" else None,
-        ci_low=finite(run.ci_low),
-        ci_high=finite(run.ci_high),
+        accuracy=finite(run.overall_accuracy) if measured else None,
+        ci_low=finite(run.ci_low) if measured else None,
+        ci_high=finite(run.ci_high) if measured else None,
         noise_low=None if sd is None or base is None else max(0.0, base - 1.96 * sd),
         noise_high=None if sd is None or base is None else min(1.0, base + 1.96 * sd),
         order_consistency=finite(run.order_consistency),
@@ -361,6 +372,19 @@ def _point(run: Any | None, label: str, previous_served: str | None) -> Point:
         title=cell.title,
         changed=changed,
     )
+
+
+def _grid_cells(cells: Sequence[GridCell], words: dict[str, str]) -> Markup:
+    """A configuration's night cells as markup (17,520 cells for a year of 48: written here, not by a
+    template loop); tonight's, last, also says its word and is labelled for screen readers."""
+    html = [f'<td class="a-{c.alert}" title="{escape(c.title)}">{escape(c.text)}</td>' for c in cells[:-1]]
+    if cells:
+        c = cells[-1]
+        html.append(
+            f'<td class="tonight a-{c.alert}" data-alert="{c.alert}" title="{escape(c.title)}" '
+            f'aria-label="tonight: {escape(c.title)}">{escape(c.text)}<span class="word">{words[c.alert]}</span></td>'
+        )
+    return Markup("".join(html))
 
 
 def _scored(verdicts: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
@@ -467,8 +491,9 @@ def _config_view(
     cells, points, served = [], [], None
     for night, label in enumerate(labels):
         run = config.last_run(night)
-        cells.append(_cell(run, label))
-        points.append(_point(run, label, served))
+        cell = _cell(run, label)
+        cells.append(cell)
+        points.append(_point(run, cell, label, served))
         if run is not None and run.served_as:
             served = run.served_as
     run = config.last_run(tonight)
@@ -484,7 +509,7 @@ def _config_view(
         for night in range(len(labels)):
             last = config.last_run(night)
             figure = categories.get(last.run_id, {}).get(name) if last is not None else None
-            values.append(figure[0] if figure and alert_of(last) != "failed" else None)
+            values.append(figure[0] if figure and cells[night].alert != "failed" else None)
         latest = next((v for v in reversed(values) if v is not None), None)
         small.append(SmallChart(name=name, latest=percent(latest), chart=small_chart(values, labels, name)))
     return ConfigView(
@@ -507,6 +532,7 @@ def _config_view(
         flips_text=f"−{flips.worse_count} / +{flips.better_count}" if flips else "",
         message=shorten(one_line(run.message), 300) if run is not None and run.message else "",
         cells=cells,
+        cells_html=_grid_cells(cells[-GRID_NIGHTS:], {k: w for k, (_, w, _) in ALERTS.items()}),
         trend=trend_chart(points, labels),
         bias=bias_chart(points, labels),
         small=small,
@@ -606,6 +632,10 @@ def build_context(engine: Engine, filters: DashboardFilter, facts: NightFacts | 
     return {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "filters": ", ".join(shown),
+        "grid_nights": [
+            {"label": label, "title": f"{n.started:%Y-%m-%d %H:%M} UTC · {len(n.runs)} runs"}
+            for n, label in list(zip(nights, labels, strict=True))[-GRID_NIGHTS:]
+        ],
         "nights": [
             {"label": label, "title": f"{n.started:%Y-%m-%d %H:%M} UTC · {len(n.runs)} runs"}
             for n, label in zip(nights, labels, strict=True)

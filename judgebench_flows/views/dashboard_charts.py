@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-
-from pydantic import BaseModel
+from dataclasses import dataclass, field
 
 from judgebench_flows.scoring.formatting import finite, percent
 
@@ -21,9 +20,13 @@ TREND_W, TREND_H = 720, 170
 SMALL_W, SMALL_H = 170, 64
 _LEFT, _RIGHT, _TOP, _BOTTOM = 44, 10, 12, 22
 MARKED_NIGHTS = 40  # up to this many nights every night is a point on the charts
+# Most nights a line or band goes through (a year's 365 are thinned to every other or third night, the
+# notable ones always kept): 720 units wide, more would not show, and a year of 48 charts stays small.
+LINE_NIGHTS, SMALL_NIGHTS = 150, 50
 
 
-class Mark(BaseModel):
+@dataclass(slots=True)
+class Mark:
     """One night on a chart: where, what it says on hover, and its alert (`cls`, for the colour)."""
 
     x: int
@@ -32,20 +35,23 @@ class Mark(BaseModel):
     title: str
 
 
-class Tick(BaseModel):
+@dataclass(slots=True)
+class Tick:
     y: int
     label: str
     chance: bool = False
 
 
-class Change(BaseModel):
+@dataclass(slots=True)
+class Change:
     """A served build's change (or another model answering) marked on the time axis."""
 
     x: int
     title: str
 
 
-class Series(BaseModel):
+@dataclass(slots=True)
+class Series:
     """A line through the nights that have a value (None: fewer than two)."""
 
     name: str
@@ -54,7 +60,8 @@ class Series(BaseModel):
     marks: list[Mark]
 
 
-class Chart(BaseModel):
+@dataclass(slots=True)
+class Chart:
     """What the template draws: plot box, y ticks, bands, series, x labels and marked changes."""
 
     width: int
@@ -64,15 +71,16 @@ class Chart(BaseModel):
     top: int
     bottom: int
     ticks: list[Tick]
-    band: str | None = None  # the 95% interval
-    noise: str | None = None  # where an unchanged judge's night lands: baseline ± 1.96 run-to-run SD
     series: list[Series]
     x_labels: list[tuple[int, str]]
-    changes: list[Change] = []
-    failed: list[Mark] = []  # nights that failed: a cross on the axis
+    band: str | None = None  # the 95% interval
+    noise: str | None = None  # where an unchanged judge's night lands: baseline ± 1.96 run-to-run SD
+    changes: list[Change] = field(default_factory=list)
+    failed: list[Mark] = field(default_factory=list)  # nights that failed: a cross on the axis
 
 
-class Point(BaseModel):
+@dataclass(slots=True)
+class Point:
     """One night of one configuration, as the charts read it (None: not measured)."""
 
     accuracy: float | None = None
@@ -124,6 +132,15 @@ def _drawn(marks: list[Mark], notable: Callable[[Mark], bool]) -> list[Mark]:
     return [m for i, m in enumerate(marks) if notable(m) or i == len(marks) - 1]
 
 
+def _kept(n: int, most: int, always: Callable[[int], bool]) -> list[int]:
+    """The nights (indexes) a line goes through: all up to `most`, else every k-th, the last and those
+    `always` keeps (a regressed night is never thinned away)."""
+    if n <= most:
+        return list(range(n))
+    stride = math.ceil(n / most)
+    return [i for i in range(n) if i % stride == 0 or i == n - 1 or always(i)]
+
+
 def _x_labels(xs: list[int], labels: Sequence[str], most: int) -> list[tuple[int, str]]:
     n = len(xs)
     stride = max(1, math.ceil(n / most))
@@ -147,11 +164,12 @@ def trend_chart(points: Sequence[Point], labels: Sequence[str]) -> Chart | None:
     ticks = [
         Tick(y=y(lo + k * step), label=f"{(lo + k * step) * 100:.0f}%") for k in range(round((hi - lo) / step) + 1)
     ]
+    kept = _kept(len(points), LINE_NIGHTS, lambda i: points[i].alert in ("regressed", "improved"))
     marks = [
-        Mark(x=x, y=y(p.accuracy), cls=p.alert, title=p.title)
-        for x, p in zip(xs, points, strict=True)
-        if p.accuracy is not None
-    ]
+        Mark(x=xs[i], y=y(points[i].accuracy), cls=points[i].alert, title=points[i].title)
+        for i in kept
+        if points[i].accuracy is not None
+    ]  # type: ignore[arg-type]
     failed = [
         Mark(x=x, y=TREND_H - _BOTTOM, cls="failed", title=p.title)
         for x, p in zip(xs, points, strict=True)
@@ -165,8 +183,10 @@ def trend_chart(points: Sequence[Point], labels: Sequence[str]) -> Chart | None:
         top=_TOP,
         bottom=TREND_H - _BOTTOM,
         ticks=ticks,
-        band=_band(xs, [p.ci_low for p in points], [p.ci_high for p in points], y),
-        noise=_band(xs, [p.noise_low for p in points], [p.noise_high for p in points], y),
+        band=_band([xs[i] for i in kept], [points[i].ci_low for i in kept], [points[i].ci_high for i in kept], y),
+        noise=_band(
+            [xs[i] for i in kept], [points[i].noise_low for i in kept], [points[i].noise_high for i in kept], y
+        ),
         series=[
             Series(
                 name="accuracy",
@@ -199,10 +219,10 @@ def bias_chart(points: Sequence[Point], labels: Sequence[str]) -> Chart | None:
         ("first_position_rate", "first-position rate", "first"),
     ):
         marks = []
-        for x, p, label in zip(xs, points, labels, strict=True):
-            value = getattr(p, key)
+        for i in _kept(len(points), LINE_NIGHTS, lambda i: False):
+            value = getattr(points[i], key)
             if value is not None:
-                marks.append(Mark(x=x, y=y(value), cls=cls, title=f"{label} · {name} {percent(value)}"))
+                marks.append(Mark(x=xs[i], y=y(value), cls=cls, title=f"{labels[i]} · {name} {percent(value)}"))
         series.append(Series(name=name, cls=cls, line=_line(marks), marks=_drawn(marks, lambda m: False)))
     return Chart(
         width=TREND_W,
@@ -229,11 +249,11 @@ def small_chart(values: Sequence[float | None], labels: Sequence[str], name: str
     def y(v: float) -> int:
         return round(top + (hi - v) / (hi - lo) * (bottom - top))
 
-    marks = [
-        Mark(x=x, y=y(v), cls="acc", title=f"{label} · {name} {percent(v)}")
-        for x, v, label in zip(xs, values, labels, strict=True)
-        if v is not None
-    ]
+    marks = []
+    for i in _kept(len(values), SMALL_NIGHTS, lambda i: False):
+        value = values[i]
+        if value is not None:
+            marks.append(Mark(x=xs[i], y=y(value), cls="acc", title=f"{labels[i]} · {name} {percent(value)}"))
     return Chart(
         width=SMALL_W,
         height=SMALL_H,

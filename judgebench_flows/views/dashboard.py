@@ -665,7 +665,7 @@ def _script() -> tuple[str, str]:
 
 def render_dashboard(context: dict[str, object]) -> str:
     script, source = _script()
-    return _template().render(**context, script=Markup(script), script_source=source)
+    return _template().render(**context, script=Markup(script), script_source=Markup(source))
 
 
 def dashboard_html(engine: Engine, filters: DashboardFilter, facts: NightFacts | None = None) -> str:

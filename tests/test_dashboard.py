@@ -254,3 +254,106 @@ def test_a_year_of_nights_of_48_cells_opens_in_under_2_s(tmp_path: Path) -> None
     assert (
         shown.count('<tr data-config="cfg-') == 48 and "The grid shows the newest 60 of the page's 365 nights" in shown
     )
+
+
+def _night_logs(flow_run_id: object) -> list[str]:
+    """The night's log lines, in order, without the one Prefect's engine adds after the flow returns."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=30)  # logs are sent in the background
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), sort=LogSort.TIMESTAMP_ASC
+        )
+    return [log.message for log in logs if not log.message.startswith("Finished in state")]
+
+
+@pytest.mark.slow
+def test_real_nights_write_link_and_log_their_page(
+    prefect_server, judgebench_repo, gpt4o_pairs, tmp_path, monkeypatch, release_prefect_workers
+):
+    """Three nights of two judges on the stand-in with noise (re-drawn verdicts, as at temperature > 0);
+    on the third judge-b answers every pair wrong and the endpoint says another fingerprint. Each night
+    writes its page beside its outputs, links it from its summary and ends its log with it; the last
+    night's page shows judge-b regressed, its flipped pairs, and the build change on both trends."""
+    import yaml
+
+    from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+    from judgebench_flows.testing.oracle import oracle_responder
+    from tests._helpers import night_summary, run_night
+    from tests.conftest import CANARY_KEY, GPT4O_FILE, VERDICTS
+
+    url, sha = judgebench_repo
+    db_url = f"sqlite:///{tmp_path}/history.db"
+    monkeypatch.setenv("NIGHT_KEY", CANARY_KEY)
+    steady = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"], accuracy=0.8, seed=1, noise=0.1, noise_seed=3)
+    wrong = oracle_responder(gpt4o_pairs, VERDICTS["vanilla"], wrong=True)
+    worse = {"judge-b": False}
+
+    def respond(body: dict) -> str:
+        return wrong(body) if worse.get(body["model"]) else steady(body)
+
+    matrix = tmp_path / "matrix.yaml"
+    output_root = tmp_path / "nightly"
+    matrix.write_text(
+        yaml.safe_dump(
+            {
+                "judge_types": ["vanilla"],
+                "data_files": [GPT4O_FILE],
+                "repo_url": url,
+                "ref": sha,
+                "db_url": db_url,
+                "output_root": str(output_root),
+                "max_samples": 12,
+                "concurrency": 4,
+                "models": [
+                    {"model": m, "base_url": "BASE", "api_key_env": "NIGHT_KEY"} for m in ("judge-a", "judge-b")
+                ],
+                "options": {"cache_dir": str(tmp_path / "cache"), "bootstrap_resamples": 200},
+            }
+        )
+    )
+    states = []
+    with FakeOpenAIServer(
+        respond, api_key=CANARY_KEY, models={"judge-a", "judge-b"}, system_fingerprint="fp_one"
+    ) as server:
+        matrix.write_text(matrix.read_text().replace("BASE", server.base_url))
+        for night in range(3):
+            if night == 2:
+                worse["judge-b"] = True
+                server.configure(system_fingerprint="fp_two")
+            states.append(run_night(matrix))
+    assert [s.is_completed() for s in states] == [True, True, False], states
+    assert "vanilla · judge-b · gpt-4o (regressed" in states[-1].message
+
+    latest = output_root / "dashboard.html"
+    [own] = list((output_root / "dashboards").glob("*.html"))  # one date: each night replaced that day's page
+    assert own.read_text() == latest.read_text()
+    summary = night_summary(states[-1])
+    assert f"Every configuration's nights on one page: `{own}`" in summary, summary
+    lines = _night_logs(states[-1].state_details.flow_run_id)
+    assert lines[-1] == f"the night's page: {own}", lines[-3:]
+
+    html = latest.read_text()
+    rows = grid_rows(html)
+    assert len(rows) == 2 and len(re.findall(r'<th scope="col" class="night', html)) == 3
+    [regressed] = [r for r in rows if 'data-alert="regressed"' in r]
+    assert "judge-b" in regressed and "judge-a" not in regressed
+    assert re.search(r'aria-label="tonight: [^"]*: regressed · 0\.00%', regressed), regressed
+    section = html[html.index('<details class="config" id="cfg-1"') :]  # judge-b's, by name the second
+    assert "<strong>vanilla · judge-b · gpt-4o</strong>" in section[:400]
+    flips = re.search(r"(\d+) right → wrong, (\d+) wrong → right", section)
+    assert flips is not None and int(flips.group(1)) > 0 and int(flips.group(2)) == 0
+    assert html.count('<g class="change">') == 2 and "fp_one -&gt; fp_two" in html  # both judges' trends
+    wall = round(float(re.search(r"Night: ([\d.]+) s wall time", summary).group(1)))
+    assert f"<div class=\"big\">{wall // 60}m {wall % 60:02d}s</div>" in html  # the night's own, from its flow
+    assert CANARY_KEY not in html and not re.search(r"https?://", html)
+
+    uri = latest.as_uri()
+    for width, height in ((DESKTOP, 1600), (PHONE, 2200)):
+        screenshot(uri, tmp_path / f"night-{width}.png", width, height)
+    shown = dom(uri)
+    assert len(re.findall(r'<td class="tonight a-regressed"[^>]*aria-label="tonight: [^"]*regressed', shown)) == 1

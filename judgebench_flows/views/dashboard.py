@@ -174,15 +174,21 @@ def read_nights(engine: Engine, filters: DashboardFilter) -> list[Night]:
 
 
 def _night_labels(nights: Sequence[Night]) -> list[str]:
-    """`12-07`, with the time when two nights share a day, with the year when the page spans two."""
-    days = [n.day for n in nights]
-    years = {d[:4] for d in days}
-    labels = []
+    """`12-07`; with the minute, then the second, for nights that would read alike (two nights of one
+    day); with the year when the page spans two."""
+    day = "%Y-%m-%d" if len({n.started.year for n in nights}) > 1 else "%m-%d"
+    labels: list[str] = []
     for night in nights:
-        label = night.day if len(years) > 1 else night.day[5:]
-        if days.count(night.day) > 1:
-            label += night.started.strftime(" %H:%M")
-        labels.append(label)
+        same_day = [n.started for n in nights if n.day == night.day]
+        shown = next(
+            (
+                f
+                for f in (day, f"{day} %H:%M", f"{day} %H:%M:%S")
+                if len({t.strftime(f) for t in same_day}) == len(same_day)
+            ),
+            f"{day} %H:%M:%S",
+        )
+        labels.append(night.started.strftime(shown))
     return labels
 
 
@@ -355,8 +361,8 @@ def _point(run: Any | None, cell: GridCell, label: str, previous_served: str | N
         return Point(title=cell.title)
     sd, base = finite(run.noise_sd), finite(run.baseline_accuracy)
     changed = None
-    if run.drift:
-        changed = f"{label}: the endpoint changed: {one_line(run.drift)}"
+    if run.drift:  # "the endpoint changed: ..." (results.json's drift.message)
+        changed = f"{label}: {one_line(run.drift)}"
     elif run.served_as and previous_served and run.served_as != previous_served:
         changed = f"{label}: the endpoint said {one_line(run.served_as)} (before: {one_line(previous_served)})"
     measured = cell.alert != "failed"
@@ -559,9 +565,11 @@ def _tonight(
     for view in views:
         counts[view.alert] += 1
     cost, unpriced = _cost(night.runs)
-    cost_text = format_usd(cost) if cost is not None else "–"
-    if unpriced:
-        cost_text += f" plus {unpriced} unpriced run{'s' if unpriced != 1 else ''}"
+    runs = f"{unpriced} run{'s' if unpriced != 1 else ''}"
+    if cost is None:
+        cost_text = f"unpriced ({runs})" if unpriced else "–"
+    else:
+        cost_text = format_usd(cost) + (f" plus {runs} unpriced" if unpriced else "")
     if facts is not None and facts.max_cost is not None:
         held = f"; still held {format_usd(facts.held)}" if facts.held else ""
         budget_text = f"{format_usd(facts.max_cost)} (max_cost); spent {format_usd(facts.spent)}{held}"

@@ -48,6 +48,7 @@ class Change:
 
     x: int
     title: str
+    anchor: str = "start"  # its label's side: "end" (left of the mark) near the right edge
 
 
 @dataclass(slots=True)
@@ -72,7 +73,7 @@ class Chart:
     bottom: int
     ticks: list[Tick]
     series: list[Series]
-    x_labels: list[tuple[int, str]]
+    x_labels: list[tuple[int, str, str]]  # x, text, its text-anchor (the ends' labels stay inside)
     band: str | None = None  # the 95% interval
     noise: str | None = None  # where an unchanged judge's night lands: baseline ± 1.96 run-to-run SD
     changes: list[Change] = field(default_factory=list)
@@ -141,10 +142,13 @@ def _kept(n: int, most: int, always: Callable[[int], bool]) -> list[int]:
     return [i for i in range(n) if i % stride == 0 or i == n - 1 or always(i)]
 
 
-def _x_labels(xs: list[int], labels: Sequence[str], most: int) -> list[tuple[int, str]]:
+def _x_labels(xs: list[int], labels: Sequence[str], most: int) -> list[tuple[int, str, str]]:
     n = len(xs)
     stride = max(1, math.ceil(n / most))
-    return [(xs[i], labels[i]) for i in range(n) if i == n - 1 or (i % stride == 0 and n - 1 - i >= stride)]
+    kept = [i for i in range(n) if i == n - 1 or (i % stride == 0 and n - 1 - i >= stride)]
+    return [
+        (xs[i], labels[i], "end" if i == n - 1 and n > 1 else "start" if i == 0 and n > 1 else "middle") for i in kept
+    ]
 
 
 def trend_chart(points: Sequence[Point], labels: Sequence[str]) -> Chart | None:
@@ -196,7 +200,11 @@ def trend_chart(points: Sequence[Point], labels: Sequence[str]) -> Chart | None:
             )
         ],
         x_labels=_x_labels(xs, labels, 8),
-        changes=[Change(x=x, title=p.changed) for x, p in zip(xs, points, strict=True) if p.changed],
+        changes=[
+            Change(x=x, title=p.changed, anchor="end" if x > TREND_W - 80 else "start")
+            for x, p in zip(xs, points, strict=True)
+            if p.changed
+        ],
         failed=failed,
     )
 

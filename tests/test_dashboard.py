@@ -131,9 +131,9 @@ def test_tonights_flipped_pairs_link_to_both_verdicts(page: Path) -> None:
     kind, before, after = flips[0]
     assert before != after and before.split("-")[-1] == after.split("-")[-1]  # one pair, two runs
     for anchor in (before, after):
-        verdict = re.search(rf'<div class="verdict" id="{anchor}">(.*?)</div>\s*<pre>(.*?)</pre>', html, re.S)
-        assert verdict is not None and "said " in verdict.group(1)
-        assert "&lt;script&gt;" in verdict.group(2)  # a judge's answer is text, never markup
+        verdict = re.search(rf'<div class="verdict" id="{anchor}">(.*?)\n</div>', html, re.S)
+        assert verdict is not None and verdict.group(1).count("said ") == 2, verdict  # both orders shown
+        assert verdict.group(1).count("&lt;script&gt;") == 2  # a judge's answer is text, never markup
     assert "<script>x</script>" not in html
 
 
@@ -245,7 +245,7 @@ def test_a_year_of_nights_of_48_cells_opens_in_under_2_s(tmp_path: Path) -> None
     path.write_text(dashboard_html(db.open_database(url), DashboardFilter(nights=365)))
     assert path.stat().st_size < 4_000_000
     times = []
-    for _ in range(2):  # the better of two: a busy machine's one slow start is not the page's
+    for _ in range(3):  # the best of three: a busy machine's slow start is not the page's
         shown = dom(path.as_uri())
         times.append(int(re.search(r'data-ready-ms="(\d+)"', shown).group(1)))
         if times[-1] < 2000:
@@ -349,7 +349,7 @@ def test_real_nights_write_link_and_log_their_page(
     assert flips is not None and int(flips.group(1)) > 0 and int(flips.group(2)) == 0
     assert html.count('<g class="change">') == 2 and "fp_one -&gt; fp_two" in html  # both judges' trends
     wall = round(float(re.search(r"Night: ([\d.]+) s wall time", summary).group(1)))
-    assert f"<div class=\"big\">{wall // 60}m {wall % 60:02d}s</div>" in html  # the night's own, from its flow
+    assert f'<div class="big">{wall // 60}m {wall % 60:02d}s</div>' in html  # the night's own, from its flow
     assert CANARY_KEY not in html and not re.search(r"https?://", html)
 
     uri = latest.as_uri()

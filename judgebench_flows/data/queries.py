@@ -495,9 +495,9 @@ def dashboard_runs(
     if since is not None:
         query = query.where(col(RunRow.started) >= as_utc(since))
     if judge_type:
-        query = query.where(RunRow.judge_type == judge_type)
+        query = query.where(col(RunRow.judge_type) == judge_type)
     if model:
-        query = query.where(RunRow.model == model)
+        query = query.where(col(RunRow.model) == model)
     with engine.connect() as connection:
         return list(connection.execute(query))
 
@@ -514,7 +514,7 @@ def category_metrics(
             query = sa.select(table.c.run_id, table.c.name, table.c.accuracy, table.c.ci_low, table.c.ci_high).where(
                 table.c.scope == "category", table.c.run_id.in_(wanted[start : start + 500])
             )
-            for run_id, name, accuracy, low, high in connection.execute(query):
+            for run_id, name, accuracy, low, high in connection.execute(query).tuples().all():
                 found.setdefault(run_id, {})[name] = (accuracy, low, high)
     return found
 

@@ -53,8 +53,11 @@ TEMPLATE_NAME = "dashboard.html.jinja2"
 SCRIPT_NAME = "dashboard.js"
 PAGE_NAME = "dashboard.html"
 DEFAULT_BENCHMARK = "judgebench"  # a run whose configuration names none: every run before LLMBar
-FLIPS_SHOWN = 40  # per configuration and direction; the count says how many there were
-ANSWER_CHARS = 1200  # of each verdict's answer shown beside a flipped pair
+# Per configuration and direction, the flipped pairs listed with both verdicts (the count says how many
+# there were), and of each judgment's answer the characters shown: a night whose 48 judges each flipped
+# dozens of pairs stays a page of a few MB.
+FLIPS_SHOWN = 25
+ANSWER_CHARS = 400
 # Nights the grid has a column for, newest; the charts below it show every night of the page. A year's
 # 17,520 table cells took Chromium seconds to lay out; 60 nights of 48 configurations open in under one.
 GRID_NIGHTS = 60
@@ -102,7 +105,7 @@ class Night:
 
     @property
     def day(self) -> str:
-        return self.started.strftime("%Y-%m-%d")
+        return self.started.date().isoformat()
 
 
 def night_key(run: Any) -> str | None:
@@ -177,19 +180,20 @@ def _night_labels(nights: Sequence[Night]) -> list[str]:
     """`12-07`; with the minute, then the second, for nights that would read alike (two nights of one
     day); with the year when the page spans two."""
     day = "%Y-%m-%d" if len({n.started.year for n in nights}) > 1 else "%m-%d"
-    labels: list[str] = []
+    by_day: dict[str, list[datetime]] = defaultdict(list)
     for night in nights:
-        same_day = [n.started for n in nights if n.day == night.day]
-        shown = next(
+        by_day[night.day].append(night.started)
+    formats: dict[str, str] = {}
+    for key, starts in by_day.items():
+        formats[key] = next(
             (
                 f
                 for f in (day, f"{day} %H:%M", f"{day} %H:%M:%S")
-                if len({t.strftime(f) for t in same_day}) == len(same_day)
+                if len({t.strftime(f) for t in starts}) == len(starts)
             ),
             f"{day} %H:%M:%S",
         )
-        labels.append(night.started.strftime(shown))
-    return labels
+    return [night.started.strftime(formats[night.day]) for night in nights]
 
 
 def _pts(value: float | None) -> str:
@@ -230,17 +234,26 @@ class GridCell:
     title: str
 
 
+class Said(BaseModel):
+    """One judgment of a verdict: the order shown (epoch e's are 2e and 2e + 1), what the judge said
+    and what that means for the pair, its status, its answer cut to ANSWER_CHARS."""
+
+    order: int
+    decision: str
+    decision_for_pair: str
+    status: str
+    answer: str
+
+
 class Verdict(BaseModel):
+    """A run's verdict on a pair (its anchor `id`): every judgment it made of it."""
+
     id: str
     pair_id: str
     run: str
     night: str
-    order: int
-    decision: str
-    decision_for_pair: str
     label: str
-    status: str
-    answer: str
+    said: list[Said]
 
 
 class Flip(BaseModel):
@@ -436,7 +449,8 @@ def _flips(engine: Engine, plans: Sequence[_FlipPlan]) -> dict[str, Flips]:
     wanted: list[tuple[str, str]] = []
     for plan in plans:
         now, before = _scored(verdicts[plan.tonight.run_id]), _scored(verdicts.get(plan.baseline_run, []))
-        worse, better = [], []
+        worse: list[Flip] = []
+        better: list[Flip] = []
         for pair_id in sorted(set(now) & set(before)):
             right_now, right_before = now[pair_id].correctness > 0.5, before[pair_id].correctness > 0.5
             if right_now != right_before:
@@ -465,22 +479,24 @@ def _flips(engine: Engine, plans: Sequence[_FlipPlan]) -> dict[str, Flips]:
     rows = sorted(
         queries.pair_judgments(engine, wanted), key=lambda r: (r.pair_id, r.run_id in tonight_runs, r.order_index)
     )
+    blocks: dict[str, Verdict] = {}
     for row in rows:
         config = by_config.get(row.run_id)
         if config is None:
             continue
-        found[config].verdicts.append(
-            Verdict(
-                id=anchor(row.run_id, row.pair_id),
-                pair_id=row.pair_id,
-                run=row.run_id,
-                night=nights_of[row.run_id],
+        key = anchor(row.run_id, row.pair_id)
+        if key not in blocks:
+            blocks[key] = Verdict(
+                id=key, pair_id=row.pair_id, run=row.run_id, night=nights_of[row.run_id], label=row.label, said=[]
+            )
+            found[config].verdicts.append(blocks[key])
+        blocks[key].said.append(
+            Said(
                 order=row.order_index,
                 decision=row.decision or "–",
                 decision_for_pair=row.decision_for_pair or "–",
-                label=row.label,
                 status=row.status,
-                answer=shorten(row.response or row.error or "", ANSWER_CHARS),
+                answer=shorten(" ".join((row.response or row.error or "").split()), ANSWER_CHARS),
             )
         )
     return found
@@ -561,7 +577,7 @@ class TonightView(BaseModel):
 def _tonight(
     night: Night, label: str, views: Sequence[ConfigView], facts: NightFacts | None, budget: tuple | None
 ) -> TonightView:
-    counts = defaultdict(int)
+    counts: dict[str, int] = defaultdict(int)
     for view in views:
         counts[view.alert] += 1
     cost, unpriced = _cost(night.runs)

@@ -170,10 +170,10 @@ def trend_chart(points: Sequence[Point], labels: Sequence[str]) -> Chart | None:
     ]
     kept = _kept(len(points), LINE_NIGHTS, lambda i: points[i].alert in ("regressed", "improved"))
     marks = [
-        Mark(x=xs[i], y=y(points[i].accuracy), cls=points[i].alert, title=points[i].title)
+        Mark(x=xs[i], y=y(accuracy), cls=points[i].alert, title=points[i].title)
         for i in kept
-        if points[i].accuracy is not None
-    ]  # type: ignore[arg-type]
+        if (accuracy := points[i].accuracy) is not None
+    ]
     failed = [
         Mark(x=x, y=TREND_H - _BOTTOM, cls="failed", title=p.title)
         for x, p in zip(xs, points, strict=True)

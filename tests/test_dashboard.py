@@ -25,6 +25,7 @@ import pytest
 from judgebench_flows.data import db
 from judgebench_flows.views.dashboard import DashboardFilter, alert_of, dashboard_html, write_dashboard
 from tests._dashboard_data import DRIFTED, FAILED, FAILED_REASON, REGRESSED, seed_nights
+from tests.test_db import postgresql_url, sqlite_url  # noqa: F401  (fixtures)
 from tests.test_report import find_chromium
 
 CHROMIUM_FLAGS = (
@@ -161,6 +162,31 @@ def test_alerts_read_from_stored_runs(nights_db: str) -> None:
     assert {alert_of(r) for r in first} == {"baseline"}  # nothing to compare the first night with
     improved = [r for r in runs if alert_of(r) == "improved"]
     assert improved and all(1 - r.p_drop < r.alpha for r in improved)
+
+
+@pytest.mark.parametrize("backend", ["sqlite_url", "postgresql_url"])
+def test_both_databases_read_alike_and_a_pool_nights_budget_is_shown(backend: str, request) -> None:
+    """The figures results.json holds are read by the database itself (SQLite's JSON1, PostgreSQL's
+    jsonb): both give the same page; a pool night's budget comes from `night_spend`."""
+    import sqlalchemy as sa
+
+    url = request.getfixturevalue(backend)
+    seed_nights(url, nights=6, cells=4, pairs=12)
+    engine = db.open_database(url)
+    with engine.begin() as connection:  # the last night ran on the pool with a budget of $5
+        connection.execute(
+            sa.insert(db.table_of(db.NightSpendRow)),
+            [
+                {"night": "night-0005", "cell": "", "held": 5.0, "spent": 0.0},
+                {"night": "night-0005", "cell": "a", "held": 0.25, "spent": 1.5},
+            ],
+        )
+    html = dashboard_html(engine, DashboardFilter(nights=10))
+    assert "$5.00 (max_cost); spent $1.50; still held $0.2500" in html
+    cells = re.findall(r'<td class="tonight a-(\w+)"', html)
+    assert sorted(cells) == ["failed", "noise", "noise", "regressed"], cells
+    assert re.findall(r"(\d+) right → wrong, (\d+) wrong → right", html)  # flips from both backends' verdicts
+    assert "change -15.0 pts" in html and "noise ±1.0" in html
 
 
 def run_dashboard(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -50,6 +50,15 @@
     toNewest(); // the newest nights and tonight's figures in view
     window.addEventListener("load", function () { toNewest(); setTimeout(toNewest, 50); });
   }
+  // A chart wider than a phone's screen scrolls sideways: its newest nights in view when it opens.
+  var chartsToNewest = function (root) {
+    Array.prototype.forEach.call(root.querySelectorAll(".chartwrap"), function (w) { w.scrollLeft = w.scrollWidth; });
+  };
+  document.addEventListener("toggle", function (e) { if (e.target.open) { chartsToNewest(e.target); } }, true);
+  window.addEventListener("load", function () {
+    chartsToNewest(document);
+    setTimeout(function () { chartsToNewest(document); }, 50);
+  });
   var reveal = function () {
     var id = decodeURIComponent(location.hash.slice(1));
     var target = id && document.getElementById(id);

@@ -189,6 +189,19 @@ def test_both_databases_read_alike_and_a_pool_nights_budget_is_shown(backend: st
     assert "change -15.0 pts" in html and "noise ±1.0" in html
 
 
+def test_names_from_the_database_are_text(tmp_path: Path) -> None:
+    """A model, judge or data file name is whatever its matrix said: never markup on the page."""
+    url = f"sqlite:///{tmp_path}/hostile.db"
+    seed_nights(url, nights=2, cells=2, pairs=4)
+    engine = db.open_database(url)
+    hostile = '<img src=x onerror="alert(1)">'
+    with engine.begin() as connection:
+        table = db.table_of(db.RunRow)
+        connection.execute(table.update().values(model=hostile, served_as=hostile, message=hostile))
+    html = dashboard_html(engine, DashboardFilter())
+    assert "<img" not in html and "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html
+
+
 def run_dashboard(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "judgebench_flows.cli.main", "dashboard", *args],

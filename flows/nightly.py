@@ -50,6 +50,7 @@ from judgebench_flows.core.artifact_keys import NIGHTLY_KEY
 from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.core.pricing import NightSpend, format_usd
 from judgebench_flows.core.text import shorten
+from judgebench_flows.data import storage
 from judgebench_flows.data.night_budget import NightTotals
 from judgebench_flows.flows.adhoc_flow import judgebench_adhoc
 from judgebench_flows.flows.cell_preflight import in_matrix_order, refused_cells
@@ -57,6 +58,7 @@ from judgebench_flows.flows.cell_runs import cell_flow, judge_cell, subflow_stat
 from judgebench_flows.flows.cell_schedule import CellSchedule, PlannedCell, planned_judgments
 from judgebench_flows.flows.events import NightRefused, emit_night_event
 from judgebench_flows.flows.night_budgets import night_budgets, open_night_budget, within_night_budget
+from judgebench_flows.flows.night_page import write_night_page
 from judgebench_flows.flows.outcomes import CellOutcome, outcome_of, pool_outcome
 from judgebench_flows.flows.pool_cells import judge_cells_on_pool, pool_endpoint_usage
 from judgebench_flows.flows.retries import BenchmarkFailed, failure_line
@@ -115,15 +117,17 @@ async def night_artifact(
     endpoints: dict[str, EndpointUse],
     retiring: list[str],
     budget: NightSpend | NightTotals | None = None,
+    page: str | None = None,
 ) -> None:
-    """The night's page: each cell's outcome, the night's timing, retirements and the leaderboard."""
+    """The night's summary: each cell's outcome, the night's timing, retirements, the leaderboard and a
+    link to the night's page (flows/night_page.py)."""
     from judgebench_flows.flows.leaderboard_flow import (
         nightly_leaderboard_section,  # the leaderboard with tonight's rows (never raises)
     )
 
     leaderboard = await nightly_leaderboard_section([e.config for e in entries], [o.run_id for o in outcomes])
     await acreate_markdown_artifact(
-        summary_markdown(outcomes, budget)
+        summary_markdown(outcomes, budget, page)
         + "\n"
         + night_markdown(wall_s, endpoints, outcomes)
         + "".join(f"\n\nWarning: {notice}" for notice in retiring)
@@ -321,9 +325,12 @@ async def nightly_benchmarks(
     wall_s = round(time.monotonic() - started, 3)
     endpoints = with_busy_share(endpoints, wall_s)
 
-    await night_artifact(entries, outcomes, wall_s, endpoints, retiring, budget)
+    page = await write_night_page(matrix, entries, night_date(), wall_s, budget)
+    await night_artifact(entries, outcomes, wall_s, endpoints, retiring, budget, page)
     attempt = flow_run.run_count
     emit_night_event(matrix_path, outcomes, attempt, wall_s=wall_s, endpoints=endpoints)
+    if page is not None:
+        logger.info("the night's page: %s", storage.browser_url(page) if storage.is_url(page) else page)
     bad = [o for o in outcomes if o.status != "completed"]
     if bad:
         return night_failed(bad, len(outcomes))  # type: ignore[return-value]

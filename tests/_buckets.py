@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -131,5 +132,9 @@ def night_to_bucket(
     board = json.loads(objects["nightly/leaderboard.json"])
     assert {e["judge_model"] for e in board["entries"] if e["origin"] == "run"} >= {"judge-a", "judge-b"}
     assert "nightly/leaderboard.html" in objects
+    page = objects["nightly/dashboard.html"].decode()  # the night's page, beside its outputs in the bucket
+    [own] = [k for k in objects if k.startswith("nightly/dashboards/")]
+    assert re.fullmatch(r"nightly/dashboards/\d{4}-\d{2}-\d{2}\.html", own), own
+    assert objects[own].decode() == page and page.count('<tr data-config="') == 2
     assert list(places["work"].iterdir()) == []
     return objects

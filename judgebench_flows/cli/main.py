@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     from judgebench_flows.cli.retention import add_parsers as add_retention_parsers
 
     add_retention_parsers(sub)
+    from judgebench_flows.cli.dashboard import add_parsers as add_dashboard_parsers
+
+    add_dashboard_parsers(sub)
     return parser
 
 
@@ -358,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.retention import COMMANDS as RETENTION_COMMANDS
 
     commands.update(RETENTION_COMMANDS)
+    from judgebench_flows.cli.dashboard import COMMANDS as DASHBOARD_COMMANDS
+
+    commands.update(DASHBOARD_COMMANDS)
     with _sigterm_ends_the_command():
         return _run_command(commands[args.command], args)
 

@@ -33,6 +33,7 @@ from judgebench_flows.data.schema import (
     CallCacheRow,
     JudgmentRow,
     MetricRow,
+    NightSpendRow,
     RunRow,
     as_utc,
     table_of,
@@ -433,6 +434,147 @@ def run_metrics(engine: Engine, run_id: str) -> list[MetricRow]:
         return list(session.exec(select(MetricRow).where(MetricRow.run_id == run_id)))
 
 
+# What the dashboard reads of each run's results.json, by path: the regression check's figures and the
+# judge's noise, extracted by the database (a year of nights is 18,000 results.json; parsing them in
+# Python took seconds), and the benchmark a run's configuration names (None: JudgeBench's, as every run
+# before a second benchmark was).
+DASHBOARD_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "delta": ("results", ("regression", "delta")),
+    "p_drop": ("results", ("regression", "p_drop")),
+    "alpha": ("results", ("regression", "alpha")),
+    "detectable_drop": ("results", ("regression", "detectable_drop")),
+    "baseline_accuracy": ("results", ("regression", "baseline_accuracy")),
+    "noise_sd": ("results", ("noise", "run_to_run_sd")),
+}
+DASHBOARD_TEXTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "baseline_run_id": ("results", ("regression", "baseline_run_id")),
+    "accuracy_regressed": ("results", ("regression", "accuracy_regressed")),
+    "benchmark": ("config", ("benchmark",)),
+}
+
+
+def _json_at(engine: Engine, column: Any, path: tuple[str, ...], number: bool) -> Any:
+    """One value inside a JSON text column, read by the database (SQLite's JSON1, PostgreSQL's jsonb)."""
+    if engine.dialect.name == "postgresql":
+        document: Any = sa.cast(column, postgresql.JSONB)
+    else:
+        document = sa.type_coerce(column, sa.JSON)
+    value = document[path]
+    return value.as_float() if number else value.as_string()
+
+
+def dashboard_starts(engine: Engine, judge_type: str | None = None, model: str | None = None) -> list[sa.Row[Any]]:
+    """When each run started and under which flow runs: what finds the dashboard's newest nights."""
+    query = sa.select(RunRow.started, RunRow.root_flow_run_id, RunRow.flow_run_id)  # type: ignore[call-overload]
+    if judge_type:
+        query = query.where(RunRow.judge_type == judge_type)
+    if model:
+        query = query.where(RunRow.model == model)
+    with engine.connect() as connection:
+        return list(connection.execute(query))
+
+
+def dashboard_runs(
+    engine: Engine,
+    since: datetime | None = None,
+    judge_type: str | None = None,
+    model: str | None = None,
+) -> list[sa.Row[Any]]:
+    """Every run started since `since` (of that judge type and model), oldest first: the columns the
+    dashboard shows and the figures `DASHBOARD_FIGURES` / `DASHBOARD_TEXTS` name, never the JSON whole."""
+    columns: list[Any] = [
+        RunRow.run_id,
+        RunRow.config_key,
+        RunRow.judge_type,
+        RunRow.model,
+        RunRow.data_file,
+        RunRow.flow_run_id,
+        RunRow.root_flow_run_id,
+        RunRow.status,
+        RunRow.message,
+        RunRow.started,
+        RunRow.finished,
+        RunRow.n_pairs,
+        RunRow.overall_accuracy,
+        RunRow.ci_low,
+        RunRow.ci_high,
+        RunRow.cost_usd,
+        RunRow.priced_as,
+        RunRow.order_consistency,
+        RunRow.first_position_rate,
+        RunRow.served_as,
+        RunRow.drift,
+    ]
+    sources = {"results": RunRow.results_json, "config": RunRow.config_json}
+    for name, (source, path) in DASHBOARD_FIGURES.items():
+        columns.append(_json_at(engine, sources[source], path, number=True).label(name))
+    for name, (source, path) in DASHBOARD_TEXTS.items():
+        columns.append(_json_at(engine, sources[source], path, number=False).label(name))
+    query = sa.select(*columns).order_by(col(RunRow.started), col(RunRow.run_id))
+    if since is not None:
+        query = query.where(col(RunRow.started) >= as_utc(since))
+    if judge_type:
+        query = query.where(col(RunRow.judge_type) == judge_type)
+    if model:
+        query = query.where(col(RunRow.model) == model)
+    with engine.connect() as connection:
+        return list(connection.execute(query))
+
+
+def category_metrics(
+    engine: Engine, run_ids: Iterable[str]
+) -> dict[str, dict[str, tuple[float, float | None, float | None]]]:
+    """Each run's accuracy per category, with its interval: {run_id: {category: (accuracy, low, high)}}."""
+    wanted = sorted(set(run_ids))
+    found: dict[str, dict[str, tuple[float, float | None, float | None]]] = {}
+    table = table_of(MetricRow)
+    with engine.connect() as connection:
+        for start in range(0, len(wanted), 500):
+            query = sa.select(table.c.run_id, table.c.name, table.c.accuracy, table.c.ci_low, table.c.ci_high).where(
+                table.c.scope == "category", table.c.run_id.in_(wanted[start : start + 500])
+            )
+            for run_id, name, accuracy, low, high in connection.execute(query).tuples().all():
+                found.setdefault(run_id, {})[name] = (accuracy, low, high)
+    return found
+
+
+def pair_judgments(engine: Engine, run_pairs: Iterable[tuple[str, str]]) -> list[JudgmentRow]:
+    """The judgments (answers included) of these (run, pair)s: the few a page shows whole."""
+    by_run: dict[str, set[str]] = {}
+    for run_id, pair_id in run_pairs:
+        by_run.setdefault(run_id, set()).add(pair_id)
+    rows: list[JudgmentRow] = []
+    with Session(engine) as session:
+        for run_id, pairs in sorted(by_run.items()):
+            wanted = sorted(pairs)
+            for start in range(0, len(wanted), 500):
+                query = select(JudgmentRow).where(
+                    JudgmentRow.run_id == run_id, col(JudgmentRow.pair_id).in_(wanted[start : start + 500])
+                )
+                rows.extend(session.exec(query))
+    return rows
+
+
+def night_budgets(engine: Engine, nights: Iterable[str]) -> dict[str, tuple[float, float, float]]:
+    """A pool night's budget as its cells left it (data/night_budget.py): {night: (max_cost, spent, held)}."""
+    table = table_of(NightSpendRow)
+    wanted = sorted(set(nights))
+    found: dict[str, tuple[float, float, float]] = {}
+    with engine.connect() as connection:
+        for start in range(0, len(wanted), 500):
+            query = sa.select(table.c.night, table.c.cell, table.c.held, table.c.spent).where(
+                table.c.night.in_(wanted[start : start + 500])
+            )
+            rows = list(connection.execute(query))
+            for night in {row.night for row in rows}:
+                own = [row for row in rows if row.night == night]
+                budget = next((row.held for row in own if row.cell == ""), None)
+                if budget is not None:
+                    cells = [row for row in own if row.cell != ""]
+                    found[night] = (budget, sum(r.spent for r in cells), sum(r.held for r in cells))
+    return found
+
+
 __all__ = [
     "ANY_RUN",
     "BiasFigures",
@@ -444,6 +586,9 @@ __all__ = [
     "cache_get_many",
     "cache_put_many",
     "cache_replay",
+    "category_metrics",
+    "dashboard_runs",
+    "dashboard_starts",
     "fail_run",
     "finish_run",
     "get_run",
@@ -452,6 +597,8 @@ __all__ = [
     "judgment_rows",
     "latest_finished_runs",
     "list_runs",
+    "night_budgets",
+    "pair_judgments",
     "paid_by_run",
     "run_judgments",
     "run_metrics",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.pricing import NightSpend, format_usd
+from judgebench_flows.data import storage
 from judgebench_flows.data.night_budget import NightTotals
 from judgebench_flows.scoring.cell_outcome import CellOutcome
 from judgebench_flows.scoring.formatting import percent as _pct
@@ -79,9 +80,12 @@ def _alert_power(outcomes: list[CellOutcome]) -> list[str]:
     return [head + f"each detects an accuracy drop of {span} points 80% of the time{blind}.", ""]
 
 
-def summary_markdown(outcomes: list[CellOutcome], budget: NightSpend | NightTotals | None = None) -> str:
+def summary_markdown(
+    outcomes: list[CellOutcome], budget: NightSpend | NightTotals | None = None, page: str | None = None
+) -> str:
     """The night's summary: how many configurations completed, regressed or failed, the night's cost and
-    budget, then one row per configuration, so a red night's page says which cells need a look and why."""
+    budget, then one row per configuration, so a red night's page says which cells need a look and why;
+    `page`: the night's dashboard (flows/night_page.py), linked below the counts."""
     bad = [o for o in outcomes if o.status != "completed"]
     lines = [
         "# JudgeBench nightly",
@@ -89,6 +93,7 @@ def summary_markdown(outcomes: list[CellOutcome], budget: NightSpend | NightTota
         f"{len(outcomes)} configurations: {len(outcomes) - len(bad)} completed, "
         f"{sum(o.status == 'regressed' for o in outcomes)} regressed, {sum(o.status == 'failed' for o in outcomes)} failed.",
         "",
+        *([f"Every configuration's nights on one page: {storage.markdown_link(page)}", ""] if page else []),
         _night_cost(outcomes),
         "",
         *_night_budget(budget),

@@ -549,6 +549,16 @@ async def wait_to_call(run: RunContext, clock: Stopwatch) -> float:
     return time.process_time()
 
 
+def judged_timings(clock: Stopwatch, fetch_s: float, load_s: float, judge_cpu: float, tally: Tally) -> Timings:
+    """results.json's `run.timings` as the judging ends: the phases so far and the judging's CPU per judgment."""
+    return Timings(
+        fetch_s=fetch_s,
+        load_s=load_s,
+        judge_s=clock.lap(),
+        judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, tally.usage["judgments"]), 3),
+    )
+
+
 async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunResults:
     """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes. `run`:
     the run's context (`run_context.RunContext`), in force while it judges."""
@@ -586,14 +596,8 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
         logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
         load_s, cpu_before = clock.lap(), await wait_to_call(run, clock)
         sent, stopped = await judge_all(shards, spec, config, sink, run)
-        judge_cpu = time.process_time() - cpu_before
+        timings = judged_timings(clock, fetch_s, load_s, time.process_time() - cpu_before, sink.tally)
         usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)
-        timings = Timings(
-            fetch_s=fetch_s,
-            load_s=load_s,
-            judge_s=clock.lap(),
-            judge_cpu_ms_per_judgment=round(1000 * judge_cpu / max(1, sink.tally.usage["judgments"]), 3),
-        )
         finished = datetime.now(timezone.utc)
         regression, noise = await asyncio.to_thread(against_recent_runs, engine, config, config_key, run_id, sink.tally)
         results = RunResults.aggregate(

@@ -518,7 +518,7 @@ def _check_judge_types(matrix: NightlyMatrix, source: str) -> None:
 
     needs = {"custom": "judge_template", "external": "external_judge_path"}
     for judge_type in matrix.judge_types:
-        if judge_type not in JUDGE_TYPES and not benchmarks.prefixed_judge(judge_type):
+        if judge_type not in JUDGE_TYPES:
             raise UserError(
                 f"{source}: judge_types: unknown judge type '{judge_type}' (valid: {', '.join(JUDGE_TYPES)})"
             )

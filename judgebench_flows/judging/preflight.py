@@ -39,24 +39,10 @@ def _check_file_url(repo_url: str) -> None:
 
 def preflight(config: RunConfig) -> None:
     """Check everything checkable before Prefect starts: judge, templates, database, data, endpoint."""
-    from judgebench_flows.core.benchmarks import prefixed_judge
     from judgebench_flows.data import db
     from judgebench_flows.data.dataset import check_repo_url, is_pinned
-    from judgebench_flows.judges import JUDGE_TYPES, get_judge
 
-    if config.judge_template is None and config.judge_type not in JUDGE_TYPES and not prefixed_judge(config.judge_type):
-        raise UserError(f"unknown judge type '{config.judge_type}' (valid: {', '.join(JUDGE_TYPES)})")
-    if config.judge_template or config.judge_type == "external":
-        get_judge(
-            config.judge_type,
-            None,
-            config.judge_template,
-            config.external_judge_path,
-            config.external_judge_function,
-            config.external_judge_config,
-        )
-    elif config.data_path or config.templates_dir:
-        get_judge(config.judge_type, config.templates_dir, model=config.model)
+    _check_judge(config)
     if config.data_path and (problem := regular_file_problem(config.data_path)):
         raise UserError(f"--data-path: {problem}: {config.data_path}")  # a FIFO or /dev/zero is no data file
     from judgebench_flows.data.outputs import check_directory, check_file

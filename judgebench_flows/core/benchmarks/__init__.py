@@ -33,12 +33,6 @@ def check_name(name: str) -> str:
     return name
 
 
-def prefixed_judge(judge_type: str) -> bool:
-    """Whether `judge_type` is a benchmark's own prefixed judge (`llmbar:Vanilla`): its name is checked when
-    its benchmark's prompts are read, not against the built-in judge types."""
-    return any(benchmark.owns_judge(judge_type) for benchmark in BENCHMARKS.values())
-
-
 def of_stored_config(config_json: str | None) -> Benchmark:
     """The benchmark a stored run judged, from its configuration's JSON (the results database's
     `config_json`, results.json's `config`): a run of JudgeBench names none."""
@@ -73,5 +67,5 @@ __all__ = [
     "get",
     "home_of_judge",
     "names",
-    "prefixed_judge",
+    "of_stored_config",
 ]

@@ -174,7 +174,7 @@ def test_an_unchanged_noisy_judge_alerts_at_the_planned_rate_and_a_real_drop_is_
     the judge 10 points worse is caught nearly always."""
     rng = np.random.default_rng(7)
     p = rng.choice([0.05, 0.5, 0.8, 0.95], size=300)
-    plan = AlertPlan(0.05, 1, False)
+    plan = AlertPlan(0.05, 1, False, sequential=False)
     alerts = 0
     for _ in range(1000):
         base = _samples(rng, p, 5)

@@ -115,3 +115,120 @@ def test_planning_nights_to_detect_fall_with_the_drop_and_the_epochs() -> None:
     assert quick is not None and quicker is not None
     assert slow is None or slow > quick
     assert quicker <= quick
+
+
+# --- whole runs against the stand-in ------------------------------------------------------------
+
+
+def _pairs_file(path, n: int = 40):
+    import json
+
+    sources = ["mmlu-pro-law", "livebench-math", "livebench-reasoning", "livecodebench"]
+    rows = [
+        {
+            "pair_id": f"pair-{i}",
+            "original_id": i,
+            "source": sources[i % 4],
+            "question": f"Question {i}?",
+            "response_A": f"Answer A to {i}",
+            "response_B": f"Answer B to {i}",
+            "label": "A>B" if i % 3 else "B>A",
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path, rows
+
+
+@pytest.mark.slow
+def test_a_change_is_flagged_since_its_night_stays_flagged_and_a_reset_starts_afresh(run_cli, tmp_path) -> None:
+    """Real runs through the bundled stand-in: three nights of a steady judge, then one that gets the
+    math pairs wrong. The sequential test flags it that night (since that run, by how much, on which
+    category), says so again the next night without a new alarm, and after `judgebench alerts reset`
+    starts a fresh reference."""
+    import json
+
+    from judgebench_flows.testing.fake_openai import FakeOpenAIServer, auto_oracle
+
+    data, pairs = _pairs_file(tmp_path / "pairs.jsonl", 80)
+    db = f"sqlite:///{tmp_path}/r.db"
+    math_pairs = [p for p in pairs if p["source"] in ("livebench-math", "livebench-reasoning")]
+    steady = auto_oracle(pairs, 0.9, seed=1)
+    wrong_on_math = auto_oracle(math_pairs, 0.0, seed=1)
+
+    judge = {"worse": False}  # one endpoint (its address is part of the configuration), two judges
+
+    def answer(body: dict) -> str:
+        text = json.dumps(body)
+        on_math = any(f"Question {p['original_id']}?\\n" in text for p in math_pairs)
+        return wrong_on_math(body) if judge["worse"] and on_math else steady(body)
+
+    def night(server: FakeOpenAIServer, number: int) -> tuple[int, dict]:
+        proc = run_cli(
+            "run", "--data-path", str(data), "--model", "judge", "--base-url", server.base_url, "--db-url", db,
+            "--no-progress", "--no-report", "--no-cache",
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        return proc.returncode, json.loads((tmp_path / "results" / "latest" / "results.json").read_text())
+
+    server = FakeOpenAIServer(answer)
+    server.start()
+    try:
+        _the_nights(night, server, judge, run_cli, db)
+    finally:
+        server.stop()
+
+
+def _the_nights(night, server, judge: dict, run_cli, db: str) -> None:
+    for number in range(3):
+        code, results = night(server, number)
+        assert code == 0
+    quiet = results["regression"]["sequential"]
+    assert quiet["flagged"] is False and quiet["nights"] == 3 and quiet["nights_to_detect"] is not None
+    judge["worse"] = True
+    code, flagged = night(server, 3)
+    check = flagged["regression"]["sequential"]
+    assert code == 1 and check["flagged"] and check["new"], check
+    assert check["since_run_id"] == flagged["run"]["run_id"] == check["flagged_run_id"]
+    assert check["ci_low"] <= check["delta"] <= check["ci_high"] < 0
+    assert sorted(check["worse_categories"]) == ["livebench-math", "livebench-reasoning"]
+    assert "sequential test: accuracy changed by" in flagged["regression"]["message"]
+    code, later = night(server, 4)
+    still = later["regression"]["sequential"]
+    assert still["flagged"] and not still["new"] and still["flagged_run_id"] == flagged["run"]["run_id"]
+    assert "still flagged until `judgebench alerts reset" in still["message"]
+    config_key = flagged["run"]["config_key"]
+    bad = run_cli("alerts", "reset", "no-such-config", "--db-url", db)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    reset = run_cli("alerts", "reset", config_key[:10], "--db-url", db)
+    assert reset.returncode == 0 and "its flag cleared" in reset.stdout, reset.stderr
+    code, fresh = night(server, 5)
+    after = fresh["regression"]["sequential"]
+    assert after["flagged"] is False and after["nights"] == 1 and after["threshold"] is None
+
+
+def test_the_nights_summary_says_each_cells_nights_to_detect_and_its_flag() -> None:
+    from judgebench_flows.scoring.cell_outcome import CellOutcome
+    from judgebench_flows.views.night_summary import summary_markdown
+
+    cells = [
+        CellOutcome(
+            name="a",
+            status="completed",
+            result_path="a.json",
+            detectable_drop=0.08,
+            alert_rate=0.02,
+            nights_to_detect=3,
+        ),
+        CellOutcome(
+            name="b",
+            status="regressed",
+            result_path="b.json",
+            detectable_drop=0.08,
+            alert_rate=0.02,
+            flagged="changed by -6.0",
+        ),
+    ]
+    page = summary_markdown(cells)
+    assert "within (nights): a 3." in page
+    assert "**Flagged**" in page and "- b: changed by -6.0" in page

@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     from judgebench_flows.cli.retention import add_parsers as add_retention_parsers
 
     add_retention_parsers(sub)
+    from judgebench_flows.cli.alerts import add_parsers as add_alerts_parsers
+
+    add_alerts_parsers(sub)
     return parser
 
 
@@ -365,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.retention import COMMANDS as RETENTION_COMMANDS
 
     commands.update(RETENTION_COMMANDS)
+    from judgebench_flows.cli.alerts import COMMANDS as ALERTS_COMMANDS
+
+    commands.update(ALERTS_COMMANDS)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)  # a stop request ends like Ctrl-C: one line, not a traceback
     try:

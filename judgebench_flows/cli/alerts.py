@@ -11,8 +11,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     from judgebench_flows.cli.options import OneLineParser, add_command
 
     alerts = add_command(sub, "alerts", "the sequential regression alerts of a configuration")
-    actions = alerts.add_subparsers(dest="alerts_action", required=True, parser_class=OneLineParser, metavar="ACTION")
-    reset = actions.add_parser("reset", help="clear a configuration's flag and start its reference afresh")
+    actions = alerts.add_subparsers(
+        dest="alerts_action", required=True, parser_class=OneLineParser, metavar="ACTION", help="reset"
+    )
+    text = "clear a configuration's flag and start its reference afresh"
+    reset = actions.add_parser("reset", help=text, description=text[0].upper() + text[1:] + ".", allow_abbrev=False)
     reset.add_argument("config", metavar="CONFIG", help="a configuration key or a run id (a unique prefix of either)")
     reset.add_argument(
         "--db-url",

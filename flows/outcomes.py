@@ -35,9 +35,19 @@ class CellCounts(TypedDict, total=False):
     invalid_judgments: int | None
     detectable_drop: float | None
     alert_rate: float | None
+    nights_to_detect: int | None
+    flagged: str | None
     cost_usd: float | None
     unpriced: bool
     from_cache: str | None
+
+
+def _sequential(results: RunResults) -> CellCounts:
+    """The cell's sequential test: the nights a persistent 5-point drop takes to be caught, its flag."""
+    check = results.regression.sequential if results.regression else None
+    if check is None:
+        return {"nights_to_detect": None, "flagged": None}
+    return {"nights_to_detect": check.nights_to_detect, "flagged": check.message if check.flagged else None}
 
 
 def _counts(results: RunResults) -> CellCounts:
@@ -54,6 +64,7 @@ def _counts(results: RunResults) -> CellCounts:
         "invalid_judgments": invalid.invalid_judgments,
         "detectable_drop": regression.detectable_drop if regression else None,
         "alert_rate": regression.false_alarm_rate if regression else None,
+        **_sequential(results),
         "cost_usd": usage.dollars if usage else None,
         "unpriced": bool(usage and usage.priced and usage.extra("cost_usd") is None),
         "from_cache": results.run.cache.line() if results.run.cache else None,  # where its answers came from

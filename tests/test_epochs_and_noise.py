@@ -174,7 +174,7 @@ def test_an_unchanged_noisy_judge_alerts_at_the_planned_rate_and_a_real_drop_is_
     the judge 10 points worse is caught nearly always."""
     rng = np.random.default_rng(7)
     p = rng.choice([0.05, 0.5, 0.8, 0.95], size=300)
-    plan = AlertPlan(0.05, 1, False)
+    plan = AlertPlan(0.05, 1, False, sequential=False)
     alerts = 0
     for _ in range(1000):
         base = _samples(rng, p, 5)
@@ -316,6 +316,12 @@ def test_estimate_says_what_the_check_can_detect_and_the_epochs_a_drop_needs(tmp
     needed = int(proc.stdout.split("to detect 20 points: --epochs ")[1].split()[0])
     alpha = AlertPlan().accuracy_alpha
     assert needed == epochs_to_detect(0.2, 0.1, 40, 5, alpha)
+    from judgebench_flows.scoring.sequential import nights_to_detect
+
+    nights = nights_to_detect(0.2, 0.1, 40, 2, AlertPlan().sequential_alpha)
+    assert nights is not None
+    said = "a persistent drop of 20 points at 2 epochs a night is caught 90% of the time within "
+    assert f"{said}{nights} night" in " ".join(proc.stdout.split()), proc.stdout
     bad = subprocess.run([*base, "--detect", "0"], capture_output=True, text=True, env=env, timeout=120)
     assert (
         bad.returncode == 2

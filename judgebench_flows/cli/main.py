@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     from judgebench_flows.cli.dashboard import add_parsers as add_dashboard_parsers
 
     add_dashboard_parsers(sub)
+    from judgebench_flows.cli.alerts import add_parsers as add_alerts_parsers
+
+    add_alerts_parsers(sub)
     return parser
 
 
@@ -364,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     from judgebench_flows.cli.dashboard import COMMANDS as DASHBOARD_COMMANDS
 
     commands.update(DASHBOARD_COMMANDS)
+    from judgebench_flows.cli.alerts import COMMANDS as ALERTS_COMMANDS
+
+    commands.update(ALERTS_COMMANDS)
     with _sigterm_ends_the_command():
         return _run_command(commands[args.command], args)
 

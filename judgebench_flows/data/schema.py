@@ -1,5 +1,5 @@
 """The results database's tables, as SQLModel models: runs, judgments, metrics, the call cache, provider
-batches, run locks, a pool night's spend, and the schema's version row.
+batches, run locks, a pool night's spend, sequential-alert events, and the schema's version row.
 
 A change to a model here needs its Alembic migration (`data/migrations/versions`): migrations only add,
 and `tests/test_db.py` compares what they build with these models on SQLite and PostgreSQL. Datetime
@@ -187,6 +187,22 @@ class NightSpendRow(SQLModel, table=True):
     updated: datetime = Field(default_factory=utcnow)
 
 
+class AlertEventRow(SQLModel, table=True):
+    """A configuration's sequential-alert events (`scoring/regression.py`): `flagged` when its CUSUM
+    alarmed (the change measured, JSON in `detail`), `reset` when a person reset its reference
+    (`judgebench alerts reset`). The newest event decides: a flag stays until a reset after it, and a
+    reset starts the reference afresh. Migration 0009."""
+
+    __tablename__ = "alert_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    config_key: str = Field(index=True, max_length=64)
+    kind: str = Field(max_length=16)
+    at: datetime = Field(default_factory=utcnow)
+    run_id: str | None = None
+    detail: str | None = None
+
+
 class SchemaMeta(SQLModel, table=True):
     __tablename__ = "judgebench_schema"
 
@@ -201,6 +217,7 @@ def table_of(model: type[SQLModel]) -> sa.Table:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AlertEventRow",
     "BatchRow",
     "CallCacheRow",
     "JudgmentRow",

@@ -34,6 +34,7 @@ from judgebench_flows.judging.shards import JudgeSpec, build_judge, request_rule
 from judgebench_flows.scoring.alerts import DEFAULT_WITHIN_VARIANCE, detectable_drop, epochs_to_detect
 from judgebench_flows.scoring.noise import stored_noise_figure
 from judgebench_flows.scoring.regression import plan_of
+from judgebench_flows.scoring.sequential import nights_to_detect
 
 CHUNK = 500  # pairs read at a time: memory holds a chunk, not the data file
 
@@ -51,6 +52,7 @@ class Planning:
     detectable: float
     detect: float | None = None
     epochs_needed: int | None = None
+    nights_needed: int | None = None  # nights at the run's epochs the sequential test takes to catch `detect` 90%
 
 
 @dataclass
@@ -256,6 +258,8 @@ def plan_detection(
     if detect is not None:
         plan.detect = detect
         plan.epochs_needed = epochs_to_detect(detect / 100, within, pairs, runs, alpha)
+        sequential = plan_of(config).sequential_alpha
+        plan.nights_needed = nights_to_detect(detect / 100, within, pairs, estimate.epochs, sequential)
     return plan
 
 

@@ -41,19 +41,32 @@ _NORMAL = NormalDist()
 
 @dataclass(frozen=True)
 class AlertPlan:
-    """How much false-alarm rate each test of one run may spend."""
+    """How much false-alarm rate each test of one run may spend: a cell's share of the night's rate goes
+    half to accuracy (split evenly between the per-night test and the sequential one,
+    `scoring.sequential`, when it runs) and a quarter to each position test."""
 
     false_alarm_rate: float = 0.02
     cells: int = 1
     position_bias: bool = True
+    sequential: bool = True
 
     @property
     def cell_alpha(self) -> float:
         return self.false_alarm_rate / self.cells
 
     @property
-    def accuracy_alpha(self) -> float:
+    def _accuracy_share(self) -> float:
         return self.cell_alpha / 2 if self.position_bias else self.cell_alpha
+
+    @property
+    def accuracy_alpha(self) -> float:
+        """The per-night accuracy test's share."""
+        return self._accuracy_share / 2 if self.sequential else self._accuracy_share
+
+    @property
+    def sequential_alpha(self) -> float:
+        """The sequential test's share: its expected alarms per night of an unchanged judge."""
+        return self._accuracy_share / 2 if self.sequential else 0.0
 
     @property
     def position_alpha(self) -> float:
@@ -88,13 +101,86 @@ class ShiftTest:
 PRIOR_WEIGHT = 0.2
 
 
-def _pair_variances(pooled: np.ndarray, k: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
-    """Each row's variance of one sample, its observed samples (NaN: none) and the prior's pooled."""
+@dataclass(frozen=True)
+class PairSums:
+    """Per pair: how many samples, their sum and their sum of squares (arrays of shape (..., pairs)).
+    Sufficient for every test here, and they add up: a baseline of five nights is their sums' sum."""
+
+    count: np.ndarray
+    total: np.ndarray
+    squares: np.ndarray
+
+    @classmethod
+    def of(cls, samples: np.ndarray) -> PairSums:
+        """Samples (..., pairs, samples), NaN where a pair has fewer."""
+        seen = ~np.isnan(samples)
+        values = np.where(seen, samples, 0.0)
+        return cls(seen.sum(axis=-1).astype(float), values.sum(axis=-1), (values * values).sum(axis=-1))
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...]) -> PairSums:
+        return cls(np.zeros(shape), np.zeros(shape), np.zeros(shape))
+
+    def plus(self, other: PairSums, where: np.ndarray | bool = True) -> PairSums:
+        """These sums with `other` added where `where` (a batch mask) holds."""
+        mask = np.asarray(where)[..., None] if np.ndim(where) else where
+        return PairSums(*(a + np.where(mask, b, 0.0) for a, b in zip(self.fields(), other.fields(), strict=True)))
+
+    def kept(self, where: np.ndarray | bool) -> PairSums:
+        """These sums where `where` holds, zero elsewhere."""
+        mask = np.asarray(where)[..., None] if np.ndim(where) else where
+        return PairSums(*(np.where(mask, a, 0.0) for a in self.fields()))
+
+    def fields(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.count, self.total, self.squares
+
+    def __add__(self, other: PairSums) -> PairSums:
+        return self.plus(other)
+
+
+def pair_variance(*parts: PairSums, bounds: tuple[float, float]) -> np.ndarray:
+    """Each pair's variance of one sample, every part's samples and the prior's pooled (the sample
+    variance, from sufficient statistics: the same for a night's samples as for a sum of nights')."""
     low, high = bounds
     w = PRIOR_WEIGHT
-    mean = (np.nansum(pooled, axis=1) + w * (low + high)) / (k + 2 * w)
-    squares = np.nansum((pooled - mean[:, None]) ** 2, axis=1) + w * ((low - mean) ** 2 + (high - mean) ** 2)
-    return squares / (k + 2 * w) * k / np.maximum(k - 1, 1)
+    k = sum(p.count for p in parts)
+    total = sum(p.total for p in parts)
+    squares = sum(p.squares for p in parts)
+    mean = (total + w * (low + high)) / (k + 2 * w)
+    ss = squares - 2 * mean * total + k * mean * mean + w * ((low - mean) ** 2 + (high - mean) ** 2)
+    return np.maximum(ss, 0.0) / (k + 2 * w) * k / np.maximum(k - 1, 1)
+
+
+_upper_tail = np.vectorize(lambda z: 1 - _NORMAL.cdf(z), otypes=[float])
+
+
+def shift_sums(
+    candidate: PairSums, baseline: PairSums, worse: np.ndarray | int = -1, bounds: tuple[float, float] = (0, 1)
+) -> tuple[np.ndarray, ...]:
+    """The paired test on per-pair sums (arrays (..., pairs), any leading batch axes): per batch the pairs
+    kept (a sample on both sides), the candidate's and the baseline's means, delta, SE and the p-value of
+    a shift the `worse` way (per batch, -1 or +1). What `shift_test` and the benchmark's nights compute."""
+    k_c, k_b = candidate.count, baseline.count
+    kept = (k_c > 0) & (k_b > 0)
+    n = kept.sum(axis=-1)
+    safe_n = np.maximum(n, 1)
+    cand_means = candidate.total / np.maximum(k_c, 1)
+    base_means = baseline.total / np.maximum(k_b, 1)
+    variance = pair_variance(candidate, baseline, bounds=bounds)
+    variance = variance * (1 / np.maximum(k_c, 1) + 1 / np.maximum(k_b, 1))
+    delta = np.where(kept, cand_means - base_means, 0.0).sum(axis=-1) / safe_n
+    se = np.sqrt(np.where(kept, variance, 0.0).sum(axis=-1)) / safe_n
+    z = np.asarray(worse) * delta / np.where(se > 0, se, 1.0)
+    p_value = np.where((se > 0) & (n > 0), _upper_tail(z), 1.0)
+    means = [np.where(kept, m, 0.0).sum(axis=-1) / safe_n for m in (cand_means, base_means)]
+    return n, means[0], means[1], delta, se, p_value
+
+
+def shift_arrays(
+    candidate: np.ndarray, baseline: np.ndarray, worse: np.ndarray | int = -1, bounds: tuple[float, float] = (0, 1)
+) -> tuple[np.ndarray, ...]:
+    """`shift_sums` on samples (..., pairs, samples), NaN where a pair has fewer."""
+    return shift_sums(PairSums.of(candidate), PairSums.of(baseline), worse, bounds)
 
 
 def _detectable(se: float, alpha: float) -> float:
@@ -110,20 +196,10 @@ def shift_test(
 
     Pairs with no sample on either side are left out. With no pair left the p-value is 1; a run judged
     exactly as its baselines (a deterministic judge, unchanged) has delta 0 and never alerts."""
-    k_c, k_b = np.sum(~np.isnan(candidate), axis=1), np.sum(~np.isnan(baseline), axis=1)
-    kept = (k_c > 0) & (k_b > 0)
-    n = int(kept.sum())
+    n, cand, base, delta, se, p_value = (float(x) for x in shift_arrays(candidate, baseline, worse, bounds))
     if not n:
         return ShiftTest(0, math.nan, math.nan, math.nan, math.nan, 1.0, alpha, math.nan)
-    cand, base, k_c, k_b = candidate[kept], baseline[kept], k_c[kept], k_b[kept]
-    cand_means, base_means = np.nansum(cand, axis=1) / k_c, np.nansum(base, axis=1) / k_b
-    k = k_c + k_b
-    variance = _pair_variances(np.concatenate([cand, base], axis=1), k, bounds) * (1 / k_c + 1 / k_b)
-    delta = float(np.mean(cand_means - base_means))
-    se = math.sqrt(float(variance.sum())) / n
-    p_value = 1.0 if se == 0.0 else 1 - _NORMAL.cdf(worse * delta / se)
-    detectable = _detectable(se, alpha)
-    return ShiftTest(n, float(cand_means.mean()), float(base_means.mean()), delta, se, p_value, alpha, detectable)
+    return ShiftTest(int(n), cand, base, delta, se, p_value, alpha, _detectable(se, alpha))
 
 
 def _correct(score: PairScore) -> tuple[float, ...]:
@@ -202,6 +278,36 @@ def decide(candidate: Samples, baseline: Samples, plan: AlertPlan) -> RunAlerts:
     return RunAlerts(accuracy, consistency, first, direction)
 
 
+@dataclass(frozen=True)
+class SampleSums:
+    """A run's (or several runs') per-pair sums of the three measures: what the per-night tests read.
+    Sums of nights add up (a baseline of five nights is their sum)."""
+
+    correct: PairSums
+    consistent: PairSums
+    lean: PairSums
+
+    @classmethod
+    def of(cls, samples: Samples) -> SampleSums:
+        return cls(PairSums.of(samples.correct), PairSums.of(samples.consistent), PairSums.of(samples.lean))
+
+    def __add__(self, other: SampleSums) -> SampleSums:
+        return SampleSums(self.correct + other.correct, self.consistent + other.consistent, self.lean + other.lean)
+
+
+def night_alerted(candidate: SampleSums, baseline: SampleSums, plan: AlertPlan) -> np.ndarray:
+    """`decide(...).alerted` for a batch of runs at once (sums with leading batch axes): the same tests
+    at the same shares, for benchmarks/bench_alerts.py's thousands of nights."""
+    p_acc = shift_sums(candidate.correct, baseline.correct, -1)[-1]
+    alerted = p_acc < plan.accuracy_alpha
+    if not plan.position_bias:
+        return alerted
+    direction = np.sign(candidate.lean.total.sum(axis=-1))
+    p_cons = shift_sums(candidate.consistent, baseline.consistent, -1)[-1]
+    p_lean = shift_sums(candidate.lean, baseline.lean, np.where(direction == 0, 1, direction), (-2, 2))[-1]
+    return alerted | (p_cons < plan.position_alpha) | ((direction != 0) & (p_lean < plan.position_alpha / 2))
+
+
 def run_alerts(
     candidate: dict[str, PairScore], baselines: Sequence[dict[str, PairScore]], plan: AlertPlan
 ) -> RunAlerts:
@@ -245,6 +351,12 @@ __all__ = [
     "epochs_to_detect",
     "Samples",
     "decide",
+    "night_alerted",
+    "pair_variance",
+    "PairSums",
+    "SampleSums",
+    "shift_sums",
     "run_alerts",
+    "shift_arrays",
     "shift_test",
 ]

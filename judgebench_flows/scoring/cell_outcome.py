@@ -46,6 +46,10 @@ class CellOutcome(BaseModel):
     # it held a share of (results.json's `regression.detectable_drop`, `.false_alarm_rate`; None without).
     detectable_drop: float | None = None
     alert_rate: float | None = None
+    # Its sequential test (results.json's `regression.sequential`): the nights a persistent 5-point drop
+    # takes to be caught 90% of the time, and the flagged change in words while flagged.
+    nights_to_detect: int | None = None
+    flagged: str | None = None
 
 
 __all__ = ["CellOutcome", "RunStatus"]

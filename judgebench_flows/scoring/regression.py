@@ -11,11 +11,12 @@ from sqlalchemy.engine import Engine
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.records import FINISHED
 from judgebench_flows.data import db
-from judgebench_flows.scoring.alerts import AlertPlan, RunAlerts, ShiftTest, run_alerts
+from judgebench_flows.scoring.alerts import DEFAULT_WITHIN_VARIANCE, AlertPlan, RunAlerts, ShiftTest, run_alerts
 from judgebench_flows.scoring.metrics import PairScore, Tally, consistency, pair_scores
+from judgebench_flows.scoring.night_watch import sequential_check
 from judgebench_flows.scoring.noise import Z95, JudgeNoise, as_epochs, measure_noise
 from judgebench_flows.scoring.published import FileVerdict
-from judgebench_flows.scoring.result_types import PositionBiasChange, Regression
+from judgebench_flows.scoring.result_types import PositionBiasChange, Regression, SequentialChange
 from judgebench_flows.scoring.stats import DeltaResult
 
 Baseline = tuple[str, dict[str, PairScore]]  # a finished run's id and its pairs scored
@@ -208,7 +209,25 @@ def against_recent_runs(
     """The run's regression check and its judge's noise, from one read of its recent runs."""
     baselines = recent_runs(engine, config_key, run_id, config.baseline_runs, tally.rule)
     regression = regression_against_baseline(engine, config, config_key, run_id, tally, baselines)
-    return regression, run_noise(tally.scores, baselines, changed=bool(regression and regression.regressed))
+    noise = run_noise(tally.scores, baselines, changed=bool(regression and regression.regressed))
+    if regression is not None:
+        within = noise.within_variance if noise and noise.within_variance else DEFAULT_WITHIN_VARIANCE
+        sequential = sequential_check(engine, config_key, run_id, tally.scores, plan_of(config), within, tally.rule)
+        with_sequential(regression, sequential)
+    return regression, noise
+
+
+def with_sequential(check: Regression, sequential: SequentialChange | None) -> None:
+    """The sequential test's result in the regression check: a change it flags tonight is a regression
+    (exit 1, the event and its alert, once); a flag raised earlier is said on every run until a reset."""
+    if sequential is None:
+        return
+    check.sequential = sequential
+    if sequential.new:
+        check.regressed = True
+        check.message = f"{check.message}; sequential test: {sequential.message}"
+    elif sequential.flagged:
+        check.message = f"{check.message}; sequential test: {sequential.message}"
 
 
 __all__ = [

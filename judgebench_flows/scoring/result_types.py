@@ -151,6 +151,32 @@ class PositionBiasChange(Section):
     message: str
 
 
+class SequentialChange(Section):
+    """The sequential test of the configuration's nights against its frozen reference (`scoring.sequential`,
+    docs/alerts.md): flagged or not, and when flagged since which run, by how much (95% interval, the
+    judge's noise and the reference's error in it) and on which categories. A flag stays until the
+    reference is reset (`judgebench alerts reset`, a drift in the served build, a new judge)."""
+
+    _optional = frozenset({"since_run_id", "flagged_run_id", "delta", "ci_low", "ci_high", "nights_to_detect"})
+
+    flagged: bool = False
+    new: bool = False  # flagged by this run
+    statistic: float = 0.0
+    threshold: float | None = None
+    alpha: float = 0.0  # its expected alarms per night of an unchanged judge
+    nights: int = 0  # nights read since the reference's boundary, this one included
+    since_run_id: str | None = None
+    flagged_run_id: str | None = None
+    delta: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    categories: dict[str, float] = {}  # each category's change over the suspected nights
+    worse_categories: list[str] = []  # those whose 95% interval is below 0, worst first
+    detect_points: float = 5.0
+    nights_to_detect: int | None = None  # nights a persistent drop of detect_points takes to be caught 90%
+    message: str = ""
+
+
 class Regression(Section):
     """This run against its configuration's recent finished runs (`scoring.alerts`): the change, its 95%
     interval and one-sided p-value (`p_drop`) with the judge's noise in them, the baselines, the verdict in
@@ -167,6 +193,7 @@ class Regression(Section):
             "detectable_drop",
             "false_alarm_rate",
             "cells",
+            "sequential",
         }
     )
 
@@ -190,6 +217,7 @@ class Regression(Section):
     detectable_drop: float | None = None
     false_alarm_rate: float | None = None
     cells: int | None = None
+    sequential: SequentialChange | None = None
 
     @classmethod
     def of(cls, result: DeltaResult, *, baseline_run_id: str, message: str) -> Regression:
@@ -370,6 +398,7 @@ __all__ = [
     "Prices",
     "Provenance",
     "Regression",
+    "SequentialChange",
     "Section",
     "Sent",
     "Served",

@@ -80,6 +80,24 @@ def _alert_power(outcomes: list[CellOutcome]) -> list[str]:
     return [head + f"each detects an accuracy drop of {span} points 80% of the time{blind}.", ""]
 
 
+def _sequential_lines(outcomes: list[CellOutcome]) -> list[str]:
+    """Each cell's sequential test: what it is flagged for, and the nights a persistent 5-point drop takes
+    to be caught 90% of the time at its epochs and noise (docs/alerts.md)."""
+    flagged = [o for o in outcomes if o.flagged]
+    lines = [f"**Flagged** (until `judgebench alerts reset`): {len(flagged)} configurations:", ""] if flagged else []
+    lines += [f"- {o.title or o.name}: {o.flagged}" for o in flagged] + ([""] if flagged else [])
+    planned = [o for o in outcomes if o.detectable_drop is not None and not o.flagged]
+    if planned:
+        nights = ", ".join(
+            f"{o.title or o.name} {o.nights_to_detect if o.nights_to_detect is not None else '60+'}" for o in planned
+        )
+        lines += [
+            f"Sequential test: a persistent 5-point drop is caught 90% of the time within (nights): {nights}.",
+            "",
+        ]
+    return lines
+
+
 def summary_markdown(
     outcomes: list[CellOutcome], budget: NightSpend | NightTotals | None = None, page: str | None = None
 ) -> str:
@@ -99,6 +117,7 @@ def summary_markdown(
         *_night_budget(budget),
         *drift_lines(outcomes),
         *_alert_power(outcomes),
+        *_sequential_lines(outcomes),
         # Fits a 1400 px page beside Prefect's side panels: short names, the interval with the accuracy,
         # failed and invalid judgments in one column; each failure's reason below the table, whole.
         "| configuration | status | accuracy (95% CI) | failed / invalid | cost |",

@@ -307,6 +307,15 @@ def print_plan(estimate: Estimate) -> None:
             else "more than 100 epochs (use more pairs)"
         )
         out.print(f"to detect {plan.detect:g} points: {needed}")
+        nights = (
+            f"within {plan.nights_needed} night{'s' * (plan.nights_needed > 1)}"
+            if plan.nights_needed is not None
+            else "not within 60 nights"
+        )
+        out.print(
+            f"a persistent drop of {plan.detect:g} points at {estimate.epochs} epoch{'s' * (estimate.epochs > 1)} a "
+            f"night is caught 90% of the time {nights} (the sequential test against the frozen reference)"
+        )
 
 
 def _pair_table(

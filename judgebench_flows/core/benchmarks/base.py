@@ -28,6 +28,14 @@ class Benchmark:
         judge_prefix: judge types of its own are `PREFIX<name>` (LLMBar's `llmbar:Vanilla`); None: the
             unprefixed built-in judges are its own.
         scoring: one sentence saying how a run on it is scored (results.json, the summary).
+
+    Examples:
+        >>> from judgebench_flows.core import benchmarks
+        >>> llmbar = benchmarks.get("llmbar")
+        >>> llmbar.default_data_file, llmbar.rule, llmbar.owns_judge("llmbar:CoT")
+        ('Natural', 'llmbar', True)
+        >>> benchmarks.get(None).name  # a run that names none judges JudgeBench
+        'judgebench'
     """
 
     name: str

@@ -21,11 +21,11 @@ from judgebench_flows.core.records import FINISHED
 from judgebench_flows.data import db
 from judgebench_flows.data.alert_events import FLAGGED, RESET, add_event, latest_event
 from judgebench_flows.scoring.alerts import AlertPlan
-from judgebench_flows.scoring.metrics import PairScore, pair_scores
+from judgebench_flows.scoring.metrics import PairScore
 from judgebench_flows.scoring.noise import Z95
-from judgebench_flows.scoring.published import FileVerdict
 from judgebench_flows.scoring.result_types import SequentialChange
 from judgebench_flows.scoring.sequential import Watch, change, nights_to_detect, paired_shift, pooled_variance, step
+from judgebench_flows.scoring.stored_runs import scored_runs
 
 HISTORY_NIGHTS = 60
 DETECT_POINTS = 5.0  # the persistent drop whose nights to detection each check states
@@ -45,19 +45,7 @@ def nights_since_boundary(engine: Engine, config_key: str, run_id: str, rule: st
     rows.reverse()
     drifted = [i for i, r in enumerate(rows) if r.drift]
     rows = rows[drifted[-1] :] if drifted else rows
-    verdicts = db.runs_verdicts(engine, [r.run_id for r in rows])
-    nights = []
-    for row in rows:
-        scores = pair_scores(
-            (
-                FileVerdict(pair_id, order, source, category, label, status, decision or "", epoch)
-                for pair_id, order, source, category, label, status, decision, epoch in verdicts.get(row.run_id, ())
-            ),
-            rule,
-        )
-        if scores:
-            nights.append((row.run_id, scores))
-    return nights
+    return scored_runs(engine, rows, rule)
 
 
 def _correct(scores: dict[str, PairScore], pairs: Sequence[str], width: int) -> np.ndarray:

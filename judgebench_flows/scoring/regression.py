@@ -12,14 +12,14 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.records import FINISHED
 from judgebench_flows.data import db
 from judgebench_flows.scoring.alerts import DEFAULT_WITHIN_VARIANCE, AlertPlan, RunAlerts, ShiftTest, run_alerts
-from judgebench_flows.scoring.metrics import PairScore, Tally, consistency, pair_scores
+from judgebench_flows.scoring.metrics import PairScore, Tally, consistency
 from judgebench_flows.scoring.night_watch import sequential_check
 from judgebench_flows.scoring.noise import Z95, JudgeNoise, as_epochs, measure_noise
-from judgebench_flows.scoring.published import FileVerdict
 from judgebench_flows.scoring.result_types import PositionBiasChange, Regression, SequentialChange
 from judgebench_flows.scoring.stats import DeltaResult
+from judgebench_flows.scoring.stored_runs import ScoredRun, scored_runs
 
-Baseline = tuple[str, dict[str, PairScore]]  # a finished run's id and its pairs scored
+Baseline = ScoredRun  # a finished run's id and its pairs scored
 
 
 def _rate(value: float | None) -> str:
@@ -33,19 +33,7 @@ def recent_runs(engine: Engine, config_key: str, run_id: str, limit: int, rule: 
         r for r in db.list_runs(engine, limit=limit + 1, config_key=config_key, statuses=FINISHED) if r.run_id != run_id
     ]
     rows = rows[:limit]
-    verdicts = db.runs_verdicts(engine, [r.run_id for r in rows])
-    found = []
-    for row in rows:
-        scores = pair_scores(
-            (
-                FileVerdict(pair_id, order, source, category, label, status, decision or "", epoch)
-                for pair_id, order, source, category, label, status, decision, epoch in verdicts.get(row.run_id, ())
-            ),
-            rule,
-        )
-        if scores:
-            found.append((row.run_id, scores))
-    return found
+    return scored_runs(engine, rows, rule)
 
 
 def _mean_rate(runs: Sequence[dict[str, PairScore]], shared: list[str], which: str) -> float | None:

@@ -220,7 +220,7 @@ def test_an_llmbar_run_is_scored_by_llmbars_rule_and_says_so(run_cli, tmp_path):
     right = overall["correct_count"]  # right verdicts, each order scored apart
     assert overall["accuracy"] == round(right / 94, 6) and 0.5 < overall["accuracy"] < 0.9
     first, swapped = (int(official[key].split(" / ")[0]) for key in ("correct_False", "correct_True"))
-    assert first + swapped == right and official["correct_False"] == f"{first} / 47 = {100 * first / 47:.1f}%"
+    assert first + swapped == right and official["correct_False"] == f"{first} / 47 = {first / 47 * 100}%"
     assert list(results["category_accuracy"]) == ["Natural", "Adversarial"]
     assert results["source_accuracy"]["Adversarial/GPTOut"]["total_samples"] == 47
 

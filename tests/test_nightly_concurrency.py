@@ -402,7 +402,7 @@ def test_twin_nights_started_together_pay_each_call_once(
         logs = [night.communicate(timeout=600)[0] for night in nights]
         snapshot = endpoint.snapshot()
     assert [night.returncode for night in nights] == [0, 0], "\n".join(log[-3000:] for log in logs)
-    both = "\n".join(logs)
+    both = " ".join(" ".join(logs).split())  # the console wraps long lines at its width (COLUMNS)
     waits = both.count("of the same configuration (on ")
     reused = both.count("of the same configuration tonight (")
     assert reused >= waits >= 1, both[-5000:]  # every wait ended reusing the twin's answers

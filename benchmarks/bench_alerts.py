@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from judgebench_flows.scoring.alerts import AlertPlan, Samples, SampleSums, night_alerted
+from judgebench_flows.scoring.alerts import AlertPlan, PairSums, Samples, SampleSums, night_alerted
 from judgebench_flows.scoring.sequential import REFERENCE_NIGHTS, Watch, step
 
 EASY, LEANING = 0.60, 0.15
@@ -97,6 +97,17 @@ class Judges:
         )
 
 
+def minus(sums: SampleSums, night: SampleSums) -> SampleSums:
+    """`sums` without one night's (the running baseline dropping its oldest night)."""
+
+    def less(a: PairSums, b: PairSums) -> PairSums:
+        return PairSums(*(x - y for x, y in zip(a.fields(), b.fields(), strict=True)))
+
+    return SampleSums(
+        less(sums.correct, night.correct), less(sums.consistent, night.consistent), less(sums.lean, night.lean)
+    )
+
+
 class Cell:
     """One cell's nights over a batch of histories: the per-night test against its previous nights and
     the CUSUM, both through the runs' decision code."""
@@ -104,6 +115,7 @@ class Cell:
     def __init__(self, judges: Judges, epochs: int, plan: AlertPlan, baseline_runs: int) -> None:
         self.judges, self.epochs, self.plan, self.baseline_runs = judges, epochs, plan, baseline_runs
         self.history: list[SampleSums] = []
+        self.baseline: SampleSums | None = None
         self.watch = Watch.start(judges.label_a.shape[:1], judges.label_a.shape[1])
 
     def night(self, turned: np.ndarray | None, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -112,11 +124,12 @@ class Cell:
         sums = SampleSums.of(tonight)
         alerted = np.zeros(self.judges.label_a.shape[0], dtype=bool)
         if self.history:
-            baseline = self.history[0]
-            for night in self.history[1:]:
-                baseline = baseline + night
-            alerted = night_alerted(sums, baseline, self.plan)
-        self.history = [*self.history[-(self.baseline_runs - 1) :], sums] if self.baseline_runs > 1 else [sums]
+            alerted = night_alerted(sums, self.baseline, self.plan)
+        # the last `baseline_runs` nights' sums, kept as a running sum (the sums are whole numbers: exact)
+        self.baseline = sums if self.baseline is None else self.baseline + sums
+        self.history.append(sums)
+        if len(self.history) > self.baseline_runs:
+            self.baseline = minus(self.baseline, self.history.pop(0))
         if not self.plan.sequential:
             return alerted, np.zeros_like(alerted)
         before = self.watch.flagged

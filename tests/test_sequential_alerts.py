@@ -207,6 +207,48 @@ def _the_nights(night, server, judge: dict, run_cli, db: str) -> None:
     assert after["flagged"] is False and after["nights"] == 1 and after["threshold"] is None
 
 
+@pytest.mark.slow
+def test_a_drift_in_the_served_build_starts_a_new_reference_and_clears_the_flag(run_cli, tmp_path) -> None:
+    """Drift marks a boundary (issue 60): three steady nights, a night that gets the math pairs wrong
+    (flagged), then the endpoint serves a new build (a new system_fingerprint behind the same name). The
+    drifted night is still tested against the old reference (its drift is known once it has run) and
+    says the flag; from the next night the drifted run starts the new reference: the flag raised before
+    it is gone and the reference fills afresh."""
+    import json
+
+    from judgebench_flows.testing.fake_openai import FakeOpenAIServer, auto_oracle
+
+    data, pairs = _pairs_file(tmp_path / "pairs.jsonl", 80)
+    db = f"sqlite:///{tmp_path}/r.db"
+    math_pairs = [p for p in pairs if p["source"] in ("livebench-math", "livebench-reasoning")]
+    steady, wrong_on_math = auto_oracle(pairs, 0.9, seed=1), auto_oracle(math_pairs, 0.0, seed=1)
+    judge = {"worse": False}
+
+    def answer(body: dict) -> str:
+        on_math = any(f"Question {p['original_id']}?\\n" in json.dumps(body) for p in math_pairs)
+        return wrong_on_math(body) if judge["worse"] and on_math else steady(body)
+
+    def night() -> dict:
+        proc = run_cli(
+            "run", "--data-path", str(data), "--model", "judge", "--base-url", server.base_url, "--db-url", db,
+            "--no-progress", "--no-report", "--no-cache",
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        return json.loads((tmp_path / "results" / "latest" / "results.json").read_text())["regression"]
+
+    with FakeOpenAIServer(answer, system_fingerprint="fp_1111") as server:
+        for _ in range(3):
+            night()
+        judge["worse"] = True
+        assert night()["sequential"]["new"]
+        server.configure(system_fingerprint="fp_2222")
+        drifted = night()
+        assert drifted["sequential"]["flagged"] and not drifted["sequential"]["new"]
+        after = night()["sequential"]
+    assert not after["flagged"] and after["nights"] == 2 and after["threshold"] is None, after
+    assert "a new reference since the served build drifted" in after["message"]
+
+
 def test_the_nights_summary_says_each_cells_nights_to_detect_and_its_flag() -> None:
     from judgebench_flows.scoring.cell_outcome import CellOutcome
     from judgebench_flows.views.night_summary import summary_markdown

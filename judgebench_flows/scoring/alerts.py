@@ -135,7 +135,7 @@ class PairSums:
         return self.count, self.total, self.squares
 
     def __add__(self, other: PairSums) -> PairSums:
-        return self.plus(other)
+        return PairSums(*(a + b for a, b in zip(self.fields(), other.fields(), strict=True)))
 
 
 def pair_variance(*parts: PairSums, bounds: tuple[float, float]) -> np.ndarray:

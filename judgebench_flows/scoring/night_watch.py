@@ -35,6 +35,12 @@ Night = tuple[str, dict[str, PairScore]]
 def nights_since_boundary(engine: Engine, config_key: str, run_id: str, rule: str = "judgebench") -> list[Night]:
     """The configuration's finished runs since its reference's boundary, oldest first, each scored by its
     benchmark's `rule`."""
+    return scored_runs(engine, _runs_since_boundary(engine, config_key, run_id)[0], rule)
+
+
+def _runs_since_boundary(engine: Engine, config_key: str, run_id: str) -> tuple[list[db.RunRow], datetime | None]:
+    """The stored runs since the boundary, oldest first, and when the newest drifted run among them
+    started (None: no drift since the last reset): that run starts the new reference."""
     last = latest_event(engine, config_key)
     reset_at: datetime | None = last.at if last and last.kind == RESET else None
     rows = [
@@ -44,8 +50,9 @@ def nights_since_boundary(engine: Engine, config_key: str, run_id: str, rule: st
     ][:HISTORY_NIGHTS]
     rows.reverse()
     drifted = [i for i, r in enumerate(rows) if r.drift]
-    rows = rows[drifted[-1] :] if drifted else rows
-    return scored_runs(engine, rows, rule)
+    if not drifted:
+        return rows, None
+    return rows[drifted[-1] :], db.as_utc(rows[drifted[-1]].started)
 
 
 def _correct(scores: dict[str, PairScore], pairs: Sequence[str], width: int) -> np.ndarray:
@@ -94,7 +101,8 @@ def sequential_check(
     earlier nights scored by the same benchmark `rule` as `scores`."""
     if not plan.sequential or not scores:
         return None
-    nights = [*nights_since_boundary(engine, config_key, run_id, rule), (run_id, scores)]
+    rows, drift_at = _runs_since_boundary(engine, config_key, run_id)
+    nights = [*scored_runs(engine, rows, rule), (run_id, scores)]
     pairs = sorted(scores)
     watch = replay(nights, pairs, plan.sequential_alpha)
     epochs = max(s.epochs for s in scores.values())
@@ -107,6 +115,8 @@ def sequential_check(
         nights_to_detect=nights_to_detect(DETECT_POINTS / 100, within, len(pairs), epochs, plan.sequential_alpha),
     )
     last = latest_event(engine, config_key)
+    if last and last.kind == FLAGGED and drift_at is not None and last.at < drift_at:
+        last = None  # raised before the served build drifted: the new build's nights start afresh
     if watch.flagged[0]:
         _measured(result, watch, nights, [scores[p].category for p in pairs])
         result.new = int(watch.alarm[0]) == len(nights) - 1 or not (last and last.kind == FLAGGED)
@@ -127,6 +137,7 @@ def sequential_check(
             + f"); a persistent {DETECT_POINTS:g}-point drop is caught within "
             + (f"{result.nights_to_detect} nights" if result.nights_to_detect else "more than 60 nights")
             + " 90% of the time"
+            + ("; a new reference since the served build drifted" if drift_at is not None else "")
         )
     return result
 

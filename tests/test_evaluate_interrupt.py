@@ -108,6 +108,22 @@ def wait_for_answers(endpoint: FakeOpenAIServer, run: subprocess.Popen[str], n: 
         time.sleep(0.05)
 
 
+def wait_until_received(endpoint: FakeOpenAIServer, db: Path, tmp_path: Path) -> None:
+    """Until the run holds in its call cache every answer the endpoint has sent: an answer the endpoint
+    sent is not yet one the run received (a loaded machine reads it later), and only those received can
+    be kept at Ctrl-C. The next answers come `LATENCY` later, so the interrupt falls between them."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            held = rows(db, "select count(*) from call_cache")[0][0]
+        except sqlite3.OperationalError:  # not created yet, or locked by the run's write
+            held = 0
+        if held >= endpoint.snapshot()["answered"]:
+            return
+        assert time.monotonic() < deadline, f"the run never stored the answers it was sent ({held} stored)"
+        time.sleep(0.05)
+
+
 def last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -124,6 +140,7 @@ def test_ctrl_c_stops_evaluate_within_seconds_and_the_same_call_resumes(tmp_path
         run = start(tmp_path, mode, opts)
         try:
             wait_for_answers(endpoint, run, ANSWERED_FIRST, tmp_path)
+            wait_until_received(endpoint, tmp_path / "r.db", tmp_path)
             answered_before = endpoint.answered_keys()
             interrupted = time.monotonic()
             os.kill(run.pid, signal.SIGINT)

@@ -59,7 +59,7 @@ from judgebench_flows.flows.run_usage import check_worst_case, cost_of_calls, pr
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.head_start import HeadStart, Source, head_start_of, judge_label, run_row
 from judgebench_flows.judging.provenance import provenance_of
-from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.judging.run_context import NightShare, RunCalls, RunContext, running
 from judgebench_flows.judging.shards import (
     JudgeSpec,
     Shard,
@@ -181,12 +181,12 @@ def measured_too_little(results: RunResults, max_failed_fraction: float) -> str 
 
 
 async def run_spec(
-    config: RunConfig, source: Source, run_id: str, started: datetime, run: RunContext
+    config: RunConfig, source: Source, run_id: str, started: datetime, calls: RunCalls
 ) -> tuple[JudgeSpec, ReuseScope]:
     """The run's judge spec, with the cached answers it may reuse (`flows/cache_scope`: a night's or a
     deployment run's own, or any run's; no older than --cache-max-age)."""
     reuse = await reuse_scope(config.endpoint, get_run_context().flow_run, started)  # type: ignore[union-attr,arg-type]
-    spec = judge_spec(config, source.templates_dir, run).model_copy(
+    spec = judge_spec(config, source.templates_dir, calls).model_copy(
         update={"run_id": run_id, "cache_scope": reuse.scope, "cache_newer_than": reuse.newer_than}
     )
     return spec, reuse
@@ -240,12 +240,12 @@ async def open_results_database(config: RunConfig) -> Engine:
     return engine
 
 
-async def fetch(config: RunConfig, run: RunContext) -> Source:
-    """The run's data and templates: a night's cells on one data file check its clone once (`run.once`)."""
+async def fetch(config: RunConfig, night: NightShare) -> Source:
+    """The run's data and templates: a night's cells on one data file check its clone once (`night.once`)."""
     if config.data_path:
         return Source.of(config)
     key = ("checkout", config.repo_url, config.ref, config.cache_dir)
-    checkout, shared = await run.once(key, lambda: fetch_dataset(config.repo_url, config.ref, config.cache_dir))
+    checkout, shared = await night.once(key, lambda: fetch_dataset(config.repo_url, config.ref, config.cache_dir))
     get_run_logger().info(
         "dataset %s at commit %s%s",
         checkout.repo_url,
@@ -255,10 +255,10 @@ async def fetch(config: RunConfig, run: RunContext) -> Source:
     return await asyncio.to_thread(Source.of, config, checkout)  # another benchmark's judge may clone its prompts
 
 
-async def pairs_of(source: Source, config: RunConfig, run: RunContext) -> PairIndex:
+async def pairs_of(source: Source, config: RunConfig, night: NightShare) -> PairIndex:
     """The pairs the run judges: a night's cells on one data file, sample and seed index it once."""
     key = ("index", source.data_path, config.max_samples, config.seed)
-    index, _ = await run.once(key, lambda: index_dataset(source.data_path, config.max_samples, config.seed))
+    index, _ = await night.once(key, lambda: index_dataset(source.data_path, config.max_samples, config.seed))
     return index
 
 
@@ -323,8 +323,8 @@ class ShardSink:
         benchmark: str = benchmarks.DEFAULT,
     ) -> None:
         self.engine, self.run_id, self.parts_dir, self.judge_name = engine, run_id, parts_dir, judge_name
-        self.run = run  # whose progress hooks hear each shard's final count
-        self.judge = judge_of(spec, run)
+        self.progress = run.progress  # whose hooks hear each shard's final count
+        self.judge = judge_of(spec, run.calls)
         self.tally = Tally.for_benchmark(benchmarks.get(benchmark))  # scored by its benchmark's official rule
         # Answers of shards served whole from Prefect's shard cache, by the run that judged them.
         self.shard_cache_sources: Counter[str] = Counter()
@@ -340,7 +340,7 @@ class ShardSink:
         cached = shard_cache_source(records)
         if cached is not None:
             self.shard_cache_sources[cached[0]] += cached[1]
-        self.run.settle_progress(shard.index, len(records))
+        self.progress.settle(shard.index, len(records))
 
     def parts(self) -> list[Path]:
         return sorted(self.parts_dir.glob("shard-*.jsonl"))
@@ -442,7 +442,7 @@ async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False)
     try:
         # the CLI's or the night's run context, else the run's own; the database waits by this run's bound
         with running() as run, run_wait(config.db_lost_timeout):
-            say_link(run)
+            say_link(run.progress)
             results = await evaluate(config, trace, run)
     except BaseException as exc:
         retrying = retried_if_transient and is_transient(exc)
@@ -461,7 +461,7 @@ def run_info(
     started: datetime,
     finished: datetime,
     timings: Timings,
-    run: RunContext,
+    calls: RunCalls,
 ) -> RunInfo:
     """results.json's `run`: which run this was, how it judged, and how long each phase took."""
     return RunInfo(
@@ -474,18 +474,18 @@ def run_info(
         mode="single-game" if config.single_game else "both-orders",
         shuffle_responses=config.shuffle_responses,
         seed=config.seed,
-        requests=RequestReport.model_validate(request_report_of(spec, run)) if config.needs_endpoint else None,
+        requests=RequestReport.model_validate(request_report_of(spec, calls)) if config.needs_endpoint else None,
         timings=timings,
     )
 
 
-def heard_by(spec: JudgeSpec, config: RunConfig, run: RunContext, sent: CallStats | None) -> CallStats | None:
+def heard_by(spec: JudgeSpec, config: RunConfig, calls: RunCalls, sent: CallStats | None) -> CallStats | None:
     """What the endpoint said to the run's calls and who paid the answers they read from the call cache:
     counted by this process's clients (`sent`), or on Dask brought back with each shard the workers
-    judged (`RunContext.heard_on_workers`)."""
+    judged (`RunCalls.heard_on_workers`)."""
     if config.task_runner != "dask":
         return sent
-    return run.heard_on_workers.pop(spec.run_id or "", CallStats())
+    return calls.heard_on_workers.pop(spec.run_id or "", CallStats())
 
 
 async def with_provenance(results: RunResults, engine: Engine, provenance: Provenance) -> None:
@@ -522,27 +522,27 @@ async def judge_all(
 ) -> tuple[CallStats | None, RunFailed | None]:
     """Every shard judged: what the endpoint clients sent, or why the run stopped early (what was judged
     is still published, then exit 4). Its calls done, a night's next cell may call while this one
-    publishes (`run.judged`)."""
+    publishes (`NightShare.judged`)."""
     await ensure_limits(
         spec.global_limit,
         spec.endpoint.concurrency,
         spec.global_rate_limit,
         spec.endpoint.rpm,
-        repair=run.held_limits is None,  # a pool night's cell: the night repaired its endpoint's limit
+        repair=run.calls.held_limits is None,  # a pool night's cell: the night repaired its endpoint's limit
     )
     try:
         return await judge_shards(shards, spec, config, sink, run), None
     except RunFailed as exc:
         return None, exc
     finally:
-        run.judged()
+        run.night.judged()
 
 
-async def wait_to_call(run: RunContext, clock: Stopwatch) -> float:
+async def wait_to_call(night: NightShare, clock: Stopwatch) -> float:
     """A night's cell, started ahead of its place among the cells in flight (its subflow run created,
     its data and database ready), waits here for it; the wait is no phase of the run's timings. Returns
     the process's CPU time as the calls start."""
-    await run.calling()
+    await night.calling()
     waited = clock.lap()
     if waited >= 1.0:
         get_run_logger().info("waited %.1f s for a place among the night's cells in flight", waited)
@@ -569,14 +569,14 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
     layout, config = config.output_dir, with_run_paths(config, run_id)
     warn_if_retiring(config)
     engine = await open_results_database(config)
-    source = await fetch(config, run)
+    source = await fetch(config, run.night)
     trace.commit, trace.data_file = source.commit, source.data_file
-    spec, reuse = await run_spec(config, source, run_id, clock.started, run)
+    spec, reuse = await run_spec(config, source, run_id, clock.started, run.calls)
     fetch_s = clock.lap()
-    index = await pairs_of(source, config, run)
+    index = await pairs_of(source, config, run.night)
     run.announce_total(len(index.offsets) * len(spec.orders) * spec.epochs)
     header = run_header(config, source, index)
-    await asyncio.to_thread(check_worst_case, config, spec, index, engine, run)
+    await asyncio.to_thread(check_worst_case, config, spec, index, engine, run.night)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(flow_run.id)
     trace.run_id, trace.config_key = run_id, config_key
@@ -594,7 +594,7 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
     try:
         shards = make_shards(index, config.shard_size, config.shuffle_seed)
         logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
-        load_s, cpu_before = clock.lap(), await wait_to_call(run, clock)
+        load_s, cpu_before = clock.lap(), await wait_to_call(run.night, clock)
         sent, stopped = await judge_all(shards, spec, config, sink, run)
         timings = judged_timings(clock, fetch_s, load_s, time.process_time() - cpu_before, sink.tally)
         usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)
@@ -608,11 +608,11 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
             usage=Usage.model_validate(usage),
             regression=regression,
             noise=noise,
-            run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
+            run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run.calls),
         )
-        heard = heard_by(spec, config, run, sent)
+        heard = heard_by(spec, config, run.calls, sent)
         await note_cache_use(engine, reuse, config, heard, sink, results)
-        await with_provenance(results, engine, provenance_of(spec, sink.judge, run, heard))
+        await with_provenance(results, engine, provenance_of(spec, sink.judge, run.calls, heard))
         too_little = str(stopped) if stopped else measured_too_little(results, config.max_failed_fraction)
         if too_little:
             results.run.status, results.run.failure = "failed", too_little

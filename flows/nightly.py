@@ -65,7 +65,7 @@ from judgebench_flows.flows.retries import BenchmarkFailed, failure_line
 from judgebench_flows.flows.run_pages import night_date, nightly_run_name, say_link
 from judgebench_flows.flows.server_writes import queued_writes
 from judgebench_flows.judging.matrix import MatrixEntry, NightlyMatrix, load_matrix
-from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.judging.run_context import NightShare, RunContext, running
 from judgebench_flows.scoring.formatting import percent as _pct
 from judgebench_flows.views.night_summary import night_markdown, summary_markdown
 
@@ -311,7 +311,7 @@ async def nightly_benchmarks(
         runnable = [e for e in entries if e.name not in unable]
         # One run context for the night: its cells share each endpoint's limit, and with a night's
         # --max-cost every cell's calls count toward the night's budget as they run.
-        night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
+        night = RunContext(night=NightShare(spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None))
         budgets = await night_budgets(runnable, matrix.max_cost)
         async with queued_writes() as writes:  # cells' runs created without Prefect's 2-32 s backoff on SQLite
             with running(night):
@@ -321,7 +321,7 @@ async def nightly_benchmarks(
         outcomes = in_matrix_order(entries, unable, judged)
         if writes is not None and writes.tries_again:
             logger.info("%d Prefect writes tried again after a locked database", writes.tries_again)
-        endpoints, budget = night.calls.endpoint_usage(), night.night_spend
+        endpoints, budget = night.calls.state.endpoint_usage(), night.night.spend
     wall_s = round(time.monotonic() - started, 3)
     endpoints = with_busy_share(endpoints, wall_s)
 

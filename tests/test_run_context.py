@@ -42,7 +42,7 @@ def test_a_run_started_afresh_learns_again_and_holds_its_own_limit() -> None:
             try:
                 await ask(runtime, 1, "once")
             finally:
-                await run.close_runtimes()
+                await run.calls.close_runtimes()
             return run, runtime.caller.adjustments, runtime.caller.limits
 
     with FakeOpenAIServer("[[A>B]]", rejected_params={"temperature"}) as server:
@@ -70,7 +70,7 @@ def test_the_cells_of_one_night_share_one_limit_per_endpoint_and_what_they_learn
                     await ask(runtime, 1, f"{run_id} first")  # the first call teaches the rule
                     await ask(runtime, 8, run_id)
                 finally:
-                    await close_runtimes(run, spec)  # this cell's caller only: the others go on
+                    await close_runtimes(run.calls, spec)  # this cell's caller only: the others go on
 
         await cell("cell-0")
         await asyncio.gather(cell("cell-1"), cell("cell-2"))

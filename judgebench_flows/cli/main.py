@@ -190,10 +190,10 @@ class _CommandHost(RunHost):
     def say_retirement(self, config: Any) -> None:
         _say_retirement(config)
 
-    def showing(self, config: Any, run: Any) -> Any:
+    def showing(self, config: Any, progress: Any) -> Any:
         from judgebench_flows.cli import console
 
-        return console.progress_shown(config, run, show_progress=self.progress)
+        return console.progress_shown(config, progress, show_progress=self.progress)
 
 
 def _run_config(args: argparse.Namespace):

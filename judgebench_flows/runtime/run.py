@@ -25,7 +25,7 @@ from judgebench_flows.runtime.server_watch import CANCEL_GRACE_SECONDS, RESUME
 
 if TYPE_CHECKING:  # imported where a run starts: the command's `--help` and its bad-option lines stay fast
     from judgebench_flows.core.config import RunConfig
-    from judgebench_flows.judging.run_context import RunContext
+    from judgebench_flows.judging.run_context import RunContext, RunProgress
     from judgebench_flows.judging.shards import JudgeSpec, Shard
     from judgebench_flows.runtime.prefect_server import PrefectServer
     from judgebench_flows.runtime.server_watch import ServerWatch
@@ -67,8 +67,8 @@ class RunHost:
     def say_retirement(self, config: RunConfig) -> None:
         """A notice when the judge model is near or past its shutdown date (`retirement`), after the checks."""
 
-    def showing(self, config: RunConfig, run: RunContext) -> AbstractContextManager[object]:
-        """What the door shows while the flow runs inside the block (progress hooks on `run`)."""
+    def showing(self, config: RunConfig, progress: RunProgress) -> AbstractContextManager[object]:
+        """What the door shows while the flow runs inside the block (its hooks on the run's `progress`)."""
         return contextlib.nullcontext()
 
     def run_flow(self, flow: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -95,7 +95,7 @@ def judge_run(config: RunConfig, host: RunHost) -> RunResults:
     run = RunContext()  # the run's state, which the door's progress display watches
     served = Served(host, config.db_url, config.server_lost_seconds())
     with served.ends_if_lost():
-        with host.showing(config, run), running(run):
+        with host.showing(config, run.progress), running(run):
             final = host.run_flow(lambda: flow_started_early(config, run, served))
     from judgebench_flows.scoring.run_results import RunResults
 

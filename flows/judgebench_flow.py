@@ -43,7 +43,6 @@ from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, Ru
 from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.core.records import JudgmentRecord
-from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
@@ -495,14 +494,6 @@ async def with_provenance(results: RunResults, engine: Engine, provenance: Prove
         get_run_logger().warning(drift.message)
 
 
-def warn_if_retiring(config: RunConfig) -> None:
-    """A model past or near its provider's shutdown date, in the run's log (deployments' runs: the CLI
-    says it before the flow starts)."""
-    retiring = config.retirement_notice()
-    if retiring:
-        get_run_logger().warning(retiring)
-
-
 def orders_of(config: RunConfig) -> str:
     orders = "single game" if config.single_game else "both orders"
     return orders if config.epochs == 1 else f"{orders}, {config.epochs} epochs"
@@ -613,14 +604,15 @@ async def run_judgebench(config: RunConfig, trace: RunTrace, run: RunContext) ->
 
 
 async def prepare_run(config: RunConfig, trace: RunTrace, run: RunContext) -> PreparedRun:
-    """The run's results database, data, spec and pairs, its worst case checked, its configuration held
-    and its row started: what its later phases need. Fails before holding anything, or lets the
-    configuration go itself when its row or sink cannot be made."""
-    install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
+    """The run set up where nobody did (`run.setup`: log redaction, the retirement notice in its log), its
+    results database, data, spec and pairs, its worst case checked, its configuration held and its row
+    started: what its later phases need. Fails before holding anything, or lets the configuration go
+    itself when its row or sink cannot be made."""
+    run.setup.redact_logs()  # done by the run's door, if it has one; a deployment's worker has none
     early = head_start_of(run, config)  # the run's first pairs judged while Prefect started, if any
     clock, run_id = (Stopwatch(early.started), early.run_id) if early else (Stopwatch(), uuid.uuid4().hex)
     layout, config = config.output_dir, with_run_paths(config, run_id)
-    warn_if_retiring(config)
+    run.setup.say_retirement(config, get_run_logger().warning)  # unless its door or its night said it
     engine = await open_results_database(config)
     source = await fetch(config, run.night)
     trace.commit, trace.data_file = source.commit, source.data_file

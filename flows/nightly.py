@@ -49,6 +49,7 @@ from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY
 from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.core.pricing import NightSpend, format_usd
+from judgebench_flows.core.run_setup import RunSetUp
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data import storage
 from judgebench_flows.data.night_budget import NightTotals
@@ -165,6 +166,14 @@ def retirements(entries: list[MatrixEntry]) -> list[str]:
             if notice:
                 notices[config.model] = notice
     return list(notices.values())
+
+
+def night_context(max_cost: float | None) -> RunContext:
+    """One run context for the night: its cells share each endpoint's limit; with a night's --max-cost every
+    cell's calls count toward the night's budget as they run; each model's retirement notice was said once
+    for the night (`retirements`), so its cells do not say it again."""
+    spend = NightSpend(max_cost) if max_cost is not None else None
+    return RunContext(night=NightShare(spend=spend), setup=RunSetUp(retirement_said=True))
 
 
 async def judge_cells(
@@ -309,9 +318,7 @@ async def nightly_benchmarks(
             if entry.name in unable:
                 logger.error("%s: failed (%s)", entry.title, unable[entry.name])
         runnable = [e for e in entries if e.name not in unable]
-        # One run context for the night: its cells share each endpoint's limit, and with a night's
-        # --max-cost every cell's calls count toward the night's budget as they run.
-        night = RunContext(night=NightShare(spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None))
+        night = night_context(matrix.max_cost)
         budgets = await night_budgets(runnable, matrix.max_cost)
         async with queued_writes() as writes:  # cells' runs created without Prefect's 2-32 s backoff on SQLite
             with running(night):

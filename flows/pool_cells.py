@@ -38,6 +38,7 @@ from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_li
 from judgebench_flows.calls.limits import EndpointUse, union_seconds
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.run_setup import RunSetUp
 from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.flows.run_pages import night_date
 from judgebench_flows.judging.matrix import MatrixEntry, endpoint_of
@@ -120,8 +121,9 @@ async def judge_pool_cell(cell: PoolCell, retry_delay_seconds: float) -> tuple[M
     held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
     # a pool night's budget: the cell reserves its worst case there before any call (data/night_budget.py)
     budget = NightBudget(entry.config.db_url, cell.night_budget, cell.name) if cell.night_budget else None
-    # also what its endpoint saw, for the night
-    cell_run = RunContext(calls=RunCalls(held_limits=held), night=NightShare(budget=budget))
+    # also what its endpoint saw, for the night; its model's retirement notice is in the night's log
+    said = RunSetUp(retirement_said=True)  # (`nightly.retirements`, once per model)
+    cell_run = RunContext(calls=RunCalls(held_limits=held), night=NightShare(budget=budget), setup=said)
     try:
         with running(cell_run):
             outcome, state = await judge_cell(entry, retry_delay_seconds, run_name=flow_run.name or None)

@@ -83,3 +83,22 @@ def test_the_cells_of_one_night_share_one_limit_per_endpoint_and_what_they_learn
         asyncio.run(cells(alone.base_url, None))
         assert alone.max_in_flight > 2, "runs of their own hold a limit each"
         assert alone.status_counts[400] == 3
+
+
+def test_a_cell_shares_the_nights_parts_and_has_its_own_callbacks() -> None:
+    """`for_cell`: the night's calls, hooks, set-up, budget and shared data, the cell's own callbacks."""
+    from judgebench_flows.core.pricing import NightSpend
+    from judgebench_flows.judging.run_context import NightShare
+
+    spend = NightSpend(1.0)
+    night = RunContext(night=NightShare(spend=spend))
+    told: list[str] = []
+    cell = night.for_cell(lambda: told.append("judging"), lambda: told.append("judged"))
+    assert cell.calls is night.calls and cell.progress is night.progress and cell.setup is night.setup
+    assert cell.night.spend is spend and cell.night.shared is night.night.shared
+    totals: list[int] = []
+    night.progress.add_total_hook(totals.append)
+    cell.announce_total(4)
+    cell.night.judged()
+    night.night.judged()  # the night has no callbacks of its own
+    assert told == ["judging", "judged"] and totals == [4]

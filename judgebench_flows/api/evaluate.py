@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec
 from judgebench_flows.api.evaluation import Evaluation
 from judgebench_flows.core.config import RunConfig, run_settings
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.runtime.run import FlowThread, RunHost, RunInterrupted, judge_run, retirement, stop_requested
+from judgebench_flows.runtime.run import FlowThread, RunHost, RunInterrupted, judge_run, stop_requested
 
 if TYPE_CHECKING:
     from judgebench_flows.judging.run_context import RunProgress
@@ -241,10 +241,9 @@ class _PythonHost(RunHost):
         self.flow_thread = FlowThread(INTERRUPTED)
         self.cancel_run = self.flow_thread.cancel
 
-    def say_retirement(self, config: RunConfig) -> None:
-        notice = retirement(config)
-        if notice:  # the caller's line: evaluate <- _evaluate <- judge_run <- here
-            warnings.warn(notice, stacklevel=5)
+    def say_retirement(self, notice: str) -> None:
+        # the caller's line: evaluate <- _evaluate <- judge_run <- RunSetUp.say_retirement <- here
+        warnings.warn(notice, stacklevel=6)
 
     def showing(self, config: RunConfig, progress: RunProgress) -> contextlib.AbstractContextManager[object]:
         return _progress_bar(progress, self.progress)

@@ -3,12 +3,13 @@
 It is made of parts by concern, each a small dataclass with its own methods: `RunCalls` (`run.calls`: what
 the run's calls share, `calls.state.CallState`'s learned request rules, rejections, limits per endpoint and
 Vertex tokens, and the judge and caller per spec and event loop, `Runtime`), `RunProgress` (`run.progress`:
-the hooks a console registers) and `NightShare` (`run.night`: a night's budget, what its cells make once, a
-cell's callbacks into the night's schedule). The flow (flows/judgebench_flow.py) uses the one in force
-(`current_run`: the CLI's, which carries its progress bar, or the nightly flow's, which its cells share) or
-makes its own; the shard task finds it the same way, in process. On a Dask worker the run's context lives on
-the worker (a worker plugin the flow registers for the run, `WORKER_PLUGIN`), shared by the worker's shard
-tasks.
+the hooks a console registers), `NightShare` (`run.night`: a night's budget, what its cells make once, a
+cell's callbacks into the night's schedule) and `core.run_setup.RunSetUp` (`run.setup`: what whoever started
+the run did for it once, log redaction and the retirement notice, so the flow does only the rest). The flow
+(flows/judgebench_flow.py) uses the one in force (`current_run`: the CLI's, which carries its progress bar,
+or the nightly flow's, which its cells share) or makes its own; the shard task finds it the same way, in
+process. On a Dask worker the run's context lives on the worker (a worker plugin the flow registers for the
+run, `WORKER_PLUGIN`), shared by the worker's shard tasks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from judgebench_flows.calls.heard import ShardHeard
 from judgebench_flows.calls.state import CallState
 from judgebench_flows.core.pricing import NightSpend
 from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.core.run_setup import RunSetUp
 from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.judges.procedure import Judge
 
@@ -222,6 +224,8 @@ class RunContext:
     calls: RunCalls = dataclasses.field(default_factory=RunCalls)
     progress: RunProgress = dataclasses.field(default_factory=RunProgress)
     night: NightShare = dataclasses.field(default_factory=NightShare)
+    # What whoever started the run did for it once (`core.run_setup`): the flow does only the rest.
+    setup: RunSetUp = dataclasses.field(default_factory=RunSetUp)
 
     def announce_total(self, judgments: int) -> None:
         """The run's judgments are counted (its data read): its total hooks hear the number, and whoever
@@ -236,7 +240,8 @@ class RunContext:
         on_calling: Callable[[], Awaitable[None]] | None = None,
     ) -> RunContext:
         """A night's context as one of its cells runs in it: the night's calls, limits, budget, hooks,
-        judges and shared data, its own `on_judging`, `on_judged` and `on_calling`."""
+        judges, shared data and set-up (each model's retirement notice said once for the night), its own
+        `on_judging`, `on_judged` and `on_calling`."""
         return dataclasses.replace(self, night=self.night.for_cell(on_judging, on_judged, on_calling))
 
 

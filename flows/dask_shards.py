@@ -158,7 +158,7 @@ class _Dispatch:
     def submit(self, shard: Shard, shard_spec: JudgeSpec, handle: int | None) -> None:
         # No quote() here: the Dask runner hands parameters to the worker's engine as they are.
         parameters: ShardParameters = {"shard": shard, "spec": shard_spec}
-        known = adjustments_of(self.spec, self.run)  # learned on the workers so far, merged below
+        known = adjustments_of(self.spec, self.run.calls)  # learned on the workers so far, merged below
         if known:
             parameters["known"] = known
         future = self.runner.submit(self.task, parameters=dict(parameters)).wrapped_future
@@ -202,8 +202,8 @@ class _Dispatch:
                 self.slots.give_back(handle)
         # A shard judged on a worker (complete or not) carries its worker's adjustments; one served from
         # Prefect's cache carries none, as in-process.
-        merge_adjustments(self.spec, self.run, getattr(records, "adjustments", ()))
-        self.run.heard_on_workers.setdefault(self.spec.run_id or "", CallStats()).add(heard_on_worker(records))
+        merge_adjustments(self.spec, self.run.calls, getattr(records, "adjustments", ()))
+        self.run.calls.heard_on_workers.setdefault(self.spec.run_id or "", CallStats()).add(heard_on_worker(records))
         return shard, records
 
 

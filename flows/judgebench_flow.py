@@ -1,4 +1,8 @@
-"""The JudgeBench evaluation flow: fetch, load, shard, judge, aggregate, publish.
+"""The JudgeBench evaluation flow: one run in four phases (`run_judgebench`), each a function that times
+itself: `prepare_run` (results database, fetch, spec, pairs, worst case, configuration lock, the run's row:
+a `PreparedRun`), `judge_run_pairs` (shards, the wait for a place to call, every shard judged),
+`score_run` (usage, regression and noise, aggregate, provenance, the failure verdict) and `publish_run`
+(outputs once the Prefect API answers, the run's folder settled, its row finished).
 
 Shards run concurrently in the flow's own event loop, so they share one endpoint client and one
 connection limit (`--concurrency`), held by the run's context (`judging.run_context`: the one in force,
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -38,7 +43,6 @@ from judgebench_flows.core.errors import InfrastructureLost, PathNotWritable, Ru
 from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.core.pricing import BudgetReached
 from judgebench_flows.core.records import JudgmentRecord
-from judgebench_flows.core.secrets import install_log_redaction
 from judgebench_flows.data import db
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex
@@ -59,7 +63,7 @@ from judgebench_flows.flows.run_usage import check_worst_case, cost_of_calls, pr
 from judgebench_flows.flows.shard_runs import judge_shards
 from judgebench_flows.judging.head_start import HeadStart, Source, head_start_of, judge_label, run_row
 from judgebench_flows.judging.provenance import provenance_of
-from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.judging.run_context import NightShare, RunCalls, RunContext, running
 from judgebench_flows.judging.shards import (
     JudgeSpec,
     Shard,
@@ -181,12 +185,12 @@ def measured_too_little(results: RunResults, max_failed_fraction: float) -> str 
 
 
 async def run_spec(
-    config: RunConfig, source: Source, run_id: str, started: datetime, run: RunContext
+    config: RunConfig, source: Source, run_id: str, started: datetime, calls: RunCalls
 ) -> tuple[JudgeSpec, ReuseScope]:
     """The run's judge spec, with the cached answers it may reuse (`flows/cache_scope`: a night's or a
     deployment run's own, or any run's; no older than --cache-max-age)."""
     reuse = await reuse_scope(config.endpoint, get_run_context().flow_run, started)  # type: ignore[union-attr,arg-type]
-    spec = judge_spec(config, source.templates_dir, run).model_copy(
+    spec = judge_spec(config, source.templates_dir, calls).model_copy(
         update={"run_id": run_id, "cache_scope": reuse.scope, "cache_newer_than": reuse.newer_than}
     )
     return spec, reuse
@@ -240,12 +244,12 @@ async def open_results_database(config: RunConfig) -> Engine:
     return engine
 
 
-async def fetch(config: RunConfig, run: RunContext) -> Source:
-    """The run's data and templates: a night's cells on one data file check its clone once (`run.once`)."""
+async def fetch(config: RunConfig, night: NightShare) -> Source:
+    """The run's data and templates: a night's cells on one data file check its clone once (`night.once`)."""
     if config.data_path:
         return Source.of(config)
     key = ("checkout", config.repo_url, config.ref, config.cache_dir)
-    checkout, shared = await run.once(key, lambda: fetch_dataset(config.repo_url, config.ref, config.cache_dir))
+    checkout, shared = await night.once(key, lambda: fetch_dataset(config.repo_url, config.ref, config.cache_dir))
     get_run_logger().info(
         "dataset %s at commit %s%s",
         checkout.repo_url,
@@ -255,10 +259,10 @@ async def fetch(config: RunConfig, run: RunContext) -> Source:
     return await asyncio.to_thread(Source.of, config, checkout)  # another benchmark's judge may clone its prompts
 
 
-async def pairs_of(source: Source, config: RunConfig, run: RunContext) -> PairIndex:
+async def pairs_of(source: Source, config: RunConfig, night: NightShare) -> PairIndex:
     """The pairs the run judges: a night's cells on one data file, sample and seed index it once."""
     key = ("index", source.data_path, config.max_samples, config.seed)
-    index, _ = await run.once(key, lambda: index_dataset(source.data_path, config.max_samples, config.seed))
+    index, _ = await night.once(key, lambda: index_dataset(source.data_path, config.max_samples, config.seed))
     return index
 
 
@@ -323,8 +327,8 @@ class ShardSink:
         benchmark: str = benchmarks.DEFAULT,
     ) -> None:
         self.engine, self.run_id, self.parts_dir, self.judge_name = engine, run_id, parts_dir, judge_name
-        self.run = run  # whose progress hooks hear each shard's final count
-        self.judge = judge_of(spec, run)
+        self.progress = run.progress  # whose hooks hear each shard's final count
+        self.judge = judge_of(spec, run.calls)
         self.tally = Tally.for_benchmark(benchmarks.get(benchmark))  # scored by its benchmark's official rule
         # Answers of shards served whole from Prefect's shard cache, by the run that judged them.
         self.shard_cache_sources: Counter[str] = Counter()
@@ -340,7 +344,7 @@ class ShardSink:
         cached = shard_cache_source(records)
         if cached is not None:
             self.shard_cache_sources[cached[0]] += cached[1]
-        self.run.settle_progress(shard.index, len(records))
+        self.progress.settle(shard.index, len(records))
 
     def parts(self) -> list[Path]:
         return sorted(self.parts_dir.glob("shard-*.jsonl"))
@@ -403,20 +407,13 @@ class Stopwatch:
         return round(elapsed, 3)
 
 
-async def publish(
-    run_id: str,
-    results: RunResults,
-    sink: ShardSink,
-    config: RunConfig,
-    source: Source,
-    header: RunHeader,
-    spec: JudgeSpec,
-) -> dict[str, str]:
+async def publish(prepared: PreparedRun, results: RunResults) -> dict[str, str]:
     """results.json, the JSONL, the report and the Prefect artifact; returns the outputs' paths."""
+    config, sink, source, header = prepared.config, prepared.sink, prepared.source, prepared.header
     # quote(): Prefect would otherwise walk every record of the sample. Prefect's typed Task.__call__
     # overloads take the parameters' own types only, not their quote() wrappers.
     return await publish_results(  # type: ignore[call-overload]
-        run_id,
+        prepared.run_id,
         quote(results),
         quote(sink.tally.report_sample),
         quote(sink.parts()),
@@ -426,7 +423,7 @@ async def publish(
         judge_name=sink.judge_name,
         data_file=source.data_file,
         write_report=config.report,
-        artifact_slug=configuration_slug(header.judge_type, config.model, spec.base_url, source.data_file),
+        artifact_slug=configuration_slug(header.judge_type, config.model, prepared.spec.base_url, source.data_file),
     )
 
 
@@ -442,8 +439,8 @@ async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False)
     try:
         # the CLI's or the night's run context, else the run's own; the database waits by this run's bound
         with running() as run, run_wait(config.db_lost_timeout):
-            say_link(run)
-            results = await evaluate(config, trace, run)
+            say_link(run.progress)
+            results = await run_judgebench(config, trace, run)
     except BaseException as exc:
         retrying = retried_if_transient and is_transient(exc)
         emit(run_event(config, carried_results(exc), trace, error=exc, flow_run_id=flow_run_id, retrying=retrying))
@@ -452,40 +449,33 @@ async def judgebench_flow(config: RunConfig, retried_if_transient: bool = False)
     return results.as_json()
 
 
-def run_info(
-    config: RunConfig,
-    spec: JudgeSpec,
-    run_id: str,
-    config_key: str,
-    flow_run_id: str,
-    started: datetime,
-    finished: datetime,
-    timings: Timings,
-    run: RunContext,
-) -> RunInfo:
+def run_info(prepared: PreparedRun, finished: datetime, timings: Timings, calls: RunCalls) -> RunInfo:
     """results.json's `run`: which run this was, how it judged, and how long each phase took."""
+    config, started = prepared.config, prepared.clock.started
     return RunInfo(
-        run_id=run_id,
-        config_key=config_key,
+        run_id=prepared.run_id,
+        config_key=prepared.config_key,
         started=started.isoformat(),
         finished=finished.isoformat(),
         duration_s=round((finished - started).total_seconds(), 3),
-        flow_run_id=flow_run_id,
+        flow_run_id=prepared.flow_run_id,
         mode="single-game" if config.single_game else "both-orders",
         shuffle_responses=config.shuffle_responses,
         seed=config.seed,
-        requests=RequestReport.model_validate(request_report_of(spec, run)) if config.needs_endpoint else None,
+        requests=RequestReport.model_validate(request_report_of(prepared.spec, calls))
+        if config.needs_endpoint
+        else None,
         timings=timings,
     )
 
 
-def heard_by(spec: JudgeSpec, config: RunConfig, run: RunContext, sent: CallStats | None) -> CallStats | None:
+def heard_by(spec: JudgeSpec, config: RunConfig, calls: RunCalls, sent: CallStats | None) -> CallStats | None:
     """What the endpoint said to the run's calls and who paid the answers they read from the call cache:
     counted by this process's clients (`sent`), or on Dask brought back with each shard the workers
-    judged (`RunContext.heard_on_workers`)."""
+    judged (`RunCalls.heard_on_workers`)."""
     if config.task_runner != "dask":
         return sent
-    return run.heard_on_workers.pop(spec.run_id or "", CallStats())
+    return calls.heard_on_workers.pop(spec.run_id or "", CallStats())
 
 
 async def with_provenance(results: RunResults, engine: Engine, provenance: Provenance) -> None:
@@ -504,14 +494,6 @@ async def with_provenance(results: RunResults, engine: Engine, provenance: Prove
         get_run_logger().warning(drift.message)
 
 
-def warn_if_retiring(config: RunConfig) -> None:
-    """A model past or near its provider's shutdown date, in the run's log (deployments' runs: the CLI
-    says it before the flow starts)."""
-    retiring = config.retirement_notice()
-    if retiring:
-        get_run_logger().warning(retiring)
-
-
 def orders_of(config: RunConfig) -> str:
     orders = "single game" if config.single_game else "both orders"
     return orders if config.epochs == 1 else f"{orders}, {config.epochs} epochs"
@@ -522,27 +504,27 @@ async def judge_all(
 ) -> tuple[CallStats | None, RunFailed | None]:
     """Every shard judged: what the endpoint clients sent, or why the run stopped early (what was judged
     is still published, then exit 4). Its calls done, a night's next cell may call while this one
-    publishes (`run.judged`)."""
+    publishes (`NightShare.judged`)."""
     await ensure_limits(
         spec.global_limit,
         spec.endpoint.concurrency,
         spec.global_rate_limit,
         spec.endpoint.rpm,
-        repair=run.held_limits is None,  # a pool night's cell: the night repaired its endpoint's limit
+        repair=run.calls.held_limits is None,  # a pool night's cell: the night repaired its endpoint's limit
     )
     try:
         return await judge_shards(shards, spec, config, sink, run), None
     except RunFailed as exc:
         return None, exc
     finally:
-        run.judged()
+        run.night.judged()
 
 
-async def wait_to_call(run: RunContext, clock: Stopwatch) -> float:
+async def wait_to_call(night: NightShare, clock: Stopwatch) -> float:
     """A night's cell, started ahead of its place among the cells in flight (its subflow run created,
     its data and database ready), waits here for it; the wait is no phase of the run's timings. Returns
     the process's CPU time as the calls start."""
-    await run.calling()
+    await night.calling()
     waited = clock.lap()
     if waited >= 1.0:
         get_run_logger().info("waited %.1f s for a place among the night's cells in flight", waited)
@@ -559,24 +541,87 @@ def judged_timings(clock: Stopwatch, fetch_s: float, load_s: float, judge_cpu: f
     )
 
 
-async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunResults:
-    """Fetch, load, shard, judge, aggregate, publish; `trace` learns the run's identity as it goes. `run`:
-    the run's context (`run_context.RunContext`), in force while it judges."""
-    logger = get_run_logger()
-    install_log_redaction()  # also in a deployment's worker process: the API key in use never reaches a log
+@dataclasses.dataclass
+class PreparedRun:
+    """What a run holds once prepared (`prepare_run`) for its later phases: its settings (with the run's
+    paths; `layout`: the output folder as given), its identity, data and spec, the results database, its
+    configuration lock (held from here until `run_judgebench` releases it on every path), the sink its
+    shards go to, and its clock with the fetch phase timed (each phase times itself on it)."""
+
+    config: RunConfig
+    layout: str
+    run_id: str
+    flow_run_id: str
+    config_key: str
+    engine: Engine
+    source: Source
+    spec: JudgeSpec
+    reuse: ReuseScope
+    index: PairIndex
+    header: RunHeader
+    lock: ConfigurationLock
+    sink: ShardSink
+    clock: Stopwatch
+    fetch_s: float
+
+
+@dataclasses.dataclass
+class Judged:
+    """What the judging phase ends with: what the endpoint clients sent (None on Dask), why the run
+    stopped early (None: every shard judged), and results.json's timings so far."""
+
+    sent: CallStats | None
+    stopped: RunFailed | None
+    timings: Timings
+
+
+@dataclasses.dataclass
+class Scored:
+    """The run's results as the scoring phase leaves them, why they are not a measurement (None: they
+    are) and when the judging finished (the row's `finished`)."""
+
+    results: RunResults
+    too_little: str | None
+    finished: datetime
+
+
+async def run_judgebench(config: RunConfig, trace: RunTrace, run: RunContext) -> RunResults:
+    """One JudgeBench run, phase by phase: prepared (its data read, its configuration held, its row
+    "running"), judged, scored, published; `trace` learns the run's identity as it goes. `run`: the run's
+    context (`run_context.RunContext`), in force while it judges. The configuration is let go on every
+    path; a run that ends without results is recorded stopped or failed (`record_stop`), and one that
+    measured too little raises RunFailed once it has published what it has."""
+    prepared = await prepare_run(config, trace, run)
+    try:
+        judged = await judge_run_pairs(prepared, run)
+        scored = await score_run(prepared, judged, run.calls)
+        return await publish_run(prepared, scored)
+    except BaseException as exc:
+        record_stop(prepared.engine, prepared.run_id, exc, prepared.spec, prepared.sink.parts_dir)
+        raise
+    finally:
+        prepared.lock.release()
+
+
+async def prepare_run(config: RunConfig, trace: RunTrace, run: RunContext) -> PreparedRun:
+    """The run set up where nobody did (`run.setup`: log redaction, the retirement notice in its log), its
+    results database, data, spec and pairs, its worst case checked, its configuration held and its row
+    started: what its later phases need. Fails before holding anything, or lets the configuration go
+    itself when its row or sink cannot be made."""
+    run.setup.redact_logs()  # done by the run's door, if it has one; a deployment's worker has none
     early = head_start_of(run, config)  # the run's first pairs judged while Prefect started, if any
     clock, run_id = (Stopwatch(early.started), early.run_id) if early else (Stopwatch(), uuid.uuid4().hex)
     layout, config = config.output_dir, with_run_paths(config, run_id)
-    warn_if_retiring(config)
+    run.setup.say_retirement(config, get_run_logger().warning)  # unless its door or its night said it
     engine = await open_results_database(config)
-    source = await fetch(config, run)
+    source = await fetch(config, run.night)
     trace.commit, trace.data_file = source.commit, source.data_file
-    spec, reuse = await run_spec(config, source, run_id, clock.started, run)
+    spec, reuse = await run_spec(config, source, run_id, clock.started, run.calls)
     fetch_s = clock.lap()
-    index = await pairs_of(source, config, run)
+    index = await pairs_of(source, config, run.night)
     run.announce_total(len(index.offsets) * len(spec.orders) * spec.epochs)
     header = run_header(config, source, index)
-    await asyncio.to_thread(check_worst_case, config, spec, index, engine, run)
+    await asyncio.to_thread(check_worst_case, config, spec, index, engine, run.night)
     config_key = config.config_key(source.commit, spec.judge_fingerprint)  # the commit judged and the prompts rendered
     flow_run_id = str(flow_run.id)
     trace.run_id, trace.config_key = run_id, config_key
@@ -591,49 +636,84 @@ async def evaluate(config: RunConfig, trace: RunTrace, run: RunContext) -> RunRe
     except BaseException:
         lock.release()
         raise
-    try:
-        shards = make_shards(index, config.shard_size, config.shuffle_seed)
-        logger.info("judging %d pairs in %d shards (%s)", header.dataset.n_pairs, len(shards), orders_of(config))
-        load_s, cpu_before = clock.lap(), await wait_to_call(run, clock)
-        sent, stopped = await judge_all(shards, spec, config, sink, run)
-        timings = judged_timings(clock, fetch_s, load_s, time.process_time() - cpu_before, sink.tally)
-        usage = await asyncio.to_thread(usage_of_run, engine, run_id, spec, sent, sink.tally)
-        finished = datetime.now(timezone.utc)
-        regression, noise = await asyncio.to_thread(against_recent_runs, engine, config, config_key, run_id, sink.tally)
-        results = RunResults.aggregate(
-            sink.tally,
-            header,
-            seed=config.seed,
-            bootstrap_resamples=config.bootstrap_resamples,
-            usage=Usage.model_validate(usage),
-            regression=regression,
-            noise=noise,
-            run=run_info(config, spec, run_id, config_key, flow_run_id, clock.started, finished, timings, run),
-        )
-        heard = heard_by(spec, config, run, sent)
-        await note_cache_use(engine, reuse, config, heard, sink, results)
-        await with_provenance(results, engine, provenance_of(spec, sink.judge, run, heard))
-        too_little = str(stopped) if stopped else measured_too_little(results, config.max_failed_fraction)
-        if too_little:
-            results.run.status, results.run.failure = "failed", too_little
-        clock.lap()
-        await prefect_api_answering(config.server_lost_seconds())
-        results.outputs = await publish(run_id, results, sink, config, source, header, spec)
-        await asyncio.to_thread(settle_folder, layout, config.output_dir, run_id, too_little)
-        await asyncio.to_thread(remove_parts, sink.parts_dir)
-        results.run.timings.publish_s = clock.lap()
-        final = results.as_json()
-        await asyncio.to_thread(record_finish, engine, run_id, results, final, too_little, finished, spec)
-        if results.regressed:
-            logger.warning(results.regression.message)  # type: ignore[union-attr]
-        if too_little:  # published above, so it can be inspected; the run itself is not a measurement
-            raise RunFailed(too_little, final)
-        return results
-    except BaseException as exc:
-        record_stop(engine, run_id, exc, spec, parts_dir)
-        raise
-    finally:
-        lock.release()
+    return PreparedRun(
+        config=config,
+        layout=layout,
+        run_id=run_id,
+        flow_run_id=flow_run_id,
+        config_key=config_key,
+        engine=engine,
+        source=source,
+        spec=spec,
+        reuse=reuse,
+        index=index,
+        header=header,
+        lock=lock,
+        sink=sink,
+        clock=clock,
+        fetch_s=fetch_s,
+    )
 
 
-__all__ = ["cost_of_calls", "judgebench_flow", "make_shards"]
+async def judge_run_pairs(prepared: PreparedRun, run: RunContext) -> Judged:
+    """Every pair judged, its shards made here: the load phase ends as they are, the judging phase begins
+    once the run may call (`wait_to_call`: a night's cell waits for its place) and ends with its calls."""
+    config, clock, sink = prepared.config, prepared.clock, prepared.sink
+    shards = make_shards(prepared.index, config.shard_size, config.shuffle_seed)
+    n_pairs = prepared.header.dataset.n_pairs
+    get_run_logger().info("judging %d pairs in %d shards (%s)", n_pairs, len(shards), orders_of(config))
+    load_s, cpu_before = clock.lap(), await wait_to_call(run.night, clock)
+    sent, stopped = await judge_all(shards, prepared.spec, config, sink, run)
+    timings = judged_timings(clock, prepared.fetch_s, load_s, time.process_time() - cpu_before, sink.tally)
+    return Judged(sent, stopped, timings)
+
+
+async def score_run(prepared: PreparedRun, judged: Judged, calls: RunCalls) -> Scored:
+    """The run's results: its usage and cost, its regression and noise against recent runs, its
+    aggregate, what the call cache gave, its provenance (and drift), and whether it measured too little
+    (its status then `failed`)."""
+    p, tally = prepared, prepared.sink.tally
+    usage = await asyncio.to_thread(usage_of_run, p.engine, p.run_id, p.spec, judged.sent, tally)
+    finished = datetime.now(timezone.utc)
+    regression, noise = await asyncio.to_thread(against_recent_runs, p.engine, p.config, p.config_key, p.run_id, tally)
+    results = RunResults.aggregate(
+        tally,
+        p.header,
+        seed=p.config.seed,
+        bootstrap_resamples=p.config.bootstrap_resamples,
+        usage=Usage.model_validate(usage),
+        regression=regression,
+        noise=noise,
+        run=run_info(p, finished, judged.timings, calls),
+    )
+    heard = heard_by(p.spec, p.config, calls, judged.sent)
+    await note_cache_use(p.engine, p.reuse, p.config, heard, p.sink, results)
+    await with_provenance(results, p.engine, provenance_of(p.spec, p.sink.judge, calls, heard))
+    stopped = judged.stopped
+    too_little = str(stopped) if stopped else measured_too_little(results, p.config.max_failed_fraction)
+    if too_little:
+        results.run.status, results.run.failure = "failed", too_little
+    return Scored(results, too_little, finished)
+
+
+async def publish_run(prepared: PreparedRun, scored: Scored) -> RunResults:
+    """The run's outputs written once the Prefect API answers (results.json, JSONL, report, artifact), its
+    folder settled, its row finished; the publish phase timed from its start (scoring is no phase). A run
+    that measured too little raises RunFailed here, its outputs published so it can be inspected."""
+    p, results, too_little = prepared, scored.results, scored.too_little
+    p.clock.lap()  # the publish phase starts now
+    await prefect_api_answering(p.config.server_lost_seconds())
+    results.outputs = await publish(p, results)
+    await asyncio.to_thread(settle_folder, p.layout, p.config.output_dir, p.run_id, too_little)
+    await asyncio.to_thread(remove_parts, p.sink.parts_dir)
+    results.run.timings.publish_s = p.clock.lap()
+    final = results.as_json()
+    await asyncio.to_thread(record_finish, p.engine, p.run_id, results, final, too_little, scored.finished, p.spec)
+    if results.regressed:
+        get_run_logger().warning(results.regression.message)  # type: ignore[union-attr]
+    if too_little:  # published above, so it can be inspected; the run itself is not a measurement
+        raise RunFailed(too_little, final)
+    return results
+
+
+__all__ = ["cost_of_calls", "judgebench_flow", "make_shards", "run_judgebench"]

@@ -49,6 +49,7 @@ from judgebench_flows.calls.limits import EndpointUse
 from judgebench_flows.core.artifact_keys import NIGHTLY_KEY
 from judgebench_flows.core.heap import settle_heap
 from judgebench_flows.core.pricing import NightSpend, format_usd
+from judgebench_flows.core.run_setup import RunSetUp
 from judgebench_flows.core.text import shorten
 from judgebench_flows.data import storage
 from judgebench_flows.data.night_budget import NightTotals
@@ -65,7 +66,7 @@ from judgebench_flows.flows.retries import BenchmarkFailed, failure_line
 from judgebench_flows.flows.run_pages import night_date, nightly_run_name, say_link
 from judgebench_flows.flows.server_writes import queued_writes
 from judgebench_flows.judging.matrix import MatrixEntry, NightlyMatrix, load_matrix
-from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.judging.run_context import NightShare, RunContext, running
 from judgebench_flows.scoring.formatting import percent as _pct
 from judgebench_flows.views.night_summary import night_markdown, summary_markdown
 
@@ -165,6 +166,14 @@ def retirements(entries: list[MatrixEntry]) -> list[str]:
             if notice:
                 notices[config.model] = notice
     return list(notices.values())
+
+
+def night_context(max_cost: float | None) -> RunContext:
+    """One run context for the night: its cells share each endpoint's limit; with a night's --max-cost every
+    cell's calls count toward the night's budget as they run; each model's retirement notice was said once
+    for the night (`retirements`), so its cells do not say it again."""
+    spend = NightSpend(max_cost) if max_cost is not None else None
+    return RunContext(night=NightShare(spend=spend), setup=RunSetUp(retirement_said=True))
 
 
 async def judge_cells(
@@ -309,9 +318,7 @@ async def nightly_benchmarks(
             if entry.name in unable:
                 logger.error("%s: failed (%s)", entry.title, unable[entry.name])
         runnable = [e for e in entries if e.name not in unable]
-        # One run context for the night: its cells share each endpoint's limit, and with a night's
-        # --max-cost every cell's calls count toward the night's budget as they run.
-        night = RunContext(night_spend=NightSpend(matrix.max_cost) if matrix.max_cost is not None else None)
+        night = night_context(matrix.max_cost)
         budgets = await night_budgets(runnable, matrix.max_cost)
         async with queued_writes() as writes:  # cells' runs created without Prefect's 2-32 s backoff on SQLite
             with running(night):
@@ -321,7 +328,7 @@ async def nightly_benchmarks(
         outcomes = in_matrix_order(entries, unable, judged)
         if writes is not None and writes.tries_again:
             logger.info("%d Prefect writes tried again after a locked database", writes.tries_again)
-        endpoints, budget = night.calls.endpoint_usage(), night.night_spend
+        endpoints, budget = night.calls.state.endpoint_usage(), night.night.spend
     wall_s = round(time.monotonic() - started, 3)
     endpoints = with_busy_share(endpoints, wall_s)
 

@@ -38,10 +38,11 @@ from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_li
 from judgebench_flows.calls.limits import EndpointUse, union_seconds
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.run_setup import RunSetUp
 from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.flows.run_pages import night_date
 from judgebench_flows.judging.matrix import MatrixEntry, endpoint_of
-from judgebench_flows.judging.run_context import RunContext, running
+from judgebench_flows.judging.run_context import NightShare, RunCalls, RunContext, running
 from judgebench_flows.scoring.run_results import RunResults, published_results
 
 if TYPE_CHECKING:
@@ -120,14 +121,17 @@ async def judge_pool_cell(cell: PoolCell, retry_delay_seconds: float) -> tuple[M
     held = (cell.limit, cell.rate_limit or f"{cell.limit}-rpm") if cell.limit else None
     # a pool night's budget: the cell reserves its worst case there before any call (data/night_budget.py)
     budget = NightBudget(entry.config.db_url, cell.night_budget, cell.name) if cell.night_budget else None
-    cell_run = RunContext(held_limits=held, night_budget=budget)  # also what its endpoint saw, for the night
+    # also what its endpoint saw, for the night; its model's retirement notice is in the night's log
+    said = RunSetUp(retirement_said=True)  # (`nightly.retirements`, once per model)
+    cell_run = RunContext(calls=RunCalls(held_limits=held), night=NightShare(budget=budget), setup=said)
     try:
         with running(cell_run):
             outcome, state = await judge_cell(entry, retry_delay_seconds, run_name=flow_run.name or None)
     finally:
-        if budget is not None and cell_run.night_spend is not None:  # what it spent counts; the rest back
-            await asyncio.to_thread(budget.settle, cell_run.night_spend.spent)
-    await report_endpoint_usage(cell_run.calls.endpoint_usage(), cell_run.calls.endpoint_periods())
+        spent = cell_run.night.spend
+        if budget is not None and spent is not None:  # what it spent counts; the rest back
+            await asyncio.to_thread(budget.settle, spent.spent)
+    await report_endpoint_usage(cell_run.calls.state.endpoint_usage(), cell_run.calls.state.endpoint_periods())
     return entry, outcome, state
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from judgebench_flows.core.config import DEFAULT_DATA_FILE
 from judgebench_flows.core.run_names import config_run_name, night_name, run_name
-from judgebench_flows.judging.run_context import RunContext
+from judgebench_flows.judging.run_context import RunProgress
 
 
 def flow_run_link() -> str | None:
@@ -40,7 +40,7 @@ def short_link_line() -> str | None:
     return f"UI: {link}" if link else None
 
 
-def say_link(run: RunContext | None = None) -> None:
+def say_link(progress: RunProgress | None = None) -> None:
     """The line linking this flow run's page: in the run's log (a deployment's, a night's: `--watch` and
     the worker show it) and to the run's own listeners (the CLI prints it above its progress bar)."""
     from prefect import get_run_logger
@@ -49,8 +49,8 @@ def say_link(run: RunContext | None = None) -> None:
     if line is None:
         return
     get_run_logger().info(line)
-    if run is not None:
-        run.announce_link(short_link_line() or line)
+    if progress is not None:
+        progress.announce_link(short_link_line() or line)
 
 
 def night_date() -> date:

@@ -16,7 +16,7 @@ from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.pricing import NightSpend, cost_usd, format_usd, split_cost
 from judgebench_flows.data import db
 from judgebench_flows.data.loading import PairIndex
-from judgebench_flows.judging.run_context import RunContext
+from judgebench_flows.judging.run_context import NightShare
 from judgebench_flows.judging.shards import JudgeSpec
 from judgebench_flows.scoring.metrics import Tally
 
@@ -82,10 +82,10 @@ def priced_as(spec: JudgeSpec) -> str:
 
 
 def check_worst_case(
-    config: RunConfig, spec: JudgeSpec, index: PairIndex, engine: Engine, run: RunContext | None = None
+    config: RunConfig, spec: JudgeSpec, index: PairIndex, engine: Engine, night: NightShare | None = None
 ) -> None:
     """With --max-cost, the run's worst case (what the call cache does not answer) against it before
-    any call (refused: exit 2); a pool night's cell (`run.night_budget`) then reserves it in the night's
+    any call (refused: exit 2); a pool night's cell (`night.budget`) then reserves it in the night's
     budget and runs with that reservation as its limit (data/night_budget.py)."""
     if config.max_cost is None or not config.needs_endpoint:
         return
@@ -94,12 +94,12 @@ def check_worst_case(
     estimate = worst_case(spec, index.path, index.offsets, engine)
     check_budget(estimate, config.max_cost, config.prices)
     get_run_logger().info("worst case %s within --max-cost %s", estimate.worst_usd, config.max_cost)
-    if run is not None and run.night_budget is not None:  # a pool night's cell: its worst case reserved there
-        if run.night_spend is not None:  # an earlier attempt of this cell run: what it spent counts first
-            run.night_budget.settle(run.night_spend.spent)
-            run.night_spend = None
-        granted = run.night_budget.reserve(estimate.worst_usd or 0.0)
-        run.night_spend = NightSpend(max_cost=max(granted, 1e-9))
+    if night is not None and night.budget is not None:  # a pool night's cell: its worst case reserved there
+        if night.spend is not None:  # an earlier attempt of this cell run: what it spent counts first
+            night.budget.settle(night.spend.spent)
+            night.spend = None
+        granted = night.budget.reserve(estimate.worst_usd or 0.0)
+        night.spend = NightSpend(max_cost=max(granted, 1e-9))
         get_run_logger().info("reserved %s of the night's budget", format_usd(granted))
 
 

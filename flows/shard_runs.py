@@ -82,5 +82,5 @@ async def judge_in_process(
         await asyncio.gather(*workers, return_exceptions=True)
         raise
     finally:
-        sent = await close_runtimes(run, spec)
+        sent = await close_runtimes(run.calls, spec)
     return sent

@@ -88,15 +88,17 @@ async def judge_shard(shard: Shard, spec: JudgeSpec, known: list[Adjustment] | N
     the one in force (the flow's), or on a Dask worker the run's there (`run_context.run_here`)."""
     run = run_here(spec.run_id)
     if known:
-        merge_adjustments(spec, run, known)
+        merge_adjustments(spec, run.calls, known)
     runtime = runtime_for(spec, run)
     # Without prompts: they are re-rendered when the JSONL is written, and Prefect keeps every task's
     # return value for the rest of the flow run (and in result storage), so they would cost the most.
     with hearing() as heard:  # what the endpoint says to this shard's calls, who paid its cached answers
-        judged = await judge_pairs(shard.load(), runtime, spec.orders, shard.index, run.progress_hooks, spec.epochs)
+        judged = await judge_pairs(
+            shard.load(), runtime, spec.orders, shard.index, run.progress.tick_hooks, spec.epochs
+        )
     records = ShardRecords(
         (r.model_copy(update={"prompt": ""}) for r in judged),
-        adjustments_of(spec, run),
+        adjustments_of(spec, run.calls),
         run_id=spec.run_id,
         served=heard.served,
         model_entry=runtime.caller.stats.model_entry,

@@ -112,7 +112,7 @@ def test_a_shard_given_known_adjustments_sends_no_rejected_request_and_returns_t
                     with disable_run_logger():  # the task's function, outside any task run
                         return await judge_shard.fn(shard, spec, known)
                 finally:
-                    await close_runtimes(worker_run)
+                    await close_runtimes(worker_run.calls)
 
         try:
             return asyncio.run(go())
@@ -141,6 +141,6 @@ def test_the_report_shows_what_was_merged() -> None:
 
     change = {"param": "temperature", "action": "dropped", "endpoint_said": "unsupported"}
     run = RunContext()
-    assert merge_adjustments(spec, run, [change]) == [change]
-    report = request_report_of(spec, run)
+    assert merge_adjustments(spec, run.calls, [change]) == [change]
+    report = request_report_of(spec, run.calls)
     assert report["rule"] == "standard" and report["adjustments"] == [change]

@@ -206,7 +206,7 @@ def test_an_identical_run_judging_holds_the_head_start_back(tmp_path, monkeypatc
     with FakeOpenAIServer(VERDICT) as endpoint:
         config = config_for(tmp_path, endpoint, pairs=3)
         engine = db.open_database(config.db_url)
-        spec = spec_for(config, source_of(config), RunContext(), "other-run", datetime.now())
+        spec = spec_for(config, source_of(config), RunContext().calls, "other-run", datetime.now())
         other = ConfigurationLock(engine, config.config_key(None, spec.judge_fingerprint), "other-run")
         assert other.try_hold()
         try:

@@ -1,6 +1,7 @@
 """Model retirement: price entries carry the provider's announced `shutdown_date`; `estimate`, a run and the
-nightly preflight say in one line when a model is past it or within 30 days of it, the leaderboard marks
-such rows, and `--prices` adds or corrects dates."""
+nightly preflight say in one line when a model is past it or within 30 days of it (a run once: its command
+or else its flow, a night's cells not again), the leaderboard marks such rows, and `--prices` adds or
+corrects dates."""
 
 from __future__ import annotations
 
@@ -142,3 +143,91 @@ def test_the_leaderboard_marks_retired_and_retiring_rows(tmp_path) -> None:
     assert "claude-3-5-sonnet-20240620 (shut down 2025-10-22)" in markdown(board)
     assert f"judge-y (shuts down {soon})" in render_leaderboard(board)
     assert [row["shutdown_date"] for row in leaderboard_rows(board)] == ["2025-10-22", soon, None]
+
+
+def _one_pair(tmp_path: Path) -> Path:
+    data = tmp_path / "pairs.jsonl"
+    pair = {"pair_id": "p1", "source": "livebench-math", "question": "q", "response_A": "a", "response_B": "b"}
+    data.write_text(json.dumps(pair | {"label": "A>B"}) + "\n")
+    return data
+
+
+def _retiring_soon(tmp_path: Path, model: str) -> tuple[str, str]:
+    """A prices file giving `model` a shutdown date 10 days ahead, and the notice a run says for it."""
+    soon = (datetime.now(timezone.utc).date() + timedelta(days=10)).isoformat()
+    prices = _prices(tmp_path, {model: {"input_per_mtok": 1, "output_per_mtok": 2, "shutdown_date": soon}})
+    return prices, f"{model} shuts down in 10 days ({soon}, its provider's announced date): plan a replacement"
+
+
+def test_a_command_run_says_the_notice_once(run_cli, tmp_path) -> None:
+    """`judgebench run` says a retiring model's notice once, on stderr before the flow starts: the flow, told
+    by the run's set-up that its door said it, does not log it again (the console shows the run's log)."""
+    from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+
+    prices, notice = _retiring_soon(tmp_path, "judge-once")
+    with FakeOpenAIServer("My final verdict is [[A>B]]") as server:
+        result = run_cli(
+            *("run", "--model", "judge-once", "--base-url", server.base_url, "--prices", prices),
+            *("--data-path", str(_one_pair(tmp_path)), "--db-url", f"sqlite:///{tmp_path}/j.db"),
+            *("--output-dir", "out", "--result-path", "out/results.json", "--no-progress", "--no-report"),
+            env={"COLUMNS": "250"},
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line for line in (result.stdout + result.stderr).splitlines() if "shuts down" in line]
+    assert said == [f"warning: {notice}"], said
+
+
+def test_a_flow_run_without_a_door_logs_the_notice_once(
+    prefect_server, tmp_path, monkeypatch, release_prefect_workers
+) -> None:
+    """The flow as a deployment's worker starts it (no door, no run context in force) logs the notice
+    itself, once, as a warning in the run's log."""
+    import asyncio
+    import logging
+
+    from judgebench_flows.core.config import RunConfig
+    from judgebench_flows.flows.judgebench_flow import judgebench_flow
+    from judgebench_flows.testing.fake_openai import FakeOpenAIServer
+    from tests.conftest import CANARY_KEY
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_KEY)
+    monkeypatch.setenv("JUDGEBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    prices, notice = _retiring_soon(tmp_path, "judge-worker")
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    flow_log = logging.getLogger("prefect.flow_runs")
+    flow_log.addHandler(handler)
+    try:
+        with FakeOpenAIServer("My final verdict is [[A>B]]") as server:
+            config = RunConfig.model_validate(
+                {"model": "judge-worker", "endpoint": {"base_url": server.base_url}, "prices": prices}
+                | {"data_path": str(_one_pair(tmp_path)), "db_url": f"sqlite:///{tmp_path}/j.db", "report": False}
+                | {"output_dir": str(tmp_path / "out"), "result_path": str(tmp_path / "out" / "results.json")}
+            )
+            asyncio.run(judgebench_flow(config))
+    finally:
+        flow_log.removeHandler(handler)
+    said = [(r.levelname, r.getMessage()) for r in logged if "shuts down" in r.getMessage()]
+    assert said == [("WARNING", notice)], said
+
+
+def test_a_run_set_up_says_the_notice_once_and_a_nights_cells_not_again(tmp_path) -> None:
+    """The notice is computed and said once per run (`RunSetUp`); a night said each model's before its
+    cells ran, so a cell in the night's context says nothing."""
+    from judgebench_flows.core.config import RunConfig
+    from judgebench_flows.core.run_setup import RunSetUp
+    from judgebench_flows.flows.nightly import night_context
+
+    prices, notice = _retiring_soon(tmp_path, "judge-setup")
+    config = RunConfig.model_validate(
+        {"model": "judge-setup", "endpoint": {"base_url": "http://127.0.0.1:9/v1"}, "prices": prices}
+    )
+    said: list[str] = []
+    setup = RunSetUp()
+    setup.say_retirement(config, said.append)
+    setup.say_retirement(config, said.append)
+    assert said == [notice]
+    night = night_context(None)
+    night.for_cell().setup.say_retirement(config, said.append)
+    assert said == [notice]

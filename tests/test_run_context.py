@@ -42,7 +42,7 @@ def test_a_run_started_afresh_learns_again_and_holds_its_own_limit() -> None:
             try:
                 await ask(runtime, 1, "once")
             finally:
-                await run.close_runtimes()
+                await run.calls.close_runtimes()
             return run, runtime.caller.adjustments, runtime.caller.limits
 
     with FakeOpenAIServer("[[A>B]]", rejected_params={"temperature"}) as server:
@@ -70,7 +70,7 @@ def test_the_cells_of_one_night_share_one_limit_per_endpoint_and_what_they_learn
                     await ask(runtime, 1, f"{run_id} first")  # the first call teaches the rule
                     await ask(runtime, 8, run_id)
                 finally:
-                    await close_runtimes(run, spec)  # this cell's caller only: the others go on
+                    await close_runtimes(run.calls, spec)  # this cell's caller only: the others go on
 
         await cell("cell-0")
         await asyncio.gather(cell("cell-1"), cell("cell-2"))
@@ -83,3 +83,22 @@ def test_the_cells_of_one_night_share_one_limit_per_endpoint_and_what_they_learn
         asyncio.run(cells(alone.base_url, None))
         assert alone.max_in_flight > 2, "runs of their own hold a limit each"
         assert alone.status_counts[400] == 3
+
+
+def test_a_cell_shares_the_nights_parts_and_has_its_own_callbacks() -> None:
+    """`for_cell`: the night's calls, hooks, set-up, budget and shared data, the cell's own callbacks."""
+    from judgebench_flows.core.pricing import NightSpend
+    from judgebench_flows.judging.run_context import NightShare
+
+    spend = NightSpend(1.0)
+    night = RunContext(night=NightShare(spend=spend))
+    told: list[str] = []
+    cell = night.for_cell(lambda: told.append("judging"), lambda: told.append("judged"))
+    assert cell.calls is night.calls and cell.progress is night.progress and cell.setup is night.setup
+    assert cell.night.spend is spend and cell.night.shared is night.night.shared
+    totals: list[int] = []
+    night.progress.add_total_hook(totals.append)
+    cell.announce_total(4)
+    cell.night.judged()
+    night.night.judged()  # the night has no callbacks of its own
+    assert told == ["judging", "judged"] and totals == [4]

@@ -48,7 +48,7 @@ def test_judging_ticks_per_shard_and_a_failed_shard_retried_stays_within_its_pla
     shown: list[int] = []
     counter = JudgmentCounter(shown.append)
     run = RunContext()
-    run.add_progress_hook(counter.advance, counter.settle)
+    run.progress.add_hook(counter.advance, counter.settle)
     with FakeOpenAIServer("I cannot decide", fail_first=1, fail_kind="500") as server:
 
         async def go():
@@ -60,7 +60,7 @@ def test_judging_ticks_per_shard_and_a_failed_shard_retried_stays_within_its_pla
             )
             runtime = Runtime(get_judge("vanilla"), caller)
             try:
-                hooks = run.progress_hooks
+                hooks = run.progress.tick_hooks
                 first = await judge_pairs(PAIRS, runtime, (0, 1), 3, hooks)  # every call fails (500)
                 again = await judge_pairs(PAIRS, runtime, (0, 1), 3, hooks)  # the shard's retry
                 return first, again
@@ -73,8 +73,8 @@ def test_judging_ticks_per_shard_and_a_failed_shard_retried_stays_within_its_pla
     assert {r.status for r in first} == {"failed"} and {r.status for r in again} == {"failed"}
     assert sent == len(first)
     assert counter.done == 10, "a retried shard's judgments are not counted twice"
-    run.settle_progress(3, len(again))
-    run.settle_progress(4, 10)  # a cached shard
+    run.progress.settle(3, len(again))
+    run.progress.settle(4, 10)  # a cached shard
     assert counter.done == 20
 
 

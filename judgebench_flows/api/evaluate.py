@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec
 from judgebench_flows.api.evaluation import Evaluation
 from judgebench_flows.core.config import RunConfig, run_settings
 from judgebench_flows.core.errors import UserError
-from judgebench_flows.runtime.run import FlowThread, RunHost, RunInterrupted, judge_run, retirement, stop_requested
+from judgebench_flows.runtime.run import FlowThread, RunHost, RunInterrupted, judge_run, stop_requested
 
 if TYPE_CHECKING:
-    from judgebench_flows.judging.run_context import RunContext
+    from judgebench_flows.judging.run_context import RunProgress
 
 RESUME = "the calls answered so far are cached: call evaluate() again with the same arguments to resume"
 INTERRUPTED = f"evaluate() interrupted: {RESUME} (it sends only the calls not answered)"
@@ -241,13 +241,12 @@ class _PythonHost(RunHost):
         self.flow_thread = FlowThread(INTERRUPTED)
         self.cancel_run = self.flow_thread.cancel
 
-    def say_retirement(self, config: RunConfig) -> None:
-        notice = retirement(config)
-        if notice:  # the caller's line: evaluate <- _evaluate <- judge_run <- here
-            warnings.warn(notice, stacklevel=5)
+    def say_retirement(self, notice: str) -> None:
+        # the caller's line: evaluate <- _evaluate <- judge_run <- RunSetUp.say_retirement <- here
+        warnings.warn(notice, stacklevel=6)
 
-    def showing(self, config: RunConfig, run: RunContext) -> contextlib.AbstractContextManager[object]:
-        return _progress_bar(run, self.progress)
+    def showing(self, config: RunConfig, progress: RunProgress) -> contextlib.AbstractContextManager[object]:
+        return _progress_bar(progress, self.progress)
 
     def run_flow(self, flow: Any) -> Any:
         return self.flow_thread(flow)
@@ -262,7 +261,7 @@ def _judgments(db_url: str, run_id: str | None) -> list:
 
 
 @contextlib.contextmanager
-def _progress_bar(run: RunContext, show: bool) -> Iterator[None]:
+def _progress_bar(progress: RunProgress, show: bool) -> Iterator[None]:
     """The command's progress bar (judgments done of planned, each counted once), on stderr."""
     if not show:
         yield
@@ -274,7 +273,7 @@ def _progress_bar(run: RunContext, show: bool) -> Iterator[None]:
 
     with Progress(TextColumn("judging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as bar:
         task = bar.add_task("judging", total=None)
-        count_judgments(run, lambda done: bar.update(task, completed=done), lambda n: bar.update(task, total=n))
+        count_judgments(progress, lambda done: bar.update(task, completed=done), lambda n: bar.update(task, total=n))
         yield
 
 

@@ -11,17 +11,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import RunFailed
 from judgebench_flows.core.text import wrapped
-from judgebench_flows.judging.run_context import RunContext
+from judgebench_flows.judging.run_context import RunProgress
 from judgebench_flows.runtime.progress import count_judgments
 from judgebench_flows.scoring.run_results import RunResults
 from judgebench_flows.views.summaries import err, print_results
 
 
 @contextlib.contextmanager
-def progress_shown(config: RunConfig, run: RunContext, show_progress: bool = True) -> Iterator[None]:
+def progress_shown(config: RunConfig, hooks: RunProgress, show_progress: bool = True) -> Iterator[None]:
     """The command's view of a run while its flow runs inside the block (runtime/run.py runs it): a line
-    naming it, then a progress bar on stderr; a run that measured too little (RunFailed) shows what it
-    published before `main` says its error line."""
+    naming it, then a progress bar on stderr, fed by the run's progress `hooks`; a run that measured too
+    little (RunFailed) shows what it published before `main` says its error line."""
     # a local file is judged as it is: no commit of JudgeBench's is named (results.json records none)
     source = config.data_path or f"{config.repo_url} @ {config.ref or 'default branch'}"
     say(f"judgebench {config.judge_template or config.judge_type} / {config.model}; dataset {source}")
@@ -38,8 +38,8 @@ def progress_shown(config: RunConfig, run: RunContext, show_progress: bool = Tru
     # line with nothing drawn before it.
     with contextlib.closing(_LazyBar(progress)) as lazy:
         bar = progress.add_task("judging", total=None)
-        count_judgments(run, lambda done: progress.update(bar, completed=done), lambda n: lazy.start(total=n))
-        run.add_link_hook(say)
+        count_judgments(hooks, lambda done: progress.update(bar, completed=done), lambda n: lazy.start(total=n))
+        hooks.add_link_hook(say)
         try:
             yield
         except RunFailed as exc:  # published but not a measurement: show what there is, then exit 4

@@ -187,13 +187,13 @@ class _CommandHost(RunHost):
     def say_route(self, config: Any) -> None:
         _say_route(config)
 
-    def say_retirement(self, config: Any) -> None:
-        _say_retirement(config)
+    def say_retirement(self, notice: str) -> None:
+        _say_warning(notice)
 
-    def showing(self, config: Any, run: Any) -> Any:
+    def showing(self, config: Any, progress: Any) -> Any:
         from judgebench_flows.cli import console
 
-        return console.progress_shown(config, run, show_progress=self.progress)
+        return console.progress_shown(config, progress, show_progress=self.progress)
 
 
 def _run_config(args: argparse.Namespace):
@@ -232,11 +232,17 @@ def _say_route(config: Any, to: Any = None) -> None:
 
 
 def _say_retirement(config: Any, to: Any = None) -> None:
-    """One line when the judge model is past its provider's shutdown date or within 30 days of it."""
+    """One line when the judge model is past its provider's shutdown date or within 30 days of it (a run's
+    is said by its set-up, once: `RunSetUp.say_retirement`)."""
     notice = config.retirement_notice()
-    if notice:  # as the route line: wrapped in estimate's output, one line on stderr but on a terminal
-        line = f"warning: {notice}"
-        print(wrapped(line) if to is sys.stdout else for_terminal(line), file=to or sys.stderr)
+    if notice:
+        _say_warning(notice, to)
+
+
+def _say_warning(notice: str, to: Any = None) -> None:
+    """As the route line: wrapped in estimate's output, one line on stderr but on a terminal."""
+    line = f"warning: {notice}"
+    print(wrapped(line) if to is sys.stdout else for_terminal(line), file=to or sys.stderr)
 
 
 def _run_external(args: argparse.Namespace) -> int:
@@ -263,13 +269,11 @@ def _run_external(args: argparse.Namespace) -> int:
     if args.shard_size is not None:
         overrides["shard_size"] = args.shard_size
     config = external_config_from_options(args.config_path, overrides)
-    from judgebench_flows.core.secrets import install_log_redaction
     from judgebench_flows.flows.external_flow import run_external
     from judgebench_flows.runtime.run import watched_run
     from judgebench_flows.views.summaries import print_external_summary
 
-    install_log_redaction()
-    # on the run's Prefect server, watched as a JudgeBench run is: a server lost mid-run is exit 5, not a hang
+    # set up (log redaction) and on the run's Prefect server, watched as a JudgeBench run is: a server lost mid-run is exit 5, not a hang
     print_external_summary(watched_run(lambda: run_external(config), RunHost()))
     return 0
 

@@ -286,7 +286,7 @@ class BudgetReached(UserError):
 class NightSpend:
     """The dollars of a night's cells running side by side in one process, against the night's budget:
     each cell's `Spend` adds what it charges here and refuses a new call once the night's is spent (the
-    night's run context holds it: `judging.run_context.RunContext.night_spend`)."""
+    night's run context holds it: `judging.run_context.NightShare.spend`)."""
 
     max_cost: float
     spent: float = 0.0

@@ -4,8 +4,9 @@ The key only ever lives in the environment and in the HTTP client. As a second l
 record in the process passes through a `Redaction`, whichever library or thread created it. Log records
 are made process-wide (by any thread, in any library), so the secrets to remove are held by the one
 object every record passes through anyway: the `Redaction` installed as logging's record factory by the
-run (`install_log_redaction`, or the first `register_secret`). `redact` asks that same object, so
-messages we build ourselves are cleaned of exactly what the logs are.
+run's set-up (`install_log_redaction`, from `core.run_setup.RunSetUp.redact_logs`, or the first
+`register_secret`). `redact` asks that same object, so messages we build ourselves are cleaned of exactly
+what the logs are.
 """
 
 from __future__ import annotations

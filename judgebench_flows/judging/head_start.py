@@ -44,7 +44,7 @@ from judgebench_flows.data.dataset import Checkout, fetch_repository
 from judgebench_flows.data.journal import journal_dir
 from judgebench_flows.data.loading import PairIndex, select_pairs
 from judgebench_flows.data.run_lock import ConfigurationLock
-from judgebench_flows.judging.run_context import EarlyJudgment, RunContext, Runtime
+from judgebench_flows.judging.run_context import EarlyJudgment, RunCalls, RunContext, Runtime
 from judgebench_flows.judging.shards import (
     JudgeSpec,
     Shard,
@@ -141,10 +141,10 @@ class HeadStart:
         answers received are written to the call cache, and the configuration is let go. Safe after the
         flow closed the runtime and released the lock itself."""
         _HEAD_STARTS.pop(run, None)
-        await _let_go(run, self.spec, self.runtime, self.lock)
+        await _let_go(run.calls, self.spec, self.runtime, self.lock)
 
 
-async def _let_go(run: RunContext, spec: JudgeSpec, runtime: Runtime | None, lock: ConfigurationLock) -> None:
+async def _let_go(calls: RunCalls, spec: JudgeSpec, runtime: Runtime | None, lock: ConfigurationLock) -> None:
     """Cancel the early pairs no shard took, close their client (the answers received go to the call
     cache) and release the configuration."""
     try:
@@ -154,7 +154,7 @@ async def _let_go(run: RunContext, spec: JudgeSpec, runtime: Runtime | None, loc
             for task in left:
                 task.cancel()
             await asyncio.gather(*left, return_exceptions=True)
-            await run.close_runtimes(spec.model_dump_json())
+            await calls.close_runtimes(spec.model_dump_json())
     finally:
         await asyncio.to_thread(lock.release)
 
@@ -231,9 +231,9 @@ def source_of(config: RunConfig) -> Source:
     return Source.of(config, fetch_repository(config.repo_url, config.ref, config.cache_dir))
 
 
-def spec_for(config: RunConfig, source: Source, run: RunContext, run_id: str, started: datetime) -> JudgeSpec:
+def spec_for(config: RunConfig, source: Source, calls: RunCalls, run_id: str, started: datetime) -> JudgeSpec:
     """The spec the flow makes for a run reusing any run's answers (`flows.cache_scope.reuse_scope`)."""
-    return judge_spec(config, source.templates_dir, run).model_copy(
+    return judge_spec(config, source.templates_dir, calls).model_copy(
         update={"run_id": run_id, "cache_scope": None, "cache_newer_than": config.endpoint.reused_newer_than(started)}
     )
 
@@ -265,7 +265,7 @@ async def _prepared(config: RunConfig, run: RunContext) -> HeadStart | None:
         replayed = await asyncio.to_thread(db.cache_replay, engine, journal_dir(config.cache_dir, config.db_url))
     source = await asyncio.to_thread(source_of, config)
     index = await asyncio.to_thread(select_pairs, source.data_path, config.max_samples, config.seed)
-    spec = spec_for(config, source, run, run_id, started)
+    spec = spec_for(config, source, run.calls, run_id, started)
     lock = ConfigurationLock(engine, config.config_key(source.commit, spec.judge_fingerprint), run_id)
     if not await asyncio.to_thread(lock.try_hold):
         return None  # an identical run is judging: the flow waits for it and reads its answers

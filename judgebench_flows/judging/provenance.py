@@ -23,7 +23,7 @@ from judgebench_flows.core.credentials import public_url
 from judgebench_flows.core.secrets import redact
 from judgebench_flows.core.version import VERSION
 from judgebench_flows.judges.procedure import Judge
-from judgebench_flows.judging.run_context import RunContext
+from judgebench_flows.judging.run_context import RunCalls
 from judgebench_flows.judging.shards import JudgeSpec, learned_of
 from judgebench_flows.scoring.result_types import Provenance, Sent, Served
 
@@ -51,11 +51,11 @@ def template_hash(judge: Judge, fingerprint: str) -> str:
     return hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
 
 
-def sampling_sent(spec: JudgeSpec, judge: Judge, run: RunContext) -> dict[str, JsonValue]:
+def sampling_sent(spec: JudgeSpec, judge: Judge, calls: RunCalls) -> dict[str, JsonValue]:
     """The judge's sampling as the model's request rule (with what the run learned from 400s) shaped it
     and the provider's wire sends it: what every first-turn request carried."""
     sampling = dict(getattr(judge, "sampling", None) or {})
-    _, params = shape(learned_of(spec, run).rule, [], sampling)
+    _, params = shape(learned_of(spec, calls).rule, [], sampling)
     return dict(wire_params(spec.endpoint.provider, spec.model, params))
 
 
@@ -76,7 +76,7 @@ def served_of(sent: CallStats) -> Served:
     )
 
 
-def provenance_of(spec: JudgeSpec, judge: Judge, run: RunContext, sent: CallStats | None) -> Provenance:
+def provenance_of(spec: JudgeSpec, judge: Judge, calls: RunCalls, sent: CallStats | None) -> Provenance:
     """What the run sent, and (judged in this process: `sent`) what the endpoint said it answered with."""
     endpoint = spec.endpoint
     return Provenance(
@@ -86,7 +86,7 @@ def provenance_of(spec: JudgeSpec, judge: Judge, run: RunContext, sent: CallStat
             endpoint=public_endpoint(spec.base_url),
             model=spec.model,
             template_hash=template_hash(judge, spec.judge_fingerprint),
-            sampling=sampling_sent(spec, judge, run),
+            sampling=sampling_sent(spec, judge, calls),
         ),
         served=served_of(sent) if sent is not None else None,
     )

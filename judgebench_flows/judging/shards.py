@@ -37,7 +37,7 @@ from judgebench_flows.data.journal import AnswerJournal, journal_dir
 from judgebench_flows.data.loading import PairIndex, read_pairs_at, shuffle_responses
 from judgebench_flows.judges import get_judge
 from judgebench_flows.judges.procedure import Judge, Outcome
-from judgebench_flows.judging.run_context import EarlyJudgment, ProgressHook, RunContext, Runtime
+from judgebench_flows.judging.run_context import EarlyJudgment, ProgressHook, RunCalls, RunContext, Runtime
 
 
 class JudgeSpec(BaseModel):
@@ -145,13 +145,13 @@ JUDGE_FIELDS = {
 }
 
 
-def judge_of(spec: JudgeSpec, run: RunContext) -> Judge:
+def judge_of(spec: JudgeSpec, calls: RunCalls) -> Judge:
     """The spec's judge, built once per run (its templates read and compiled once): the spec's
     fingerprint, the shards' calls and the published prompts all use this one."""
     key = spec.model_dump_json(include=JUDGE_FIELDS)
-    judge = run.judges.get(key)
+    judge = calls.judges.get(key)
     if judge is None:
-        judge = run.judges[key] = build_judge(spec)
+        judge = calls.judges[key] = build_judge(spec)
     return judge
 
 
@@ -171,12 +171,12 @@ def build_judge(spec: JudgeSpec) -> Judge:
 
 def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
     """The judge and caller for this spec in the run and the running event loop (created on first use)."""
-    per_loop = run.runtimes.setdefault(asyncio.get_running_loop(), {})
+    per_loop = run.calls.runtimes.setdefault(asyncio.get_running_loop(), {})
     key = spec.model_dump_json()
     runtime = per_loop.get(key)
     if runtime is None:
         settings = spec.endpoint
-        judge = judge_of(spec, run)
+        judge = judge_of(spec, run.calls)
         caller = ChatCaller(
             # The spec's URL has no user:password@; the caller's does.
             settings.model_copy(update={"base_url": resolve_credentials(spec.base_url)}),
@@ -187,9 +187,9 @@ def runtime_for(spec: JudgeSpec, run: RunContext) -> Runtime:
             paid_by=spec.run_id,
             reuse=spec.reuse(),
             request_rule=request_rule_of(spec),
-            spend=Spend(spec.price, spec.max_cost, night=run.night_spend) if spec.price is not None else None,
+            spend=Spend(spec.price, spec.max_cost, night=run.night.spend) if spec.price is not None else None,
             api=judge.api,  # judge_lm/panda_lm: completions; reward_model: pooling
-            state=run.calls,
+            state=run.calls.state,
             journal=AnswerJournal(Path(spec.journal_dir), spec.run_id or "run") if spec.journal_dir else None,
         )
         runtime = Runtime(judge, caller)
@@ -206,26 +206,26 @@ def request_rule_of(spec: JudgeSpec) -> RequestRule:
     return provider_rule(endpoint.provider, model, endpoint.request_style, tuple(endpoint.drop_params))
 
 
-def learned_of(spec: JudgeSpec, run: RunContext) -> Learned:
+def learned_of(spec: JudgeSpec, calls: RunCalls) -> Learned:
     """What the run learned about the spec's endpoint and model from 400s, keyed as its caller keys it."""
-    return run.calls.learned_for(resolve_credentials(spec.base_url), spec.model, request_rule_of(spec))
+    return calls.state.learned_for(resolve_credentials(spec.base_url), spec.model, request_rule_of(spec))
 
 
-def request_report_of(spec: JudgeSpec, run: RunContext) -> RequestReport:
+def request_report_of(spec: JudgeSpec, calls: RunCalls) -> RequestReport:
     """The request rule this run applied and what it adjusted on the way (for results.json's `run`): in
     this process, or on Dask workers and merged here from their shards' results (`merge_adjustments`)."""
-    return learned_of(spec, run).report()
+    return learned_of(spec, calls).report()
 
 
-def adjustments_of(spec: JudgeSpec, run: RunContext) -> list[Adjustment]:
+def adjustments_of(spec: JudgeSpec, calls: RunCalls) -> list[Adjustment]:
     """The request adjustments the run knows here for the spec's endpoint and model (small, no secret)."""
-    return list(learned_of(spec, run).adjustments)
+    return list(learned_of(spec, calls).adjustments)
 
 
-def merge_adjustments(spec: JudgeSpec, run: RunContext, adjustments: Iterable[Adjustment]) -> list[Adjustment]:
+def merge_adjustments(spec: JudgeSpec, calls: RunCalls, adjustments: Iterable[Adjustment]) -> list[Adjustment]:
     """Take in adjustments another process learned (a worker's, or the flow's passed to a worker): applied to
     the run's requests here from now on and reported with its own. Returns the ones new here."""
-    return learned_of(spec, run).merge(adjustments)
+    return learned_of(spec, calls).merge(adjustments)
 
 
 class ShardRecords(list[JudgmentRecord]):
@@ -274,10 +274,10 @@ def heard_on_worker(records: list[JudgmentRecord]) -> CallStats:
     return heard
 
 
-async def close_runtimes(run: RunContext, spec: JudgeSpec | None = None) -> CallStats:
+async def close_runtimes(calls: RunCalls, spec: JudgeSpec | None = None) -> CallStats:
     """Close the run's endpoint clients of this loop, or only `spec`'s (a run ending while others go on in
     the same loop); returns what they sent, summed (see `usage_of_calls`)."""
-    return await run.close_runtimes(spec.model_dump_json() if spec is not None else None)
+    return await calls.close_runtimes(spec.model_dump_json() if spec is not None else None)
 
 
 def _record(pair: Pair, order: int, outcome: Outcome, model: str, epoch: int = 0) -> JudgmentRecord:
@@ -490,10 +490,10 @@ def _endpoint_url(config: RunConfig) -> str | None:
     return None if url == "local:" else url
 
 
-def judge_spec(config: RunConfig, templates_dir: str | None, run: RunContext | None = None) -> JudgeSpec:
-    """The run's spec, its judge's fingerprint in it; `run` keeps the judge built for it, and may hold
-    the global limits to take slots from (a pool's cell: its endpoint's)."""
-    run = run or RunContext()
+def judge_spec(config: RunConfig, templates_dir: str | None, calls: RunCalls | None = None) -> JudgeSpec:
+    """The run's spec, its judge's fingerprint in it; the run's `calls` keep the judge built for it, and
+    may hold the global limits to take slots from (a pool's cell: its endpoint's)."""
+    calls = calls or RunCalls()
     spec = JudgeSpec(
         judge_type=config.judge_type,
         judge_template=config.judge_template,
@@ -515,11 +515,11 @@ def judge_spec(config: RunConfig, templates_dir: str | None, run: RunContext | N
         journal_dir=str(journal_dir(config.cache_dir, config.db_url)) if config.endpoint.cache != "off" else None,
     )
     if config.uses_global_limit:
-        concurrency_limit, rate_limit = run.held_limits or limit_names(spec.base_url, spec.model)
+        concurrency_limit, rate_limit = calls.held_limits or limit_names(spec.base_url, spec.model)
         spec = spec.model_copy(
             update={"global_limit": concurrency_limit, "global_rate_limit": rate_limit if config.endpoint.rpm else None}
         )
-    judge = judge_of(spec, run)
+    judge = judge_of(spec, calls)
     if refused := unserved(spec.endpoint.provider_name, judge.api, spec.endpoint.batch):
         option, why = refused
         raise UserError(f"{option}: the {config.judge_type} judge needs the {judge.api} API, {why}")

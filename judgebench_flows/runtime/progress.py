@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from judgebench_flows.judging.run_context import RunContext
+from judgebench_flows.judging.run_context import RunProgress
 
 
 class JudgmentCounter:
@@ -41,11 +41,13 @@ class JudgmentCounter:
         self._show(done)
 
 
-def count_judgments(run: RunContext, done: Callable[[int], None], total: Callable[[int], None]) -> JudgmentCounter:
+def count_judgments(
+    progress: RunProgress, done: Callable[[int], None], total: Callable[[int], None]
+) -> JudgmentCounter:
     """`done(n)` each time the run's count of judgments changes, `total(n)` when its plan is known."""
     counter = JudgmentCounter(done)
-    run.add_total_hook(total)
-    run.add_progress_hook(counter.advance, counter.settle)
+    progress.add_total_hook(total)
+    progress.add_hook(counter.advance, counter.settle)
     return counter
 
 

@@ -25,7 +25,7 @@ from judgebench_flows.runtime.server_watch import CANCEL_GRACE_SECONDS, RESUME
 
 if TYPE_CHECKING:  # imported where a run starts: the command's `--help` and its bad-option lines stay fast
     from judgebench_flows.core.config import RunConfig
-    from judgebench_flows.judging.run_context import RunContext
+    from judgebench_flows.judging.run_context import RunContext, RunProgress
     from judgebench_flows.judging.shards import JudgeSpec, Shard
     from judgebench_flows.runtime.prefect_server import PrefectServer
     from judgebench_flows.runtime.server_watch import ServerWatch
@@ -64,38 +64,32 @@ class RunHost:
     def say_route(self, config: RunConfig) -> None:
         """The line naming the API the model's name chose (`config.routed()`), before the checks."""
 
-    def say_retirement(self, config: RunConfig) -> None:
-        """A notice when the judge model is near or past its shutdown date (`retirement`), after the checks."""
+    def say_retirement(self, notice: str) -> None:
+        """The judge model's retirement notice (near or past its shutdown date), after the checks; said once
+        per run (`RunSetUp.say_retirement`): the flow then does not log it again."""
 
-    def showing(self, config: RunConfig, run: RunContext) -> AbstractContextManager[object]:
-        """What the door shows while the flow runs inside the block (progress hooks on `run`)."""
+    def showing(self, config: RunConfig, progress: RunProgress) -> AbstractContextManager[object]:
+        """What the door shows while the flow runs inside the block (its hooks on the run's `progress`)."""
         return contextlib.nullcontext()
 
     def run_flow(self, flow: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return asyncio.run(flow())
 
 
-def retirement(config: RunConfig) -> str | None:
-    """The judge model's retirement notice (its provider's shutdown date past or within 30 days), if any
-    (`RunConfig.retirement_notice`, the one place it is computed)."""
-    return config.retirement_notice()
-
-
 def judge_run(config: RunConfig, host: RunHost) -> RunResults:
     """The JudgeBench flow with these settings, checked before the first call, on the run's Prefect server,
     watched; its results. A server lost during the run is `PrefectServerError` (the run marked failed)."""
-    from judgebench_flows.core.secrets import install_log_redaction
     from judgebench_flows.judging.preflight import preflight
     from judgebench_flows.judging.run_context import RunContext, running
 
-    install_log_redaction()  # the run's one install below the doors (the flow's is for a deployment's worker)
+    run = RunContext()  # the run's state, which the door's progress display watches
+    run.setup.redact_logs()  # the run's set-up, here once for both doors: the flow finds it done
     host.say_route(config)
     preflight(config)
-    host.say_retirement(config)
-    run = RunContext()  # the run's state, which the door's progress display watches
+    run.setup.say_retirement(config, host.say_retirement)
     served = Served(host, config.db_url, config.server_lost_seconds())
     with served.ends_if_lost():
-        with host.showing(config, run), running(run):
+        with host.showing(config, run.progress), running(run):
             final = host.run_flow(lambda: flow_started_early(config, run, served))
     from judgebench_flows.scoring.run_results import RunResults
 
@@ -103,12 +97,15 @@ def judge_run(config: RunConfig, host: RunHost) -> RunResults:
 
 
 def watched_run(work: Callable[[], T], host: RunHost, db_url: str | None = None) -> T:
-    """`work` (a flow called in this thread, e.g. the external-table flow) on the run's Prefect server,
-    watched as `judge_run`'s flow is: a server lost mid-run ends it with `PrefectServerError` (exit 5 for
-    the command), not a hang; Prefect's settings point at the server inside."""
+    """`work` (a flow called in this thread, e.g. the external-table flow), the run set up first (its log
+    redaction), on the run's Prefect server, watched as `judge_run`'s flow is: a server lost mid-run ends it
+    with `PrefectServerError` (exit 5 for the command), not a hang; Prefect's settings point at the server
+    inside."""
+    from judgebench_flows.core.run_setup import RunSetUp
     from judgebench_flows.runtime.prefect_server import pointed_at
     from judgebench_flows.runtime.server_watch import lost_timeout
 
+    RunSetUp().redact_logs()  # the run's set-up: an external judge's run has no retirement notice
     served = Served(host, db_url, lost_timeout())
     with served.ends_if_lost():
         server = served.find()
@@ -308,7 +305,6 @@ __all__ = [
     "RunHost",
     "RunInterrupted",
     "judge_run",
-    "retirement",
     "watched_run",
     "stop_requested",
 ]

@@ -4,7 +4,7 @@ A night measures tonight's judges: a model served under one name changes behind 
 deployment's ad-hoc run) reuses only the answers paid under its own outermost flow run, which its cells'
 retries and its reschedule after a crash (Prefect keeps the flow run's id) share, and those of its twins:
 runs of the same configuration it waited for, or that were running when it started or started since (a
-scheduled night and a manual run of the same matrix; flows/judgebench_flow.py `twins_admitted`).
+scheduled night and a manual run of the same matrix; flows/run_rows.py `twins_admitted`).
 A command-line run keeps reusing any run's answers (a repeated command resumes). `--cache-reuse` says
 otherwise, and `--cache-max-age` bounds the age of what is reused either way.
 """

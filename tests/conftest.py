@@ -156,6 +156,22 @@ def no_process_left_behind(tmp_path_factory) -> Iterator[None]:
         warnings.warn(f"stopped {len(left)} process(es) that tests left running: {said}", stacklevel=1)
 
 
+@pytest.fixture(autouse=True)
+def prefect_logging_env_restored(request) -> Iterator[None]:
+    """Prefect's logging variables as they were before each test: a test that leaves one set (the quiet
+    settings of `runtime.quiet`, a level) would change what later tests' subprocesses log (a whole-suite
+    run once hid every INFO line a later test counted). The test that left one is named in the warnings."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("PREFECT_LOGGING_")}
+    yield
+    after = {k: v for k, v in os.environ.items() if k.startswith("PREFECT_LOGGING_")}
+    if after != before:
+        for key in after.keys() - before.keys():
+            del os.environ[key]
+        os.environ.update(before)
+        changed = sorted(k for k in after.keys() | before.keys() if after.get(k) != before.get(k))
+        warnings.warn(f"{request.node.nodeid} left {', '.join(changed)} changed: put back", stacklevel=1)
+
+
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory) -> Iterator[str]:
     """One temporary Prefect API server for the session; its URL is exported for subprocesses."""

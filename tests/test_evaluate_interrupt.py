@@ -147,7 +147,9 @@ def test_ctrl_c_stops_evaluate_within_seconds_and_the_same_call_resumes(tmp_path
             try:
                 run.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                pytest.fail("evaluate() did not end within 30 s of Ctrl-C")
+                run.kill()
+                run.wait()
+                pytest.fail(f"evaluate() did not end within 30 s of Ctrl-C: {said(tmp_path)[1][-3000:]}")
             took = time.monotonic() - interrupted
             stdout, stderr = said(tmp_path)
         finally:

@@ -372,7 +372,10 @@ def test_twin_nights_started_together_pay_each_call_once(
 
     url, sha = judgebench_repo
     models = ["judge-a", "judge-b", "judge-c", "judge-d"]
-    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), latency=0.3) as endpoint:
+    # Each answer 1 s late, so a cell takes about 5 s: "together" means both nights have started before
+    # either finishes a cell (a night started after its twin's cell finished is a later night, and pays
+    # for itself; at 0.3 s a loaded machine started the second night after the first's first cell).
+    with FakeOpenAIServer(oracle_responder(gpt4o_pairs, VERDICTS["vanilla"]), latency=1.0) as endpoint:
         matrix = {
             **BASE,
             "repo_url": url,
@@ -387,7 +390,13 @@ def test_twin_nights_started_together_pay_each_call_once(
         }
         path = tmp_path / "night.yaml"
         path.write_text(yaml.safe_dump(matrix))
-        env = {**os.environ, "PREFECT_API_URL": prefect_server, "OPENAI_API_KEY": CANARY_KEY}
+        # the lines counted below are INFO lines, whatever logging level this process carries
+        env = {
+            **os.environ,
+            "PREFECT_API_URL": prefect_server,
+            "OPENAI_API_KEY": CANARY_KEY,
+            "PREFECT_LOGGING_LEVEL": "INFO",
+        }
         nights = [
             subprocess.Popen(
                 [sys.executable, "-c", NIGHT_SCRIPT, str(path)],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,22 @@ from judgebench_flows.judging.shards import judge_pairs
 from judgebench_flows.runtime.progress import JudgmentCounter
 from judgebench_flows.testing.fake_openai import FakeOpenAIServer
 from tests._helpers import chat_caller
+
+
+@pytest.fixture(autouse=True)
+def quiet_variables_put_back() -> Iterator[None]:
+    """`cli.main` sets Prefect's quiet logging variables for its process (`runtime.quiet.quiet_prefect`: a
+    command's process ends with it); called here in the test's process, they are put back after each test."""
+    from judgebench_flows.runtime.quiet import QUIET_ENV
+
+    before = {name: os.environ.get(name) for name in QUIET_ENV}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
 
 PAIRS = [
     Pair(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -157,12 +158,19 @@ def no_process_left_behind(tmp_path_factory) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def prefect_logging_env_restored(request) -> Iterator[None]:
-    """Prefect's logging variables as they were before each test: a test that leaves one set (the quiet
-    settings of `runtime.quiet`, a level) would change what later tests' subprocesses log (a whole-suite
-    run once hid every INFO line a later test counted). The test that left one is named in the warnings."""
+def process_state_put_back(request) -> Iterator[None]:
+    """Prefect's logging variables and Ctrl-C's handler as they were before each test: a test that leaves
+    one changed (the quiet settings of `runtime.quiet`, a level; an ignored SIGINT, which subprocesses
+    inherit) changes what later tests' subprocesses do (a whole-suite run once hid every INFO line a later
+    test counted). The test that left one is named in the warnings."""
     before = {k: v for k, v in os.environ.items() if k.startswith("PREFECT_LOGGING_")}
+    interrupt = signal.getsignal(signal.SIGINT)
     yield
+    if (
+        interrupt is not None and signal.getsignal(signal.SIGINT) is not interrupt
+    ):  # subprocesses inherit an ignored one
+        signal.signal(signal.SIGINT, interrupt)
+        warnings.warn(f"{request.node.nodeid} left SIGINT's handler changed: put back", stacklevel=1)
     after = {k: v for k, v in os.environ.items() if k.startswith("PREFECT_LOGGING_")}
     if after != before:
         for key in after.keys() - before.keys():

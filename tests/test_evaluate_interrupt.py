@@ -91,8 +91,20 @@ def start(tmp_path: Path, mode: str, opts: dict[str, object]) -> subprocess.Pope
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
     with (tmp_path / "out.txt").open("w") as out, (tmp_path / "err.txt").open("w") as err:
         return subprocess.Popen(
-            [sys.executable, str(script), mode, json.dumps(opts)], cwd=tmp_path, env=env, stdout=out, stderr=err
+            [sys.executable, str(script), mode, json.dumps(opts)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=err,
+            preexec_fn=_as_from_a_shell,
         )
+
+
+def _as_from_a_shell() -> None:
+    """The script starts with Ctrl-C's default action, as from a shell: an ignored SIGINT is inherited
+    across exec and Python then keeps ignoring it, so a test process that ignores it (set by some library
+    earlier in the session) would make the script deaf to the very signal under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def said(tmp_path: Path) -> tuple[str, str]:
@@ -124,6 +136,15 @@ def wait_until_received(endpoint: FakeOpenAIServer, db: Path, tmp_path: Path) ->
         time.sleep(0.05)
 
 
+def _signal_masks(pid: int) -> str:
+    """The process's ignored and caught signals as /proc shows them (bit 2 of SigIgn: SIGINT ignored)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "no /proc status"
+    return ", ".join(line for line in lines if line.startswith(("SigIgn", "SigCgt")))
+
+
 def last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -147,9 +168,10 @@ def test_ctrl_c_stops_evaluate_within_seconds_and_the_same_call_resumes(tmp_path
             try:
                 run.wait(timeout=30)
             except subprocess.TimeoutExpired:
+                masks = _signal_masks(run.pid)
                 run.kill()
                 run.wait()
-                pytest.fail(f"evaluate() did not end within 30 s of Ctrl-C: {said(tmp_path)[1][-3000:]}")
+                pytest.fail(f"evaluate() did not end within 30 s of Ctrl-C ({masks}): {said(tmp_path)[1][-3000:]}")
             took = time.monotonic() - interrupted
             stdout, stderr = said(tmp_path)
         finally:

@@ -32,13 +32,7 @@ DETECT_POINTS = 5.0  # the persistent drop whose nights to detection each check 
 Night = tuple[str, dict[str, PairScore]]
 
 
-def nights_since_boundary(engine: Engine, config_key: str, run_id: str, rule: str = "judgebench") -> list[Night]:
-    """The configuration's finished runs since its reference's boundary, oldest first, each scored by its
-    benchmark's `rule`."""
-    return scored_runs(engine, _runs_since_boundary(engine, config_key, run_id)[0], rule)
-
-
-def _runs_since_boundary(engine: Engine, config_key: str, run_id: str) -> tuple[list[db.RunRow], datetime | None]:
+def runs_since_boundary(engine: Engine, config_key: str, run_id: str) -> tuple[list[db.RunRow], datetime | None]:
     """The stored runs since the boundary, oldest first, and when the newest drifted run among them
     started (None: no drift since the last reset): that run starts the new reference."""
     last = latest_event(engine, config_key)
@@ -101,7 +95,7 @@ def sequential_check(
     earlier nights scored by the same benchmark `rule` as `scores`."""
     if not plan.sequential or not scores:
         return None
-    rows, drift_at = _runs_since_boundary(engine, config_key, run_id)
+    rows, drift_at = runs_since_boundary(engine, config_key, run_id)
     nights = [*scored_runs(engine, rows, rule), (run_id, scores)]
     pairs = sorted(scores)
     watch = replay(nights, pairs, plan.sequential_alpha)
@@ -161,4 +155,4 @@ def _measured(result: SequentialChange, watch: Watch, nights: Sequence[Night], c
     )
 
 
-__all__ = ["HISTORY_NIGHTS", "nights_since_boundary", "replay", "sequential_check"]
+__all__ = ["HISTORY_NIGHTS", "replay", "runs_since_boundary", "sequential_check"]

@@ -42,6 +42,7 @@ def dask_cluster(tmp_path, prefect_server) -> Iterator[tuple[str, list[subproces
         "PREFECT_API_URL": prefect_server,
         "PREFECT_LOCAL_STORAGE_PATH": str(tmp_path / "prefect-results"),
         "OPENAI_API_KEY": CANARY_KEY,
+        "PYTHONFAULTHANDLER": "1",  # SIGABRT (`_run_bounded` on a hang) writes every thread's stack to dask.log
     }
     dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
     log = open(tmp_path / "dask.log", "a")  # noqa: SIM115 - the cluster's output for the test's length
@@ -100,33 +101,43 @@ def run_on(tmp_path: Path, address: str, endpoint: FakeOpenAIServer, name: str) 
     )
 
 
+def _run_bounded(
+    argv: list[str], env: dict[str, str], tmp_path: Path, endpoint: FakeOpenAIServer, workers: list[subprocess.Popen]
+) -> subprocess.CompletedProcess[str]:
+    """The run to its end within RUN_SECONDS; a run still going then fails the test with what it was doing:
+    every thread's stack of the run and of the workers (SIGABRT under PYTHONFAULTHANDLER), the answers the
+    endpoint gave and the cluster's log."""
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=RUN_SECONDS)
+    except subprocess.TimeoutExpired:
+        for one in [process, *workers]:
+            if one.poll() is None:
+                one.send_signal(signal.SIGABRT)
+        stdout, stderr = process.communicate(timeout=60)
+        time.sleep(2)  # the workers' dumps reach dask.log
+        log = (tmp_path / "dask.log").read_text(errors="replace")
+        pytest.fail(
+            f"the run did not end in {RUN_SECONDS} s; the endpoint answered {endpoint.answered} calls.\n"
+            f"run's stderr:\n{stderr[-12000:]}\ndask.log:\n{log[-12000:]}"
+        )
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
 @requires_shared
 def test_a_killed_worker_costs_at_most_half_a_clean_run_and_its_paid_calls_count(tmp_path, dask_cluster):
     address, workers = dask_cluster
     env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
     env["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path / "prefect-results")
+    env["PYTHONFAULTHANDLER"] = "1"
 
     with FakeOpenAIServer(VERDICT, api_key=CANARY_KEY) as warm_endpoint:  # workers import and connect once
-        warm = subprocess.run(
-            run_on(tmp_path, address, warm_endpoint, "warm"),
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=RUN_SECONDS,
-        )
+        warm = _run_bounded(run_on(tmp_path, address, warm_endpoint, "warm"), env, tmp_path, warm_endpoint, workers)
         assert warm.returncode == 0, warm.stderr[-3000:]
 
     with FakeOpenAIServer(VERDICT, latency=LATENCY, api_key=CANARY_KEY) as clean_endpoint:
         started = time.monotonic()
-        clean = subprocess.run(
-            run_on(tmp_path, address, clean_endpoint, "clean"),
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=RUN_SECONDS,
-        )
+        clean = _run_bounded(run_on(tmp_path, address, clean_endpoint, "clean"), env, tmp_path, clean_endpoint, workers)
         clean_seconds = time.monotonic() - started
         assert clean.returncode == 0, clean.stderr[-3000:]
 

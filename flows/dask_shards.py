@@ -14,6 +14,7 @@ paying the same 400 again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -22,11 +23,19 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from distributed.diagnostics.plugin import WorkerPlugin
+from prefect import get_run_logger
+from prefect.exceptions import MissingContextError
 from prefect.states import State
 from typing_extensions import NotRequired, TypedDict
 
 from judgebench_flows.calls.caller import CallStats
-from judgebench_flows.calls.global_limits import POLL_MAX_SECONDS, POLL_MIN_SECONDS, SlotLeases
+from judgebench_flows.calls.global_limits import (
+    POLL_MAX_SECONDS,
+    POLL_MIN_SECONDS,
+    UNREACHABLE_SECONDS,
+    GlobalLimitError,
+    SlotLeases,
+)
 from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
@@ -36,6 +45,8 @@ from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards
 from judgebench_flows.judging.run_context import WORKER_PLUGIN, RunContext
 from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, heard_on_worker, merge_adjustments
 from judgebench_flows.tasks.judge import shard_task
+
+QUIET_NOTICE_SECONDS = 60.0  # no shard finished this long: the run says what it waits for (then at 2x, 4x, ...)
 
 
 class ShardParameters(TypedDict):
@@ -106,6 +117,7 @@ def _judge_all(
     done, or `stop` cancels those in flight. Dask's futures are looked at without blocking, at a poll
     that backs off while none finishes (so a stop and free slots are seen within POLL_MAX_SECONDS)."""
     dispatch = _Dispatch(runner, task, shards, spec, config, run, slots)
+    quiet = _QuietWatch()
     dispatch.fill()
     idle = POLL_MIN_SECONDS
     while dispatch.busy:
@@ -117,11 +129,39 @@ def _judge_all(
             time.sleep(idle)
             idle = min(POLL_MAX_SECONDS, 2 * idle)
             dispatch.fill()
+            quiet.check(dispatch)
             continue
         idle = POLL_MIN_SECONDS
+        quiet.reset()
         for future in done:
             on_shard_done(*dispatch.collect(future))
         dispatch.fill()
+
+
+class _QuietWatch:
+    """Says, in the run's log, what the run waits for when no shard has finished for a while (after
+    QUIET_NOTICE_SECONDS, then twice as long each time): shards on the workers, or slots other holders
+    keep. A run on a cluster must never wait in silence."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.since, self.next_notice = time.monotonic(), QUIET_NOTICE_SECONDS
+
+    def check(self, dispatch: _Dispatch) -> None:
+        quiet_for = time.monotonic() - self.since
+        if quiet_for < self.next_notice:
+            return
+        self.next_notice *= 2
+        _run_logger().warning("no shard finished for %.0f s: %s", quiet_for, dispatch.waiting_on())
+
+
+def _run_logger() -> logging.Logger | logging.LoggerAdapter:
+    try:
+        return get_run_logger()
+    except MissingContextError:  # called outside a flow run (a test driving the dispatch)
+        return logging.getLogger("judgebench_flows.dask_shards")
 
 
 class _Dispatch:
@@ -150,6 +190,7 @@ class _Dispatch:
         self.submitted: dict[Any, tuple[Shard, int | None]] = {}
         self.finished = as_completed([], loop=self.client.loop)
         self.without_limit = max(shards_in_flight(config), 2 * _threads(self.client))
+        self.starved = False  # the last try for slots found none free
 
     @property
     def busy(self) -> bool:
@@ -179,10 +220,28 @@ class _Dispatch:
                 return
             share = max(1, spec.endpoint.concurrency // threads)
             handle = slots.try_take(share)
+            self.starved = handle is None
             if handle is None:
+                self._within_unreachable_bound(slots)
                 return
             endpoint = spec.endpoint.model_copy(update={"concurrency": share})
             self.submit(self.pending.pop(), spec.model_copy(update={"endpoint": endpoint}), handle)
+
+    def waiting_on(self) -> str:
+        """What the run waits for now, in a phrase for its log."""
+        said = f"{len(self.submitted)} shards in flight on the Dask workers, {len(self.pending)} waiting"
+        if self.slots is not None and self.starved:
+            said += f"; no free slots of the global concurrency limit '{self.slots.name}' (other runs hold them)"
+        return said
+
+    @staticmethod
+    def _within_unreachable_bound(slots: SlotLeases) -> None:
+        """The wait for slots ends, as `SlotLeases.take`'s does, when the server has not answered for
+        UNREACHABLE_SECONDS."""
+        if slots.unreachable_since and time.monotonic() - slots.unreachable_since > UNREACHABLE_SECONDS:
+            raise GlobalLimitError(
+                f"the Prefect server did not answer for {UNREACHABLE_SECONDS:g} s: no slots of '{slots.name}'"
+            )
 
     def ready(self) -> list[Any]:
         """The futures finished since last asked (none: an empty list, at once)."""

@@ -226,3 +226,52 @@ def test_sigterm_to_a_dask_run_stops_its_shards_and_gives_its_slots_back(tmp_pat
             return (await client.read_global_concurrency_limit_by_name(name)).active_slots
 
     assert asyncio.run(active()) == 0
+
+
+@requires_shared
+def test_a_dask_run_waiting_for_slots_others_hold_says_so_and_judges_once_they_are_back(tmp_path, dask_cluster):
+    """Another holder keeps every slot of the endpoint's global limit: the run sends no call, says in its
+    log within QUIET_NOTICE_SECONDS (60 s) which limit it waits for, and judges every pair once the slots
+    are given back."""
+    import asyncio
+    import threading
+
+    from judgebench_flows.calls.global_limits import SlotLeases, ensure_limit, limit_names
+
+    address, _ = dask_cluster
+    env = {**os.environ, "OPENAI_API_KEY": CANARY_KEY, "JUDGEBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    env["PREFECT_LOCAL_STORAGE_PATH"] = str(tmp_path / "prefect-results")
+    with FakeOpenAIServer(VERDICT, api_key=CANARY_KEY) as endpoint:
+        name, _ = limit_names(endpoint.base_url, "judge")
+        asyncio.run(ensure_limit(name, CONCURRENCY))
+        other = SlotLeases(name)
+        held = other.try_take(CONCURRENCY)
+        assert held is not None
+        run = subprocess.Popen(
+            run_on(tmp_path, address, endpoint, "waiting"), env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(run.stderr or ()), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 240
+            while not any("no shard finished for" in line for line in lines):
+                assert run.poll() is None, "".join(lines)[-3000:]
+                assert time.monotonic() < deadline, "".join(lines)[-3000:]
+                time.sleep(0.5)
+            assert endpoint.answered == 0
+            other.give_back(held)
+            run.wait(timeout=RUN_SECONDS)
+        finally:
+            other.close()
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        reader.join(timeout=10)
+        answered = endpoint.answered
+    said = "".join(lines)
+    assert run.returncode == 0, said[-3000:]
+    notice = next(line for line in lines if "no shard finished for" in line)
+    assert f"no free slots of the global concurrency limit '{name}' (other runs hold them)" in notice, notice
+    assert "0 shards in flight on the Dask workers, 8 waiting" in notice, notice
+    assert answered == 2 * PAIRS

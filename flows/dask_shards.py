@@ -14,7 +14,6 @@ paying the same 400 again.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import threading
 import time
@@ -23,24 +22,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from distributed.diagnostics.plugin import WorkerPlugin
-from prefect import get_run_logger
-from prefect.exceptions import MissingContextError
 from prefect.states import State
 from typing_extensions import NotRequired, TypedDict
 
 from judgebench_flows.calls.caller import CallStats
-from judgebench_flows.calls.global_limits import (
-    POLL_MAX_SECONDS,
-    POLL_MIN_SECONDS,
-    UNREACHABLE_SECONDS,
-    GlobalLimitError,
-    SlotLeases,
-)
+from judgebench_flows.calls.global_limits import POLL_MAX_SECONDS, POLL_MIN_SECONDS, SlotLeases
 from judgebench_flows.calls.request_rules import Adjustment
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
 from judgebench_flows.core.net import connect_error
 from judgebench_flows.core.records import JudgmentRecord
+from judgebench_flows.core.run_logger import run_logger
 from judgebench_flows.flows.shard_states import ShardDone, shard_records, shards_in_flight
 from judgebench_flows.judging.run_context import WORKER_PLUGIN, RunContext
 from judgebench_flows.judging.shards import JudgeSpec, Shard, adjustments_of, heard_on_worker, merge_adjustments
@@ -154,14 +146,7 @@ class _QuietWatch:
         if quiet_for < self.next_notice:
             return
         self.next_notice *= 2
-        _run_logger().warning("no shard finished for %.0f s: %s", quiet_for, dispatch.waiting_on())
-
-
-def _run_logger() -> logging.Logger | logging.LoggerAdapter:
-    try:
-        return get_run_logger()
-    except MissingContextError:  # called outside a flow run (a test driving the dispatch)
-        return logging.getLogger("judgebench_flows.dask_shards")
+        run_logger(__name__).warning("no shard finished for %.0f s: %s", quiet_for, dispatch.waiting_on())
 
 
 class _Dispatch:
@@ -222,7 +207,7 @@ class _Dispatch:
             handle = slots.try_take(share)
             self.starved = handle is None
             if handle is None:
-                self._within_unreachable_bound(slots)
+                slots.raise_if_unreachable()
                 return
             endpoint = spec.endpoint.model_copy(update={"concurrency": share})
             self.submit(self.pending.pop(), spec.model_copy(update={"endpoint": endpoint}), handle)
@@ -233,15 +218,6 @@ class _Dispatch:
         if self.slots is not None and self.starved:
             said += f"; no free slots of the global concurrency limit '{self.slots.name}' (other runs hold them)"
         return said
-
-    @staticmethod
-    def _within_unreachable_bound(slots: SlotLeases) -> None:
-        """The wait for slots ends, as `SlotLeases.take`'s does, when the server has not answered for
-        UNREACHABLE_SECONDS."""
-        if slots.unreachable_since and time.monotonic() - slots.unreachable_since > UNREACHABLE_SECONDS:
-            raise GlobalLimitError(
-                f"the Prefect server did not answer for {UNREACHABLE_SECONDS:g} s: no slots of '{slots.name}'"
-            )
 
     def ready(self) -> list[Any]:
         """The futures finished since last asked (none: an empty list, at once)."""

@@ -38,6 +38,7 @@ from judgebench_flows.calls.global_limits import endpoint_limit_names, ensure_li
 from judgebench_flows.calls.limits import EndpointUse, union_seconds
 from judgebench_flows.core.config import RunConfig
 from judgebench_flows.core.errors import UserError
+from judgebench_flows.core.run_logger import run_logger
 from judgebench_flows.core.run_setup import RunSetUp
 from judgebench_flows.data.night_budget import NightBudget
 from judgebench_flows.flows.run_pages import night_date
@@ -357,21 +358,8 @@ class CellRunWatch:
                 f"taken as crashed: {why}; scheduled again for any worker ({retries + 1} of {MAX_PENDING_RESCHEDULES})"
             )
             await client.set_flow_run_state(run.id, AwaitingRetry(message=message), force=True)
-        _night_logger().warning("%s: %s", run.name, message)
+        run_logger(__name__).warning("%s: %s", run.name, message)
         return True
-
-
-def _night_logger() -> Any:
-    """The night's run logger, or this module's outside a flow run."""
-    import logging
-
-    from prefect import get_run_logger
-    from prefect.exceptions import MissingContextError
-
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)
 
 
 async def wait_for_runs(

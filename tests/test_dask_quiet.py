@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from judgebench_flows.calls.global_limits import UNREACHABLE_SECONDS, GlobalLimitError
 from judgebench_flows.flows import dask_shards
 
 
@@ -26,7 +27,7 @@ class Dispatch:
 def test_a_quiet_run_says_what_it_waits_for_then_at_twice_the_wait(monkeypatch, caplog):
     monkeypatch.setattr(dask_shards, "QUIET_NOTICE_SECONDS", 0.2)
     watch, dispatch = dask_shards._QuietWatch(), Dispatch()
-    with caplog.at_level(logging.WARNING, logger="judgebench_flows.dask_shards"):
+    with caplog.at_level(logging.WARNING, logger="judgebench_flows.flows.dask_shards"):
         watch.check(dispatch)
         assert dispatch.asked == 0  # not yet quiet for long
         time.sleep(0.25)
@@ -55,8 +56,8 @@ def test_the_phrase_names_the_limit_only_when_it_found_no_free_slots(starved):
 
 def test_waiting_for_slots_ends_when_the_server_has_not_answered_for_the_bound(monkeypatch):
     slots = dask_shards.SlotLeases("judgebench-0123456789ab")
-    slots.unreachable_since = time.monotonic() - dask_shards.UNREACHABLE_SECONDS + 5
-    dask_shards._Dispatch._within_unreachable_bound(slots)  # still within the bound
-    slots.unreachable_since = time.monotonic() - dask_shards.UNREACHABLE_SECONDS - 1
-    with pytest.raises(dask_shards.GlobalLimitError, match="did not answer for 600 s"):
-        dask_shards._Dispatch._within_unreachable_bound(slots)
+    slots.unreachable_since = time.monotonic() - UNREACHABLE_SECONDS + 5
+    slots.raise_if_unreachable()  # still within the bound (the Dask dispatch's wait calls it)
+    slots.unreachable_since = time.monotonic() - UNREACHABLE_SECONDS - 1
+    with pytest.raises(GlobalLimitError, match="did not answer for 600 s"):
+        slots.raise_if_unreachable()

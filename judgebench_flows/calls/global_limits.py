@@ -289,13 +289,18 @@ class SlotLeases:
             handle = self.try_take(slots)
             if handle is not None:
                 return handle
-            if self.unreachable_since and time.monotonic() - self.unreachable_since > UNREACHABLE_SECONDS:
-                raise GlobalLimitError(
-                    f"the Prefect server did not answer for {UNREACHABLE_SECONDS:g} s: no slots of '{self.name}'"
-                )
+            self.raise_if_unreachable()
             if (stop or self._stop).wait(random.uniform(wait / 2, wait)):
                 raise GlobalLimitError(f"stopped waiting for slots of the global concurrency limit '{self.name}'")
             wait = min(POLL_MAX_SECONDS, wait * 2)
+
+    def raise_if_unreachable(self) -> None:
+        """End a wait for slots (`take`'s, the Dask dispatch's) with `GlobalLimitError` once the server has
+        not answered for `UNREACHABLE_SECONDS`."""
+        if self.unreachable_since and time.monotonic() - self.unreachable_since > UNREACHABLE_SECONDS:
+            raise GlobalLimitError(
+                f"the Prefect server did not answer for {UNREACHABLE_SECONDS:g} s: no slots of '{self.name}'"
+            )
 
     def give_back(self, handle: int) -> None:
         """Return the slots of `handle`: by lease if it still exists, else by count (it was lost). While
